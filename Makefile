@@ -1,0 +1,20 @@
+# The two commands: `make run` and `make test`. The scripts do the work.
+.PHONY: run build test fmt lint clean-db
+
+run:      ## install what is missing, build the release, serve http://127.0.0.1:3000
+	@scripts/run.sh
+
+build:    ## the release build only (server binary + target/site)
+	@scripts/build.sh
+
+test:     ## fmt, clippy, tests on SQLite and PostgreSQL, browser tests
+	@scripts/test.sh
+
+fmt:
+	cargo fmt --all
+
+lint:
+	cargo clippy --workspace --exclude trainyard-frontend --all-targets -- -D warnings
+
+clean-db: ## remove the embedded database of `make run`
+	rm -f data/trainyard.db data/trainyard.db-wal data/trainyard.db-shm

@@ -1,0 +1,72 @@
+//! The error every server function returns, mapped once from the store's.
+
+use serde::{Deserialize, Serialize};
+use trainyard_domain::FieldError;
+
+use leptos::server_fn::codec::JsonEncoding;
+use leptos::server_fn::error::{FromServerFnError, ServerFnErrorErr};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub enum AppError {
+    /// Input broke a rule; the field says where.
+    #[error("{0}")]
+    Invalid(FieldError),
+    #[error("{0}")]
+    Conflict(String),
+    /// Something failed on the server; the details are in its log.
+    #[error("{0}")]
+    Internal(String),
+    /// The call itself failed (network, encoding).
+    #[error("{0}")]
+    Call(ServerFnErrorErr),
+}
+
+impl FromServerFnError for AppError {
+    type Encoder = JsonEncoding;
+
+    fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
+        AppError::Call(value)
+    }
+}
+
+impl AppError {
+    /// The field a form should mark, if any.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            AppError::Invalid(e) => Some(&e.field),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(feature = "ssr")]
+impl From<trainyard_store::StoreError> for AppError {
+    /// Maps a store error, and sets the HTTP status of the server function's
+    /// response to match (400, 409 or 500).
+    fn from(err: trainyard_store::StoreError) -> Self {
+        use http::StatusCode;
+        use trainyard_store::StoreError;
+        let (status, error) = match err {
+            StoreError::Invalid(e) => (StatusCode::BAD_REQUEST, AppError::Invalid(e)),
+            StoreError::Conflict { what } => (
+                StatusCode::CONFLICT,
+                AppError::Conflict(format!("{what} already exists; choose another name")),
+            ),
+            other => {
+                tracing::error!(error = %other, "store error in a server function");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    AppError::Internal(
+                        "the server could not read or write its database; try again, \
+                         and tell an admin if it persists"
+                            .to_owned(),
+                    ),
+                )
+            }
+        };
+        if let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>() {
+            response.set_status(status);
+        }
+        error
+    }
+}

@@ -1,0 +1,65 @@
+//! The Trainyard web UI: the page shell, navigation, routes and pages.
+//! Compiled twice: with `ssr` into the server, with `hydrate` into the wasm.
+
+pub mod api;
+pub mod error;
+mod pages;
+mod theme;
+
+use leptos::prelude::*;
+use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_router::components::{A, Route, Router, Routes};
+use leptos_router::{SsrMode, StaticSegment};
+
+/// The HTML document around the app, rendered on the server.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <meta name="color-scheme" content="light dark"/>
+                <link rel="icon" href="/favicon.svg" type="image/svg+xml"/>
+                <HydrationScripts options/>
+                <MetaTags/>
+            </head>
+            <body>
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    view! {
+        <Stylesheet id="trainyard" href="/pkg/trainyard.css"/>
+        <Title formatter=|page: String| if page.is_empty() { "Trainyard".to_owned() } else { format!("{page} · Trainyard") }/>
+        <Router>
+            <header class="topbar">
+                <a class="brand" href="/">"Trainyard"</a>
+                <nav aria-label="Main">
+                    <A href="/experiments">"Experiments"</A>
+                    <A href="/jobs">"Jobs"</A>
+                    <A href="/templates">"Templates"</A>
+                    <A href="/admin">"Admin"</A>
+                </nav>
+                <theme::ThemeToggle/>
+            </header>
+            <main>
+                // In-order streaming: the data is in the HTML itself, so pages
+                // read without JavaScript, and crawlers and `curl` see it too.
+                <Routes fallback=pages::NotFound>
+                    <Route path=StaticSegment("") view=pages::HomePage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("experiments") view=pages::ExperimentsPage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("jobs") view=pages::JobsPage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("templates") view=pages::TemplatesPage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("admin") view=pages::AdminPage ssr=SsrMode::InOrder/>
+                </Routes>
+            </main>
+            <footer class="footer">"Trainyard " {env!("CARGO_PKG_VERSION")}</footer>
+        </Router>
+    }
+}

@@ -1,0 +1,257 @@
+//! The pages of the shell: overview, experiments, jobs, templates, admin, 404.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use trainyard_domain::{JobState, format_utc};
+
+use crate::api::{
+    CreateExperiment, get_overview, list_experiments, list_jobs, list_nodes, list_templates,
+};
+use crate::error::AppError;
+
+/// An error as the pages show it: what happened and what to do.
+#[component]
+fn ErrorNote(error: AppError) -> impl IntoView {
+    view! {
+        <div class="error" role="alert">
+            <strong>"Something went wrong. "</strong>
+            {error.to_string()}
+        </div>
+    }
+}
+
+fn state_class(state: JobState) -> &'static str {
+    match state {
+        JobState::Queued | JobState::Starting => "badge badge-wait",
+        JobState::Running => "badge badge-run",
+        JobState::Succeeded => "badge badge-ok",
+        JobState::Failed | JobState::Lost => "badge badge-bad",
+        JobState::Cancelled => "badge badge-off",
+    }
+}
+
+#[component]
+pub fn HomePage() -> impl IntoView {
+    let overview = Resource::new(|| (), |_| get_overview());
+    view! {
+        <Title text=""/>
+        <section class="page-head">
+            <h1>"Overview"</h1>
+            <button type="button" class="secondary" data-testid="refresh" on:click=move |_| overview.refetch()>
+                "Refresh"
+            </button>
+        </section>
+        <Suspense fallback=|| view! { <p class="muted">"Loading figures…"</p> }>
+            {move || Suspend::new(async move {
+                match overview.await {
+                    Ok(o) => {
+                        let total = o.jobs_total();
+                        view! {
+                            <div class="cards">
+                                <a class="card" href="/experiments" data-testid="figure-experiments">
+                                    <span class="figure">{o.experiments}</span>
+                                    <span class="label">"experiments"</span>
+                                </a>
+                                <div class="card" data-testid="figure-runs">
+                                    <span class="figure">{o.runs}</span>
+                                    <span class="label">"runs"</span>
+                                    <span class="sub">{o.active_runs} " running"</span>
+                                </div>
+                                <a class="card" href="/jobs" data-testid="figure-jobs">
+                                    <span class="figure">{total}</span>
+                                    <span class="label">"jobs"</span>
+                                </a>
+                                <a class="card" href="/admin" data-testid="figure-gpus">
+                                    <span class="figure">{o.gpus}</span>
+                                    <span class="label">"GPUs"</span>
+                                    <span class="sub">"on " {o.nodes} " nodes"</span>
+                                </a>
+                            </div>
+                            <h2>"Jobs by state"</h2>
+                            <table class="table narrow" data-testid="jobs-by-state">
+                                <tbody>
+                                    {o.jobs_by_state.into_iter().map(|(state, n)| view! {
+                                        <tr>
+                                            <td><span class=state_class(state)>{state.label()}</span></td>
+                                            <td class="num">{n}</td>
+                                        </tr>
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                            {(o.runs == 0).then(|| view! {
+                                <p class="hint">
+                                    "No runs yet. Point your training script's "
+                                    <code>"MLFLOW_TRACKING_URI"</code>
+                                    " at this server and log one, or create an experiment to group them."
+                                </p>
+                            })}
+                        }.into_any()
+                    }
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+pub fn ExperimentsPage() -> impl IntoView {
+    let create = ServerAction::<CreateExperiment>::new();
+    let experiments = Resource::new(move || create.version().get(), |_| list_experiments());
+    let error = move || create.value().get().and_then(Result::err);
+    view! {
+        <Title text="Experiments"/>
+        <section class="page-head">
+            <h1>"Experiments"</h1>
+        </section>
+        <ActionForm action=create attr:class="inline-form" attr:data-testid="create-experiment">
+            <label for="experiment-name">"New experiment"</label>
+            <input id="experiment-name" type="text" name="name" required maxlength="250"
+                placeholder="e.g. resnet-cifar10" autocomplete="off"
+                aria-invalid=move || error().and_then(|e| e.field().map(|_| "true"))/>
+            <button type="submit">"Create"</button>
+        </ActionForm>
+        {move || error().map(|e| view! { <ErrorNote error=e/> })}
+        <Transition fallback=|| view! { <p class="muted">"Loading experiments…"</p> }>
+            {move || Suspend::new(async move {
+                match experiments.await {
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="empty" data-testid="experiments-empty">
+                            "No experiments yet. Create one above, or let the mlflow client create it: "
+                            <code>"mlflow.set_experiment(\"my-experiment\")"</code>
+                        </p>
+                    }.into_any(),
+                    Ok(list) => view! {
+                        <table class="table" data-testid="experiments">
+                            <thead><tr><th>"Name"</th><th class="num">"Runs"</th><th>"Last activity"</th></tr></thead>
+                            <tbody>
+                                {list.into_iter().map(|e| view! {
+                                    <tr>
+                                        <td>{e.name}</td>
+                                        <td class="num">{e.runs}</td>
+                                        <td>{format_utc(e.last_activity)}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+pub fn JobsPage() -> impl IntoView {
+    let jobs = Resource::new(|| (), |_| list_jobs());
+    view! {
+        <Title text="Jobs"/>
+        <section class="page-head"><h1>"Jobs"</h1></section>
+        <Suspense fallback=|| view! { <p class="muted">"Loading jobs…"</p> }>
+            {move || Suspend::new(async move {
+                match jobs.await {
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="empty" data-testid="jobs-empty">
+                            "No jobs yet. Submitted training jobs appear here with their state, GPUs and queue position."
+                        </p>
+                    }.into_any(),
+                    Ok(list) => view! {
+                        <table class="table" data-testid="jobs">
+                            <thead><tr><th>"#"</th><th>"Name"</th><th>"State"</th><th class="num">"GPUs"</th><th>"Submitted"</th></tr></thead>
+                            <tbody>
+                                {list.into_iter().map(|j| view! {
+                                    <tr>
+                                        <td class="num">{j.id}</td>
+                                        <td>{j.name}</td>
+                                        <td><span class=state_class(j.state)>{j.state.label()}</span></td>
+                                        <td class="num">{j.gpus}</td>
+                                        <td>{format_utc(j.created_at)}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+pub fn TemplatesPage() -> impl IntoView {
+    let templates = Resource::new(|| (), |_| list_templates());
+    view! {
+        <Title text="Templates"/>
+        <section class="page-head"><h1>"Templates"</h1></section>
+        <Suspense fallback=|| view! { <p class="muted">"Loading templates…"</p> }>
+            {move || Suspend::new(async move {
+                match templates.await {
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="empty" data-testid="templates-empty">
+                            "The catalog is empty. Templates describe a training recipe (command, parameters, resources) that anyone can launch on their own data."
+                        </p>
+                    }.into_any(),
+                    Ok(list) => view! {
+                        <ul class="catalog">
+                            {list.into_iter().map(|t| view! {
+                                <li class="card"><strong>{t.title}</strong><p>{t.description}</p><code>{t.slug}</code></li>
+                            }).collect_view()}
+                        </ul>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+pub fn AdminPage() -> impl IntoView {
+    let nodes = Resource::new(|| (), |_| list_nodes());
+    view! {
+        <Title text="Admin"/>
+        <section class="page-head"><h1>"Admin"</h1></section>
+        <h2>"GPU nodes"</h2>
+        <Suspense fallback=|| view! { <p class="muted">"Loading nodes…"</p> }>
+            {move || Suspend::new(async move {
+                match nodes.await {
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="empty" data-testid="nodes-empty">
+                            "No GPU nodes have reported yet. Each node appears here, with its GPUs, once its agent reports."
+                        </p>
+                    }.into_any(),
+                    Ok(list) => view! {
+                        <table class="table" data-testid="nodes">
+                            <thead><tr><th>"Node"</th><th>"State"</th><th class="num">"GPUs"</th><th>"Last seen"</th></tr></thead>
+                            <tbody>
+                                {list.into_iter().map(|n| view! {
+                                    <tr>
+                                        <td>{n.name}</td>
+                                        <td>{n.state}</td>
+                                        <td class="num">{n.gpus}</td>
+                                        <td>{n.last_seen.map(format_utc).unwrap_or_else(|| "never".to_owned())}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+pub fn NotFound() -> impl IntoView {
+    view! {
+        <Title text="Not found"/>
+        <section class="not-found" data-testid="not-found">
+            <h1>"Page not found"</h1>
+            <p>"Nothing lives at this address. It may have moved, or the link may be mistyped."</p>
+            <p><a href="/">"Go to the overview"</a></p>
+        </section>
+    }
+}

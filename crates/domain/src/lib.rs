@@ -1,0 +1,269 @@
+//! Types the browser and the server share: DTOs, job states, validation.
+//! Serde only: this crate is compiled to wasm too, so it holds no I/O.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The life of a job, from submission to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    Queued,
+    Starting,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Lost,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 7] = [
+        JobState::Queued,
+        JobState::Starting,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Lost,
+    ];
+
+    /// The form stored in the database and sent over the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "QUEUED",
+            JobState::Starting => "STARTING",
+            JobState::Running => "RUNNING",
+            JobState::Succeeded => "SUCCEEDED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Lost => "LOST",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        JobState::ALL.into_iter().find(|state| state.as_str() == s)
+    }
+
+    /// Words for people, as the UI shows them.
+    pub fn label(self) -> &'static str {
+        match self {
+            JobState::Queued => "Queued",
+            JobState::Starting => "Starting",
+            JobState::Running => "Running",
+            JobState::Succeeded => "Succeeded",
+            JobState::Failed => "Failed",
+            JobState::Cancelled => "Cancelled",
+            JobState::Lost => "Lost",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled | JobState::Lost
+        )
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The live figures on the home page.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overview {
+    pub experiments: u64,
+    pub runs: u64,
+    pub active_runs: u64,
+    /// Every state, in [`JobState::ALL`] order, with its count (zeros included).
+    pub jobs_by_state: Vec<(JobState, u64)>,
+    pub nodes: u64,
+    pub gpus: u64,
+}
+
+impl Overview {
+    pub fn jobs_total(&self) -> u64 {
+        self.jobs_by_state.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// One line of the experiments list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentSummary {
+    pub id: i64,
+    pub name: String,
+    pub lifecycle_stage: String,
+    pub runs: u64,
+    /// Milliseconds since the Unix epoch, of the newest change to it or its runs.
+    pub last_activity: i64,
+}
+
+/// One line of the jobs list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub id: i64,
+    pub name: String,
+    pub state: JobState,
+    pub gpus: i32,
+    pub created_at: i64,
+}
+
+/// One entry of the template catalog.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TemplateSummary {
+    pub slug: String,
+    pub title: String,
+    pub description: String,
+}
+
+/// One GPU node as the admin pages list it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeSummary {
+    pub name: String,
+    pub state: String,
+    pub gpus: u64,
+    pub last_seen: Option<i64>,
+}
+
+/// A rule broken by input, naming the field so the UI can point at it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: &str, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// MLflow's limit on names and keys.
+pub const MAX_NAME_LEN: usize = 250;
+
+/// Checks an experiment name and returns it trimmed.
+pub fn validate_experiment_name(name: &str) -> Result<String, FieldError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(FieldError::new(
+            "name",
+            "must not be empty; give the experiment a name",
+        ));
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_LEN {
+        return Err(FieldError::new(
+            "name",
+            format!("is {chars} characters long; the limit is {MAX_NAME_LEN}"),
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(FieldError::new(
+            "name",
+            "must not contain control characters",
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_state_round_trips_through_its_wire_form() {
+        for state in JobState::ALL {
+            assert_eq!(JobState::parse(state.as_str()), Some(state));
+        }
+        assert_eq!(JobState::parse("queued"), None);
+    }
+
+    #[test]
+    fn terminal_states_are_the_four_ends() {
+        let terminal: Vec<_> = JobState::ALL
+            .into_iter()
+            .filter(|s| s.is_terminal())
+            .collect();
+        assert_eq!(
+            terminal,
+            [
+                JobState::Succeeded,
+                JobState::Failed,
+                JobState::Cancelled,
+                JobState::Lost
+            ]
+        );
+    }
+
+    #[test]
+    fn experiment_names_are_trimmed_and_checked() {
+        assert_eq!(validate_experiment_name("  mnist  ").unwrap(), "mnist");
+        assert_eq!(validate_experiment_name("   ").unwrap_err().field, "name");
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(
+            validate_experiment_name(&long)
+                .unwrap_err()
+                .message
+                .contains("251")
+        );
+        assert!(validate_experiment_name(&"é".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(validate_experiment_name("a\u{0}b").is_err());
+    }
+
+    #[test]
+    fn overview_totals_jobs() {
+        let overview = Overview {
+            jobs_by_state: vec![(JobState::Queued, 2), (JobState::Running, 3)],
+            ..Overview::default()
+        };
+        assert_eq!(overview.jobs_total(), 5);
+    }
+}
+
+/// Formats milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM UTC`.
+/// Pure, so the server and the browser render the same text.
+pub fn format_utc(millis: i64) -> String {
+    let secs = millis.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod time_tests {
+    use super::format_utc;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00 UTC");
+        assert_eq!(format_utc(1_795_900_000_000), "2026-11-28 21:06 UTC");
+        assert_eq!(format_utc(-60_000), "1969-12-31 23:59 UTC");
+    }
+}

@@ -1,0 +1,8 @@
+//! SeaORM entities for the tables the server reads and writes today.
+
+pub mod experiment;
+pub mod gpu;
+pub mod job;
+pub mod node;
+pub mod run;
+pub mod template;

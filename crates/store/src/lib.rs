@@ -1,0 +1,410 @@
+//! The store: one SeaORM connection pool over SQLite or PostgreSQL, the
+//! migrations, and the queries the server needs.
+
+pub mod entity;
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sea_orm::sea_query::{Expr, Func};
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, Database, DatabaseBackend, DatabaseConnection,
+    DbErr, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+    SqlErr, Statement, TransactionTrait,
+};
+use trainyard_domain::{
+    ExperimentSummary, FieldError, JobState, JobSummary, NodeSummary, Overview, TemplateSummary,
+};
+use trainyard_migration::{Migrator, MigratorTrait};
+
+use entity::{experiment, gpu, job, node, run, template};
+
+/// What can go wrong in the store, in words a caller can pass on.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database_url: {0}")]
+    BadUrl(String),
+    #[error("database_url: cannot open {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: DbErr,
+    },
+    #[error("{0}")]
+    Invalid(#[from] FieldError),
+    #[error("{what} already exists")]
+    Conflict { what: String },
+    #[error("database error: {0}")]
+    Db(#[from] DbErr),
+}
+
+/// Which SQL engine is behind the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+impl Engine {
+    /// Reads the engine from a database URL, or says what is wrong with it.
+    pub fn from_url(url: &str) -> Result<Engine, StoreError> {
+        let scheme = url.split_once(':').map(|(scheme, _)| scheme).unwrap_or("");
+        match scheme {
+            "sqlite" => Ok(Engine::Sqlite),
+            "postgres" | "postgresql" => Ok(Engine::Postgres),
+            "" => Err(StoreError::BadUrl(format!(
+                "`{}` is not a URL; use sqlite://PATH or postgres://USER@HOST/DB",
+                redact(url)
+            ))),
+            other => Err(StoreError::BadUrl(format!(
+                "unsupported scheme `{other}`; use sqlite://PATH or postgres://USER@HOST/DB"
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Sqlite => "sqlite",
+            Engine::Postgres => "postgres",
+        }
+    }
+}
+
+/// Connections of the pool at one instant, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    pub open: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
+/// Whether the database can serve: reachable, and with every migration applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    Pending(Vec<String>),
+}
+
+#[derive(Clone)]
+pub struct Store {
+    db: DatabaseConnection,
+    engine: Engine,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("engine", &self.engine)
+            .finish()
+    }
+}
+
+/// Hides the password of a URL before it is logged or shown.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+pub fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Opens a pool. SQLite files are created when missing, in WAL mode with
+    /// foreign keys on; the folder that holds them must exist.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Store, StoreError> {
+        let engine = Engine::from_url(url)?;
+        let mut opts = sea_orm::ConnectOptions::new(url.to_owned());
+        opts.max_connections(max_connections.max(1))
+            .min_connections(0)
+            .connect_timeout(Duration::from_secs(10))
+            .acquire_timeout(Duration::from_secs(10))
+            .sqlx_logging(false);
+        if engine == Engine::Sqlite {
+            opts.map_sqlx_sqlite_opts(|o| {
+                o.create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(10))
+                    .foreign_keys(true)
+            });
+        }
+        let db = Database::connect(opts)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: redact(url),
+                source,
+            })?;
+        // A pool opens lazily: prove now that the database answers, so that a
+        // bad path or password stops the start, not the first request.
+        db.execute_unprepared("SELECT 1")
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: redact(url),
+                source,
+            })?;
+        Ok(Store { db, engine })
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    pub fn connection(&self) -> &DatabaseConnection {
+        &self.db
+    }
+
+    /// Applies every pending migration; returns the names applied.
+    pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
+        let pending = self.pending_migrations().await?;
+        Migrator::up(&self.db, None).await?;
+        Ok(pending)
+    }
+
+    pub async fn pending_migrations(&self) -> Result<Vec<String>, StoreError> {
+        Ok(Migrator::get_pending_migrations(&self.db)
+            .await?
+            .iter()
+            .map(|m| m.name().to_owned())
+            .collect())
+    }
+
+    /// Every migration this build knows, applied or not.
+    pub fn known_migrations() -> Vec<String> {
+        Migrator::migrations()
+            .iter()
+            .map(|m| m.name().to_owned())
+            .collect()
+    }
+
+    /// Reachable and migrated? Reads only; never changes the schema.
+    pub async fn readiness(&self) -> Result<Readiness, StoreError> {
+        self.db.execute_unprepared("SELECT 1").await?;
+        let pending: Vec<String> = Migrator::get_pending_migrations_read_only(&self.db)
+            .await?
+            .iter()
+            .map(|m| m.name().to_owned())
+            .collect();
+        Ok(if pending.is_empty() {
+            Readiness::Ready
+        } else {
+            Readiness::Pending(pending)
+        })
+    }
+
+    pub fn pool_stats(&self) -> PoolStats {
+        match self.engine {
+            Engine::Sqlite => {
+                let pool = self.db.get_sqlite_connection_pool();
+                PoolStats {
+                    open: pool.size(),
+                    idle: pool.num_idle() as u32,
+                    max: pool.options().get_max_connections(),
+                }
+            }
+            Engine::Postgres => {
+                let pool = self.db.get_postgres_connection_pool();
+                PoolStats {
+                    open: pool.size(),
+                    idle: pool.num_idle() as u32,
+                    max: pool.options().get_max_connections(),
+                }
+            }
+        }
+    }
+
+    /// Closes the pool, waiting for connections in use to come back.
+    pub async fn close(self) -> Result<(), StoreError> {
+        self.db.close().await?;
+        Ok(())
+    }
+
+    /// The figures of the home page.
+    pub async fn overview(&self) -> Result<Overview, StoreError> {
+        let experiments = experiment::Entity::find()
+            .filter(experiment::Column::LifecycleStage.eq("active"))
+            .count(&self.db)
+            .await?;
+        let runs = run::Entity::find()
+            .filter(run::Column::LifecycleStage.eq("active"))
+            .count(&self.db)
+            .await?;
+        let active_runs = run::Entity::find()
+            .filter(run::Column::LifecycleStage.eq("active"))
+            .filter(run::Column::Status.eq("RUNNING"))
+            .count(&self.db)
+            .await?;
+        let counted: Vec<(String, i64)> = job::Entity::find()
+            .select_only()
+            .column(job::Column::State)
+            .column_as(Expr::from(Func::count(Expr::col(job::Column::Id))), "n")
+            .group_by(job::Column::State)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        let counted: HashMap<String, i64> = counted.into_iter().collect();
+        let jobs_by_state = JobState::ALL
+            .into_iter()
+            .map(|state| {
+                let n = counted.get(state.as_str()).copied().unwrap_or(0);
+                (state, n.max(0) as u64)
+            })
+            .collect();
+        let nodes = node::Entity::find().count(&self.db).await?;
+        let gpus = gpu::Entity::find().count(&self.db).await?;
+        Ok(Overview {
+            experiments,
+            runs,
+            active_runs,
+            jobs_by_state,
+            nodes,
+            gpus,
+        })
+    }
+
+    /// Active experiments with their run counts and last activity, newest first.
+    pub async fn list_experiments(&self) -> Result<Vec<ExperimentSummary>, StoreError> {
+        #[derive(FromQueryResult)]
+        struct Row {
+            id: i64,
+            name: String,
+            lifecycle_stage: String,
+            last_update_time: i64,
+            runs: i64,
+            last_run_start: Option<i64>,
+        }
+        let sql = "SELECT e.id, e.name, e.lifecycle_stage, e.last_update_time, \
+                   COUNT(r.id) AS runs, MAX(r.start_time) AS last_run_start \
+                   FROM experiments e LEFT JOIN runs r \
+                   ON r.experiment_id = e.id AND r.lifecycle_stage = 'active' \
+                   WHERE e.lifecycle_stage = 'active' \
+                   GROUP BY e.id, e.name, e.lifecycle_stage, e.last_update_time";
+        let rows = Row::find_by_statement(Statement::from_string(self.backend(), sql))
+            .all(&self.db)
+            .await?;
+        let mut list: Vec<ExperimentSummary> = rows
+            .into_iter()
+            .map(|row| ExperimentSummary {
+                id: row.id,
+                name: row.name,
+                lifecycle_stage: row.lifecycle_stage,
+                runs: row.runs.max(0) as u64,
+                last_activity: row.last_update_time.max(row.last_run_start.unwrap_or(0)),
+            })
+            .collect();
+        list.sort_by(|a, b| b.last_activity.cmp(&a.last_activity).then(b.id.cmp(&a.id)));
+        Ok(list)
+    }
+
+    /// Creates an experiment whose artifacts the server itself stores.
+    pub async fn create_experiment(&self, name: &str) -> Result<i64, StoreError> {
+        let name = trainyard_domain::validate_experiment_name(name)?;
+        let now = now_millis();
+        let txn = self.db.begin().await?;
+        let inserted = experiment::ActiveModel {
+            name: Set(name.clone()),
+            artifact_location: Set(String::new()),
+            lifecycle_stage: Set("active".to_owned()),
+            creation_time: Set(now),
+            last_update_time: Set(now),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await
+        .map_err(|err| match err.sql_err() {
+            Some(SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict {
+                what: format!("an experiment named `{name}`"),
+            },
+            _ => StoreError::Db(err),
+        })?;
+        let id = inserted.id;
+        let mut model: experiment::ActiveModel = inserted.into();
+        model.artifact_location = Set(format!("mlflow-artifacts:/{id}"));
+        model.update(&txn).await?;
+        txn.commit().await?;
+        Ok(id)
+    }
+
+    /// The newest jobs first.
+    pub async fn list_jobs(&self, limit: u64) -> Result<Vec<JobSummary>, StoreError> {
+        let jobs = job::Entity::find()
+            .order_by_desc(job::Column::CreatedAt)
+            .order_by_desc(job::Column::Id)
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        Ok(jobs
+            .into_iter()
+            .map(|j| JobSummary {
+                id: j.id,
+                state: JobState::parse(&j.state).unwrap_or(JobState::Lost),
+                name: j.name,
+                gpus: j.gpus,
+                created_at: j.created_at,
+            })
+            .collect())
+    }
+
+    pub async fn list_templates(&self) -> Result<Vec<TemplateSummary>, StoreError> {
+        let templates = template::Entity::find()
+            .order_by_asc(template::Column::Title)
+            .all(&self.db)
+            .await?;
+        Ok(templates
+            .into_iter()
+            .map(|t| TemplateSummary {
+                slug: t.slug,
+                title: t.title,
+                description: t.description,
+            })
+            .collect())
+    }
+
+    pub async fn list_nodes(&self) -> Result<Vec<NodeSummary>, StoreError> {
+        let nodes = node::Entity::find()
+            .order_by_asc(node::Column::Name)
+            .all(&self.db)
+            .await?;
+        let per_node: Vec<(i64, i64)> = gpu::Entity::find()
+            .select_only()
+            .column(gpu::Column::NodeId)
+            .column_as(Expr::from(Func::count(Expr::col(gpu::Column::Id))), "n")
+            .group_by(gpu::Column::NodeId)
+            .into_tuple()
+            .all(&self.db)
+            .await?;
+        let per_node: HashMap<i64, i64> = per_node.into_iter().collect();
+        Ok(nodes
+            .into_iter()
+            .map(|n| NodeSummary {
+                gpus: per_node.get(&n.id).copied().unwrap_or(0).max(0) as u64,
+                name: n.name,
+                state: n.state,
+                last_seen: n.last_seen,
+            })
+            .collect())
+    }
+
+    fn backend(&self) -> DatabaseBackend {
+        self.db.get_database_backend()
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

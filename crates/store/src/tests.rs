@@ -1,0 +1,188 @@
+//! Store tests; each runs on SQLite, and on PostgreSQL when TEST_DATABASE_URL is set.
+
+use super::*;
+use crate::testing::TestDb;
+
+async fn migrated(db: &TestDb) -> Store {
+    let store = Store::connect(&db.url, 4).await.expect("connect");
+    let applied = store.migrate().await.expect("migrate");
+    assert_eq!(applied, Store::known_migrations());
+    store
+}
+
+#[tokio::test]
+async fn migrations_apply_once_and_readiness_follows() {
+    let db = TestDb::new().await;
+    let store = Store::connect(&db.url, 2).await.unwrap();
+    assert_eq!(
+        store.readiness().await.unwrap(),
+        Readiness::Pending(Store::known_migrations())
+    );
+    assert_eq!(store.migrate().await.unwrap(), Store::known_migrations());
+    assert_eq!(store.readiness().await.unwrap(), Readiness::Ready);
+    assert!(
+        store.migrate().await.unwrap().is_empty(),
+        "second run applies nothing"
+    );
+    assert_eq!(store.engine() == Engine::Postgres, db.is_postgres());
+}
+
+#[tokio::test]
+async fn overview_counts_what_is_stored() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let empty = store.overview().await.unwrap();
+    assert_eq!(empty.experiments, 0);
+    assert_eq!(empty.jobs_total(), 0);
+    assert_eq!(empty.jobs_by_state.len(), JobState::ALL.len());
+
+    let first = store.create_experiment("mnist").await.unwrap();
+    store.create_experiment("cifar").await.unwrap();
+    let now = now_millis();
+    for (i, status) in ["RUNNING", "FINISHED", "RUNNING"].into_iter().enumerate() {
+        run::ActiveModel {
+            id: Set(format!("{i:032x}")),
+            experiment_id: Set(first),
+            name: Set(format!("run-{i}")),
+            user_id: Set(None),
+            status: Set(status.to_owned()),
+            start_time: Set(now + i as i64),
+            end_time: Set(None),
+            lifecycle_stage: Set("active".to_owned()),
+            artifact_uri: Set(String::new()),
+        }
+        .insert(store.connection())
+        .await
+        .unwrap();
+    }
+    for (i, state) in [JobState::Queued, JobState::Queued, JobState::Running]
+        .into_iter()
+        .enumerate()
+    {
+        job::ActiveModel {
+            name: Set(format!("job-{i}")),
+            state: Set(state.as_str().to_owned()),
+            spec: Set("{}".to_owned()),
+            gpus: Set(1),
+            created_at: Set(now + i as i64),
+            ..Default::default()
+        }
+        .insert(store.connection())
+        .await
+        .unwrap();
+    }
+
+    let overview = store.overview().await.unwrap();
+    assert_eq!(overview.experiments, 2);
+    assert_eq!(overview.runs, 3);
+    assert_eq!(overview.active_runs, 2);
+    assert_eq!(overview.jobs_total(), 3);
+    let queued = overview
+        .jobs_by_state
+        .iter()
+        .find(|(s, _)| *s == JobState::Queued);
+    assert_eq!(queued, Some(&(JobState::Queued, 2)));
+
+    let experiments = store.list_experiments().await.unwrap();
+    let mnist = experiments.iter().find(|e| e.name == "mnist").unwrap();
+    assert_eq!(mnist.runs, 3);
+    assert_eq!(
+        experiments[0].name, "mnist",
+        "the one with the newest run comes first"
+    );
+    let jobs = store.list_jobs(10).await.unwrap();
+    assert_eq!(jobs.len(), 3);
+    assert_eq!(jobs[0].name, "job-2");
+    assert_eq!(jobs[0].state, JobState::Running);
+}
+
+#[tokio::test]
+async fn experiment_names_are_unique_and_validated() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let id = store.create_experiment("  sweep  ").await.unwrap();
+    let saved = experiment::Entity::find_by_id(id)
+        .one(store.connection())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(saved.name, "sweep");
+    assert_eq!(saved.artifact_location, format!("mlflow-artifacts:/{id}"));
+    match store.create_experiment("sweep").await {
+        Err(StoreError::Conflict { what }) => assert!(what.contains("sweep")),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    match store.create_experiment("").await {
+        Err(StoreError::Invalid(e)) => assert_eq!(e.field, "name"),
+        other => panic!("expected a field error, got {other:?}"),
+    }
+    assert_eq!(store.list_experiments().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn nodes_are_listed_with_their_gpu_counts() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let node = node::ActiveModel {
+        name: Set("gpu-01".to_owned()),
+        state: Set("ready".to_owned()),
+        labels: Set("{}".to_owned()),
+        created_at: Set(now_millis()),
+        ..Default::default()
+    }
+    .insert(store.connection())
+    .await
+    .unwrap();
+    for index in 0..2 {
+        gpu::ActiveModel {
+            node_id: Set(node.id),
+            index: Set(index),
+            uuid: Set(format!("GPU-{index}")),
+            name: Set("NVIDIA H100".to_owned()),
+            memory_total_bytes: Set(80 << 30),
+            ..Default::default()
+        }
+        .insert(store.connection())
+        .await
+        .unwrap();
+    }
+    let nodes = store.list_nodes().await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].gpus, 2);
+    assert_eq!(store.overview().await.unwrap().gpus, 2);
+}
+
+#[tokio::test]
+async fn a_missing_folder_is_reported_against_database_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/missing/sub/x.db", dir.path().display());
+    let err = Store::connect(&url, 1).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("database_url: cannot open"), "{text}");
+}
+
+#[test]
+fn urls_are_checked_and_redacted() {
+    assert_eq!(Engine::from_url("sqlite://x.db").unwrap(), Engine::Sqlite);
+    assert_eq!(
+        Engine::from_url("postgres://u@h/db").unwrap(),
+        Engine::Postgres
+    );
+    assert!(
+        Engine::from_url("mysql://h/db")
+            .unwrap_err()
+            .to_string()
+            .contains("`mysql`")
+    );
+    assert!(
+        Engine::from_url("trainyard.db")
+            .unwrap_err()
+            .to_string()
+            .contains("not a URL")
+    );
+    assert_eq!(
+        redact("postgres://u:secret@h:5432/db"),
+        "postgres://u:***@h:5432/db"
+    );
+    assert_eq!(redact("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
+}

@@ -1,0 +1,14 @@
+//! The database schema as SeaORM migrations, applied in order at start-up.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261129_000001_core_model;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261129_000001_core_model::Migration)]
+    }
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs what building, running or testing Trainyard needs and is missing.
+# Idempotent: a second run installs nothing.
+#   scripts/bootstrap.sh run    tools to build and serve (Rust target, cargo-leptos, wasm-bindgen, npm packages)
+#   scripts/bootstrap.sh test   the same, plus Chromium and PostgreSQL from Debian's packages
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+what="${1:-run}"
+
+need_cmd() { command -v "$1" >/dev/null 2>&1 || die "$1 is required ($2)"; }
+need_cmd cargo "install Rust with rustup"
+need_cmd npm "install Node.js 20 or newer with npm"
+
+apt_updated=0
+ensure_deb() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  step "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  if [ $apt_updated -eq 0 ]; then $sudo apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+  step "adding the wasm32-unknown-unknown target"
+  rustup target add wasm32-unknown-unknown
+fi
+
+if ! cargo leptos --version 2>/dev/null | grep -q " $CARGO_LEPTOS_VERSION\$"; then
+  step "installing cargo-leptos $CARGO_LEPTOS_VERSION (about 11 minutes on 2 cores, once per machine)"
+  # no_downloads: it must not fetch wasm-bindgen or wasm-opt from the internet.
+  CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" \
+    cargo install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked --features no_downloads
+fi
+
+if ! wasm-bindgen --version 2>/dev/null | grep -q " $WASM_BINDGEN_VERSION\$"; then
+  step "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (the version in Cargo.lock)"
+  # Its own lock file may name a dependency version the registry here lacks;
+  # then let cargo pick the newest compatible ones.
+  CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" \
+    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --locked --force \
+    || CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" \
+      cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force
+fi
+
+# npm packages: binaryen's wasm-opt (Debian's is too old: its output fails to
+# hydrate) and Playwright.
+if [ ! -x "$ROOT/end2end/node_modules/.bin/wasm-opt" ] \
+  || [ "$ROOT/end2end/package-lock.json" -nt "$ROOT/end2end/node_modules/.package-lock.json" ]; then
+  step "installing the npm packages of end2end/"
+  (cd "$ROOT/end2end" && npm ci --no-audit --no-fund)
+fi
+
+if [ "$what" = "test" ]; then
+  ensure_deb chromium postgresql
+fi

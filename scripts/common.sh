@@ -1,0 +1,20 @@
+# Shared by the scripts: where tools and build outputs live. Source it.
+# shellcheck shell=bash
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export ROOT
+
+# Tools installed once per machine, outside the repository.
+export PATH="$HOME/.cargo/bin:$ROOT/end2end/node_modules/.bin:$PATH"
+
+# One build cache per machine, shared by every checkout (CI clones reuse it).
+# Set CARGO_TARGET_DIR to build elsewhere.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/trainyard/target}"
+
+# The versions the project is built with.
+CARGO_LEPTOS_VERSION="0.3.7"
+WASM_BINDGEN_VERSION="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' "$ROOT/Cargo.lock")"
+export CARGO_LEPTOS_VERSION WASM_BINDGEN_VERSION
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }

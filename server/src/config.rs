@@ -1,0 +1,496 @@
+//! Configuration: built-in defaults < `trainyard.toml` < `TRAINYARD_*`
+//! environment variables (and `TRAINYARD_*_FILE` secrets) < command-line flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use trainyard_store::{Engine, redact};
+
+/// One setting as `--help` and the README document it.
+pub struct SettingDoc {
+    pub key: &'static str,
+    pub env: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+}
+
+/// Every setting, in the order the documentation lists them.
+pub const SETTINGS: &[SettingDoc] = &[
+    SettingDoc {
+        key: "listen",
+        env: "TRAINYARD_LISTEN",
+        default: "127.0.0.1:3000",
+        meaning: "address and port the web server binds",
+    },
+    SettingDoc {
+        key: "data_dir",
+        env: "TRAINYARD_DATA_DIR",
+        default: "./data",
+        meaning: "folder for the embedded database, artifacts and job files (created if missing)",
+    },
+    SettingDoc {
+        key: "database_url",
+        env: "TRAINYARD_DATABASE_URL",
+        default: "sqlite://<data_dir>/trainyard.db",
+        meaning: "sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DB",
+    },
+    SettingDoc {
+        key: "database_max_connections",
+        env: "TRAINYARD_DATABASE_MAX_CONNECTIONS",
+        default: "8",
+        meaning: "size of the database connection pool",
+    },
+    SettingDoc {
+        key: "site_dir",
+        env: "TRAINYARD_SITE_DIR",
+        default: "target/site",
+        meaning: "folder of the built browser bundle (wasm, JS, CSS) that cargo-leptos writes",
+    },
+    SettingDoc {
+        key: "log",
+        env: "TRAINYARD_LOG",
+        default: "info",
+        meaning: "log filter, e.g. `info` or `trainyard=debug,tower_http=debug`",
+    },
+    SettingDoc {
+        key: "shutdown_grace_secs",
+        env: "TRAINYARD_SHUTDOWN_GRACE_SECS",
+        default: "20",
+        meaning: "seconds to let requests in flight finish after SIGTERM or SIGINT",
+    },
+];
+
+/// The settings as written: what a file, the environment or flags may set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    pub database_max_connections: u32,
+    pub site_dir: PathBuf,
+    pub log: String,
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            listen: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            data_dir: PathBuf::from("./data"),
+            database_url: None,
+            database_max_connections: 8,
+            site_dir: PathBuf::from("target/site"),
+            log: "info".to_owned(),
+            shutdown_grace_secs: 20,
+        }
+    }
+}
+
+/// Values given on the command line; each one overrides every other layer.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Overrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+}
+
+/// A configuration that failed, naming the setting and what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// Settings after checks, with defaults that depend on other settings filled in.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub database_url: String,
+    pub database_max_connections: u32,
+    pub site_dir: PathBuf,
+    pub log: String,
+    pub shutdown_grace: std::time::Duration,
+}
+
+const ENV_PREFIX: &str = "TRAINYARD_";
+const DEFAULT_CONFIG_FILE: &str = "trainyard.toml";
+
+/// Reads the layers from the process environment.
+pub fn load(config_file: Option<&Path>, overrides: &Overrides) -> Result<Config, ConfigError> {
+    let vars: Vec<(String, String)> = std::env::vars().collect();
+    load_from(config_file, overrides, &vars)
+}
+
+/// Reads the layers with the environment given, for tests.
+pub fn load_from(
+    config_file: Option<&Path>,
+    overrides: &Overrides,
+    vars: &[(String, String)],
+) -> Result<Config, ConfigError> {
+    let env_config = vars
+        .iter()
+        .find(|(k, _)| k == "TRAINYARD_CONFIG")
+        .map(|(_, v)| PathBuf::from(v));
+    let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+    match config_file.map(Path::to_path_buf).or(env_config) {
+        Some(path) => {
+            if !path.is_file() {
+                return Err(ConfigError(format!(
+                    "config file {} does not exist or is not a file; fix --config / TRAINYARD_CONFIG",
+                    path.display()
+                )));
+            }
+            figment = figment.merge(Toml::file_exact(path));
+        }
+        None if Path::new(DEFAULT_CONFIG_FILE).is_file() => {
+            figment = figment.merge(Toml::file_exact(DEFAULT_CONFIG_FILE));
+        }
+        None => {}
+    }
+    let env_pairs: Vec<(String, String)> = vars
+        .iter()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .cloned()
+        .collect();
+    figment = figment.merge(EnvVars(env_pairs.clone()));
+    for (key, path) in secret_files(&env_pairs) {
+        let value = std::fs::read_to_string(&path).map_err(|e| {
+            ConfigError(format!(
+                "{}: cannot read secret file {}: {e}",
+                env_name_of(&key),
+                path.display()
+            ))
+        })?;
+        let value = value.trim_end_matches(['\n', '\r']).to_owned();
+        figment = figment.merge(Serialized::default(&key, value));
+    }
+    figment = figment.merge(Serialized::defaults(overrides));
+
+    let settings: Settings = figment.extract().map_err(describe_figment_error)?;
+    resolve(settings)
+}
+
+/// `TRAINYARD_X__Y_FILE=/path` becomes (`x.y`, `/path`).
+fn secret_files(vars: &[(String, String)]) -> Vec<(String, PathBuf)> {
+    vars.iter()
+        .filter_map(|(k, v)| {
+            let key = k.strip_prefix(ENV_PREFIX)?.strip_suffix("_FILE")?;
+            Some((key.to_lowercase().replace("__", "."), PathBuf::from(v)))
+        })
+        .collect()
+}
+
+fn env_name_of(key: &str) -> String {
+    format!("{ENV_PREFIX}{}_FILE", key.replace('.', "__").to_uppercase())
+}
+
+/// `TRAINYARD_*` variables as a figment provider: `__` separates nested keys,
+/// values are parsed like TOML scalars. Reads a given list, not the process,
+/// so tests stay independent of each other.
+struct EnvVars(Vec<(String, String)>);
+
+impl figment::Provider for EnvVars {
+    fn metadata(&self) -> figment::Metadata {
+        figment::Metadata::named("TRAINYARD_* environment variables")
+    }
+
+    fn data(
+        &self,
+    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        let mut dict = figment::value::Dict::new();
+        for (key, value) in &self.0 {
+            let Some(rest) = key.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            let key = rest.to_lowercase();
+            if key.is_empty() || key == "config" || key.ends_with("_file") {
+                continue;
+            }
+            let path: Vec<&str> = key.split("__").collect();
+            let parsed: figment::value::Value = value
+                .parse()
+                .unwrap_or_else(|_| figment::value::Value::from(value.clone()));
+            insert_path(&mut dict, &path, parsed);
+        }
+        Ok(figment::Profile::Default.collect(dict))
+    }
+}
+
+fn insert_path(dict: &mut figment::value::Dict, path: &[&str], value: figment::value::Value) {
+    match path {
+        [] => {}
+        [last] => {
+            dict.insert((*last).to_owned(), value);
+        }
+        [first, rest @ ..] => {
+            let entry = dict
+                .entry((*first).to_owned())
+                .or_insert_with(|| figment::value::Dict::new().into());
+            if let figment::value::Value::Dict(_, inner) = entry {
+                insert_path(inner, rest, value);
+            }
+        }
+    }
+}
+
+fn describe_figment_error(err: figment::Error) -> ConfigError {
+    let lines: Vec<String> = err
+        .into_iter()
+        .map(|e| {
+            let source = e
+                .metadata
+                .as_ref()
+                .map(|m| match &m.source {
+                    Some(src) => format!(" (from {} {src})", m.name),
+                    None => format!(" (from {})", m.name),
+                })
+                .unwrap_or_default();
+            let key = e.path.join(".");
+            match &e.kind {
+                figment::error::Kind::UnknownField(field, _) => {
+                    let known: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
+                    format!(
+                        "unknown setting `{field}`{source}; known settings: {}",
+                        known.join(", ")
+                    )
+                }
+                kind => format!("setting `{key}`{source}: {kind}"),
+            }
+        })
+        .collect();
+    ConfigError(lines.join("\n"))
+}
+
+fn resolve(s: Settings) -> Result<Config, ConfigError> {
+    if s.database_max_connections == 0 {
+        return Err(ConfigError(
+            "database_max_connections: must be at least 1".to_owned(),
+        ));
+    }
+    tracing_subscriber::EnvFilter::try_new(&s.log)
+        .map_err(|e| ConfigError(format!("log: `{}` is not a valid log filter: {e}", s.log)))?;
+    let database_url = match s.database_url {
+        Some(url) => {
+            let url = url.trim().to_owned();
+            Engine::from_url(&url).map_err(|e| ConfigError(e.to_string()))?;
+            url
+        }
+        None => format!("sqlite://{}", s.data_dir.join("trainyard.db").display()),
+    };
+    Ok(Config {
+        listen: s.listen,
+        data_dir: s.data_dir,
+        database_url,
+        database_max_connections: s.database_max_connections,
+        site_dir: s.site_dir,
+        log: s.log,
+        shutdown_grace: std::time::Duration::from_secs(s.shutdown_grace_secs),
+    })
+}
+
+impl Config {
+    /// Creates the data folder, and checks that an SQLite database can be made
+    /// where the URL says, so that a bad path stops the start with its name.
+    pub fn prepare_folders(&self) -> Result<(), ConfigError> {
+        std::fs::create_dir_all(&self.data_dir).map_err(|e| {
+            ConfigError(format!(
+                "data_dir: cannot create {}: {e}; choose a folder this user may write",
+                self.data_dir.display()
+            ))
+        })?;
+        if let Some(path) = sqlite_path(&self.database_url) {
+            let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+            if let Some(parent) = parent
+                && !parent.is_dir()
+            {
+                return Err(ConfigError(format!(
+                    "database_url: the folder {} of the SQLite file does not exist; create it or change database_url",
+                    parent.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The database URL with its password hidden, for logs.
+    pub fn database_url_redacted(&self) -> String {
+        redact(&self.database_url)
+    }
+}
+
+/// The file of an `sqlite://` URL, if it names one (not `:memory:`).
+fn sqlite_path(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or("");
+    if path.is_empty() || path.starts_with(":memory:") {
+        return None;
+    }
+    Some(PathBuf::from(path))
+}
+
+/// The settings table for `serve --help`.
+pub fn help_table() -> String {
+    let mut out = String::from(
+        "Settings (defaults < trainyard.toml or --config < TRAINYARD_* env < flags;\n\
+         any setting may also be read from a file named by TRAINYARD_<NAME>_FILE):\n",
+    );
+    for s in SETTINGS {
+        out.push_str(&format!(
+            "  {:<26} {:<36} default {}\n  {:<26} {}\n",
+            s.key, s.env, s.default, "", s.meaning
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn load_env(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        load_from(None, &Overrides::default(), &env(pairs))
+    }
+
+    #[test]
+    fn defaults_give_sqlite_in_the_data_folder() {
+        let config = load_env(&[]).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(config.data_dir, PathBuf::from("./data"));
+        assert_eq!(config.database_url, "sqlite://./data/trainyard.db");
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:4000\"\ndata_dir = \"/srv/ty\"\nlog = \"debug\"\n",
+        )
+        .unwrap();
+        let vars = env(&[
+            ("TRAINYARD_LISTEN", "127.0.0.1:5000"),
+            ("TRAINYARD_DATA_DIR", "/var/ty"),
+        ]);
+        let overrides = Overrides {
+            data_dir: Some(PathBuf::from("/flag")),
+            ..Overrides::default()
+        };
+        let config = load_from(Some(&file), &overrides, &vars).unwrap();
+        assert_eq!(config.listen.port(), 5000, "env beats file");
+        assert_eq!(config.data_dir, PathBuf::from("/flag"), "flag beats env");
+        assert_eq!(config.log, "debug", "file beats default");
+        assert_eq!(config.database_url, "sqlite:///flag/trainyard.db");
+    }
+
+    #[test]
+    fn secrets_come_from_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("db");
+        std::fs::write(&secret, "postgres://ty:s3cret@db:5432/ty\n").unwrap();
+        let config =
+            load_env(&[("TRAINYARD_DATABASE_URL_FILE", secret.to_str().unwrap())]).unwrap();
+        assert_eq!(config.database_url, "postgres://ty:s3cret@db:5432/ty");
+        assert_eq!(
+            config.database_url_redacted(),
+            "postgres://ty:***@db:5432/ty"
+        );
+
+        let err = load_env(&[("TRAINYARD_DATABASE_URL_FILE", "/nonexistent/secret")]).unwrap_err();
+        assert!(
+            err.0
+                .starts_with("TRAINYARD_DATABASE_URL_FILE: cannot read"),
+            "{}",
+            err.0
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_name() {
+        let err = load_env(&[("TRAINYARD_LISTNE", "127.0.0.1:1")]).unwrap_err();
+        assert!(err.0.contains("unknown setting `listne`"), "{}", err.0);
+        assert!(err.0.contains("environment"), "{}", err.0);
+        assert!(err.0.contains("known settings: listen"), "{}", err.0);
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        std::fs::write(&file, "colour = \"blue\"\n").unwrap();
+        let err = load_from(Some(&file), &Overrides::default(), &[]).unwrap_err();
+        assert!(err.0.contains("unknown setting `colour`"), "{}", err.0);
+        assert!(err.0.contains("t.toml"), "{}", err.0);
+    }
+
+    #[test]
+    fn bad_values_name_their_setting() {
+        let err = load_env(&[("TRAINYARD_LISTEN", "localhost")]).unwrap_err();
+        assert!(err.0.contains("setting `listen`"), "{}", err.0);
+        let err = load_env(&[("TRAINYARD_DATABASE_URL", "mysql://h/db")]).unwrap_err();
+        assert!(
+            err.0
+                .starts_with("database_url: unsupported scheme `mysql`"),
+            "{}",
+            err.0
+        );
+        let err = load_env(&[("TRAINYARD_DATABASE_URL", "just-a-file.db")]).unwrap_err();
+        assert!(err.0.starts_with("database_url:"), "{}", err.0);
+        let err = load_env(&[("TRAINYARD_DATABASE_MAX_CONNECTIONS", "0")]).unwrap_err();
+        assert!(err.0.starts_with("database_max_connections"), "{}", err.0);
+        let err = load_env(&[("TRAINYARD_LOG", "trainyard=loud")]).unwrap_err();
+        assert!(err.0.starts_with("log:"), "{}", err.0);
+        let err = load_from(
+            Some(Path::new("/nonexistent.toml")),
+            &Overrides::default(),
+            &[],
+        )
+        .unwrap_err();
+        assert!(err.0.contains("/nonexistent.toml"), "{}", err.0);
+    }
+
+    #[test]
+    fn a_missing_database_folder_is_reported_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/no/such/dir/x.db", dir.path().display());
+        let data_dir = dir.path().join("data");
+        let config = load_env(&[
+            ("TRAINYARD_DATABASE_URL", url.as_str()),
+            ("TRAINYARD_DATA_DIR", data_dir.to_str().unwrap()),
+        ])
+        .unwrap();
+        let err = config.prepare_folders().unwrap_err();
+        assert!(err.0.starts_with("database_url: the folder"), "{}", err.0);
+        assert!(data_dir.is_dir(), "the data folder itself is created");
+    }
+
+    #[test]
+    fn every_setting_is_documented_in_help_and_readme() {
+        let defaults = serde_json::to_value(Settings::default()).unwrap();
+        let readme = include_str!("../../README.md");
+        let help = help_table();
+        for key in defaults.as_object().unwrap().keys() {
+            assert!(
+                SETTINGS.iter().any(|s| s.key == key),
+                "{key} missing from SETTINGS"
+            );
+        }
+        for s in SETTINGS {
+            assert!(help.contains(s.env), "{} missing from --help", s.env);
+            assert!(readme.contains(s.env), "{} missing from the README", s.env);
+        }
+    }
+}

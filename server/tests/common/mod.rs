@@ -1,0 +1,179 @@
+//! Starts the real server on port 0 against a database of its own, and a
+//! minimal HTTP/1.1 client. The client is hand-written on purpose: pulling an
+//! HTTP client crate into the tests would change the features of crates the
+//! server shares with it and force a second build of the whole tree.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use trainyard::config::{self, Overrides};
+use trainyard_store::testing::TestDb;
+
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub db: TestDb,
+    pub data_dir: tempfile::TempDir,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the server crate lives in the workspace")
+        .to_path_buf()
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        let db = TestDb::new().await;
+        let data_dir = tempfile::tempdir().unwrap();
+        let site_dir = workspace_root().join("target/site");
+        let vars = vec![
+            ("TRAINYARD_LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
+            ("TRAINYARD_DATABASE_URL".to_owned(), db.url.clone()),
+            (
+                "TRAINYARD_DATA_DIR".to_owned(),
+                data_dir.path().display().to_string(),
+            ),
+            (
+                "TRAINYARD_SITE_DIR".to_owned(),
+                site_dir.display().to_string(),
+            ),
+        ];
+        let config = config::load_from(None, &Overrides::default(), &vars).unwrap();
+        let server = trainyard::Server::bind(&config).await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            server.run().await.unwrap();
+        });
+        TestServer {
+            addr,
+            db,
+            data_dir,
+            task,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        request(self.addr, "GET", path, &[], b"").await
+    }
+
+    pub async fn post_form(&self, path: &str, body: &str) -> Response {
+        request(
+            self.addr,
+            "POST",
+            path,
+            &[
+                ("Content-Type", "application/x-www-form-urlencoded"),
+                ("Accept", "application/json"),
+            ],
+            body.as_bytes(),
+        )
+        .await
+    }
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.body))
+    }
+}
+
+/// One request on a fresh connection (`Connection: close`), body read to the end.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.unwrap();
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> Response {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a complete response head");
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status code");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    if chunked {
+        body = dechunk(&body);
+    }
+    Response {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(eol) = data.windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
+        let size_text = String::from_utf8_lossy(&data[..eol]);
+        let size =
+            usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        let start = eol + 2;
+        out.extend_from_slice(&data[start..start + size]);
+        data = &data[start + size + 2..];
+    }
+    out
+}

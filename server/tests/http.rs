@@ -1,0 +1,169 @@
+//! The real server on port 0: pages, server functions and operations endpoints,
+//! on SQLite (and on PostgreSQL when TEST_DATABASE_URL is set).
+
+mod common;
+
+use common::TestServer;
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let server = TestServer::start().await;
+    let health = server.get("/healthz").await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.body, "ok\n");
+
+    let ready = server.get("/readyz").await;
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    let ready = ready.json();
+    assert_eq!(ready["status"], "ready");
+    let engine = if server.db.is_postgres() {
+        "postgres"
+    } else {
+        "sqlite"
+    };
+    assert_eq!(ready["database"], engine);
+}
+
+#[tokio::test]
+async fn home_page_is_rendered_on_the_server_with_live_figures() {
+    let server = TestServer::start().await;
+    let page = server.get("/").await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.header("content-type")
+            .unwrap()
+            .starts_with("text/html")
+    );
+    for text in [
+        "Trainyard",
+        "Experiments",
+        "Jobs",
+        "Templates",
+        "Admin",
+        "Overview",
+    ] {
+        assert!(page.body.contains(text), "the page lacks {text}");
+    }
+    assert!(page.body.contains(r#"data-testid="figure-experiments""#));
+    assert!(
+        page.body.contains("/pkg/trainyard.js"),
+        "the page loads the wasm bundle"
+    );
+}
+
+#[tokio::test]
+async fn server_functions_round_trip_to_the_database() {
+    let server = TestServer::start().await;
+    let before = server.post_form("/api/get_overview", "").await;
+    assert_eq!(before.status, 200, "{}", before.body);
+    assert_eq!(before.json()["experiments"], 0);
+
+    let created = server
+        .post_form("/api/create_experiment", "name=resnet%20sweep")
+        .await;
+    assert_eq!(created.status, 200, "{}", created.body);
+    assert!(created.json().as_i64().unwrap() > 0);
+
+    let after = server.post_form("/api/get_overview", "").await.json();
+    assert_eq!(after["experiments"], 1);
+    let list = server.post_form("/api/list_experiments", "").await.json();
+    assert_eq!(list[0]["name"], "resnet sweep");
+    assert_eq!(list[0]["runs"], 0);
+
+    let page = server.get("/experiments").await;
+    assert!(
+        page.body.contains("resnet sweep"),
+        "the list is rendered on the server"
+    );
+}
+
+#[tokio::test]
+async fn bad_input_to_a_server_function_names_the_field() {
+    let server = TestServer::start().await;
+    let empty = server
+        .post_form("/api/create_experiment", "name=%20%20")
+        .await;
+    assert_eq!(empty.status, 400, "{}", empty.body);
+    let error = empty.json();
+    assert_eq!(error["Invalid"]["field"], "name", "{error}");
+
+    server.post_form("/api/create_experiment", "name=dup").await;
+    let dup = server
+        .post_form("/api/create_experiment", "name=dup")
+        .await
+        .json();
+    assert!(
+        dup["Conflict"]
+            .as_str()
+            .unwrap()
+            .contains("`dup` already exists"),
+        "{dup}"
+    );
+
+    let long = format!("name={}", "x".repeat(300));
+    let long = server
+        .post_form("/api/create_experiment", &long)
+        .await
+        .json();
+    assert_eq!(long["Invalid"]["field"], "name");
+    let list = server.post_form("/api/list_experiments", "").await.json();
+    assert_eq!(
+        list.as_array().unwrap().len(),
+        1,
+        "nothing but the first `dup` was stored"
+    );
+}
+
+#[tokio::test]
+async fn unknown_pages_get_a_404_page() {
+    let server = TestServer::start().await;
+    let page = server.get("/no/such/page").await;
+    assert_eq!(page.status, 404);
+    assert!(page.body.contains("Page not found"));
+    assert!(
+        page.body.contains("Experiments"),
+        "the 404 keeps the navigation"
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route_and_status() {
+    let server = TestServer::start().await;
+    server.get("/healthz").await;
+    server.get("/healthz").await;
+    server.get("/nowhere").await;
+    server.get("/experiments").await;
+    let metrics = server.get("/metrics").await;
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics
+            .header("content-type")
+            .unwrap()
+            .contains("openmetrics-text")
+    );
+    let text = metrics.body;
+    assert!(
+        text.contains(
+            r#"trainyard_http_requests_total{method="GET",route="/healthz",status="200"} 2"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"trainyard_http_requests_total{method="GET",route="fallback",status="404"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"trainyard_http_requests_total{method="GET",route="/experiments",status="200"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"trainyard_http_request_duration_seconds_bucket{le="#)
+            || text.contains("trainyard_http_request_duration_seconds_bucket{method=")
+    );
+    assert!(text.contains(r#"trainyard_db_pool_connections{state="open"}"#));
+    assert!(text.contains("trainyard_db_pool_max_connections 8"));
+}
