@@ -8,7 +8,7 @@ import { join, resolve } from 'node:path';
 const port = Number(process.env.E2E_PORT ?? 3917);
 const root = resolve(__dirname, '..');
 const targetDir = process.env.CARGO_TARGET_DIR ?? join(root, 'target');
-const bin = process.env.TRAINYARD_BIN ?? join(targetDir, 'release', 'trainyard');
+const bin = process.env.E2E_TRAINYARD_BIN ?? join(targetDir, 'release', 'trainyard');
 const dataDir = mkdtempSync(join(tmpdir(), 'trainyard-e2e-'));
 
 export default defineConfig({

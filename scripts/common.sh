@@ -11,6 +11,11 @@ export PATH="$HOME/.cargo/bin:$ROOT/end2end/node_modules/.bin:$PATH"
 # Set CARGO_TARGET_DIR to build elsewhere.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/trainyard/target}"
 
+# cargo-leptos sets this when it builds; leptos reads it at compile time
+# (option_env!). Setting it for plain cargo too keeps `cargo test` and
+# `cargo leptos build` from invalidating each other's build of leptos.
+export LEPTOS_OUTPUT_NAME="trainyard"
+
 # The versions the project is built with.
 CARGO_LEPTOS_VERSION="0.3.7"
 WASM_BINDGEN_VERSION="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' "$ROOT/Cargo.lock")"

@@ -33,10 +33,10 @@ step "database tests on PostgreSQL"
 port="${TEST_POSTGRES_PORT:-$(( 20000 + RANDOM % 20000 ))}"
 TEST_DATABASE_URL="$("$ROOT/scripts/postgres.sh" start "$work/pg" "$port")"
 echo "PostgreSQL at $TEST_DATABASE_URL"
-TEST_DATABASE_URL="$TEST_DATABASE_URL" cargo test --locked --release -p trainyard-store -p trainyard 2>&1 | tee -a "$log"
+TEST_DATABASE_URL="$TEST_DATABASE_URL" cargo test --locked --release --workspace --exclude trainyard-frontend 2>&1 | tee -a "$log"
 
 step "browser tests (Playwright, headless Chromium)"
-(cd "$ROOT/end2end" && TRAINYARD_BIN="$CARGO_TARGET_DIR/release/trainyard" npx playwright test) 2>&1 | tee -a "$log"
+(cd "$ROOT/end2end" && E2E_TRAINYARD_BIN="$CARGO_TARGET_DIR/release/trainyard" npx playwright test) 2>&1 | tee -a "$log"
 
 cargo_passed=$(grep -oE 'test result: ok\. [0-9]+ passed' "$log" | awk '{ s += $4 } END { print s + 0 }')
 browser_passed=$(grep -oE '^ +[0-9]+ passed' "$log" | awk '{ s += $1 } END { print s + 0 }')
