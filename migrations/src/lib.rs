@@ -3,12 +3,16 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_core_model;
+mod m20261129_000002_tracking;
 
 pub struct Migrator;
 
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261129_000001_core_model::Migration)]
+        vec![
+            Box::new(m20261129_000001_core_model::Migration),
+            Box::new(m20261129_000002_tracking::Migration),
+        ]
     }
 }

@@ -1,6 +1,8 @@
 //! Types the browser and the server share: DTOs, job states, validation.
 //! Serde only: this crate is compiled to wasm too, so it holds no I/O.
 
+pub mod query;
+
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -145,8 +147,11 @@ impl FieldError {
     }
 }
 
-/// MLflow's limit on names and keys.
-pub const MAX_NAME_LEN: usize = 250;
+/// MLflow's limit on metric, param and tag keys.
+pub const MAX_KEY_LEN: usize = 250;
+
+/// MLflow's limit on experiment names.
+pub const MAX_EXPERIMENT_NAME_LEN: usize = 500;
 
 /// Checks an experiment name and returns it trimmed.
 pub fn validate_experiment_name(name: &str) -> Result<String, FieldError> {
@@ -158,10 +163,10 @@ pub fn validate_experiment_name(name: &str) -> Result<String, FieldError> {
         ));
     }
     let chars = name.chars().count();
-    if chars > MAX_NAME_LEN {
+    if chars > MAX_EXPERIMENT_NAME_LEN {
         return Err(FieldError::new(
             "name",
-            format!("is {chars} characters long; the limit is {MAX_NAME_LEN}"),
+            format!("is {chars} characters long; the limit is {MAX_EXPERIMENT_NAME_LEN}"),
         ));
     }
     if name.chars().any(char::is_control) {
@@ -265,5 +270,77 @@ mod time_tests {
         assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00 UTC");
         assert_eq!(format_utc(1_795_900_000_000), "2026-11-28 21:06 UTC");
         assert_eq!(format_utc(-60_000), "1969-12-31 23:59 UTC");
+    }
+}
+
+/// Tracking entities, as the store returns them and the UI shows them.
+pub mod tracking {
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Experiment {
+        pub id: i64,
+        pub name: String,
+        pub artifact_location: String,
+        pub lifecycle_stage: String,
+        pub creation_time: i64,
+        pub last_update_time: i64,
+        pub tags: Vec<(String, String)>,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct RunInfo {
+        pub run_id: String,
+        pub experiment_id: i64,
+        pub run_name: String,
+        pub user_id: String,
+        pub status: String,
+        pub start_time: i64,
+        pub end_time: Option<i64>,
+        pub artifact_uri: String,
+        pub lifecycle_stage: String,
+    }
+
+    /// One metric point. NaN and ±Inf are legal values, as in MLflow.
+    #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+    pub struct Point {
+        pub step: i64,
+        pub timestamp: i64,
+        pub value: f64,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct LatestMetric {
+        pub key: String,
+        pub point: Point,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Run {
+        pub info: RunInfo,
+        pub metrics: Vec<LatestMetric>,
+        pub params: Vec<(String, String)>,
+        pub tags: Vec<(String, String)>,
+    }
+
+    /// Run statuses of MLflow.
+    pub const RUN_STATUSES: [&str; 5] = ["RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"];
+
+    /// Which lifecycle stages a search includes.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    pub enum ViewType {
+        ActiveOnly,
+        DeletedOnly,
+        All,
+    }
+
+    impl ViewType {
+        pub fn stages(self) -> &'static [&'static str] {
+            match self {
+                ViewType::ActiveOnly => &["active"],
+                ViewType::DeletedOnly => &["deleted"],
+                ViewType::All => &["active", "deleted"],
+            }
+        }
     }
 }

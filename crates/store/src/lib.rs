@@ -1,7 +1,12 @@
 //! The store: one SeaORM connection pool over SQLite or PostgreSQL, the
 //! migrations, and the queries the server needs.
 
+mod chunks;
 pub mod entity;
+mod sql;
+pub mod tracking;
+
+pub use tracking::{MetricIn, NewRun};
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -9,9 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sea_orm::sea_query::{Expr, Func};
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, Database, DatabaseBackend, DatabaseConnection,
-    DbErr, EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set,
-    SqlErr, Statement, TransactionTrait,
+    ColumnTrait, ConnectionTrait, Database, DatabaseBackend, DatabaseConnection, DbErr,
+    EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
 };
 use trainyard_domain::{
     ExperimentSummary, FieldError, JobState, JobSummary, NodeSummary, Overview, TemplateSummary,
@@ -35,6 +39,12 @@ pub enum StoreError {
     Invalid(#[from] FieldError),
     #[error("{what} already exists")]
     Conflict { what: String },
+    /// The thing asked for does not exist (MLflow: RESOURCE_DOES_NOT_EXIST).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request breaks a rule of the data (MLflow: INVALID_PARAMETER_VALUE).
+    #[error("{0}")]
+    Rejected(String),
     #[error("database error: {0}")]
     Db(#[from] DbErr),
 }
@@ -312,30 +322,14 @@ impl Store {
     /// Creates an experiment whose artifacts the server itself stores.
     pub async fn create_experiment(&self, name: &str) -> Result<i64, StoreError> {
         let name = trainyard_domain::validate_experiment_name(name)?;
-        let now = now_millis();
-        let txn = self.db.begin().await?;
-        let inserted = experiment::ActiveModel {
-            name: Set(name.clone()),
-            artifact_location: Set(String::new()),
-            lifecycle_stage: Set("active".to_owned()),
-            creation_time: Set(now),
-            last_update_time: Set(now),
-            ..Default::default()
-        }
-        .insert(&txn)
-        .await
-        .map_err(|err| match err.sql_err() {
-            Some(SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict {
-                what: format!("an experiment named `{name}`"),
-            },
-            _ => StoreError::Db(err),
-        })?;
-        let id = inserted.id;
-        let mut model: experiment::ActiveModel = inserted.into();
-        model.artifact_location = Set(format!("mlflow-artifacts:/{id}"));
-        model.update(&txn).await?;
-        txn.commit().await?;
-        Ok(id)
+        self.create_experiment_with(&name, None, &[])
+            .await
+            .map_err(|err| match err {
+                StoreError::Conflict { .. } => StoreError::Conflict {
+                    what: format!("an experiment named `{name}`"),
+                },
+                other => other,
+            })
     }
 
     /// The newest jobs first.
@@ -408,3 +402,6 @@ mod tests;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+
+#[cfg(test)]
+mod tracking_tests;

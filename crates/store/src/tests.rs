@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::testing::TestDb;
+use sea_orm::{ActiveModelTrait, Set};
 
 async fn migrated(db: &TestDb) -> Store {
     let store = Store::connect(&db.url, 4).await.expect("connect");
@@ -32,7 +33,10 @@ async fn overview_counts_what_is_stored() {
     let db = TestDb::new().await;
     let store = migrated(&db).await;
     let empty = store.overview().await.unwrap();
-    assert_eq!(empty.experiments, 0);
+    assert_eq!(
+        empty.experiments, 1,
+        "MLflow's Default experiment exists from the start"
+    );
     assert_eq!(empty.jobs_total(), 0);
     assert_eq!(empty.jobs_by_state.len(), JobState::ALL.len());
 
@@ -50,6 +54,7 @@ async fn overview_counts_what_is_stored() {
             end_time: Set(None),
             lifecycle_stage: Set("active".to_owned()),
             artifact_uri: Set(String::new()),
+            user_name: Set("alice".to_owned()),
         }
         .insert(store.connection())
         .await
@@ -73,7 +78,7 @@ async fn overview_counts_what_is_stored() {
     }
 
     let overview = store.overview().await.unwrap();
-    assert_eq!(overview.experiments, 2);
+    assert_eq!(overview.experiments, 3);
     assert_eq!(overview.runs, 3);
     assert_eq!(overview.active_runs, 2);
     assert_eq!(overview.jobs_total(), 3);
@@ -116,7 +121,11 @@ async fn experiment_names_are_unique_and_validated() {
         Err(StoreError::Invalid(e)) => assert_eq!(e.field, "name"),
         other => panic!("expected a field error, got {other:?}"),
     }
-    assert_eq!(store.list_experiments().await.unwrap().len(), 1);
+    assert_eq!(
+        store.list_experiments().await.unwrap().len(),
+        2,
+        "Default and sweep"
+    );
 }
 
 #[tokio::test]

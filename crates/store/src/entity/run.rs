@@ -13,6 +13,7 @@ pub struct Model {
     pub end_time: Option<i64>,
     pub lifecycle_stage: String,
     pub artifact_uri: String,
+    pub user_name: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

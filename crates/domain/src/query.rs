@@ -1,0 +1,997 @@
+//! The run query language, shared by the MLflow search API and the explorer:
+//! MLflow's filter grammar (`metrics.acc > 0.9 and params.model = 'cnn'`)
+//! plus what MLflow lacks: `OR`, parentheses, `NOT`, `NOT IN`, `BETWEEN`,
+//! and numeric comparison of params. Errors point at a character position.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A query that does not parse, with the character offset where it went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryError {
+    pub position: usize,
+    pub message: String,
+}
+
+impl fmt::Display for QueryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at position {}: {}", self.position, self.message)
+    }
+}
+
+impl std::error::Error for QueryError {}
+
+/// What a query searches: runs, or experiments (other attributes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Runs,
+    Experiments,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Attribute {
+    RunId,
+    RunName,
+    UserId,
+    Status,
+    ArtifactUri,
+    StartTime,
+    EndTime,
+    ExperimentId,
+    Name,
+    CreationTime,
+    LastUpdateTime,
+}
+
+impl Attribute {
+    pub fn is_numeric(self) -> bool {
+        matches!(
+            self,
+            Attribute::StartTime
+                | Attribute::EndTime
+                | Attribute::CreationTime
+                | Attribute::LastUpdateTime
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Attribute::RunId => "run_id",
+            Attribute::RunName => "run_name",
+            Attribute::UserId => "user_id",
+            Attribute::Status => "status",
+            Attribute::ArtifactUri => "artifact_uri",
+            Attribute::StartTime => "start_time",
+            Attribute::EndTime => "end_time",
+            Attribute::ExperimentId => "experiment_id",
+            Attribute::Name => "name",
+            Attribute::CreationTime => "creation_time",
+            Attribute::LastUpdateTime => "last_update_time",
+        }
+    }
+
+    fn lookup(scope: Scope, key: &str) -> Option<Attribute> {
+        let attr = match (scope, key) {
+            (Scope::Runs, "run_id" | "run_uuid" | "id") => Attribute::RunId,
+            (Scope::Runs, "run_name" | "run name" | "Run name" | "Run Name") => Attribute::RunName,
+            (Scope::Runs, "user_id" | "user") => Attribute::UserId,
+            (Scope::Runs, "status") => Attribute::Status,
+            (Scope::Runs, "artifact_uri") => Attribute::ArtifactUri,
+            (Scope::Runs, "start_time" | "created" | "Created") => Attribute::StartTime,
+            (Scope::Runs, "end_time") => Attribute::EndTime,
+            (Scope::Experiments, "experiment_id") => Attribute::ExperimentId,
+            (Scope::Experiments, "name") => Attribute::Name,
+            (Scope::Experiments, "creation_time") => Attribute::CreationTime,
+            (Scope::Experiments, "last_update_time") => Attribute::LastUpdateTime,
+            _ => return None,
+        };
+        Some(attr)
+    }
+
+    fn valid_names(scope: Scope) -> &'static str {
+        match scope {
+            Scope::Runs => "run_id, run_name, user_id, status, artifact_uri, start_time, end_time",
+            Scope::Experiments => "name, experiment_id, creation_time, last_update_time",
+        }
+    }
+}
+
+/// What a comparison looks at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Field {
+    /// The run's latest value of a metric.
+    Metric(String),
+    Param(String),
+    Tag(String),
+    Attr(Attribute),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Literal {
+    Num(f64),
+    Str(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub fn sql(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "=",
+            CmpOp::Ne => "<>",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Predicate {
+    Cmp(CmpOp, Literal),
+    /// Inclusive at both ends.
+    Between(Literal, Literal),
+    In(Vec<Literal>),
+    /// SQL pattern (`%`, `_`), case-sensitive.
+    Like(String),
+    /// SQL pattern, case-insensitive.
+    ILike(String),
+    /// The run has no such metric, param or tag (or the attribute is unset).
+    IsNull,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Expr {
+    And(Vec<Expr>),
+    Or(Vec<Expr>),
+    Not(Box<Expr>),
+    Test(Field, Predicate),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OrderBy {
+    pub field: Field,
+    pub ascending: bool,
+}
+
+/// Parses a filter; an empty or blank filter is `None` (everything matches).
+pub fn parse_filter(input: &str, scope: Scope) -> Result<Option<Expr>, QueryError> {
+    let tokens = lex(input)?;
+    if tokens.is_empty() {
+        return Ok(None);
+    }
+    let mut p = Parser {
+        tokens,
+        pos: 0,
+        scope,
+        end: input.chars().count(),
+    };
+    let expr = p.or()?;
+    if let Some(tok) = p.peek() {
+        return Err(p.error_at(
+            tok.pos,
+            format!(
+                "unexpected {}; expected AND, OR or the end",
+                tok.kind.describe()
+            ),
+        ));
+    }
+    Ok(Some(expr))
+}
+
+/// Parses one `order_by` element: `<field> [ASC|DESC]`.
+pub fn parse_order_by(input: &str, scope: Scope) -> Result<OrderBy, QueryError> {
+    let tokens = lex(input)?;
+    let end = input.chars().count();
+    let mut p = Parser {
+        tokens,
+        pos: 0,
+        scope,
+        end,
+    };
+    let field = p.field()?;
+    let mut ascending = true;
+    if let Some(word) = p.peek_keyword() {
+        match word.as_str() {
+            "ASC" => {
+                p.pos += 1;
+            }
+            "DESC" => {
+                ascending = false;
+                p.pos += 1;
+            }
+            _ => {}
+        }
+    }
+    if let Some(tok) = p.peek() {
+        return Err(p.error_at(
+            tok.pos,
+            format!(
+                "unexpected {} after the order field; use ASC or DESC",
+                tok.kind.describe()
+            ),
+        ));
+    }
+    Ok(OrderBy { field, ascending })
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum TokKind {
+    /// A bare word: keyword, entity-prefixed key, attribute.
+    Word(String),
+    /// `backticks` or "double quotes": a key, or (double) a string value.
+    Quoted {
+        text: String,
+        double: bool,
+    },
+    /// 'single quotes': a string value.
+    Str(String),
+    Num(f64),
+    Op(CmpOp),
+    LParen,
+    RParen,
+    Comma,
+}
+
+impl TokKind {
+    fn describe(&self) -> String {
+        match self {
+            TokKind::Word(w) => format!("`{w}`"),
+            TokKind::Quoted { text, .. } => format!("quoted `{text}`"),
+            TokKind::Str(s) => format!("string '{s}'"),
+            TokKind::Num(n) => format!("number {n}"),
+            TokKind::Op(op) => format!("`{}`", op.sql()),
+            TokKind::LParen => "`(`".to_owned(),
+            TokKind::RParen => "`)`".to_owned(),
+            TokKind::Comma => "`,`".to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Tok {
+    kind: TokKind,
+    /// Character offset of the token's first character.
+    pos: usize,
+}
+
+fn lex(input: &str) -> Result<Vec<Tok>, QueryError> {
+    let chars: Vec<char> = input.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let start = i;
+        if c.is_whitespace() {
+            i += 1;
+            continue;
+        }
+        let kind = match c {
+            '(' => {
+                i += 1;
+                TokKind::LParen
+            }
+            ')' => {
+                i += 1;
+                TokKind::RParen
+            }
+            ',' => {
+                i += 1;
+                TokKind::Comma
+            }
+            '=' => {
+                i += if chars.get(i + 1) == Some(&'=') { 2 } else { 1 };
+                TokKind::Op(CmpOp::Eq)
+            }
+            '!' if chars.get(i + 1) == Some(&'=') => {
+                i += 2;
+                TokKind::Op(CmpOp::Ne)
+            }
+            '<' => match chars.get(i + 1) {
+                Some('=') => {
+                    i += 2;
+                    TokKind::Op(CmpOp::Le)
+                }
+                Some('>') => {
+                    i += 2;
+                    TokKind::Op(CmpOp::Ne)
+                }
+                _ => {
+                    i += 1;
+                    TokKind::Op(CmpOp::Lt)
+                }
+            },
+            '>' => {
+                if chars.get(i + 1) == Some(&'=') {
+                    i += 2;
+                    TokKind::Op(CmpOp::Ge)
+                } else {
+                    i += 1;
+                    TokKind::Op(CmpOp::Gt)
+                }
+            }
+            '\'' | '"' | '`' => {
+                let quote = c;
+                let mut text = String::new();
+                i += 1;
+                loop {
+                    match chars.get(i) {
+                        None => {
+                            return Err(QueryError {
+                                position: start,
+                                message: format!("unterminated {quote}…{quote}; close the quote"),
+                            });
+                        }
+                        // A doubled quote stands for the quote itself.
+                        Some(&q) if q == quote && chars.get(i + 1) == Some(&quote) => {
+                            text.push(quote);
+                            i += 2;
+                        }
+                        Some(&q) if q == quote => {
+                            i += 1;
+                            break;
+                        }
+                        Some(&other) => {
+                            text.push(other);
+                            i += 1;
+                        }
+                    }
+                }
+                match quote {
+                    '\'' => TokKind::Str(text),
+                    '"' => TokKind::Quoted { text, double: true },
+                    _ => TokKind::Quoted {
+                        text,
+                        double: false,
+                    },
+                }
+            }
+            c if c.is_ascii_digit()
+                || ((c == '-' || c == '+' || c == '.') && next_starts_number(&chars, i)) =>
+            {
+                let mut j = i + 1;
+                while j < chars.len()
+                    && (chars[j].is_ascii_digit()
+                        || chars[j] == '.'
+                        || chars[j] == 'e'
+                        || chars[j] == 'E'
+                        || ((chars[j] == '-' || chars[j] == '+')
+                            && matches!(chars[j - 1], 'e' | 'E')))
+                {
+                    j += 1;
+                }
+                let text: String = chars[i..j].iter().collect();
+                let value: f64 = text.parse().map_err(|_| QueryError {
+                    position: start,
+                    message: format!("`{text}` is not a number"),
+                })?;
+                i = j;
+                TokKind::Num(value)
+            }
+            c if is_word_char(c) => {
+                let mut j = i + 1;
+                while j < chars.len() && (is_word_char(chars[j]) || chars[j] == '-') {
+                    j += 1;
+                }
+                let text: String = chars[i..j].iter().collect();
+                i = j;
+                TokKind::Word(text)
+            }
+            other => {
+                return Err(QueryError {
+                    position: start,
+                    message: format!("unexpected character `{other}`"),
+                });
+            }
+        };
+        out.push(Tok { kind, pos: start });
+    }
+    Ok(out)
+}
+
+fn next_starts_number(chars: &[char], i: usize) -> bool {
+    match chars.get(i + 1) {
+        Some(c) if c.is_ascii_digit() => true,
+        Some('.') => chars.get(i + 2).is_some_and(char::is_ascii_digit),
+        _ => false,
+    }
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '.' | ':' | '/')
+}
+
+struct Parser {
+    tokens: Vec<Tok>,
+    pos: usize,
+    scope: Scope,
+    end: usize,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<&Tok> {
+        self.tokens.get(self.pos)
+    }
+
+    fn peek_keyword(&self) -> Option<String> {
+        match self.peek() {
+            Some(Tok {
+                kind: TokKind::Word(w),
+                ..
+            }) => Some(w.to_ascii_uppercase()),
+            _ => None,
+        }
+    }
+
+    fn here(&self) -> usize {
+        self.peek().map(|t| t.pos).unwrap_or(self.end)
+    }
+
+    fn error_at(&self, position: usize, message: impl Into<String>) -> QueryError {
+        QueryError {
+            position,
+            message: message.into(),
+        }
+    }
+
+    fn eat_keyword(&mut self, word: &str) -> bool {
+        if self.peek_keyword().as_deref() == Some(word) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect_keyword(&mut self, word: &str, context: &str) -> Result<(), QueryError> {
+        if self.eat_keyword(word) {
+            Ok(())
+        } else {
+            Err(self.error_at(self.here(), format!("expected {word} {context}")))
+        }
+    }
+
+    fn or(&mut self) -> Result<Expr, QueryError> {
+        let mut parts = vec![self.and()?];
+        while self.eat_keyword("OR") {
+            parts.push(self.and()?);
+        }
+        Ok(if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            Expr::Or(parts)
+        })
+    }
+
+    fn and(&mut self) -> Result<Expr, QueryError> {
+        let mut parts = vec![self.unary()?];
+        while self.eat_keyword("AND") {
+            parts.push(self.unary()?);
+        }
+        Ok(if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            Expr::And(parts)
+        })
+    }
+
+    fn unary(&mut self) -> Result<Expr, QueryError> {
+        if self.eat_keyword("NOT") {
+            return Ok(Expr::Not(Box::new(self.unary()?)));
+        }
+        if let Some(Tok {
+            kind: TokKind::LParen,
+            pos,
+        }) = self.peek().cloned()
+        {
+            self.pos += 1;
+            let inner = self.or()?;
+            match self.peek() {
+                Some(Tok {
+                    kind: TokKind::RParen,
+                    ..
+                }) => {
+                    self.pos += 1;
+                    Ok(inner)
+                }
+                _ => Err(self.error_at(
+                    self.here(),
+                    format!("the `(` at position {pos} is not closed; add `)`"),
+                )),
+            }
+        } else {
+            self.comparison()
+        }
+    }
+
+    fn field(&mut self) -> Result<Field, QueryError> {
+        let Some(tok) = self.peek().cloned() else {
+            return Err(self.error_at(
+                self.end,
+                "expected a field such as metrics.loss, params.lr, tags.team or status",
+            ));
+        };
+        self.pos += 1;
+        let (prefix, key, key_pos) = match tok.kind {
+            TokKind::Word(word) => match word.split_once('.') {
+                Some((prefix, "")) => {
+                    // `tags.` followed by a quoted key: tags.`my key`, tags."my key"
+                    match self.peek().cloned() {
+                        Some(Tok {
+                            kind: TokKind::Quoted { text, .. },
+                            pos,
+                        }) if pos == tok.pos + word.chars().count() => {
+                            self.pos += 1;
+                            (Some(prefix.to_owned()), text, pos)
+                        }
+                        _ => {
+                            return Err(self
+                                .error_at(tok.pos, format!("`{word}` lacks a key after the dot")));
+                        }
+                    }
+                }
+                Some((prefix, key)) => (
+                    Some(prefix.to_owned()),
+                    key.to_owned(),
+                    tok.pos + prefix.chars().count() + 1,
+                ),
+                None => (None, word, tok.pos),
+            },
+            TokKind::Quoted { text, .. } => (None, text, tok.pos),
+            other => {
+                return Err(self.error_at(
+                    tok.pos,
+                    format!(
+                        "expected a field such as metrics.loss, params.lr or status, found {}",
+                        other.describe()
+                    ),
+                ));
+            }
+        };
+        let entity = prefix.as_deref().map(str::to_ascii_lowercase);
+        let field = match (self.scope, entity.as_deref()) {
+            (Scope::Runs, Some("metric" | "metrics")) => Field::Metric(key),
+            (Scope::Runs, Some("param" | "params" | "parameter" | "parameters")) => {
+                Field::Param(key)
+            }
+            (_, Some("tag" | "tags")) => Field::Tag(key),
+            (_, None | Some("attribute" | "attributes" | "attr" | "run")) => {
+                match Attribute::lookup(self.scope, &key) {
+                    Some(attr) => Field::Attr(attr),
+                    None => {
+                        return Err(self.error_at(
+                            key_pos,
+                            format!(
+                                "unknown attribute `{key}`; use one of {} or prefix metrics., params. or tags.",
+                                Attribute::valid_names(self.scope)
+                            ),
+                        ));
+                    }
+                }
+            }
+            (_, Some(other)) => {
+                let valid = match self.scope {
+                    Scope::Runs => "metrics, params, tags, attributes",
+                    Scope::Experiments => "tags, attributes",
+                };
+                return Err(self.error_at(
+                    tok.pos,
+                    format!("unknown entity `{other}`; use one of {valid}"),
+                ));
+            }
+        };
+        if key_is_empty(&field) {
+            return Err(self.error_at(key_pos, "empty key"));
+        }
+        Ok(field)
+    }
+
+    fn comparison(&mut self) -> Result<Expr, QueryError> {
+        let field_pos = self.here();
+        let field = self.field()?;
+        let op_pos = self.here();
+        let negated = self.eat_keyword("NOT");
+        let predicate = match self.peek().cloned() {
+            Some(Tok {
+                kind: TokKind::Op(op),
+                ..
+            }) if !negated => {
+                self.pos += 1;
+                let value = self.literal()?;
+                Predicate::Cmp(op, value)
+            }
+            Some(Tok {
+                kind: TokKind::Word(w),
+                ..
+            }) => match w.to_ascii_uppercase().as_str() {
+                "IN" => {
+                    self.pos += 1;
+                    Predicate::In(self.list()?)
+                }
+                "LIKE" | "ILIKE" => {
+                    self.pos += 1;
+                    let pattern_pos = self.here();
+                    match self.literal()? {
+                        Literal::Str(s) if w.eq_ignore_ascii_case("LIKE") => Predicate::Like(s),
+                        Literal::Str(s) => Predicate::ILike(s),
+                        Literal::Num(_) => {
+                            return Err(self.error_at(
+                                pattern_pos,
+                                "LIKE takes a quoted pattern such as 'resnet%'",
+                            ));
+                        }
+                    }
+                }
+                "BETWEEN" => {
+                    self.pos += 1;
+                    let low = self.literal()?;
+                    self.expect_keyword("AND", "between the two ends of BETWEEN")?;
+                    let high = self.literal()?;
+                    Predicate::Between(low, high)
+                }
+                "IS" if !negated => {
+                    self.pos += 1;
+                    let not = self.eat_keyword("NOT");
+                    self.expect_keyword("NULL", "after IS")?;
+                    let test = Expr::Test(field.clone(), Predicate::IsNull);
+                    check(&field, &Predicate::IsNull, field_pos)?;
+                    return Ok(if not { Expr::Not(Box::new(test)) } else { test });
+                }
+                _ => return Err(self.error_at(op_pos, expected_operator(&w))),
+            },
+            Some(tok) => {
+                return Err(self.error_at(tok.pos, expected_operator(&tok.kind.describe())));
+            }
+            None => {
+                return Err(self.error_at(
+                    self.end,
+                    "expected an operator such as =, <, IN or LIKE after the field",
+                ));
+            }
+        };
+        check(&field, &predicate, op_pos)?;
+        let test = Expr::Test(field, predicate);
+        Ok(if negated {
+            Expr::Not(Box::new(test))
+        } else {
+            test
+        })
+    }
+
+    fn literal(&mut self) -> Result<Literal, QueryError> {
+        match self.peek().cloned() {
+            Some(Tok {
+                kind: TokKind::Num(n),
+                ..
+            }) => {
+                self.pos += 1;
+                Ok(Literal::Num(n))
+            }
+            Some(Tok {
+                kind: TokKind::Str(s),
+                ..
+            })
+            | Some(Tok {
+                kind:
+                    TokKind::Quoted {
+                        text: s,
+                        double: true,
+                    },
+                ..
+            }) => {
+                self.pos += 1;
+                Ok(Literal::Str(s))
+            }
+            Some(tok) => Err(self.error_at(
+                tok.pos,
+                format!(
+                    "expected a number or a 'quoted string', found {}",
+                    tok.kind.describe()
+                ),
+            )),
+            None => Err(self.error_at(
+                self.end,
+                "expected a number or a 'quoted string' at the end",
+            )),
+        }
+    }
+
+    fn list(&mut self) -> Result<Vec<Literal>, QueryError> {
+        match self.peek() {
+            Some(Tok {
+                kind: TokKind::LParen,
+                ..
+            }) => self.pos += 1,
+            _ => {
+                return Err(self.error_at(
+                    self.here(),
+                    "expected `(` to open the list, as in IN ('a', 'b')",
+                ));
+            }
+        }
+        let mut values = vec![self.literal()?];
+        loop {
+            match self.peek() {
+                Some(Tok {
+                    kind: TokKind::Comma,
+                    ..
+                }) => {
+                    self.pos += 1;
+                    values.push(self.literal()?);
+                }
+                Some(Tok {
+                    kind: TokKind::RParen,
+                    ..
+                }) => {
+                    self.pos += 1;
+                    return Ok(values);
+                }
+                _ => return Err(self.error_at(self.here(), "expected `,` or `)` in the list")),
+            }
+        }
+    }
+}
+
+fn key_is_empty(field: &Field) -> bool {
+    match field {
+        Field::Metric(k) | Field::Param(k) | Field::Tag(k) => k.is_empty(),
+        Field::Attr(_) => false,
+    }
+}
+
+fn expected_operator(found: &str) -> String {
+    format!(
+        "expected an operator (=, !=, <, <=, >, >=, IN, NOT IN, LIKE, ILIKE, BETWEEN, IS NULL), found {found}"
+    )
+}
+
+/// Type rules: metrics and time attributes compare with numbers; tags and
+/// text attributes with strings; params with either (numbers compare numerically).
+fn check(field: &Field, predicate: &Predicate, position: usize) -> Result<(), QueryError> {
+    let numeric_only = match field {
+        Field::Metric(_) => true,
+        Field::Attr(a) => a.is_numeric(),
+        _ => false,
+    };
+    let string_only = match field {
+        Field::Tag(_) => true,
+        Field::Attr(a) => !a.is_numeric(),
+        _ => false,
+    };
+    let literals: Vec<&Literal> = match predicate {
+        Predicate::Cmp(_, v) => vec![v],
+        Predicate::Between(a, b) => vec![a, b],
+        Predicate::In(vs) => vs.iter().collect(),
+        Predicate::Like(_) | Predicate::ILike(_) => {
+            if numeric_only {
+                return Err(QueryError {
+                    position,
+                    message: format!("{} is numeric; LIKE applies to text", describe(field)),
+                });
+            }
+            vec![]
+        }
+        Predicate::IsNull => vec![],
+    };
+    for literal in literals {
+        match literal {
+            Literal::Str(s) if numeric_only => {
+                return Err(QueryError {
+                    position,
+                    message: format!(
+                        "{} is numeric; compare it with a number, not '{s}'",
+                        describe(field)
+                    ),
+                });
+            }
+            Literal::Num(n) if string_only => {
+                return Err(QueryError {
+                    position,
+                    message: format!("{} is text; quote the value, as in '{n}'", describe(field)),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn describe(field: &Field) -> String {
+    match field {
+        Field::Metric(k) => format!("metrics.{k}"),
+        Field::Param(k) => format!("params.{k}"),
+        Field::Tag(k) => format!("tags.{k}"),
+        Field::Attr(a) => a.name().to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(q: &str) -> Expr {
+        parse_filter(q, Scope::Runs).unwrap().unwrap()
+    }
+
+    fn err(q: &str) -> QueryError {
+        parse_filter(q, Scope::Runs).unwrap_err()
+    }
+
+    fn metric(key: &str, op: CmpOp, n: f64) -> Expr {
+        Expr::Test(
+            Field::Metric(key.into()),
+            Predicate::Cmp(op, Literal::Num(n)),
+        )
+    }
+
+    #[test]
+    fn mlflow_filters_parse() {
+        assert_eq!(
+            runs("metrics.rmse < 1 and params.model = 'tree'"),
+            Expr::And(vec![
+                metric("rmse", CmpOp::Lt, 1.0),
+                Expr::Test(
+                    Field::Param("model".into()),
+                    Predicate::Cmp(CmpOp::Eq, Literal::Str("tree".into()))
+                ),
+            ])
+        );
+        assert_eq!(
+            runs("tags.mlflow.source.type = 'LOCAL'"),
+            Expr::Test(
+                Field::Tag("mlflow.source.type".into()),
+                Predicate::Cmp(CmpOp::Eq, Literal::Str("LOCAL".into()))
+            )
+        );
+        assert_eq!(
+            runs("attributes.status = \"FINISHED\""),
+            Expr::Test(
+                Field::Attr(Attribute::Status),
+                Predicate::Cmp(CmpOp::Eq, Literal::Str("FINISHED".into()))
+            )
+        );
+        assert_eq!(
+            runs("tags.`my key` IS NULL"),
+            Expr::Test(Field::Tag("my key".into()), Predicate::IsNull)
+        );
+        assert_eq!(
+            runs("tags.\"my key\" IS NOT NULL"),
+            Expr::Not(Box::new(Expr::Test(
+                Field::Tag("my key".into()),
+                Predicate::IsNull
+            )))
+        );
+        assert_eq!(
+            runs("attributes.`Run Name` LIKE 'exp%'"),
+            Expr::Test(
+                Field::Attr(Attribute::RunName),
+                Predicate::Like("exp%".into())
+            )
+        );
+        assert_eq!(
+            runs("created >= 1700000000000"),
+            Expr::Test(
+                Field::Attr(Attribute::StartTime),
+                Predicate::Cmp(CmpOp::Ge, Literal::Num(1.7e12))
+            )
+        );
+        assert_eq!(
+            runs("run_id IN ('a', 'b')"),
+            Expr::Test(
+                Field::Attr(Attribute::RunId),
+                Predicate::In(vec![Literal::Str("a".into()), Literal::Str("b".into())])
+            )
+        );
+        assert_eq!(
+            runs("metrics.`a-b` != -1.5e-3"),
+            metric("a-b", CmpOp::Ne, -1.5e-3)
+        );
+        assert_eq!(
+            runs("metrics.system/gpu_0_util > 50"),
+            metric("system/gpu_0_util", CmpOp::Gt, 50.0)
+        );
+        assert!(parse_filter("   ", Scope::Runs).unwrap().is_none());
+    }
+
+    #[test]
+    fn or_not_parentheses_and_ranges() {
+        let q = runs(
+            "(params.lr < 0.01 OR params.lr > 0.1) and not tags.team in ('a','b') AND metrics.acc BETWEEN 0.8 AND 0.9",
+        );
+        let Expr::And(parts) = q else {
+            panic!("top level is AND")
+        };
+        assert_eq!(parts.len(), 3);
+        assert!(matches!(&parts[0], Expr::Or(or) if or.len() == 2));
+        assert!(matches!(&parts[1], Expr::Not(_)));
+        assert_eq!(
+            parts[2],
+            Expr::Test(
+                Field::Metric("acc".into()),
+                Predicate::Between(Literal::Num(0.8), Literal::Num(0.9))
+            )
+        );
+        // AND binds tighter than OR.
+        let Expr::Or(parts) = runs("metrics.a > 1 or metrics.b > 2 and metrics.c > 3") else {
+            panic!("top level is OR")
+        };
+        assert!(matches!(&parts[1], Expr::And(_)));
+        assert!(matches!(runs("status NOT IN ('FAILED')"), Expr::Not(_)));
+        assert!(matches!(runs("params.model NOT LIKE 'res%'"), Expr::Not(_)));
+    }
+
+    #[test]
+    fn errors_point_at_the_problem() {
+        let e = err("metrics.acc > 'high'");
+        assert_eq!(e.position, 12);
+        assert!(e.message.contains("numeric"), "{e}");
+        let e = err("metrics.acc >");
+        assert_eq!(e.position, 13);
+        let e = err("foo = 'x'");
+        assert_eq!(e.position, 0);
+        assert!(e.message.contains("unknown attribute `foo`"), "{e}");
+        let e = err("metrics.acc > 1 and (params.lr = '0.1'");
+        assert!(e.message.contains("not closed"), "{e}");
+        assert_eq!(e.position, 38);
+        let e = err("tags.team = 'a");
+        assert_eq!(e.position, 12);
+        assert!(e.message.contains("unterminated"), "{e}");
+        let e = err("tags.team = 5");
+        assert!(e.message.contains("quote the value"), "{e}");
+        let e = err("bogus.x = 1");
+        assert!(e.message.contains("unknown entity `bogus`"), "{e}");
+        let e = err("metrics.a > 1 metrics.b > 2");
+        assert_eq!(e.position, 14);
+        let e = err("metrics.a ~ 1");
+        assert_eq!(e.position, 10);
+        assert_eq!(err("metrics.a > 1 or").position, 16);
+    }
+
+    #[test]
+    fn experiment_scope_has_its_own_attributes() {
+        let q = parse_filter(
+            "name LIKE 'mnist%' and tags.team = 'vision'",
+            Scope::Experiments,
+        )
+        .unwrap();
+        assert!(q.is_some());
+        assert!(parse_filter("metrics.a > 1", Scope::Experiments).is_err());
+        assert!(parse_filter("status = 'RUNNING'", Scope::Experiments).is_err());
+        assert!(parse_filter("creation_time > 5", Scope::Experiments).is_ok());
+    }
+
+    #[test]
+    fn order_by_parses() {
+        assert_eq!(
+            parse_order_by("metrics.acc DESC", Scope::Runs).unwrap(),
+            OrderBy {
+                field: Field::Metric("acc".into()),
+                ascending: false
+            }
+        );
+        assert_eq!(
+            parse_order_by("attributes.start_time", Scope::Runs).unwrap(),
+            OrderBy {
+                field: Field::Attr(Attribute::StartTime),
+                ascending: true
+            }
+        );
+        assert_eq!(
+            parse_order_by("params.`batch size` asc", Scope::Runs)
+                .unwrap()
+                .field,
+            Field::Param("batch size".into())
+        );
+        assert!(parse_order_by("metrics.acc sideways", Scope::Runs).is_err());
+        assert!(parse_order_by("name DESC", Scope::Experiments).is_ok());
+    }
+}

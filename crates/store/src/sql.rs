@@ -1,0 +1,273 @@
+//! Hand-built SQL that runs on SQLite and PostgreSQL alike: placeholders in
+//! the engine's style, and the run query language translated to WHERE and
+//! ORDER BY clauses.
+
+use sea_orm::{DatabaseBackend, Statement, Value};
+use trainyard_domain::query::{Attribute, CmpOp, Expr, Field, Literal, Predicate, Scope};
+
+/// A statement under construction with its bound values.
+pub struct Sql {
+    backend: DatabaseBackend,
+    pub text: String,
+    values: Vec<Value>,
+}
+
+impl Sql {
+    pub fn new(backend: DatabaseBackend) -> Sql {
+        Sql {
+            backend,
+            text: String::new(),
+            values: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, text: &str) -> &mut Self {
+        self.text.push_str(text);
+        self
+    }
+
+    /// Binds a value and writes its placeholder.
+    pub fn bind(&mut self, value: impl Into<Value>) -> &mut Self {
+        self.values.push(value.into());
+        if self.backend == DatabaseBackend::Postgres {
+            self.text.push_str(&format!("${}", self.values.len()));
+        } else {
+            self.text.push('?');
+        }
+        self
+    }
+
+    /// `(?, ?, …)` for a list of values.
+    pub fn bind_list<V: Into<Value>>(&mut self, values: impl IntoIterator<Item = V>) -> &mut Self {
+        self.push("(");
+        for (i, v) in values.into_iter().enumerate() {
+            if i > 0 {
+                self.push(", ");
+            }
+            self.bind(v);
+        }
+        self.push(")")
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.backend == DatabaseBackend::Postgres
+    }
+
+    pub fn build(self) -> Statement {
+        Statement::from_sql_and_values(self.backend, self.text, self.values)
+    }
+}
+
+/// Writes a filter as a boolean SQL expression over `runs r` (runs scope) or
+/// `experiments e` (experiments scope).
+pub fn filter(sql: &mut Sql, expr: &Expr, scope: Scope) {
+    match expr {
+        Expr::And(parts) | Expr::Or(parts) => {
+            let joiner = if matches!(expr, Expr::And(_)) {
+                " AND "
+            } else {
+                " OR "
+            };
+            sql.push("(");
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    sql.push(joiner);
+                }
+                filter(sql, part, scope);
+            }
+            sql.push(")");
+        }
+        Expr::Not(inner) => {
+            sql.push("NOT (");
+            filter(sql, inner, scope);
+            sql.push(")");
+        }
+        Expr::Test(field, predicate) => test(sql, field, predicate, scope),
+    }
+}
+
+/// A key-value entity: its table and key.
+fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
+    match (field, scope) {
+        (Field::Metric(k), _) => Some(("latest_metrics", k)),
+        (Field::Param(k), _) => Some(("params", k)),
+        (Field::Tag(k), Scope::Runs) => Some(("tags", k)),
+        (Field::Tag(k), Scope::Experiments) => Some(("experiment_tags", k)),
+        (Field::Attr(_), _) => None,
+    }
+}
+
+fn attr_column(attr: Attribute) -> &'static str {
+    match attr {
+        Attribute::RunId => "r.id",
+        Attribute::RunName => "r.name",
+        Attribute::UserId => "r.user_name",
+        Attribute::Status => "r.status",
+        Attribute::ArtifactUri => "r.artifact_uri",
+        Attribute::StartTime => "r.start_time",
+        Attribute::EndTime => "r.end_time",
+        Attribute::ExperimentId => "e.id",
+        Attribute::Name => "e.name",
+        Attribute::CreationTime => "e.creation_time",
+        Attribute::LastUpdateTime => "e.last_update_time",
+    }
+}
+
+fn test(sql: &mut Sql, field: &Field, predicate: &Predicate, scope: Scope) {
+    let link = match scope {
+        Scope::Runs => "x.run_id = r.id",
+        Scope::Experiments => "x.experiment_id = e.id",
+    };
+    let Some((table, key)) = kv_table(field, scope) else {
+        let Field::Attr(attr) = field else { return };
+        let column = attr_column(*attr);
+        if *predicate == Predicate::IsNull {
+            sql.push(&format!("({column} IS NULL)"));
+        } else {
+            // Experiment ids are quoted strings in queries, integers in the table.
+            let numeric = attr.is_numeric() || *attr == Attribute::ExperimentId;
+            compare(sql, column, predicate, numeric);
+        }
+        return;
+    };
+    if *predicate == Predicate::IsNull {
+        sql.push(&format!(
+            "NOT EXISTS (SELECT 1 FROM {table} x WHERE {link} AND x.key = "
+        ));
+        sql.bind(key.to_owned());
+        sql.push(")");
+        return;
+    }
+    sql.push(&format!(
+        "EXISTS (SELECT 1 FROM {table} x WHERE {link} AND x.key = "
+    ));
+    sql.bind(key.to_owned());
+    sql.push(" AND ");
+    match field {
+        Field::Metric(_) => compare(sql, "x.value", predicate, true),
+        Field::Param(_) if has_number(predicate) => {
+            // Params are text; a number in the query compares them as numbers,
+            // and a param that is not a number does not match.
+            let numeric = if sql.is_postgres() {
+                "(CASE WHEN x.value ~ '^\\s*[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*$' THEN CAST(x.value AS DOUBLE PRECISION) END)"
+            } else {
+                "(CASE WHEN x.value <> '' AND trim(x.value, '0123456789.-+eE ') = '' THEN CAST(x.value AS REAL) END)"
+            };
+            compare(sql, numeric, predicate, true);
+        }
+        _ => compare(sql, "x.value", predicate, false),
+    }
+    sql.push(")");
+}
+
+fn has_number(predicate: &Predicate) -> bool {
+    match predicate {
+        Predicate::Cmp(_, Literal::Num(_)) => true,
+        Predicate::Between(a, b) => matches!(a, Literal::Num(_)) || matches!(b, Literal::Num(_)),
+        Predicate::In(values) => values.iter().any(|v| matches!(v, Literal::Num(_))),
+        _ => false,
+    }
+}
+
+fn bind_literal(sql: &mut Sql, literal: &Literal, numeric: bool) {
+    match literal {
+        Literal::Num(n) if numeric => sql.bind(*n),
+        Literal::Num(n) => sql.bind(format_number(*n)),
+        Literal::Str(s) if numeric => sql.bind(s.parse::<f64>().unwrap_or(f64::NAN)),
+        Literal::Str(s) => sql.bind(s.clone()),
+    };
+}
+
+fn format_number(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        n.to_string()
+    }
+}
+
+fn compare(sql: &mut Sql, column: &str, predicate: &Predicate, numeric: bool) {
+    match predicate {
+        Predicate::Cmp(op, value) => {
+            sql.push(&format!("{column} {} ", op.sql()));
+            bind_literal(sql, value, numeric);
+            if *op == CmpOp::Ne && column == "x.value" && numeric {
+                // A NaN latest value is stored as NULL; NaN != x holds in MLflow.
+                sql.push(&format!(" OR {column} IS NULL"));
+            }
+        }
+        Predicate::Between(low, high) => {
+            sql.push(&format!("{column} BETWEEN "));
+            bind_literal(sql, low, numeric);
+            sql.push(" AND ");
+            bind_literal(sql, high, numeric);
+        }
+        Predicate::In(values) => {
+            sql.push(&format!("{column} IN ("));
+            for (i, v) in values.iter().enumerate() {
+                if i > 0 {
+                    sql.push(", ");
+                }
+                bind_literal(sql, v, numeric);
+            }
+            sql.push(")");
+        }
+        Predicate::Like(pattern) => {
+            if sql.is_postgres() {
+                sql.push(&format!("{column} LIKE "));
+                sql.bind(pattern.clone());
+            } else {
+                // SQLite's LIKE ignores case; GLOB does not, as MLflow's LIKE.
+                sql.push(&format!("{column} GLOB "));
+                sql.bind(like_to_glob(pattern));
+            }
+        }
+        Predicate::ILike(pattern) => {
+            let op = if sql.is_postgres() { "ILIKE" } else { "LIKE" };
+            sql.push(&format!("{column} {op} "));
+            sql.bind(pattern.clone());
+        }
+        Predicate::IsNull => {
+            sql.push(&format!("{column} IS NULL"));
+        }
+    }
+}
+
+/// Turns an SQL LIKE pattern into an SQLite GLOB pattern.
+pub fn like_to_glob(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    for c in pattern.chars() {
+        match c {
+            '%' => out.push('*'),
+            '_' => out.push('?'),
+            '*' => out.push_str("[*]"),
+            '?' => out.push_str("[?]"),
+            '[' => out.push_str("[[]"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn like_patterns_become_globs() {
+        assert_eq!(like_to_glob("res%_v[1]*?"), "res*?v[[]1][*][?]");
+    }
+
+    #[test]
+    fn placeholders_follow_the_engine() {
+        let mut pg = Sql::new(DatabaseBackend::Postgres);
+        pg.push("a = ")
+            .bind(1)
+            .push(" AND b IN ")
+            .bind_list(["x", "y"]);
+        assert_eq!(pg.text, "a = $1 AND b IN ($2, $3)");
+        let mut lite = Sql::new(DatabaseBackend::Sqlite);
+        lite.push("a = ").bind(1);
+        assert_eq!(lite.text, "a = ?");
+    }
+}

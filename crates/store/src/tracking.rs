@@ -1,0 +1,893 @@
+//! Tracking with MLflow's rules: experiments, runs, params (write-once),
+//! tags (last write wins), metrics (appended in chunks, latest value kept
+//! for search), and search over runs and experiments.
+
+use std::collections::HashMap;
+
+use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult, TransactionTrait, Value};
+use trainyard_domain::query::{Attribute, Expr, Field, OrderBy, Scope};
+use trainyard_domain::tracking::{Experiment, LatestMetric, Point, Run, RunInfo, ViewType};
+
+use crate::sql::{Sql, filter};
+use crate::{Store, StoreError, chunks, now_millis};
+
+/// A metric point as logged: key and point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricIn {
+    pub key: String,
+    pub point: Point,
+}
+
+/// What `create_run` needs.
+#[derive(Debug, Clone, Default)]
+pub struct NewRun {
+    pub experiment_id: i64,
+    pub user_id: String,
+    pub run_name: Option<String>,
+    pub start_time: Option<i64>,
+    pub tags: Vec<(String, String)>,
+}
+
+const RUN_NAME_TAG: &str = "mlflow.runName";
+
+fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T, StoreError> {
+    Ok(row.try_get::<T>("", col)?)
+}
+
+fn not_found_run(run_id: &str) -> StoreError {
+    StoreError::NotFound(format!("Run with id={run_id} not found"))
+}
+
+fn not_found_experiment(id: i64) -> StoreError {
+    StoreError::NotFound(format!("No Experiment with id={id} exists"))
+}
+
+impl Store {
+    fn sql(&self) -> Sql {
+        Sql::new(self.connection().get_database_backend())
+    }
+
+    // ---------------------------------------------------------------- experiments
+
+    /// Creates an experiment; MLflow's name rules are checked by the caller.
+    pub async fn create_experiment_with(
+        &self,
+        name: &str,
+        artifact_location: Option<&str>,
+        tags: &[(String, String)],
+    ) -> Result<i64, StoreError> {
+        let now = now_millis();
+        let txn = self.connection().begin().await?;
+        let mut sql = self.sql();
+        sql.push("INSERT INTO experiments (name, artifact_location, lifecycle_stage, creation_time, last_update_time) VALUES (")
+            .bind(name.to_owned())
+            .push(", ")
+            .bind(artifact_location.unwrap_or("").to_owned())
+            .push(", 'active', ")
+            .bind(now)
+            .push(", ")
+            .bind(now)
+            .push(") RETURNING id");
+        let row = txn
+            .query_one_raw(sql.build())
+            .await
+            .map_err(|err| match err.sql_err() {
+                Some(sea_orm::SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict {
+                    what: format!("Experiment(name={name})"),
+                },
+                _ => StoreError::Db(err),
+            })?
+            .ok_or_else(|| StoreError::Db(sea_orm::DbErr::RecordNotInserted))?;
+        let id: i64 = get(&row, "id")?;
+        if artifact_location.unwrap_or("").is_empty() {
+            let mut sql = self.sql();
+            sql.push("UPDATE experiments SET artifact_location = ")
+                .bind(format!("mlflow-artifacts:/{id}"))
+                .push(" WHERE id = ")
+                .bind(id);
+            txn.execute_raw(sql.build()).await?;
+        }
+        for (key, value) in tags {
+            upsert_experiment_tag(&txn, self.sql(), id, key, value).await?;
+        }
+        txn.commit().await?;
+        Ok(id)
+    }
+
+    pub async fn get_experiment(&self, id: i64) -> Result<Experiment, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT * FROM experiments e WHERE e.id = ")
+            .bind(id);
+        self.one_experiment(sql)
+            .await?
+            .ok_or_else(|| not_found_experiment(id))
+    }
+
+    pub async fn get_experiment_by_name(&self, name: &str) -> Result<Experiment, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT * FROM experiments e WHERE e.name = ")
+            .bind(name.to_owned());
+        self.one_experiment(sql).await?.ok_or_else(|| {
+            StoreError::NotFound(format!("Could not find experiment with name '{name}'"))
+        })
+    }
+
+    async fn one_experiment(&self, sql: Sql) -> Result<Option<Experiment>, StoreError> {
+        let rows = self.connection().query_all_raw(sql.build()).await?;
+        let mut list = self.experiments_from_rows(&rows).await?;
+        Ok(list.pop())
+    }
+
+    async fn experiments_from_rows(
+        &self,
+        rows: &[QueryResult],
+    ) -> Result<Vec<Experiment>, StoreError> {
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(Experiment {
+                id: get(row, "id")?,
+                name: get(row, "name")?,
+                artifact_location: get(row, "artifact_location")?,
+                lifecycle_stage: get(row, "lifecycle_stage")?,
+                creation_time: get(row, "creation_time")?,
+                last_update_time: get(row, "last_update_time")?,
+                tags: Vec::new(),
+            });
+        }
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let mut sql = self.sql();
+        sql.push("SELECT experiment_id, key, value FROM experiment_tags WHERE experiment_id IN ")
+            .bind_list(out.iter().map(|e| e.id))
+            .push(" ORDER BY key");
+        let tag_rows = self.connection().query_all_raw(sql.build()).await?;
+        let index: HashMap<i64, usize> = out.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+        for row in tag_rows {
+            let id: i64 = get(&row, "experiment_id")?;
+            if let Some(&i) = index.get(&id) {
+                out[i].tags.push((get(&row, "key")?, get(&row, "value")?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Experiments matching a filter, in order; `limit + 1` rows tell the
+    /// caller whether another page exists.
+    pub async fn search_experiments(
+        &self,
+        filter_expr: Option<&Expr>,
+        order: &[OrderBy],
+        view: ViewType,
+        limit: u64,
+        offset: u64,
+    ) -> Result<Vec<Experiment>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT e.* FROM experiments e WHERE e.lifecycle_stage IN ")
+            .bind_list(view.stages().iter().map(|s| s.to_string()));
+        if let Some(expr) = filter_expr {
+            sql.push(" AND ");
+            filter(&mut sql, expr, Scope::Experiments);
+        }
+        sql.push(" ORDER BY ");
+        let mut terms: Vec<String> = Vec::new();
+        let mut has_id = false;
+        for o in order {
+            let dir = if o.ascending { "ASC" } else { "DESC" };
+            let column = match &o.field {
+                Field::Attr(Attribute::Name) => "e.name",
+                Field::Attr(Attribute::ExperimentId) => {
+                    has_id = true;
+                    "e.id"
+                }
+                Field::Attr(Attribute::CreationTime) => "e.creation_time",
+                Field::Attr(Attribute::LastUpdateTime) => "e.last_update_time",
+                other => {
+                    return Err(StoreError::Rejected(format!(
+                        "Invalid order_by field {other:?}; experiments order by name, experiment_id, creation_time or last_update_time"
+                    )));
+                }
+            };
+            terms.push(format!("{column} {dir}"));
+        }
+        if terms.is_empty() {
+            terms.push("e.creation_time DESC".to_owned());
+            terms.push("e.id ASC".to_owned());
+        } else if !has_id {
+            terms.push("e.id DESC".to_owned());
+        }
+        sql.push(&terms.join(", "));
+        sql.push(" LIMIT ")
+            .bind(limit as i64)
+            .push(" OFFSET ")
+            .bind(offset as i64);
+        let rows = self.connection().query_all_raw(sql.build()).await?;
+        self.experiments_from_rows(&rows).await
+    }
+
+    pub async fn rename_experiment(&self, id: i64, new_name: &str) -> Result<(), StoreError> {
+        let experiment = self.get_experiment(id).await?;
+        if experiment.lifecycle_stage != "active" {
+            return Err(StoreError::Rejected(
+                "Cannot rename a non-active experiment.".to_owned(),
+            ));
+        }
+        let mut sql = self.sql();
+        sql.push("UPDATE experiments SET name = ")
+            .bind(new_name.to_owned())
+            .push(", last_update_time = ")
+            .bind(now_millis())
+            .push(" WHERE id = ")
+            .bind(id);
+        self.connection()
+            .execute_raw(sql.build())
+            .await
+            .map_err(|err| match err.sql_err() {
+                Some(sea_orm::SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict {
+                    what: format!("Experiment(name={new_name})"),
+                },
+                _ => StoreError::Db(err),
+            })?;
+        Ok(())
+    }
+
+    /// Deletes (or restores) an experiment and every run in it.
+    pub async fn set_experiment_deleted(&self, id: i64, deleted: bool) -> Result<(), StoreError> {
+        let experiment = self.get_experiment(id).await?;
+        let (from, to) = if deleted {
+            ("active", "deleted")
+        } else {
+            ("deleted", "active")
+        };
+        if experiment.lifecycle_stage != from {
+            return Err(not_found_experiment(id));
+        }
+        let txn = self.connection().begin().await?;
+        let mut sql = self.sql();
+        sql.push("UPDATE experiments SET lifecycle_stage = ")
+            .bind(to)
+            .push(", last_update_time = ")
+            .bind(now_millis())
+            .push(" WHERE id = ")
+            .bind(id);
+        txn.execute_raw(sql.build()).await?;
+        let mut sql = self.sql();
+        sql.push("UPDATE runs SET lifecycle_stage = ")
+            .bind(to)
+            .push(" WHERE experiment_id = ")
+            .bind(id);
+        txn.execute_raw(sql.build()).await?;
+        txn.commit().await?;
+        Ok(())
+    }
+
+    pub async fn set_experiment_tag(
+        &self,
+        id: i64,
+        key: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
+        self.require_active_experiment(id).await?;
+        upsert_experiment_tag(self.connection(), self.sql(), id, key, value).await
+    }
+
+    pub async fn delete_experiment_tag(&self, id: i64, key: &str) -> Result<(), StoreError> {
+        self.require_active_experiment(id).await?;
+        let mut sql = self.sql();
+        sql.push("DELETE FROM experiment_tags WHERE experiment_id = ")
+            .bind(id)
+            .push(" AND key = ")
+            .bind(key.to_owned());
+        let done = self.connection().execute_raw(sql.build()).await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!(
+                "No tag with name: {key} in experiment with id {id}"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn require_active_experiment(&self, id: i64) -> Result<Experiment, StoreError> {
+        let experiment = self.get_experiment(id).await?;
+        if experiment.lifecycle_stage != "active" {
+            return Err(StoreError::Rejected(format!(
+                "The experiment {id} must be in the 'active' state. Current state is {}.",
+                experiment.lifecycle_stage
+            )));
+        }
+        Ok(experiment)
+    }
+
+    // ------------------------------------------------------------------------ runs
+
+    pub async fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
+        let experiment = self.require_active_experiment(new.experiment_id).await?;
+        let tag_name = new
+            .tags
+            .iter()
+            .rev()
+            .find(|(k, _)| k == RUN_NAME_TAG)
+            .map(|(_, v)| v.clone());
+        let given = new.run_name.clone().filter(|n| !n.is_empty());
+        if let (Some(name), Some(tag)) = (&given, &tag_name)
+            && name != tag
+        {
+            return Err(StoreError::Rejected(format!(
+                "Both 'run_name' argument and 'mlflow.runName' tag are specified, but with different values (run_name='{name}', mlflow.runName='{tag}')."
+            )));
+        }
+        let run_id = uuid::Uuid::new_v4().simple().to_string();
+        let name = given.or(tag_name).unwrap_or_else(random_run_name);
+        let artifact_uri = format!(
+            "{}/{run_id}/artifacts",
+            experiment.artifact_location.trim_end_matches('/')
+        );
+        let start_time = new.start_time.unwrap_or_else(now_millis);
+        let txn = self.connection().begin().await?;
+        let mut sql = self.sql();
+        sql.push("INSERT INTO runs (id, experiment_id, name, user_name, status, start_time, lifecycle_stage, artifact_uri) VALUES (")
+            .bind(run_id.clone())
+            .push(", ")
+            .bind(new.experiment_id)
+            .push(", ")
+            .bind(name.clone())
+            .push(", ")
+            .bind(new.user_id.clone())
+            .push(", 'RUNNING', ")
+            .bind(start_time)
+            .push(", 'active', ")
+            .bind(artifact_uri)
+            .push(")");
+        txn.execute_raw(sql.build()).await?;
+        let mut tags = new.tags.clone();
+        if !tags.iter().any(|(k, _)| k == RUN_NAME_TAG) {
+            tags.push((RUN_NAME_TAG.to_owned(), name));
+        }
+        upsert_run_tags(&txn, self.sql(), &run_id, &tags).await?;
+        txn.commit().await?;
+        self.get_run(&run_id).await
+    }
+
+    pub async fn get_run(&self, run_id: &str) -> Result<Run, StoreError> {
+        let mut runs = self.load_runs(&[run_id.to_owned()]).await?;
+        runs.pop().ok_or_else(|| not_found_run(run_id))
+    }
+
+    /// Runs by id, in the order given, with their params, tags and latest metrics.
+    pub async fn load_runs(&self, ids: &[String]) -> Result<Vec<Run>, StoreError> {
+        let mut runs: Vec<Run> = Vec::with_capacity(ids.len());
+        let mut index: HashMap<String, usize> = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let mut sql = self.sql();
+            sql.push("SELECT * FROM runs WHERE id IN ")
+                .bind_list(chunk.iter().cloned());
+            for row in self.connection().query_all_raw(sql.build()).await? {
+                let info = RunInfo {
+                    run_id: get(&row, "id")?,
+                    experiment_id: get(&row, "experiment_id")?,
+                    run_name: get(&row, "name")?,
+                    user_id: get(&row, "user_name")?,
+                    status: get(&row, "status")?,
+                    start_time: get(&row, "start_time")?,
+                    end_time: get(&row, "end_time")?,
+                    artifact_uri: get(&row, "artifact_uri")?,
+                    lifecycle_stage: get(&row, "lifecycle_stage")?,
+                };
+                index.insert(info.run_id.clone(), runs.len());
+                runs.push(Run {
+                    info,
+                    metrics: Vec::new(),
+                    params: Vec::new(),
+                    tags: Vec::new(),
+                });
+            }
+            for table in ["params", "tags"] {
+                let mut sql = self.sql();
+                sql.push(&format!(
+                    "SELECT run_id, key, value FROM {table} WHERE run_id IN "
+                ))
+                .bind_list(chunk.iter().cloned())
+                .push(" ORDER BY key");
+                for row in self.connection().query_all_raw(sql.build()).await? {
+                    let id: String = get(&row, "run_id")?;
+                    if let Some(&i) = index.get(&id) {
+                        let kv = (get(&row, "key")?, get(&row, "value")?);
+                        if table == "params" {
+                            runs[i].params.push(kv);
+                        } else {
+                            runs[i].tags.push(kv);
+                        }
+                    }
+                }
+            }
+            let mut sql = self.sql();
+            sql.push(
+                "SELECT run_id, key, value, timestamp, step FROM latest_metrics WHERE run_id IN ",
+            )
+            .bind_list(chunk.iter().cloned())
+            .push(" ORDER BY key");
+            for row in self.connection().query_all_raw(sql.build()).await? {
+                let id: String = get(&row, "run_id")?;
+                if let Some(&i) = index.get(&id) {
+                    let value: Option<f64> = get(&row, "value")?;
+                    runs[i].metrics.push(LatestMetric {
+                        key: get(&row, "key")?,
+                        point: Point {
+                            step: get(&row, "step")?,
+                            timestamp: get(&row, "timestamp")?,
+                            value: value.unwrap_or(f64::NAN),
+                        },
+                    });
+                }
+            }
+        }
+        // Back into the order asked for.
+        let position: HashMap<&str, usize> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i))
+            .collect();
+        runs.sort_by_key(|r| {
+            position
+                .get(r.info.run_id.as_str())
+                .copied()
+                .unwrap_or(usize::MAX)
+        });
+        Ok(runs)
+    }
+
+    /// The lifecycle stage of a run, or not found.
+    async fn run_stage(
+        &self,
+        conn: &impl ConnectionTrait,
+        run_id: &str,
+    ) -> Result<String, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT lifecycle_stage FROM runs WHERE id = ")
+            .bind(run_id.to_owned());
+        let row = conn
+            .query_one_raw(sql.build())
+            .await?
+            .ok_or_else(|| not_found_run(run_id))?;
+        get(&row, "lifecycle_stage")
+    }
+
+    async fn require_active_run(
+        &self,
+        conn: &impl ConnectionTrait,
+        run_id: &str,
+    ) -> Result<(), StoreError> {
+        let stage = self.run_stage(conn, run_id).await?;
+        if stage != "active" {
+            return Err(StoreError::Rejected(format!(
+                "The run {run_id} must be in the 'active' state. Current state is {stage}."
+            )));
+        }
+        Ok(())
+    }
+
+    pub async fn update_run(
+        &self,
+        run_id: &str,
+        status: Option<&str>,
+        end_time: Option<i64>,
+        run_name: Option<&str>,
+    ) -> Result<RunInfo, StoreError> {
+        let txn = self.connection().begin().await?;
+        self.require_active_run(&txn, run_id).await?;
+        let mut sets: Vec<(&str, Value)> = Vec::new();
+        if let Some(status) = status {
+            sets.push(("status", status.to_owned().into()));
+        }
+        if let Some(end) = end_time {
+            sets.push(("end_time", end.into()));
+        }
+        let name = run_name.filter(|n| !n.is_empty());
+        if let Some(name) = name {
+            sets.push(("name", name.to_owned().into()));
+        }
+        if !sets.is_empty() {
+            let mut sql = self.sql();
+            sql.push("UPDATE runs SET ");
+            for (i, (column, value)) in sets.into_iter().enumerate() {
+                if i > 0 {
+                    sql.push(", ");
+                }
+                sql.push(&format!("{column} = ")).bind(value);
+            }
+            sql.push(" WHERE id = ").bind(run_id.to_owned());
+            txn.execute_raw(sql.build()).await?;
+        }
+        if let Some(name) = name {
+            upsert_run_tags(
+                &txn,
+                self.sql(),
+                run_id,
+                &[(RUN_NAME_TAG.to_owned(), name.to_owned())],
+            )
+            .await?;
+        }
+        txn.commit().await?;
+        Ok(self.get_run(run_id).await?.info)
+    }
+
+    pub async fn set_run_deleted(&self, run_id: &str, deleted: bool) -> Result<(), StoreError> {
+        self.run_stage(self.connection(), run_id).await?;
+        let mut sql = self.sql();
+        sql.push("UPDATE runs SET lifecycle_stage = ")
+            .bind(if deleted { "deleted" } else { "active" })
+            .push(" WHERE id = ")
+            .bind(run_id.to_owned());
+        self.connection().execute_raw(sql.build()).await?;
+        Ok(())
+    }
+
+    /// Logs metrics, params and tags in one transaction: all or nothing.
+    /// Params are write-once (the same value again is accepted), tags are
+    /// last-write-wins, metric points are appended.
+    pub async fn log_batch(
+        &self,
+        run_id: &str,
+        metrics: &[MetricIn],
+        params: &[(String, String)],
+        tags: &[(String, String)],
+    ) -> Result<(), StoreError> {
+        let txn = self.connection().begin().await?;
+        self.require_active_run(&txn, run_id).await?;
+        if !params.is_empty() {
+            self.insert_params(&txn, run_id, params).await?;
+        }
+        if !metrics.is_empty() {
+            self.append_metrics(&txn, run_id, metrics).await?;
+        }
+        if !tags.is_empty() {
+            upsert_run_tags(&txn, self.sql(), run_id, tags).await?;
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    async fn insert_params(
+        &self,
+        txn: &DatabaseTransaction,
+        run_id: &str,
+        params: &[(String, String)],
+    ) -> Result<(), StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT key, value FROM params WHERE run_id = ")
+            .bind(run_id.to_owned())
+            .push(" AND key IN ")
+            .bind_list(params.iter().map(|(k, _)| k.clone()));
+        let mut existing: HashMap<String, String> = HashMap::new();
+        for row in txn.query_all_raw(sql.build()).await? {
+            existing.insert(get(&row, "key")?, get(&row, "value")?);
+        }
+        let mut fresh = Vec::new();
+        for (key, value) in params {
+            match existing.get(key) {
+                Some(old) if old == value => {}
+                Some(old) => {
+                    return Err(StoreError::Rejected(format!(
+                        "Changing param values is not allowed. Param with key='{key}' was already logged with value='{old}' for run ID='{run_id}'. Attempted logging new value '{value}'."
+                    )));
+                }
+                None => fresh.push((key, value)),
+            }
+        }
+        if fresh.is_empty() {
+            return Ok(());
+        }
+        let mut sql = self.sql();
+        sql.push("INSERT INTO params (run_id, key, value) VALUES ");
+        for (i, (key, value)) in fresh.into_iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.push("(")
+                .bind(run_id.to_owned())
+                .push(", ")
+                .bind((*key).clone())
+                .push(", ")
+                .bind((*value).clone())
+                .push(")");
+        }
+        txn.execute_raw(sql.build()).await?;
+        Ok(())
+    }
+
+    /// One chunk per key for this batch, and the latest value per key.
+    async fn append_metrics(
+        &self,
+        txn: &DatabaseTransaction,
+        run_id: &str,
+        metrics: &[MetricIn],
+    ) -> Result<(), StoreError> {
+        let mut order: Vec<&str> = Vec::new();
+        let mut series: HashMap<&str, Vec<Point>> = HashMap::new();
+        for m in metrics {
+            series
+                .entry(m.key.as_str())
+                .or_insert_with(|| {
+                    order.push(m.key.as_str());
+                    Vec::new()
+                })
+                .push(m.point);
+        }
+        let mut chunks_sql = self.sql();
+        chunks_sql.push(
+            "INSERT INTO metric_chunks (run_id, key, count, min_step, max_step, min_timestamp, max_timestamp, points) VALUES ",
+        );
+        let mut latest_sql = self.sql();
+        latest_sql.push("INSERT INTO latest_metrics (run_id, key, value, timestamp, step) VALUES ");
+        for (i, key) in order.iter().enumerate() {
+            let points = &series[key];
+            let min_step = points.iter().map(|p| p.step).min().unwrap_or(0);
+            let max_step = points.iter().map(|p| p.step).max().unwrap_or(0);
+            let min_ts = points.iter().map(|p| p.timestamp).min().unwrap_or(0);
+            let max_ts = points.iter().map(|p| p.timestamp).max().unwrap_or(0);
+            // MLflow's latest value: the highest step, then timestamp.
+            let latest = points
+                .iter()
+                .copied()
+                .max_by(|a, b| (a.step, a.timestamp).cmp(&(b.step, b.timestamp)))
+                .unwrap_or(Point {
+                    step: 0,
+                    timestamp: 0,
+                    value: f64::NAN,
+                });
+            if i > 0 {
+                chunks_sql.push(", ");
+                latest_sql.push(", ");
+            }
+            chunks_sql
+                .push("(")
+                .bind(run_id.to_owned())
+                .push(", ")
+                .bind((*key).to_owned())
+                .push(", ")
+                .bind(points.len() as i32)
+                .push(", ")
+                .bind(min_step)
+                .push(", ")
+                .bind(max_step)
+                .push(", ")
+                .bind(min_ts)
+                .push(", ")
+                .bind(max_ts)
+                .push(", ")
+                .bind(chunks::encode(points))
+                .push(")");
+            let value: Option<f64> = (!latest.value.is_nan()).then_some(latest.value);
+            latest_sql
+                .push("(")
+                .bind(run_id.to_owned())
+                .push(", ")
+                .bind((*key).to_owned())
+                .push(", ")
+                .bind(value)
+                .push(", ")
+                .bind(latest.timestamp)
+                .push(", ")
+                .bind(latest.step)
+                .push(")");
+        }
+        latest_sql.push(
+            " ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, timestamp = excluded.timestamp, step = excluded.step \
+             WHERE excluded.step > latest_metrics.step \
+             OR (excluded.step = latest_metrics.step AND excluded.timestamp >= latest_metrics.timestamp)",
+        );
+        txn.execute_raw(chunks_sql.build()).await?;
+        txn.execute_raw(latest_sql.build()).await?;
+        Ok(())
+    }
+
+    pub async fn delete_run_tag(&self, run_id: &str, key: &str) -> Result<(), StoreError> {
+        self.require_active_run(self.connection(), run_id).await?;
+        let mut sql = self.sql();
+        sql.push("DELETE FROM tags WHERE run_id = ")
+            .bind(run_id.to_owned())
+            .push(" AND key = ")
+            .bind(key.to_owned());
+        let done = self.connection().execute_raw(sql.build()).await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!(
+                "No tag with name: {key} in run with id {run_id}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every point of a series, in the order logged.
+    pub async fn metric_history(&self, run_id: &str, key: &str) -> Result<Vec<Point>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT points FROM metric_chunks WHERE run_id = ")
+            .bind(run_id.to_owned())
+            .push(" AND key = ")
+            .bind(key.to_owned())
+            .push(" ORDER BY id");
+        let rows = self.connection().query_all_raw(sql.build()).await?;
+        let mut points = Vec::new();
+        for row in rows {
+            let bytes: Vec<u8> = get(&row, "points")?;
+            chunks::decode_into(&bytes, &mut points);
+        }
+        Ok(points)
+    }
+
+    /// Runs of the given experiments that match, in order. Returns up to
+    /// `limit` runs after skipping `offset`.
+    pub async fn search_runs(
+        &self,
+        experiment_ids: &[i64],
+        filter_expr: Option<&Expr>,
+        order: &[OrderBy],
+        view: ViewType,
+        limit: u64,
+        offset: u64,
+    ) -> Result<Vec<Run>, StoreError> {
+        if experiment_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = self.sql();
+        sql.push("SELECT r.id FROM runs r");
+        let mut terms: Vec<String> = Vec::new();
+        let mut orders_start_time = false;
+        for (i, o) in order.iter().enumerate() {
+            let dir = if o.ascending { "ASC" } else { "DESC" };
+            let table = match &o.field {
+                Field::Metric(_) => "latest_metrics",
+                Field::Param(_) => "params",
+                Field::Tag(_) => "tags",
+                Field::Attr(attr) => {
+                    let column = match attr {
+                        Attribute::RunId => "r.id",
+                        Attribute::RunName => "r.name",
+                        Attribute::UserId => "r.user_name",
+                        Attribute::Status => "r.status",
+                        Attribute::ArtifactUri => "r.artifact_uri",
+                        Attribute::StartTime => {
+                            orders_start_time = true;
+                            "r.start_time"
+                        }
+                        Attribute::EndTime => "r.end_time",
+                        other => {
+                            return Err(StoreError::Rejected(format!(
+                                "Invalid order_by attribute `{}` for runs",
+                                other.name()
+                            )));
+                        }
+                    };
+                    terms.push(format!(
+                        "CASE WHEN {column} IS NULL THEN 1 ELSE 0 END, {column} {dir}"
+                    ));
+                    continue;
+                }
+            };
+            let (Field::Metric(key) | Field::Param(key) | Field::Tag(key)) = &o.field else {
+                continue;
+            };
+            sql.push(&format!(
+                " LEFT JOIN {table} o{i} ON o{i}.run_id = r.id AND o{i}.key = "
+            ))
+            .bind(key.clone());
+            if table == "latest_metrics" {
+                terms.push(format!(
+                    "CASE WHEN o{i}.run_id IS NULL THEN 2 WHEN o{i}.value IS NULL THEN 1 ELSE 0 END, o{i}.value {dir}"
+                ));
+            } else {
+                terms.push(format!(
+                    "CASE WHEN o{i}.run_id IS NULL THEN 1 ELSE 0 END, o{i}.value {dir}"
+                ));
+            }
+        }
+        sql.push(" WHERE r.experiment_id IN ")
+            .bind_list(experiment_ids.iter().copied())
+            .push(" AND r.lifecycle_stage IN ")
+            .bind_list(view.stages().iter().map(|s| s.to_string()));
+        if let Some(expr) = filter_expr {
+            sql.push(" AND ");
+            filter(&mut sql, expr, Scope::Runs);
+        }
+        if !orders_start_time {
+            terms.push("r.start_time DESC".to_owned());
+        }
+        terms.push("r.id ASC".to_owned());
+        sql.push(" ORDER BY ").push(&terms.join(", "));
+        sql.push(" LIMIT ")
+            .bind(limit as i64)
+            .push(" OFFSET ")
+            .bind(offset as i64);
+        let rows = self.connection().query_all_raw(sql.build()).await?;
+        let ids: Vec<String> = rows
+            .iter()
+            .map(|row| get(row, "id"))
+            .collect::<Result<_, _>>()?;
+        self.load_runs(&ids).await
+    }
+}
+
+async fn upsert_experiment_tag(
+    conn: &impl ConnectionTrait,
+    mut sql: Sql,
+    id: i64,
+    key: &str,
+    value: &str,
+) -> Result<(), StoreError> {
+    sql.push("INSERT INTO experiment_tags (experiment_id, key, value) VALUES (")
+        .bind(id)
+        .push(", ")
+        .bind(key.to_owned())
+        .push(", ")
+        .bind(value.to_owned())
+        .push(") ON CONFLICT (experiment_id, key) DO UPDATE SET value = excluded.value");
+    conn.execute_raw(sql.build()).await?;
+    Ok(())
+}
+
+/// Upserts run tags (the last of a repeated key wins); `mlflow.runName`
+/// renames the run too.
+async fn upsert_run_tags(
+    conn: &impl ConnectionTrait,
+    mut sql: Sql,
+    run_id: &str,
+    tags: &[(String, String)],
+) -> Result<(), StoreError> {
+    let mut last: Vec<(&str, &str)> = Vec::new();
+    for (k, v) in tags {
+        match last.iter_mut().find(|(key, _)| *key == k.as_str()) {
+            Some(slot) => slot.1 = v.as_str(),
+            None => last.push((k.as_str(), v.as_str())),
+        }
+    }
+    if last.is_empty() {
+        return Ok(());
+    }
+    let rename = last
+        .iter()
+        .find(|(k, _)| *k == RUN_NAME_TAG)
+        .map(|(_, v)| v.to_string());
+    sql.push("INSERT INTO tags (run_id, key, value) VALUES ");
+    for (i, (key, value)) in last.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.push("(")
+            .bind(run_id.to_owned())
+            .push(", ")
+            .bind((*key).to_owned())
+            .push(", ")
+            .bind((*value).to_owned())
+            .push(")");
+    }
+    sql.push(" ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value");
+    let backend = conn.get_database_backend();
+    conn.execute_raw(sql.build()).await?;
+    if let Some(name) = rename {
+        let mut sql = Sql::new(backend);
+        sql.push("UPDATE runs SET name = ")
+            .bind(name)
+            .push(" WHERE id = ")
+            .bind(run_id.to_owned());
+        conn.execute_raw(sql.build()).await?;
+    }
+    Ok(())
+}
+
+/// `adjective-noun-NNN`, as MLflow names runs nobody named.
+fn random_run_name() -> String {
+    const ADJECTIVES: [&str; 16] = [
+        "brave", "calm", "eager", "fair", "gentle", "honest", "keen", "lively", "merry", "nimble",
+        "proud", "quick", "rare", "sharp", "tidy", "witty",
+    ];
+    const NOUNS: [&str; 16] = [
+        "otter", "heron", "lynx", "finch", "bison", "crane", "gecko", "koala", "moose", "panda",
+        "raven", "sloth", "tapir", "viper", "whale", "zebra",
+    ];
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let number = u16::from_le_bytes([bytes[2], bytes[3]]) % 1000;
+    format!(
+        "{}-{}-{number:03}",
+        ADJECTIVES[usize::from(bytes[0]) % ADJECTIVES.len()],
+        NOUNS[usize::from(bytes[1]) % NOUNS.len()]
+    )
+}

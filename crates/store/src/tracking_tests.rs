@@ -1,0 +1,389 @@
+//! Tracking store tests, on SQLite and (with TEST_DATABASE_URL) PostgreSQL.
+
+use crate::testing::TestDb;
+use crate::{MetricIn, NewRun, Store, StoreError};
+use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
+use trainyard_domain::tracking::{Point, ViewType};
+
+async fn store() -> (TestDb, Store) {
+    let db = TestDb::new().await;
+    let store = Store::connect(&db.url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    (db, store)
+}
+
+fn metric(key: &str, step: i64, timestamp: i64, value: f64) -> MetricIn {
+    MetricIn {
+        key: key.to_owned(),
+        point: Point {
+            step,
+            timestamp,
+            value,
+        },
+    }
+}
+
+fn kv(k: &str, v: &str) -> (String, String) {
+    (k.to_owned(), v.to_owned())
+}
+
+async fn new_run(store: &Store, experiment_id: i64, name: &str) -> String {
+    store
+        .create_run(NewRun {
+            experiment_id,
+            user_id: "alice".into(),
+            run_name: Some(name.into()),
+            ..NewRun::default()
+        })
+        .await
+        .unwrap()
+        .info
+        .run_id
+}
+
+#[tokio::test]
+async fn runs_follow_mlflow_rules() {
+    let (_db, store) = store().await;
+    let default = store.get_experiment(0).await.unwrap();
+    assert_eq!(default.name, "Default");
+    let exp = store
+        .create_experiment_with("vision", None, &[kv("team", "cv")])
+        .await
+        .unwrap();
+    let experiment = store.get_experiment_by_name("vision").await.unwrap();
+    assert_eq!(
+        experiment.artifact_location,
+        format!("mlflow-artifacts:/{exp}")
+    );
+    assert_eq!(experiment.tags, vec![kv("team", "cv")]);
+
+    let run = store
+        .create_run(NewRun {
+            experiment_id: exp,
+            user_id: "alice".into(),
+            tags: vec![kv("mlflow.source.type", "LOCAL")],
+            ..NewRun::default()
+        })
+        .await
+        .unwrap();
+    let id = run.info.run_id.clone();
+    assert_eq!(id.len(), 32);
+    assert_eq!(run.info.status, "RUNNING");
+    assert_eq!(
+        run.info.artifact_uri,
+        format!("mlflow-artifacts:/{exp}/{id}/artifacts")
+    );
+    assert!(
+        run.tags.contains(&kv("mlflow.runName", &run.info.run_name)),
+        "{:?}",
+        run.tags
+    );
+
+    store
+        .log_batch(
+            &id,
+            &[
+                metric("loss", 0, 10, 1.0),
+                metric("loss", 2, 12, 0.5),
+                metric("loss", 1, 30, 0.7),
+                metric("odd", 0, 1, f64::NAN),
+            ],
+            &[kv("lr", "0.01")],
+            &[kv("stage", "a"), kv("stage", "b")],
+        )
+        .await
+        .unwrap();
+    // The same param value again is fine; another value is refused, and the
+    // whole batch with it: its metric is not stored.
+    store
+        .log_batch(&id, &[], &[kv("lr", "0.01")], &[])
+        .await
+        .unwrap();
+    let refused = store
+        .log_batch(&id, &[metric("loss", 9, 99, 0.1)], &[kv("lr", "0.1")], &[])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::Rejected(m) if m.contains("Changing param values is not allowed")),
+        "{refused}"
+    );
+
+    let run = store.get_run(&id).await.unwrap();
+    let loss = run.metrics.iter().find(|m| m.key == "loss").unwrap();
+    assert_eq!(
+        (loss.point.step, loss.point.value),
+        (2, 0.5),
+        "latest = highest step"
+    );
+    assert!(
+        run.metrics
+            .iter()
+            .find(|m| m.key == "odd")
+            .unwrap()
+            .point
+            .value
+            .is_nan()
+    );
+    assert_eq!(run.params, vec![kv("lr", "0.01")]);
+    assert!(run.tags.contains(&kv("stage", "b")), "last write wins");
+    let history = store.metric_history(&id, "loss").await.unwrap();
+    assert_eq!(
+        history.iter().map(|p| p.step).collect::<Vec<_>>(),
+        vec![0, 2, 1]
+    );
+
+    let info = store
+        .update_run(&id, Some("FINISHED"), Some(100), Some("renamed"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (info.status.as_str(), info.end_time, info.run_name.as_str()),
+        ("FINISHED", Some(100), "renamed")
+    );
+    assert!(
+        store
+            .get_run(&id)
+            .await
+            .unwrap()
+            .tags
+            .contains(&kv("mlflow.runName", "renamed"))
+    );
+
+    store.delete_run_tag(&id, "stage").await.unwrap();
+    assert!(matches!(
+        store.delete_run_tag(&id, "stage").await,
+        Err(StoreError::NotFound(_))
+    ));
+    store.set_run_deleted(&id, true).await.unwrap();
+    let refused = store
+        .log_batch(&id, &[metric("x", 0, 0, 1.0)], &[], &[])
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("must be in the 'active' state"),
+        "{refused}"
+    );
+    assert!(matches!(
+        store.get_run("0123").await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn deleting_an_experiment_deletes_its_runs() {
+    let (_db, store) = store().await;
+    let exp = store
+        .create_experiment_with("temp", None, &[])
+        .await
+        .unwrap();
+    let run = new_run(&store, exp, "r").await;
+    store.set_experiment_deleted(exp, true).await.unwrap();
+    assert_eq!(
+        store.get_run(&run).await.unwrap().info.lifecycle_stage,
+        "deleted"
+    );
+    assert!(
+        store
+            .create_run(NewRun {
+                experiment_id: exp,
+                ..NewRun::default()
+            })
+            .await
+            .is_err()
+    );
+    assert!(matches!(
+        store.set_experiment_deleted(exp, true).await,
+        Err(StoreError::NotFound(_))
+    ));
+    store.set_experiment_deleted(exp, false).await.unwrap();
+    assert_eq!(
+        store.get_run(&run).await.unwrap().info.lifecycle_stage,
+        "active"
+    );
+    assert!(matches!(
+        store.create_experiment_with("temp", None, &[]).await,
+        Err(StoreError::Conflict { .. })
+    ));
+}
+
+#[tokio::test]
+async fn search_runs_with_or_parentheses_ranges_and_order() {
+    let (_db, store) = store().await;
+    let exp = store
+        .create_experiment_with("sweep", None, &[])
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for (i, (lr, acc, model)) in [
+        ("0.001", 0.91, "cnn"),
+        ("0.01", 0.85, "cnn"),
+        ("0.1", 0.60, "mlp"),
+        ("big", f64::NAN, "mlp"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = new_run(&store, exp, &format!("run-{i}")).await;
+        store
+            .log_batch(
+                &id,
+                &[metric("acc", 1, 1, acc)],
+                &[kv("lr", lr), kv("model", model)],
+                &[kv("team", if i % 2 == 0 { "a" } else { "b" })],
+            )
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let _no_metrics = new_run(&store, exp, "bare").await;
+
+    let search = |filter: &'static str, order: &'static [&'static str]| {
+        let store = store.clone();
+        async move {
+            let expr = parse_filter(filter, Scope::Runs).unwrap();
+            let order: Vec<_> = order
+                .iter()
+                .map(|o| parse_order_by(o, Scope::Runs).unwrap())
+                .collect();
+            store
+                .search_runs(&[exp], expr.as_ref(), &order, ViewType::ActiveOnly, 100, 0)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.info.run_name)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        search("metrics.acc > 0.8", &["metrics.acc DESC"]).await,
+        ["run-0", "run-1"]
+    );
+    assert_eq!(
+        search(
+            "params.model = 'mlp' OR (metrics.acc >= 0.9 AND tags.team = 'a')",
+            &["attributes.run_name"]
+        )
+        .await,
+        ["run-0", "run-2", "run-3"]
+    );
+    assert_eq!(
+        search("params.lr < 0.05", &["params.lr ASC"]).await,
+        ["run-0", "run-1"],
+        "params compare as numbers"
+    );
+    assert_eq!(
+        search("metrics.acc BETWEEN 0.6 AND 0.86", &["metrics.acc"]).await,
+        ["run-2", "run-1"]
+    );
+    assert_eq!(
+        search(
+            "tags.team NOT IN ('a') AND metrics.acc IS NOT NULL",
+            &["run_name"]
+        )
+        .await,
+        ["run-1", "run-3"]
+    );
+    assert_eq!(search("metrics.acc IS NULL", &[]).await, ["bare"]);
+    assert_eq!(
+        search("run_name LIKE 'run-%'", &["run_name DESC"]).await,
+        ["run-3", "run-2", "run-1", "run-0"]
+    );
+    assert_eq!(
+        search("run_name LIKE 'RUN-%'", &[]).await.len(),
+        0,
+        "LIKE is case-sensitive"
+    );
+    assert_eq!(search("run_name ILIKE 'RUN-%'", &[]).await.len(), 4);
+    // Runs without the metric sort last whichever the direction; NaN after numbers.
+    let asc = search("", &["metrics.acc ASC"]).await;
+    assert_eq!(asc, ["run-2", "run-1", "run-0", "run-3", "bare"]);
+    let desc = search("", &["metrics.acc DESC"]).await;
+    assert_eq!(desc, ["run-0", "run-1", "run-2", "run-3", "bare"]);
+    let page = store
+        .search_runs(&[exp], None, &[], ViewType::ActiveOnly, 2, 4)
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 1, "offset paging");
+    let id_filter = format!("run_id IN ('{}', '{}')", ids[0], ids[2]);
+    let expr = parse_filter(&id_filter, Scope::Runs).unwrap();
+    assert_eq!(
+        store
+            .search_runs(&[exp], expr.as_ref(), &[], ViewType::ActiveOnly, 10, 0)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn search_experiments_filters_and_orders() {
+    let (_db, store) = store().await;
+    for (name, team) in [
+        ("mnist-a", "vision"),
+        ("mnist-b", "vision"),
+        ("bert", "nlp"),
+    ] {
+        store
+            .create_experiment_with(name, None, &[kv("team", team)])
+            .await
+            .unwrap();
+    }
+    let names = |filter: &'static str, view: ViewType| {
+        let store = store.clone();
+        async move {
+            let expr = parse_filter(filter, Scope::Experiments).unwrap();
+            let order = [parse_order_by("name ASC", Scope::Experiments).unwrap()];
+            store
+                .search_experiments(expr.as_ref(), &order, view, 100, 0)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| e.name)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        names("name LIKE 'mnist%'", ViewType::ActiveOnly).await,
+        ["mnist-a", "mnist-b"]
+    );
+    assert_eq!(
+        names(
+            "tags.team = 'nlp' OR name = 'Default'",
+            ViewType::ActiveOnly
+        )
+        .await,
+        ["Default", "bert"]
+    );
+    let bert = store.get_experiment_by_name("bert").await.unwrap();
+    store.set_experiment_deleted(bert.id, true).await.unwrap();
+    assert_eq!(names("", ViewType::DeletedOnly).await, ["bert"]);
+    assert_eq!(names("", ViewType::All).await.len(), 4);
+    let expr = parse_filter(
+        &format!("experiment_id = '{}'", bert.id),
+        Scope::Experiments,
+    )
+    .unwrap();
+    assert_eq!(
+        store
+            .search_experiments(expr.as_ref(), &[], ViewType::All, 10, 0)
+            .await
+            .unwrap()[0]
+            .name,
+        "bert"
+    );
+    store
+        .rename_experiment(
+            store.get_experiment_by_name("mnist-a").await.unwrap().id,
+            "mnist-c",
+        )
+        .await
+        .unwrap();
+    assert!(store.get_experiment_by_name("mnist-c").await.is_ok());
+    assert!(matches!(
+        store.get_experiment_by_name("mnist-a").await,
+        Err(StoreError::NotFound(_))
+    ));
+}
