@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod metrics;
+mod mlflow;
 mod ops;
 
 use std::net::SocketAddr;
@@ -45,6 +46,10 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub store: Store,
     pub metrics: Arc<Metrics>,
+    /// Where run artifacts live: `<data_dir>/artifacts`.
+    pub artifact_root: std::path::PathBuf,
+    /// Largest artifact upload, in bytes.
+    pub artifact_max_bytes: usize,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -66,6 +71,8 @@ impl AppState {
             leptos_options,
             store,
             metrics: Arc::new(Metrics::new()),
+            artifact_root: config.data_dir.join("artifacts"),
+            artifact_max_bytes: config.artifact_max_bytes,
         }
     }
 }
@@ -76,6 +83,7 @@ pub fn router(state: AppState) -> Router {
     let store = state.store.clone();
     let options = state.leptos_options.clone();
     Router::new()
+        .merge(mlflow::routes(state.artifact_max_bytes))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -1,0 +1,204 @@
+//! The mlflow-artifacts proxy: upload (PUT), download (GET), list and delete
+//! run artifacts, stored under `<data_dir>/artifacts/<experiment>/<run>/artifacts/`.
+//! A path must name an existing run's artifact folder and may not escape it.
+
+use std::path::{Path, PathBuf};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tower::ServiceExt;
+use tower_http::services::ServeFile;
+
+use super::ApiError;
+use super::request::Req;
+use crate::AppState;
+
+pub fn routes(limit: usize) -> Router<AppState> {
+    Router::new()
+        .route("/artifacts", get(list))
+        .route(
+            "/artifacts/{*path}",
+            get(download).put(upload).delete(remove),
+        )
+        // Uploads stream to disk and count their own bytes against `limit`.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::Extension(UploadLimit(limit)))
+}
+
+#[derive(Clone, Copy)]
+struct UploadLimit(usize);
+
+/// Checks a path the client sent and maps it into the artifact root.
+async fn resolve(state: &AppState, raw: &str) -> Result<PathBuf, ApiError> {
+    let path = raw.trim_start_matches('/');
+    let invalid = || ApiError::invalid(format!("Invalid path `{raw}`: it must stay inside a run's artifact folder"));
+    if path.contains('\\') || path.contains('\0') || path.contains('#') {
+        return Err(invalid());
+    }
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if segments.iter().any(|s| *s == "." || *s == ".." || s.contains(':')) {
+        return Err(invalid());
+    }
+    let (experiment, run, folder) = match segments.as_slice() {
+        [experiment, run, folder, ..] => (*experiment, *run, *folder),
+        _ => return Err(invalid()),
+    };
+    if folder != "artifacts" {
+        return Err(invalid());
+    }
+    let run_info = state
+        .store
+        .get_run(run)
+        .await
+        .map_err(|_| ApiError::not_found(format!("Run with id={run} not found")))?
+        .info;
+    if run_info.experiment_id.to_string() != experiment {
+        return Err(ApiError::not_found(format!(
+            "Run {run} does not belong to experiment {experiment}"
+        )));
+    }
+    let mut full = state.artifact_root.clone();
+    for segment in segments {
+        full.push(segment);
+    }
+    Ok(full)
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    path: Option<String>,
+}
+
+async fn list(State(state): State<AppState>, Req(q): Req<ListQuery>) -> Result<axum::Json<Value>, ApiError> {
+    let dir = resolve(&state, q.path.as_deref().unwrap_or("")).await?;
+    let mut files = Vec::new();
+    if let Ok(mut entries) = tokio::fs::read_dir(&dir).await {
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".upload-") {
+                continue;
+            }
+            let Ok(meta) = entry.metadata().await else { continue };
+            let mut item = json!({ "path": name, "is_dir": meta.is_dir() });
+            if meta.is_file() && meta.len() > 0 {
+                item["file_size"] = json!(meta.len());
+            }
+            files.push(item);
+        }
+    }
+    files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    let mut out = json!({});
+    if !files.is_empty() {
+        out["files"] = Value::Array(files);
+    }
+    Ok(axum::Json(out))
+}
+
+async fn download(
+    State(state): State<AppState>,
+    UrlPath(path): UrlPath<String>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let file = resolve(&state, &path).await?;
+    let meta = tokio::fs::metadata(&file)
+        .await
+        .map_err(|_| ApiError::not_found(format!("No such artifact: '{path}'")))?;
+    if meta.is_dir() {
+        return Err(ApiError::invalid(format!("'{path}' is a folder; list it instead")));
+    }
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().replace('"', ""))
+        .unwrap_or_default();
+    let mut response = ServeFile::new(&file)
+        .oneshot(request)
+        .await
+        .map_err(|e| ApiError::invalid(format!("cannot read '{path}': {e}")))?
+        .into_response();
+    if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        response.headers_mut().insert(header::CONTENT_DISPOSITION, value);
+    }
+    response
+        .headers_mut()
+        .insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    Ok(response)
+}
+
+async fn upload(
+    State(state): State<AppState>,
+    axum::Extension(UploadLimit(limit)): axum::Extension<UploadLimit>,
+    UrlPath(path): UrlPath<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let target = resolve(&state, &path).await?;
+    let parent = target.parent().map(Path::to_path_buf).ok_or_else(|| ApiError::invalid("empty artifact path"))?;
+    let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    tokio::fs::create_dir_all(&parent).await.map_err(io_error)?;
+    if tokio::fs::metadata(&target).await.is_ok_and(|m| m.is_dir()) {
+        return Err(ApiError::invalid(format!("'{path}' is a folder; it cannot be overwritten by a file")));
+    }
+    // Write beside the target, then rename: a reader never sees half a file,
+    // and a failed upload leaves the previous version in place.
+    let temp = parent.join(format!(".upload-{}-{file_name}", uuid_like()));
+    let result = write_limited(&temp, body, limit).await;
+    if let Err(err) = result {
+        let _ = tokio::fs::remove_file(&temp).await;
+        return Err(err);
+    }
+    tokio::fs::rename(&temp, &target).await.map_err(io_error)?;
+    Ok((StatusCode::OK, axum::Json(json!({}))).into_response())
+}
+
+async fn write_limited(temp: &Path, body: Body, limit: usize) -> Result<(), ApiError> {
+    let mut file = tokio::fs::File::create(temp).await.map_err(io_error)?;
+    let mut stream = body.into_data_stream();
+    let mut written = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::invalid(format!("the upload was interrupted: {e}")))?;
+        written += chunk.len();
+        if written > limit {
+            return Err(ApiError::too_large(limit));
+        }
+        file.write_all(&chunk).await.map_err(io_error)?;
+    }
+    file.sync_all().await.map_err(io_error)?;
+    Ok(())
+}
+
+async fn remove(State(state): State<AppState>, UrlPath(path): UrlPath<String>) -> Result<axum::Json<Value>, ApiError> {
+    let target = resolve(&state, &path).await?;
+    match tokio::fs::metadata(&target).await {
+        Ok(meta) if meta.is_dir() => tokio::fs::remove_dir_all(&target).await.map_err(io_error)?,
+        Ok(_) => tokio::fs::remove_file(&target).await.map_err(io_error)?,
+        Err(_) => {}
+    }
+    Ok(axum::Json(json!({})))
+}
+
+fn io_error(err: std::io::Error) -> ApiError {
+    tracing::error!(error = %err, "artifact storage error");
+    ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        code: "INTERNAL_ERROR",
+        message: format!("artifact storage failed: {err}"),
+    }
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        trainyard_store::now_millis(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}

@@ -1,0 +1,167 @@
+//! `/metrics/get-history` (paged) and `/metrics/get-history-bulk-interval`
+//! (MLflow's sampled read for charts of up to 100 runs).
+
+use axum::Json;
+use axum::extract::State;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use trainyard_domain::tracking::Point;
+
+use super::request::Req;
+use super::wire::{self, opt_i64, required};
+use super::{ApiError, ApiResult};
+use crate::AppState;
+
+#[derive(Deserialize)]
+pub struct History {
+    run_id: Option<String>,
+    run_uuid: Option<String>,
+    metric_key: Option<String>,
+    #[serde(default, deserialize_with = "opt_i64")]
+    max_results: Option<i64>,
+    page_token: Option<String>,
+}
+
+/// MLflow's order for a history: timestamp, then step, then value.
+fn mlflow_order(a: &Point, b: &Point) -> std::cmp::Ordering {
+    (a.timestamp, a.step)
+        .cmp(&(b.timestamp, b.step))
+        .then(a.value.total_cmp(&b.value))
+}
+
+pub async fn get_history(State(state): State<AppState>, Req(req): Req<History>) -> ApiResult {
+    let run_id = required(req.run_id.filter(|s| !s.is_empty()).or(req.run_uuid), "run_id")?;
+    let key = required(req.metric_key, "metric_key")?;
+    let offset = wire::parse_page_token(req.page_token.as_deref())?;
+    let limit = match req.max_results {
+        None => None,
+        Some(n) => Some(wire::max_results(Some(n), n, i64::MAX)?),
+    };
+    let mut points = state.store.metric_history(&run_id, &key).await?;
+    points.sort_by(mlflow_order);
+    let start = (offset as usize).min(points.len());
+    let end = match limit {
+        Some(limit) => start.saturating_add(limit as usize).min(points.len()),
+        None => points.len(),
+    };
+    let mut out = json!({});
+    if end > start {
+        let metrics: Vec<Value> = points[start..end].iter().map(|p| wire::metric(&key, p)).collect();
+        out["metrics"] = Value::Array(metrics);
+    }
+    if end < points.len() {
+        out["next_page_token"] = json!(wire::page_token(end as u64));
+    }
+    Ok(Json(out))
+}
+
+#[derive(Deserialize)]
+pub struct BulkInterval {
+    #[serde(default, deserialize_with = "wire::list")]
+    run_ids: Vec<String>,
+    metric_key: Option<String>,
+    #[serde(default, deserialize_with = "opt_i64")]
+    start_step: Option<i64>,
+    #[serde(default, deserialize_with = "opt_i64")]
+    end_step: Option<i64>,
+    #[serde(default, deserialize_with = "opt_i64")]
+    max_results: Option<i64>,
+}
+
+pub const MAX_RUNS_BULK: usize = 100;
+pub const MAX_RESULTS_PER_RUN: i64 = 2500;
+
+pub async fn get_history_bulk_interval(
+    State(state): State<AppState>,
+    Req(req): Req<BulkInterval>,
+) -> ApiResult {
+    let key = required(req.metric_key, "metric_key")?;
+    if req.run_ids.is_empty() {
+        return Err(ApiError::invalid("Missing value for required parameter 'run_ids'."));
+    }
+    if req.run_ids.len() > MAX_RUNS_BULK {
+        return Err(ApiError::invalid(format!(
+            "GetMetricHistoryBulkInterval request must specify at most {MAX_RUNS_BULK} run_ids. Received {} run_ids.",
+            req.run_ids.len()
+        )));
+    }
+    let max_results = req.max_results.unwrap_or(MAX_RESULTS_PER_RUN);
+    if !(1..=MAX_RESULTS_PER_RUN).contains(&max_results) {
+        return Err(ApiError::invalid(format!("max_results must be between 1 and {MAX_RESULTS_PER_RUN}.")));
+    }
+    let range = match (req.start_step, req.end_step) {
+        (None, None) => None,
+        (Some(start), Some(end)) if start <= end => Some((start, end)),
+        (Some(start), Some(end)) => {
+            return Err(ApiError::invalid(format!(
+                "end_step must be greater than start_step. Found start_step={start} and end_step={end}."
+            )));
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "If either start step or end step are specified, both must be specified.",
+            ));
+        }
+    };
+    let mut metrics = Vec::new();
+    for run_id in &req.run_ids {
+        let mut points = state.store.metric_history(run_id, &key).await?;
+        if let Some((start, end)) = range {
+            points.retain(|p| p.step >= start && p.step <= end);
+        }
+        points.sort_by(|a, b| {
+            (a.step, a.timestamp)
+                .cmp(&(b.step, b.timestamp))
+                .then(a.value.total_cmp(&b.value))
+        });
+        for p in sample(&points, max_results as usize) {
+            let mut m = wire::metric(&key, p);
+            m["run_id"] = json!(run_id);
+            metrics.push(m);
+        }
+    }
+    let mut out = json!({});
+    if !metrics.is_empty() {
+        out["metrics"] = Value::Array(metrics);
+    }
+    Ok(Json(out))
+}
+
+/// MLflow's sampling: the first point of each of `n` equal buckets (NTILE),
+/// always keeping the last point.
+fn sample(points: &[Point], n: usize) -> Vec<&Point> {
+    if points.len() <= n {
+        return points.iter().collect();
+    }
+    let len = points.len();
+    // NTILE(n): the first `len % n` buckets hold one point more.
+    let base = len / n;
+    let extra = len % n;
+    let mut out = Vec::with_capacity(n);
+    let mut index = 0;
+    for bucket in 0..n {
+        out.push(&points[index]);
+        index += base + usize::from(bucket < extra);
+    }
+    let last = &points[len - 1];
+    if !std::ptr::eq(*out.last().unwrap_or(&last), last) {
+        if let Some(slot) = out.last_mut() {
+            *slot = last;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_keeps_bucket_starts_and_the_last_point() {
+        let points: Vec<Point> = (0..10).map(|i| Point { step: i, timestamp: 0, value: 0.0 }).collect();
+        let steps = |n| sample(&points, n).iter().map(|p| p.step).collect::<Vec<_>>();
+        assert_eq!(steps(20).len(), 10);
+        assert_eq!(steps(3), vec![0, 4, 9]);
+        assert_eq!(steps(5), vec![0, 2, 4, 6, 9]);
+    }
+}

@@ -1,0 +1,243 @@
+//! MLflow's JSON forms: lenient readers for int64 (number or string), doubles
+//! (number, or "NaN" / "Infinity" strings), ids (string or number) and lists
+//! (one value or many); writers for experiments, runs and metrics; page tokens.
+
+use base64::Engine;
+use serde::{Deserialize, Deserializer};
+use serde_json::{Value, json};
+use trainyard_domain::tracking::{Experiment, Point, Run, RunInfo};
+
+use super::ApiError;
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrStr {
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+pub fn opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error;
+    match Option::<NumOrStr>::deserialize(d)? {
+        None => Ok(None),
+        Some(NumOrStr::Int(i)) => Ok(Some(i)),
+        Some(NumOrStr::Float(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => Ok(Some(f as i64)),
+        Some(NumOrStr::Float(f)) => Err(D::Error::custom(format!("{f} is not an integer"))),
+        Some(NumOrStr::Str(s)) if s.trim().is_empty() => Ok(None),
+        Some(NumOrStr::Str(s)) => s
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| D::Error::custom(format!("`{s}` is not an integer"))),
+    }
+}
+
+pub fn opt_f64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    use serde::de::Error;
+    match Option::<NumOrStr>::deserialize(d)? {
+        None => Ok(None),
+        Some(NumOrStr::Int(i)) => Ok(Some(i as f64)),
+        Some(NumOrStr::Float(f)) => Ok(Some(f)),
+        Some(NumOrStr::Str(s)) => match s.trim() {
+            "NaN" | "nan" => Ok(Some(f64::NAN)),
+            "Infinity" | "inf" => Ok(Some(f64::INFINITY)),
+            "-Infinity" | "-inf" => Ok(Some(f64::NEG_INFINITY)),
+            other => other
+                .parse()
+                .map(Some)
+                .map_err(|_| D::Error::custom(format!("`{s}` is not a number"))),
+        },
+    }
+}
+
+/// An id that MLflow types as a string but that clients may send as a number.
+pub fn opt_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Option::<NumOrStr>::deserialize(d)? {
+        None => None,
+        Some(NumOrStr::Int(i)) => Some(i.to_string()),
+        Some(NumOrStr::Float(f)) => Some(f.to_string()),
+        Some(NumOrStr::Str(s)) => Some(s),
+    })
+}
+
+/// A list that a GET query may carry as a single value.
+pub fn list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany<T> {
+        Many(Vec<T>),
+        One(T),
+    }
+    Ok(match Option::<OneOrMany<T>>::deserialize(d)? {
+        None => Vec::new(),
+        Some(OneOrMany::Many(v)) => v,
+        Some(OneOrMany::One(v)) => vec![v],
+    })
+}
+
+/// Lenient experiment ids (strings or numbers) in a list.
+pub fn id_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let values: Vec<Value> = list(d)?;
+    Ok(values
+        .into_iter()
+        .map(|v| match v {
+            Value::String(s) => s,
+            other => other.to_string(),
+        })
+        .collect())
+}
+
+pub fn parse_experiment_id(id: &str) -> Result<i64, ApiError> {
+    id.trim().parse().map_err(|_| {
+        ApiError::invalid(format!(
+            "Invalid experiment ID '{id}'. Experiment ID must be a valid integer."
+        ))
+    })
+}
+
+pub fn required<T>(value: Option<T>, name: &str) -> Result<T, ApiError> {
+    value.ok_or_else(|| {
+        ApiError::invalid(format!(
+            "Missing value for required parameter '{name}'. See the API docs for more information about request parameters."
+        ))
+    })
+}
+
+/// A double as MLflow writes it: a number, or "NaN" / "Infinity" / "-Infinity".
+pub fn double(v: f64) -> Value {
+    if v.is_nan() {
+        json!("NaN")
+    } else if v == f64::INFINITY {
+        json!("Infinity")
+    } else if v == f64::NEG_INFINITY {
+        json!("-Infinity")
+    } else {
+        json!(v)
+    }
+}
+
+fn kv_list(items: &[(String, String)]) -> Value {
+    Value::Array(
+        items
+            .iter()
+            .map(|(k, v)| json!({ "key": k, "value": v }))
+            .collect(),
+    )
+}
+
+pub fn experiment(e: &Experiment) -> Value {
+    let mut out = json!({
+        "experiment_id": e.id.to_string(),
+        "name": e.name,
+        "artifact_location": e.artifact_location,
+        "lifecycle_stage": e.lifecycle_stage,
+        "last_update_time": e.last_update_time,
+        "creation_time": e.creation_time,
+    });
+    if !e.tags.is_empty() {
+        out["tags"] = kv_list(&e.tags);
+    }
+    out
+}
+
+pub fn run_info(info: &RunInfo) -> Value {
+    let mut out = json!({
+        "run_id": info.run_id,
+        "run_uuid": info.run_id,
+        "run_name": info.run_name,
+        "experiment_id": info.experiment_id.to_string(),
+        "user_id": info.user_id,
+        "status": info.status,
+        "start_time": info.start_time,
+        "artifact_uri": info.artifact_uri,
+        "lifecycle_stage": info.lifecycle_stage,
+    });
+    if let Some(end) = info.end_time {
+        out["end_time"] = json!(end);
+    }
+    out
+}
+
+pub fn metric(key: &str, p: &Point) -> Value {
+    json!({ "key": key, "value": double(p.value), "timestamp": p.timestamp, "step": p.step })
+}
+
+pub fn run(r: &Run) -> Value {
+    let metrics: Vec<Value> = r.metrics.iter().map(|m| metric(&m.key, &m.point)).collect();
+    json!({
+        "info": run_info(&r.info),
+        "data": {
+            "metrics": metrics,
+            "params": kv_list(&r.params),
+            "tags": kv_list(&r.tags),
+        },
+        "inputs": {},
+    })
+}
+
+/// MLflow's page token: base64 of `{"offset": N}`.
+pub fn page_token(offset: u64) -> String {
+    base64::engine::general_purpose::STANDARD.encode(format!("{{\"offset\": {offset}}}"))
+}
+
+pub fn parse_page_token(token: Option<&str>) -> Result<u64, ApiError> {
+    let Some(token) = token.filter(|t| !t.is_empty()) else {
+        return Ok(0);
+    };
+    let bad = || ApiError::invalid(format!("Invalid page token `{token}`; pass the next_page_token of a previous answer"));
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .map_err(|_| bad())?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    value["offset"].as_u64().ok_or_else(bad)
+}
+
+/// `max_results` with MLflow's default and bounds.
+pub fn max_results(value: Option<i64>, default: i64, limit: i64) -> Result<u64, ApiError> {
+    let n = value.unwrap_or(default);
+    if n <= 0 {
+        return Err(ApiError::invalid(format!(
+            "Invalid value {n} for parameter 'max_results' supplied. It must be a positive integer"
+        )));
+    }
+    if n > limit {
+        return Err(ApiError::invalid(format!(
+            "Invalid value {n} for parameter 'max_results' supplied. It must be at most {limit}"
+        )));
+    }
+    Ok(n as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_round_trip_and_match_mlflow() {
+        assert_eq!(page_token(1000), "eyJvZmZzZXQiOiAxMDAwfQ==");
+        assert_eq!(parse_page_token(Some("eyJvZmZzZXQiOiAxMDAwfQ==")).unwrap(), 1000);
+        assert_eq!(parse_page_token(None).unwrap(), 0);
+        assert!(parse_page_token(Some("garbage!")).is_err());
+    }
+
+    #[test]
+    fn doubles_keep_non_finite_values() {
+        assert_eq!(double(f64::NAN), json!("NaN"));
+        assert_eq!(double(f64::NEG_INFINITY), json!("-Infinity"));
+        assert_eq!(double(0.5), json!(0.5));
+        #[derive(Deserialize)]
+        struct V {
+            #[serde(default, deserialize_with = "opt_f64")]
+            v: Option<f64>,
+            #[serde(default, deserialize_with = "opt_i64")]
+            t: Option<i64>,
+        }
+        let v: V = serde_json::from_value(json!({"v": "Infinity", "t": "17"})).unwrap();
+        assert_eq!((v.v, v.t), (Some(f64::INFINITY), Some(17)));
+        let v: V = serde_json::from_value(json!({"v": 2, "t": 3.0})).unwrap();
+        assert_eq!((v.v, v.t), (Some(2.0), Some(3)));
+        assert!(serde_json::from_value::<V>(json!({"t": 1.5})).is_err());
+        assert!(serde_json::from_value::<V>(json!({"v": "abc"})).is_err());
+    }
+}
