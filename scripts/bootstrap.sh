@@ -57,4 +57,13 @@ fi
 
 if [ "$what" = "test" ]; then
   ensure_deb chromium postgresql
+  # The official mlflow client, for the compatibility suite and the benchmark.
+  req="$ROOT/end2end/mlflow/requirements.txt"
+  stamp="$MLFLOW_VENV/.requirements"
+  if [ ! -x "$MLFLOW_VENV/bin/python" ] || ! cmp -s "$req" "$stamp"; then
+    step "installing the mlflow client into $MLFLOW_VENV"
+    python3 -m venv "$MLFLOW_VENV"
+    "$MLFLOW_VENV/bin/pip" install --quiet --disable-pip-version-check -r "$req"
+    cp "$req" "$stamp"
+  fi
 fi

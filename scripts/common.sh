@@ -21,5 +21,9 @@ CARGO_LEPTOS_VERSION="0.3.7"
 WASM_BINDGEN_VERSION="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' "$ROOT/Cargo.lock")"
 export CARGO_LEPTOS_VERSION WASM_BINDGEN_VERSION
 
+# The Python environment with the official mlflow client (tests, benchmarks).
+MLFLOW_VENV="$HOME/.cache/trainyard/mlflow-venv"
+export MLFLOW_VENV
+
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -35,11 +35,21 @@ TEST_DATABASE_URL="$("$ROOT/scripts/postgres.sh" start "$work/pg" "$port")"
 echo "PostgreSQL at $TEST_DATABASE_URL"
 TEST_DATABASE_URL="$TEST_DATABASE_URL" cargo test --locked --release --workspace --exclude trainyard-frontend 2>&1 | tee -a "$log"
 
+step "the official mlflow client against the release server (SQLite, then PostgreSQL)"
+mlflow_suite() {
+  (cd "$ROOT/end2end/mlflow" && E2E_TRAINYARD_BIN="$CARGO_TARGET_DIR/release/trainyard" \
+    "$MLFLOW_VENV/bin/python" -m pytest -q -p no:cacheprovider "$@")
+}
+mlflow_suite 2>&1 | tee -a "$log"
+psql "$TEST_DATABASE_URL" -qc "CREATE DATABASE mlflow_client"
+MLFLOW_TEST_DATABASE_URL="${TEST_DATABASE_URL%/*}/mlflow_client" mlflow_suite 2>&1 | tee -a "$log"
+
 step "browser tests (Playwright, headless Chromium)"
 (cd "$ROOT/end2end" && E2E_TRAINYARD_BIN="$CARGO_TARGET_DIR/release/trainyard" npx playwright test) 2>&1 | tee -a "$log"
 
 cargo_passed=$(grep -oE 'test result: ok\. [0-9]+ passed' "$log" | awk '{ s += $4 } END { print s + 0 }')
 browser_passed=$(grep -oE '^ +[0-9]+ passed' "$log" | awk '{ s += $1 } END { print s + 0 }')
+mlflow_passed=$(grep -oE '^[0-9]+ passed' "$log" | awk '{ s += $1 } END { print s + 0 }')
 echo
-echo "cargo: $cargo_passed passed; browser: $browser_passed passed"
-echo "$((cargo_passed + browser_passed)) passed, 0 failed"
+echo "cargo: $cargo_passed passed; mlflow client: $mlflow_passed passed; browser: $browser_passed passed"
+echo "$((cargo_passed + mlflow_passed + browser_passed)) passed, 0 failed"
