@@ -5,6 +5,7 @@ pub mod config;
 pub mod metrics;
 mod mlflow;
 mod ops;
+pub mod series;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,6 +85,10 @@ pub fn router(state: AppState) -> Router {
     let options = state.leptos_options.clone();
     Router::new()
         .merge(mlflow::routes(state.artifact_max_bytes))
+        .route(
+            "/api/trainyard/v1/series",
+            axum::routing::post(series::series),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

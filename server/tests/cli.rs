@@ -116,7 +116,10 @@ fn version_and_migrate() {
             .env("TRAINYARD_DATA_DIR", dir.path()),
     );
     let known = trainyard_store::Store::known_migrations();
-    assert!(applied.contains(&format!("applied {} migration(s)", known.len())), "{applied}");
+    assert!(
+        applied.contains(&format!("applied {} migration(s)", known.len())),
+        "{applied}"
+    );
     for name in &known {
         assert!(applied.contains(name.as_str()), "{applied}");
     }

@@ -56,7 +56,11 @@ async fn server_functions_round_trip_to_the_database() {
     let server = TestServer::start().await;
     let before = server.post_form("/api/get_overview", "").await;
     assert_eq!(before.status, 200, "{}", before.body);
-    assert_eq!(before.json()["experiments"], 1, "MLflow's Default experiment");
+    assert_eq!(
+        before.json()["experiments"],
+        1,
+        "MLflow's Default experiment"
+    );
 
     let created = server
         .post_form("/api/create_experiment", "name=resnet%20sweep")
@@ -113,7 +117,11 @@ async fn bad_input_to_a_server_function_names_the_field() {
         .iter()
         .filter_map(|e| e["name"].as_str())
         .collect();
-    assert_eq!(names, ["dup", "Default"], "nothing but the first `dup` was stored");
+    assert_eq!(
+        names,
+        ["dup", "Default"],
+        "nothing but the first `dup` was stored"
+    );
 }
 
 #[tokio::test]
@@ -168,4 +176,90 @@ async fn metrics_count_requests_by_route_and_status() {
     );
     assert!(text.contains(r#"trainyard_db_pool_connections{state="open"}"#));
     assert!(text.contains("trainyard_db_pool_max_connections 8"));
+}
+
+#[tokio::test]
+async fn series_are_downsampled_on_the_server_with_min_max_bands() {
+    let server = TestServer::start().await;
+    let json_post = |path: &'static str, body: serde_json::Value| {
+        let addr = server.addr;
+        async move {
+            common::request(
+                addr,
+                "POST",
+                path,
+                &[("Content-Type", "application/json")],
+                body.to_string().as_bytes(),
+            )
+            .await
+        }
+    };
+    let run = json_post(
+        "/api/2.0/mlflow/runs/create",
+        serde_json::json!({"experiment_id": "0", "start_time": 1_000}),
+    )
+    .await
+    .json();
+    let run_id = run["run"]["info"]["run_id"].as_str().unwrap().to_owned();
+    for chunk in 0..5 {
+        let metrics: Vec<_> = (chunk * 1000..(chunk + 1) * 1000)
+            .map(|step| {
+                let value = if step == 2_500 { 100.0 } else { (step % 7) as f64 };
+                serde_json::json!({"key": "loss", "value": value, "timestamp": 1_000 + step * 10, "step": step})
+            })
+            .collect();
+        let logged = json_post(
+            "/api/2.0/mlflow/runs/log-batch",
+            serde_json::json!({"run_id": run_id, "metrics": metrics}),
+        )
+        .await;
+        assert_eq!(logged.status, 200, "{}", logged.body);
+    }
+    let answer = json_post(
+        "/api/trainyard/v1/series",
+        serde_json::json!({"run_ids": [run_id], "keys": ["loss"], "points": 100}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let series = &answer.json()["series"][0];
+    assert_eq!(series["total_points"], 5000);
+    assert_eq!(series["x"].as_array().unwrap().len(), 100);
+    let max: f64 = series["max"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_f64())
+        .fold(0.0, f64::max);
+    assert_eq!(
+        max, 100.0,
+        "the spike survives downsampling in the max band"
+    );
+
+    // A zoomed range on relative time gets the full budget for that range.
+    let zoom = json_post(
+        "/api/trainyard/v1/series",
+        serde_json::json!({"run_ids": [run_id], "keys": ["loss"], "points": 50, "x_axis": "relative", "x_min": 0, "x_max": 990}),
+    )
+    .await
+    .json();
+    let zoom = &zoom["series"][0];
+    assert_eq!(zoom["in_range"], 100);
+    assert_eq!(zoom["x"].as_array().unwrap().len(), 50);
+    assert_eq!(
+        zoom["x"][0], 5.0,
+        "relative x: ms since the run started, bucket means"
+    );
+
+    let refused = json_post(
+        "/api/trainyard/v1/series",
+        serde_json::json!({"run_ids": [run_id], "keys": ["loss"], "points": 5000}),
+    )
+    .await;
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("points")
+    );
 }

@@ -211,14 +211,14 @@ mod tests {
     fn experiment_names_are_trimmed_and_checked() {
         assert_eq!(validate_experiment_name("  mnist  ").unwrap(), "mnist");
         assert_eq!(validate_experiment_name("   ").unwrap_err().field, "name");
-        let long = "x".repeat(MAX_NAME_LEN + 1);
+        let long = "x".repeat(MAX_EXPERIMENT_NAME_LEN + 1);
         assert!(
             validate_experiment_name(&long)
                 .unwrap_err()
                 .message
-                .contains("251")
+                .contains("501")
         );
-        assert!(validate_experiment_name(&"é".repeat(MAX_NAME_LEN)).is_ok());
+        assert!(validate_experiment_name(&"é".repeat(MAX_EXPERIMENT_NAME_LEN)).is_ok());
         assert!(validate_experiment_name("a\u{0}b").is_err());
     }
 

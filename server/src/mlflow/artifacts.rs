@@ -39,12 +39,19 @@ struct UploadLimit(usize);
 /// Checks a path the client sent and maps it into the artifact root.
 async fn resolve(state: &AppState, raw: &str) -> Result<PathBuf, ApiError> {
     let path = raw.trim_start_matches('/');
-    let invalid = || ApiError::invalid(format!("Invalid path `{raw}`: it must stay inside a run's artifact folder"));
+    let invalid = || {
+        ApiError::invalid(format!(
+            "Invalid path `{raw}`: it must stay inside a run's artifact folder"
+        ))
+    };
     if path.contains('\\') || path.contains('\0') || path.contains('#') {
         return Err(invalid());
     }
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    if segments.iter().any(|s| *s == "." || *s == ".." || s.contains(':')) {
+    if segments
+        .iter()
+        .any(|s| *s == "." || *s == ".." || s.contains(':'))
+    {
         return Err(invalid());
     }
     let (experiment, run, folder) = match segments.as_slice() {
@@ -77,7 +84,10 @@ pub struct ListQuery {
     path: Option<String>,
 }
 
-async fn list(State(state): State<AppState>, Req(q): Req<ListQuery>) -> Result<axum::Json<Value>, ApiError> {
+async fn list(
+    State(state): State<AppState>,
+    Req(q): Req<ListQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
     let dir = resolve(&state, q.path.as_deref().unwrap_or("")).await?;
     let mut files = Vec::new();
     if let Ok(mut entries) = tokio::fs::read_dir(&dir).await {
@@ -86,7 +96,9 @@ async fn list(State(state): State<AppState>, Req(q): Req<ListQuery>) -> Result<a
             if name.starts_with(".upload-") {
                 continue;
             }
-            let Ok(meta) = entry.metadata().await else { continue };
+            let Ok(meta) = entry.metadata().await else {
+                continue;
+            };
             let mut item = json!({ "path": name, "is_dir": meta.is_dir() });
             if meta.is_file() && meta.len() > 0 {
                 item["file_size"] = json!(meta.len());
@@ -112,7 +124,9 @@ async fn download(
         .await
         .map_err(|_| ApiError::not_found(format!("No such artifact: '{path}'")))?;
     if meta.is_dir() {
-        return Err(ApiError::invalid(format!("'{path}' is a folder; list it instead")));
+        return Err(ApiError::invalid(format!(
+            "'{path}' is a folder; list it instead"
+        )));
     }
     let name = file
         .file_name()
@@ -124,11 +138,14 @@ async fn download(
         .map_err(|e| ApiError::invalid(format!("cannot read '{path}': {e}")))?
         .into_response();
     if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
-        response.headers_mut().insert(header::CONTENT_DISPOSITION, value);
+        response
+            .headers_mut()
+            .insert(header::CONTENT_DISPOSITION, value);
     }
-    response
-        .headers_mut()
-        .insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     Ok(response)
 }
 
@@ -139,11 +156,19 @@ async fn upload(
     body: Body,
 ) -> Result<Response, ApiError> {
     let target = resolve(&state, &path).await?;
-    let parent = target.parent().map(Path::to_path_buf).ok_or_else(|| ApiError::invalid("empty artifact path"))?;
-    let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let parent = target
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| ApiError::invalid("empty artifact path"))?;
+    let file_name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     tokio::fs::create_dir_all(&parent).await.map_err(io_error)?;
     if tokio::fs::metadata(&target).await.is_ok_and(|m| m.is_dir()) {
-        return Err(ApiError::invalid(format!("'{path}' is a folder; it cannot be overwritten by a file")));
+        return Err(ApiError::invalid(format!(
+            "'{path}' is a folder; it cannot be overwritten by a file"
+        )));
     }
     // Write beside the target, then rename: a reader never sees half a file,
     // and a failed upload leaves the previous version in place.
@@ -162,7 +187,8 @@ async fn write_limited(temp: &Path, body: Body, limit: usize) -> Result<(), ApiE
     let mut stream = body.into_data_stream();
     let mut written = 0usize;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::invalid(format!("the upload was interrupted: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| ApiError::invalid(format!("the upload was interrupted: {e}")))?;
         written += chunk.len();
         if written > limit {
             return Err(ApiError::too_large(limit));
@@ -173,7 +199,10 @@ async fn write_limited(temp: &Path, body: Body, limit: usize) -> Result<(), ApiE
     Ok(())
 }
 
-async fn remove(State(state): State<AppState>, UrlPath(path): UrlPath<String>) -> Result<axum::Json<Value>, ApiError> {
+async fn remove(
+    State(state): State<AppState>,
+    UrlPath(path): UrlPath<String>,
+) -> Result<axum::Json<Value>, ApiError> {
     let target = resolve(&state, &path).await?;
     match tokio::fs::metadata(&target).await {
         Ok(meta) if meta.is_dir() => tokio::fs::remove_dir_all(&target).await.map_err(io_error)?,

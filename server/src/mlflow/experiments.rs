@@ -21,7 +21,11 @@ pub struct KeyValue {
     value: Option<String>,
 }
 
-pub fn key_values(items: Vec<KeyValue>, what: &str, limit: usize) -> Result<Vec<(String, String)>, ApiError> {
+pub fn key_values(
+    items: Vec<KeyValue>,
+    what: &str,
+    limit: usize,
+) -> Result<Vec<(String, String)>, ApiError> {
     items
         .into_iter()
         .enumerate()
@@ -38,7 +42,9 @@ pub fn key_values(items: Vec<KeyValue>, what: &str, limit: usize) -> Result<Vec<
 fn experiment_name(name: Option<String>, field: &str) -> Result<String, ApiError> {
     let name = required(name, field)?;
     if name.trim().is_empty() {
-        return Err(ApiError::invalid(format!("Invalid experiment name: '{name}'")));
+        return Err(ApiError::invalid(format!(
+            "Invalid experiment name: '{name}'"
+        )));
     }
     let len = name.chars().count();
     if len > trainyard_domain::MAX_EXPERIMENT_NAME_LEN {
@@ -112,7 +118,9 @@ pub struct Search {
     view_type: Option<serde_json::Value>,
 }
 
-pub fn view_type(value: Option<&serde_json::Value>) -> Result<trainyard_domain::tracking::ViewType, ApiError> {
+pub fn view_type(
+    value: Option<&serde_json::Value>,
+) -> Result<trainyard_domain::tracking::ViewType, ApiError> {
     use trainyard_domain::tracking::ViewType;
     let Some(value) = value else {
         return Ok(ViewType::ActiveOnly);

@@ -30,7 +30,10 @@ fn mlflow_order(a: &Point, b: &Point) -> std::cmp::Ordering {
 }
 
 pub async fn get_history(State(state): State<AppState>, Req(req): Req<History>) -> ApiResult {
-    let run_id = required(req.run_id.filter(|s| !s.is_empty()).or(req.run_uuid), "run_id")?;
+    let run_id = required(
+        req.run_id.filter(|s| !s.is_empty()).or(req.run_uuid),
+        "run_id",
+    )?;
     let key = required(req.metric_key, "metric_key")?;
     let offset = wire::parse_page_token(req.page_token.as_deref())?;
     let limit = match req.max_results {
@@ -46,7 +49,10 @@ pub async fn get_history(State(state): State<AppState>, Req(req): Req<History>) 
     };
     let mut out = json!({});
     if end > start {
-        let metrics: Vec<Value> = points[start..end].iter().map(|p| wire::metric(&key, p)).collect();
+        let metrics: Vec<Value> = points[start..end]
+            .iter()
+            .map(|p| wire::metric(&key, p))
+            .collect();
         out["metrics"] = Value::Array(metrics);
     }
     if end < points.len() {
@@ -77,7 +83,9 @@ pub async fn get_history_bulk_interval(
 ) -> ApiResult {
     let key = required(req.metric_key, "metric_key")?;
     if req.run_ids.is_empty() {
-        return Err(ApiError::invalid("Missing value for required parameter 'run_ids'."));
+        return Err(ApiError::invalid(
+            "Missing value for required parameter 'run_ids'.",
+        ));
     }
     if req.run_ids.len() > MAX_RUNS_BULK {
         return Err(ApiError::invalid(format!(
@@ -87,7 +95,9 @@ pub async fn get_history_bulk_interval(
     }
     let max_results = req.max_results.unwrap_or(MAX_RESULTS_PER_RUN);
     if !(1..=MAX_RESULTS_PER_RUN).contains(&max_results) {
-        return Err(ApiError::invalid(format!("max_results must be between 1 and {MAX_RESULTS_PER_RUN}.")));
+        return Err(ApiError::invalid(format!(
+            "max_results must be between 1 and {MAX_RESULTS_PER_RUN}."
+        )));
     }
     let range = match (req.start_step, req.end_step) {
         (None, None) => None,
@@ -144,10 +154,10 @@ fn sample(points: &[Point], n: usize) -> Vec<&Point> {
         index += base + usize::from(bucket < extra);
     }
     let last = &points[len - 1];
-    if !std::ptr::eq(*out.last().unwrap_or(&last), last) {
-        if let Some(slot) = out.last_mut() {
-            *slot = last;
-        }
+    if let Some(slot) = out.last_mut()
+        && !std::ptr::eq(*slot, last)
+    {
+        *slot = last;
     }
     out
 }
@@ -158,8 +168,19 @@ mod tests {
 
     #[test]
     fn sampling_keeps_bucket_starts_and_the_last_point() {
-        let points: Vec<Point> = (0..10).map(|i| Point { step: i, timestamp: 0, value: 0.0 }).collect();
-        let steps = |n| sample(&points, n).iter().map(|p| p.step).collect::<Vec<_>>();
+        let points: Vec<Point> = (0..10)
+            .map(|i| Point {
+                step: i,
+                timestamp: 0,
+                value: 0.0,
+            })
+            .collect();
+        let steps = |n| {
+            sample(&points, n)
+                .iter()
+                .map(|p| p.step)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(steps(20).len(), 10);
         assert_eq!(steps(3), vec![0, 4, 9]);
         assert_eq!(steps(5), vec![0, 2, 4, 6, 9]);

@@ -8,7 +8,7 @@ mod metrics;
 mod request;
 mod runs;
 mod validate;
-mod wire;
+pub mod wire;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -52,7 +52,9 @@ impl ApiError {
         ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             code: "REQUEST_LIMIT_EXCEEDED",
-            message: format!("the request body is larger than the limit of {limit} bytes; split it up"),
+            message: format!(
+                "the request body is larger than the limit of {limit} bytes; split it up"
+            ),
         }
     }
 }
@@ -85,7 +87,8 @@ impl From<StoreError> for ApiError {
                 ApiError {
                     status: StatusCode::INTERNAL_SERVER_ERROR,
                     code: "INTERNAL_ERROR",
-                    message: "the server could not read or write its database; see its log".to_owned(),
+                    message: "the server could not read or write its database; see its log"
+                        .to_owned(),
                 }
             }
         }
@@ -99,12 +102,21 @@ fn tracking_routes() -> Router<AppState> {
         .route("/experiments/create", post(experiments::create))
         .route("/experiments/get", get(experiments::get))
         .route("/experiments/get-by-name", get(experiments::get_by_name))
-        .route("/experiments/search", get(experiments::search).post(experiments::search))
+        .route(
+            "/experiments/search",
+            get(experiments::search).post(experiments::search),
+        )
         .route("/experiments/update", post(experiments::update))
         .route("/experiments/delete", post(experiments::delete))
         .route("/experiments/restore", post(experiments::restore))
-        .route("/experiments/set-experiment-tag", post(experiments::set_tag))
-        .route("/experiments/delete-experiment-tag", post(experiments::delete_tag))
+        .route(
+            "/experiments/set-experiment-tag",
+            post(experiments::set_tag),
+        )
+        .route(
+            "/experiments/delete-experiment-tag",
+            post(experiments::delete_tag),
+        )
         .route("/runs/create", post(runs::create))
         .route("/runs/update", post(runs::update))
         .route("/runs/get", get(runs::get))

@@ -33,12 +33,10 @@ where
             if bytes.iter().all(u8::is_ascii_whitespace) {
                 Value::Object(Map::new())
             } else {
-                serde_json::from_slice(&bytes).map_err(|e| {
-                    ApiError {
-                        status: StatusCode::BAD_REQUEST,
-                        code: "MALFORMED_REQUEST",
-                        message: format!("the request body is not valid JSON: {e}"),
-                    }
+                serde_json::from_slice(&bytes).map_err(|e| ApiError {
+                    status: StatusCode::BAD_REQUEST,
+                    code: "MALFORMED_REQUEST",
+                    message: format!("the request body is not valid JSON: {e}"),
                 })?
             }
         };

@@ -90,7 +90,12 @@ fn run_status(value: &serde_json::Value) -> Result<&'static str, ApiError> {
     RUN_STATUSES
         .into_iter()
         .find(|s| *s == text)
-        .ok_or_else(|| ApiError::invalid(format!("Invalid run status `{text}`; use one of {}", RUN_STATUSES.join(", "))))
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "Invalid run status `{text}`; use one of {}",
+                RUN_STATUSES.join(", ")
+            ))
+        })
 }
 
 pub async fn update(State(state): State<AppState>, Req(req): Req<Update>) -> ApiResult {
@@ -143,16 +148,29 @@ pub async fn search(State(state): State<AppState>, Req(req): Req<Search>) -> Api
         .map_err(|e| ApiError::invalid(format!("Invalid filter: {e}")))?;
     let mut order = Vec::with_capacity(req.order_by.len());
     for o in &req.order_by {
-        let parsed = parse_order_by(o, Scope::Runs).map_err(|e| ApiError::invalid(format!("Invalid order_by `{o}`: {e}")))?;
-        if order.iter().any(|p: &trainyard_domain::query::OrderBy| p.field == parsed.field) {
-            return Err(ApiError::invalid(format!("`order_by` contains duplicate fields: {o}")));
+        let parsed = parse_order_by(o, Scope::Runs)
+            .map_err(|e| ApiError::invalid(format!("Invalid order_by `{o}`: {e}")))?;
+        if order
+            .iter()
+            .any(|p: &trainyard_domain::query::OrderBy| p.field == parsed.field)
+        {
+            return Err(ApiError::invalid(format!(
+                "`order_by` contains duplicate fields: {o}"
+            )));
         }
         order.push(parsed);
     }
     let view = view_type(req.run_view_type.as_ref())?;
     let mut runs = state
         .store
-        .search_runs(&experiment_ids, filter.as_ref(), &order, view, limit + 1, offset)
+        .search_runs(
+            &experiment_ids,
+            filter.as_ref(),
+            &order,
+            view,
+            limit + 1,
+            offset,
+        )
         .await?;
     let mut out = json!({});
     if runs.len() as u64 > limit {
@@ -225,7 +243,10 @@ pub async fn log_parameter(State(state): State<AppState>, Req(req): Req<LogKeyVa
     validate::key(&key, "key")?;
     let value = req.value.unwrap_or_default();
     validate::value(&value, MAX_PARAM_VALUE_LEN, "Param", &key)?;
-    state.store.log_batch(&run_id, &[], &[(key, value)], &[]).await?;
+    state
+        .store
+        .log_batch(&run_id, &[], &[(key, value)], &[])
+        .await?;
     Ok(Json(json!({})))
 }
 
@@ -235,7 +256,10 @@ pub async fn set_tag(State(state): State<AppState>, Req(req): Req<LogKeyValue>) 
     validate::key(&key, "key")?;
     let value = req.value.unwrap_or_default();
     validate::value(&value, MAX_TAG_VALUE_LEN, "Tag", &key)?;
-    state.store.log_batch(&run_id, &[], &[], &[(key, value)]).await?;
+    state
+        .store
+        .log_batch(&run_id, &[], &[], &[(key, value)])
+        .await?;
     Ok(Json(json!({})))
 }
 
@@ -280,11 +304,19 @@ pub async fn log_batch(State(state): State<AppState>, Req(req): Req<LogBatch>) -
         )));
     }
     let tags = key_values(req.tags, "tags", MAX_TAG_VALUE_LEN)?;
-    state.store.log_batch(&run_id, &metrics, &params, &tags).await?;
+    state
+        .store
+        .log_batch(&run_id, &metrics, &params, &tags)
+        .await?;
     Ok(Json(json!({})))
 }
 
-fn key_values_with(items: Vec<KeyValue>, what: &str, limit: usize, noun: &str) -> Result<Vec<(String, String)>, ApiError> {
+fn key_values_with(
+    items: Vec<KeyValue>,
+    what: &str,
+    limit: usize,
+    noun: &str,
+) -> Result<Vec<(String, String)>, ApiError> {
     let pairs = key_values(items, what, usize::MAX)?;
     for (key, value) in &pairs {
         validate::value(value, limit, noun, key)?;

@@ -14,7 +14,9 @@ pub const MAX_ENTITIES_PER_BATCH: usize = 1000;
 /// A metric, param or tag key: MLflow's characters, no path tricks, ≤ 250.
 pub fn key(name: &str, what: &str) -> Result<(), ApiError> {
     if name.is_empty() {
-        return Err(ApiError::invalid(format!("Missing value for required parameter '{what}'.")));
+        return Err(ApiError::invalid(format!(
+            "Missing value for required parameter '{what}'."
+        )));
     }
     let allowed = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ' ' | ':' | '/');
     if !name.chars().all(allowed) {
@@ -86,7 +88,11 @@ pub fn batch_limits(metrics: usize, params: usize, tags: usize) -> Result<(), Ap
     }
     let total = metrics + params + tags;
     if total > MAX_ENTITIES_PER_BATCH {
-        return Err(over(total, MAX_ENTITIES_PER_BATCH, "metrics, params, and tags"));
+        return Err(over(
+            total,
+            MAX_ENTITIES_PER_BATCH,
+            "metrics, params, and tags",
+        ));
     }
     Ok(())
 }
@@ -95,7 +101,9 @@ pub fn run_id(id: &str) -> Result<(), ApiError> {
     let ok = !id.is_empty()
         && id.len() <= 256
         && id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if ok {
         Ok(())
     } else {
@@ -112,18 +120,35 @@ mod tests {
         for good in ["loss", "val/acc", "a b", "lr:0", "système", "x.y-z_1"] {
             assert!(key(good, "key").is_ok(), "{good}");
         }
-        for bad in ["a//b", "a/", "./a", "/a", "../a", "a/./b", "a\\b", "a#b", "."] {
+        for bad in [
+            "a//b", "a/", "./a", "/a", "../a", "a/./b", "a\\b", "a#b", ".",
+        ] {
             assert!(key(bad, "key").is_err(), "{bad}");
         }
-        assert!(key(&"k".repeat(251), "key").unwrap_err().message.contains("250"));
+        assert!(
+            key(&"k".repeat(251), "key")
+                .unwrap_err()
+                .message
+                .contains("250")
+        );
         assert!(key("", "key").is_err());
     }
 
     #[test]
     fn batches_are_bounded() {
         assert!(batch_limits(1000, 0, 0).is_ok());
-        assert!(batch_limits(1001, 0, 0).unwrap_err().message.contains("at most 1000 metrics"));
+        assert!(
+            batch_limits(1001, 0, 0)
+                .unwrap_err()
+                .message
+                .contains("at most 1000 metrics")
+        );
         assert!(batch_limits(0, 101, 0).is_err());
-        assert!(batch_limits(900, 100, 1).unwrap_err().message.contains("metrics, params, and tags"));
+        assert!(
+            batch_limits(900, 100, 1)
+                .unwrap_err()
+                .message
+                .contains("metrics, params, and tags")
+        );
     }
 }

@@ -185,7 +185,11 @@ pub fn parse_page_token(token: Option<&str>) -> Result<u64, ApiError> {
     let Some(token) = token.filter(|t| !t.is_empty()) else {
         return Ok(0);
     };
-    let bad = || ApiError::invalid(format!("Invalid page token `{token}`; pass the next_page_token of a previous answer"));
+    let bad = || {
+        ApiError::invalid(format!(
+            "Invalid page token `{token}`; pass the next_page_token of a previous answer"
+        ))
+    };
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(token.trim())
         .map_err(|_| bad())?;
@@ -216,7 +220,10 @@ mod tests {
     #[test]
     fn page_tokens_round_trip_and_match_mlflow() {
         assert_eq!(page_token(1000), "eyJvZmZzZXQiOiAxMDAwfQ==");
-        assert_eq!(parse_page_token(Some("eyJvZmZzZXQiOiAxMDAwfQ==")).unwrap(), 1000);
+        assert_eq!(
+            parse_page_token(Some("eyJvZmZzZXQiOiAxMDAwfQ==")).unwrap(),
+            1000
+        );
         assert_eq!(parse_page_token(None).unwrap(), 0);
         assert!(parse_page_token(Some("garbage!")).is_err());
     }

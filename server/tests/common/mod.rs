@@ -128,6 +128,26 @@ pub async fn request(
     parse_response(&raw)
 }
 
+/// Like [`request`] with a JSON body, but a dead server is an answer (None)
+/// rather than a panic; returns the status.
+pub async fn try_request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Option<u16> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.ok()?;
+    stream.write_all(body).await.ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.ok()?;
+    let line = raw.split(|b| *b == b'\r').next()?;
+    String::from_utf8_lossy(line)
+        .split(' ')
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 fn parse_response(raw: &[u8]) -> Response {
     let split = raw
         .windows(4)
