@@ -1,5 +1,5 @@
 # The two commands: `make run` and `make test`. The scripts do the work.
-.PHONY: run build test fmt lint clean-db
+.PHONY: run build test bench-tracking fmt lint clean-db
 
 run:      ## install what is missing, build the release, serve http://127.0.0.1:3000
 	@scripts/run.sh
@@ -9,6 +9,9 @@ build:    ## the release build only (server binary + target/site)
 
 test:     ## fmt, clippy, tests on SQLite and PostgreSQL, browser tests
 	@scripts/test.sh
+
+bench-tracking: ## Trainyard vs MLflow 3.17 on ingest, history, downsampled reads, search
+	@scripts/bench-tracking.sh
 
 fmt:
 	cargo fmt --all

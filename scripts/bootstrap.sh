@@ -2,7 +2,8 @@
 # Installs what building, running or testing Trainyard needs and is missing.
 # Idempotent: a second run installs nothing.
 #   scripts/bootstrap.sh run    tools to build and serve (Rust target, cargo-leptos, wasm-bindgen, npm packages)
-#   scripts/bootstrap.sh test   the same, plus Chromium and PostgreSQL from Debian's packages
+#   scripts/bootstrap.sh test   the same, plus Chromium and PostgreSQL from Debian's packages and the mlflow client
+#   scripts/bootstrap.sh bench  the same, plus wrk and sqlite3
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 what="${1:-run}"
@@ -53,6 +54,11 @@ if [ ! -x "$ROOT/end2end/node_modules/.bin/wasm-opt" ] \
   || [ "$ROOT/end2end/package-lock.json" -nt "$ROOT/end2end/node_modules/.package-lock.json" ]; then
   step "installing the npm packages of end2end/"
   (cd "$ROOT/end2end" && npm ci --no-audit --no-fund)
+fi
+
+if [ "$what" = "bench" ]; then
+  ensure_deb wrk sqlite3 curl
+  what=test
 fi
 
 if [ "$what" = "test" ]; then

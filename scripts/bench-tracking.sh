@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# make bench-tracking: Trainyard (release, SQLite) and an MLflow 3.17 tracking
+# server (SQLite, 2 workers) side by side on loopback, the same workloads on
+# both, driven by wrk (not the Python client), figures printed side by side.
+#   (a) runs/log-batch ingest, 1,000 points per request, 4 connections
+#   (b) metrics/get-history of a 1,000,000-point series
+#   (c) a downsampled read of 100 runs x 100,000 points to 1,000 points each
+#       (Trainyard's /api/trainyard/v1/series; MLflow's get-history-bulk-interval)
+#   (d) runs/search with a filter and an order over 10,000 runs
+# Read workloads seed MLflow's database with SQL (its ingest is too slow to
+# seed 10 million points); Trainyard is seeded through its API.
+# BENCH_SECONDS (default 10) sets the ingest duration.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+"$ROOT/scripts/bootstrap.sh" bench
+"$ROOT/scripts/build.sh"
+
+seconds="${BENCH_SECONDS:-10}"
+work="$(mktemp -d)"
+ty_port=39510
+ml_port=39520
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ty="http://127.0.0.1:$ty_port"
+ml="http://127.0.0.1:$ml_port"
+lua="$ROOT/scripts/bench/log-batch.lua"
+
+step "starting Trainyard ($ty) and MLflow ($ml)"
+TRAINYARD_LISTEN="127.0.0.1:$ty_port" TRAINYARD_DATA_DIR="$work/ty" TRAINYARD_LOG=warn \
+  "$CARGO_TARGET_DIR/release/trainyard" serve >"$work/ty.log" 2>&1 &
+ty_pid=$!
+pids+=("$ty_pid")
+mkdir -p "$work/ml"
+MLFLOW_DISABLE_TELEMETRY=true "$MLFLOW_VENV/bin/mlflow" server \
+  --backend-store-uri "sqlite:///$work/ml/mlflow.db" --artifacts-destination "$work/ml/artifacts" \
+  --host 127.0.0.1 --port "$ml_port" --workers 2 >"$work/ml.log" 2>&1 &
+pids+=("$!")
+for _ in $(seq 1 120); do
+  curl -sf "$ty/healthz" >/dev/null && curl -sf "$ml/health" >/dev/null && break
+  sleep 1
+done
+curl -sf "$ml/health" >/dev/null || die "MLflow did not start: $(tail -5 "$work/ml.log")"
+
+new_run() { # base-url experiment-id -> run id
+  curl -sf -X POST "$1/api/2.0/mlflow/runs/create" -H 'Content-Type: application/json' \
+    -d "{\"experiment_id\": \"$2\", \"start_time\": 1700000000000}" | grep -oE '"run_id": ?"[0-9a-f]{32}"' | grep -oE '[0-9a-f]{32}'
+}
+new_experiment() { # base-url name -> experiment id
+  curl -sf -X POST "$1/api/2.0/mlflow/experiments/create" -H 'Content-Type: application/json' \
+    -d "{\"name\": \"$2\"}" | grep -oE '"experiment_id": ?"[0-9]+"' | grep -oE '[0-9]+"$' | tr -d '"'
+}
+median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+time_get() { # url -> median seconds of 3
+  for _ in 1 2 3; do curl -sf -o /dev/null -w '%{time_total}\n' "$1"; done | median
+}
+time_post() { # url body -> median seconds of 5
+  for _ in 1 2 3 4 5; do
+    curl -sf -o /dev/null -w '%{time_total}\n' -X POST "$1" -H 'Content-Type: application/json' -d "$2"
+  done | median
+}
+wrk_points() { # url run-ids -> points per second
+  local out
+  out="$(RUN_IDS="$2" KEYS=10 wrk -t2 -c4 -d"${seconds}s" --timeout 30s -s "$lua" "$1")"
+  echo "$out" | grep '^WRK' >&2
+  echo "$out" | awk '/^WRK/ { split($2, r, "="); split($3, f, "="); split($4, s, "="); printf "%.0f\n", (r[2] - f[2]) * 1000 / s[2] }'
+}
+seed_points() { # url run-ids batches-per-thread keys
+  local n_runs batches rate_guess duration
+  batches="$3"
+  duration=$(( batches * 2 / 100 + 5 ))
+  RUN_IDS="$2" KEYS="$4" LIMIT="$batches" wrk -t2 -c4 -d"${duration}s" --timeout 60s -s "$lua" "$1" | grep '^WRK' >&2
+}
+
+step "(a) ingest: runs/log-batch, 1,000 points per request, 4 connections, ${seconds}s"
+ty_ingest=$(wrk_points "$ty" "$(new_run "$ty" 0)")
+ty_rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$ty_pid/status")
+ml_ingest=$(wrk_points "$ml" "$(new_run "$ml" 0)")
+
+step "(b) get-history of a 1,000,000-point series"
+ty_hist_run=$(new_run "$ty" 0)
+seed_points "$ty" "$ty_hist_run" 500 1
+ml_hist_run=$(new_run "$ml" 0)
+sqlite3 "$work/ml/mlflow.db" <<SQL
+PRAGMA journal_mode=WAL;
+BEGIN;
+WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 999999)
+INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan)
+  SELECT 'loss', (x % 997) / 997.0, 1700000000000 + x, '$ml_hist_run', x, 0 FROM c;
+INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)
+  VALUES ('loss', 0.5, 1700000999999, 999999, 0, '$ml_hist_run');
+COMMIT;
+SQL
+ty_hist_n=$(curl -sf "$ty/api/2.0/mlflow/metrics/get-history?run_id=$ty_hist_run&metric_key=loss" | grep -o '"step"' | wc -l)
+ty_hist=$(time_get "$ty/api/2.0/mlflow/metrics/get-history?run_id=$ty_hist_run&metric_key=loss")
+ml_hist=$(time_get "$ml/api/2.0/mlflow/metrics/get-history?run_id=$ml_hist_run&metric_key=loss")
+
+step "(c) downsampled read: 100 runs x 100,000 points -> 1,000 points each"
+ty_runs=()
+ml_runs=()
+for _ in $(seq 1 100); do ty_runs+=("$(new_run "$ty" 0)"); ml_runs+=("$(new_run "$ml" 0)"); done
+seed_points "$ty" "$(IFS=,; echo "${ty_runs[*]}")" 5000 1
+{
+  echo "PRAGMA journal_mode=WAL; BEGIN;"
+  for run in "${ml_runs[@]}"; do
+    echo "WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 99999)
+      INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan)
+      SELECT 'loss', (x % 997) / 997.0, 1700000000000 + x, '$run', x, 0 FROM c;"
+  done
+  echo "COMMIT;"
+} | sqlite3 "$work/ml/mlflow.db"
+ids_json=$(printf '"%s",' "${ty_runs[@]}")
+ty_down=$(time_post "$ty/api/trainyard/v1/series" "{\"run_ids\": [${ids_json%,}], \"keys\": [\"loss\"], \"points\": 1000}")
+ml_query=$(printf 'run_ids=%s&' "${ml_runs[@]}")
+ml_down=$(time_get "$ml/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?${ml_query}metric_key=loss&max_results=1000")
+
+step "(d) runs/search over 10,000 runs with a filter and an order"
+ty_exp=$(new_experiment "$ty" search)
+ml_exp=$(new_experiment "$ml" search)
+sqlite3 "$work/ty/trainyard.db" <<SQL
+BEGIN;
+WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 9999)
+INSERT INTO runs (id, experiment_id, name, status, start_time, lifecycle_stage, artifact_uri, user_name)
+  SELECT printf('%032x', x), $ty_exp, 'run-' || x, 'FINISHED', 1700000000000 + x, 'active', '', 'bench' FROM c;
+INSERT INTO params (run_id, key, value) SELECT id, 'lr', CASE WHEN CAST(substr(name, 5) AS INTEGER) % 3 = 0 THEN '0.01' ELSE '0.1' END FROM runs WHERE experiment_id = $ty_exp;
+INSERT INTO tags (run_id, key, value) SELECT id, 'mlflow.runName', name FROM runs WHERE experiment_id = $ty_exp;
+INSERT INTO latest_metrics (run_id, key, value, timestamp, step) SELECT id, 'acc', (CAST(substr(name, 5) AS INTEGER) % 1000) / 1000.0, 0, 0 FROM runs WHERE experiment_id = $ty_exp;
+COMMIT;
+SQL
+sqlite3 "$work/ml/mlflow.db" <<SQL
+BEGIN;
+WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 9999)
+INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, user_id, status, start_time, end_time, source_version, lifecycle_stage, artifact_uri, experiment_id)
+  SELECT printf('%032x', x), 'run-' || x, 'LOCAL', '', '', 'bench', 'FINISHED', 1700000000000 + x, NULL, '', 'active', '', $ml_exp FROM c;
+INSERT INTO params (key, value, run_uuid) SELECT 'lr', CASE WHEN CAST(substr(name, 5) AS INTEGER) % 3 = 0 THEN '0.01' ELSE '0.1' END, run_uuid FROM runs WHERE experiment_id = $ml_exp;
+INSERT INTO tags (key, value, run_uuid) SELECT 'mlflow.runName', name, run_uuid FROM runs WHERE experiment_id = $ml_exp;
+INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) SELECT 'acc', (CAST(substr(name, 5) AS INTEGER) % 1000) / 1000.0, 0, 0, 0, run_uuid FROM runs WHERE experiment_id = $ml_exp;
+COMMIT;
+SQL
+search='"filter": "metrics.acc > 0.5 and params.lr = '"'"'0.01'"'"'", "order_by": ["metrics.acc DESC"], "max_results": 100'
+ty_search=$(time_post "$ty/api/2.0/mlflow/runs/search" "{\"experiment_ids\": [\"$ty_exp\"], $search}")
+ml_search=$(time_post "$ml/api/2.0/mlflow/runs/search" "{\"experiment_ids\": [\"$ml_exp\"], $search}")
+
+ratio() { awk -v a="$1" -v b="$2" -v hi="$3" 'BEGIN { if (a <= 0 || b <= 0) { print "-"; exit } r = hi ? a / b : b / a; printf "%.1fx\n", r }'; }
+ms() { awk -v s="$1" 'BEGIN { printf "%.1f", s * 1000 }'; }
+echo
+printf '%-58s %14s %14s %8s\n' "workload (SQLite, this machine)" "Trainyard" "MLflow 3.17" "ratio"
+printf '%-58s %14s %14s %8s\n' "(a) log-batch ingest, points/s" "$ty_ingest" "$ml_ingest" "$(ratio "$ty_ingest" "$ml_ingest" 1)"
+printf '%-58s %14s %14s %8s\n' "(b) get-history, 1,000,000 points, ms (Trainyard: $ty_hist_n)" "$(ms "$ty_hist")" "$(ms "$ml_hist")" "$(ratio "$ty_hist" "$ml_hist" 0)"
+printf '%-58s %14s %14s %8s\n' "(c) 100 runs x 100,000 points -> 1,000 each, ms" "$(ms "$ty_down")" "$(ms "$ml_down")" "$(ratio "$ty_down" "$ml_down" 0)"
+printf '%-58s %14s %14s %8s\n' "(d) search 10,000 runs, filter + order, 100 results, ms" "$(ms "$ty_search")" "$(ms "$ml_search")" "$(ratio "$ty_search" "$ml_search" 0)"
+printf '%-58s %14s\n' "Trainyard peak memory (VmHWM) after ingest, MB" "$((ty_rss_kb / 1024))"
+echo "targets: ingest >= 50x MLflow and >= 250,000 points/s; (b) <= 1000 ms; (c) <= 100 ms; (d) <= 50 ms; memory <= 200 MB"
