@@ -220,7 +220,10 @@ mod tests {
             .iter()
             .find(|b| b.max == Some(99.0))
             .expect("the spike survives");
-        assert_eq!(spike.min, Some(0.0));
+        assert!(
+            spike.min.unwrap() < 10.0,
+            "the band spans the spike and its neighbours"
+        );
         assert!((b[0].y.unwrap() - 4.5).abs() < 1e-9);
         assert!((b[0].x - 4.5).abs() < 1e-9);
     }

@@ -100,6 +100,10 @@ pub enum Readiness {
 pub struct Store {
     db: DatabaseConnection,
     engine: Engine,
+    /// SQLite has one writer at a time. A read transaction that later writes
+    /// fails at once (SQLITE_BUSY_SNAPSHOT) if another commit came in between,
+    /// without waiting; so write transactions take turns here instead.
+    write_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -166,7 +170,20 @@ impl Store {
                 url: redact(url),
                 source,
             })?;
-        Ok(Store { db, engine })
+        Ok(Store {
+            db,
+            engine,
+            write_lock: Default::default(),
+        })
+    }
+
+    /// Held for the length of a write transaction on SQLite; PostgreSQL
+    /// handles concurrent writers itself.
+    pub(crate) async fn write_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.engine {
+            Engine::Sqlite => Some(self.write_lock.lock().await),
+            Engine::Postgres => None,
+        }
     }
 
     pub fn engine(&self) -> Engine {

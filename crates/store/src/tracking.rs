@@ -56,6 +56,7 @@ impl Store {
         artifact_location: Option<&str>,
         tags: &[(String, String)],
     ) -> Result<i64, StoreError> {
+        let _turn = self.write_turn().await;
         let now = now_millis();
         let txn = self.connection().begin().await?;
         let mut sql = self.sql();
@@ -206,6 +207,7 @@ impl Store {
     }
 
     pub async fn rename_experiment(&self, id: i64, new_name: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         let experiment = self.get_experiment(id).await?;
         if experiment.lifecycle_stage != "active" {
             return Err(StoreError::Rejected(
@@ -233,6 +235,7 @@ impl Store {
 
     /// Deletes (or restores) an experiment and every run in it.
     pub async fn set_experiment_deleted(&self, id: i64, deleted: bool) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         let experiment = self.get_experiment(id).await?;
         let (from, to) = if deleted {
             ("active", "deleted")
@@ -267,11 +270,13 @@ impl Store {
         key: &str,
         value: &str,
     ) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         self.require_active_experiment(id).await?;
         upsert_experiment_tag(self.connection(), self.sql(), id, key, value).await
     }
 
     pub async fn delete_experiment_tag(&self, id: i64, key: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         self.require_active_experiment(id).await?;
         let mut sql = self.sql();
         sql.push("DELETE FROM experiment_tags WHERE experiment_id = ")
@@ -301,6 +306,7 @@ impl Store {
     // ------------------------------------------------------------------------ runs
 
     pub async fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
+        let _turn = self.write_turn().await;
         let experiment = self.require_active_experiment(new.experiment_id).await?;
         let tag_name = new
             .tags
@@ -473,6 +479,7 @@ impl Store {
         end_time: Option<i64>,
         run_name: Option<&str>,
     ) -> Result<RunInfo, StoreError> {
+        let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
         self.require_active_run(&txn, run_id).await?;
         let mut sets: Vec<(&str, Value)> = Vec::new();
@@ -512,6 +519,7 @@ impl Store {
     }
 
     pub async fn set_run_deleted(&self, run_id: &str, deleted: bool) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         self.run_stage(self.connection(), run_id).await?;
         let mut sql = self.sql();
         sql.push("UPDATE runs SET lifecycle_stage = ")
@@ -532,6 +540,7 @@ impl Store {
         params: &[(String, String)],
         tags: &[(String, String)],
     ) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
         self.require_active_run(&txn, run_id).await?;
         if !params.is_empty() {
@@ -682,6 +691,7 @@ impl Store {
     }
 
     pub async fn delete_run_tag(&self, run_id: &str, key: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
         self.require_active_run(self.connection(), run_id).await?;
         let mut sql = self.sql();
         sql.push("DELETE FROM tags WHERE run_id = ")
