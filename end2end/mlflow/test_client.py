@@ -233,6 +233,16 @@ def test_mlflow_errors_and_limits_over_rest(server, unique):
     response = requests.get(f"{api}/no/such/endpoint", timeout=10)
     assert response.status_code == 404 and response.json()["error_code"] == "ENDPOINT_NOT_FOUND"
 
+    # Python's json writes bare NaN / Infinity; MLflow accepts them, so do we.
+    response = requests.post(
+        f"{api}/runs/log-metric",
+        data='{"run_id": "%s", "key": "bare", "value": NaN, "timestamp": 5, "step": 0}' % run_id,
+        headers={"Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    assert math.isnan(MlflowClient().get_run(run_id).data.metrics["bare"])
+
     # The server is still fine, and so is the run.
     assert MlflowClient().get_run(run_id).data.params == {"p": "1"}
 

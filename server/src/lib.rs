@@ -1,6 +1,7 @@
 //! The Trainyard server: configuration, application state, the HTTP router
 //! (pages, server functions, operations endpoints) and the serve loop.
 
+pub mod auth;
 pub mod config;
 pub mod metrics;
 mod mlflow;
@@ -84,10 +85,14 @@ pub fn router(state: AppState) -> Router {
     let store = state.store.clone();
     let options = state.leptos_options.clone();
     Router::new()
-        .merge(mlflow::routes(state.artifact_max_bytes))
-        .route(
-            "/api/trainyard/v1/series",
-            axum::routing::post(series::series),
+        .merge(
+            mlflow::routes(state.artifact_max_bytes)
+                .route(
+                    "/api/trainyard/v1/series",
+                    axum::routing::post(series::series),
+                )
+                // Every API request is authenticated in this one place.
+                .route_layer(axum::middleware::from_fn(auth::require)),
         )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
@@ -168,6 +173,7 @@ impl Server {
         let store = self.state.store.clone();
         let app = router(self.state);
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let serve = axum::serve(self.listener, app).with_graceful_shutdown(async move {
             let _ = stop_rx.wait_for(|stop| *stop).await;
         });

@@ -263,3 +263,32 @@ async fn series_are_downsampled_on_the_server_with_min_max_bands() {
             .contains("points")
     );
 }
+
+#[tokio::test]
+async fn api_requests_are_authenticated_in_one_place() {
+    let server = TestServer::start().await;
+    let path = "/api/2.0/mlflow/experiments/get?experiment_id=0";
+    let anonymous = server.get(path).await;
+    assert_eq!(
+        anonymous.status, 200,
+        "loopback callers need no credentials yet"
+    );
+    for auth in ["Bearer not-a-token", "Basic dXNlcjpwYXNz"] {
+        let refused =
+            common::request(server.addr, "GET", path, &[("Authorization", auth)], b"").await;
+        assert_eq!(refused.status, 401, "{auth}");
+        assert_eq!(refused.json()["error_code"], "UNAUTHENTICATED");
+    }
+    let series = common::request(
+        server.addr,
+        "POST",
+        "/api/trainyard/v1/series",
+        &[
+            ("Authorization", "Bearer x"),
+            ("Content-Type", "application/json"),
+        ],
+        b"{}",
+    )
+    .await;
+    assert_eq!(series.status, 401, "the native API passes the same gate");
+}

@@ -33,11 +33,7 @@ where
             if bytes.iter().all(u8::is_ascii_whitespace) {
                 Value::Object(Map::new())
             } else {
-                serde_json::from_slice(&bytes).map_err(|e| ApiError {
-                    status: StatusCode::BAD_REQUEST,
-                    code: "MALFORMED_REQUEST",
-                    message: format!("the request body is not valid JSON: {e}"),
-                })?
+                parse_json(&bytes)?
             }
         };
         if !value.is_object() {
@@ -47,6 +43,63 @@ where
             .map(Req)
             .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))
     }
+}
+
+/// Parses a JSON body. Python's `json` writes NaN and ±Infinity as bare
+/// tokens, which strict JSON parsers refuse; MLflow's server accepts them, so
+/// when strict parsing fails they are read as MLflow's string forms.
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes).or_else(|first| {
+        quote_non_finite(bytes)
+            .and_then(|fixed| serde_json::from_slice(&fixed).ok())
+            .ok_or_else(|| ApiError {
+                status: StatusCode::BAD_REQUEST,
+                code: "MALFORMED_REQUEST",
+                message: format!("the request body is not valid JSON: {first}"),
+            })
+    })
+}
+
+/// Quotes bare `NaN`, `Infinity` and `-Infinity` outside strings; None if
+/// there are none.
+fn quote_non_finite(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes.len() + 16);
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut changed = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            out.push(b);
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        let rest = &bytes[i..];
+        let token: Option<&[u8]> = [b"-Infinity".as_slice(), b"Infinity", b"NaN"]
+            .into_iter()
+            .find(|t| rest.starts_with(t));
+        if let Some(token) = token {
+            out.push(b'"');
+            out.extend_from_slice(token);
+            out.push(b'"');
+            i += token.len();
+            changed = true;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+        }
+        out.push(b);
+        i += 1;
+    }
+    changed.then_some(out)
 }
 
 /// Query parameters as a JSON object; a key given twice becomes a list.
@@ -72,6 +125,16 @@ fn query_to_json(query: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bare_non_finite_numbers_are_read() {
+        let v = parse_json(br#"{"a": NaN, "b": [Infinity, -Infinity], "s": "NaN \" Infinity"}"#)
+            .unwrap();
+        assert_eq!(v["a"], "NaN");
+        assert_eq!(v["b"][1], "-Infinity");
+        assert_eq!(v["s"], "NaN \" Infinity", "strings are left alone");
+        assert_eq!(parse_json(b"{nope").unwrap_err().code, "MALFORMED_REQUEST");
+    }
 
     #[test]
     fn repeated_query_keys_become_lists() {
