@@ -270,10 +270,11 @@ pub async fn delete_tag(State(state): State<AppState>, Req(req): Req<LogKeyValue
     Ok(Json(json!({})))
 }
 
+// No `flatten` here: it would buffer the whole batch before reading it.
 #[derive(Deserialize)]
 pub struct LogBatch {
-    #[serde(flatten)]
-    run: RunRef,
+    run_id: Option<String>,
+    run_uuid: Option<String>,
     #[serde(default, deserialize_with = "wire::list")]
     metrics: Vec<MetricBody>,
     #[serde(default, deserialize_with = "wire::list")]
@@ -283,7 +284,11 @@ pub struct LogBatch {
 }
 
 pub async fn log_batch(State(state): State<AppState>, Req(req): Req<LogBatch>) -> ApiResult {
-    let run_id = req.run.id()?;
+    let run_id = RunRef {
+        run_id: req.run_id,
+        run_uuid: req.run_uuid,
+    }
+    .id()?;
     validate::batch_limits(req.metrics.len(), req.params.len(), req.tags.len())?;
     let metrics = req
         .metrics

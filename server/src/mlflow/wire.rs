@@ -9,23 +9,66 @@ use trainyard_domain::tracking::{Experiment, Point, Run, RunInfo};
 
 use super::ApiError;
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumOrStr {
+/// A JSON scalar read without buffering: number (integer or float) or string.
+enum Scalar {
     Int(i64),
     Float(f64),
     Str(String),
 }
 
+struct ScalarVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ScalarVisitor {
+    type Value = Option<Scalar>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a number or a string")
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Some(Scalar::Int(v)))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        i64::try_from(v)
+            .map(|v| Some(Scalar::Int(v)))
+            .or(Ok(Some(Scalar::Float(v as f64))))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Some(Scalar::Float(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Some(Scalar::Str(v.to_owned())))
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(ScalarVisitor)
+    }
+}
+
+fn scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Scalar>, D::Error> {
+    d.deserialize_option(ScalarVisitor)
+}
+
 pub fn opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
     use serde::de::Error;
-    match Option::<NumOrStr>::deserialize(d)? {
+    match scalar(d)? {
         None => Ok(None),
-        Some(NumOrStr::Int(i)) => Ok(Some(i)),
-        Some(NumOrStr::Float(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => Ok(Some(f as i64)),
-        Some(NumOrStr::Float(f)) => Err(D::Error::custom(format!("{f} is not an integer"))),
-        Some(NumOrStr::Str(s)) if s.trim().is_empty() => Ok(None),
-        Some(NumOrStr::Str(s)) => s
+        Some(Scalar::Int(i)) => Ok(Some(i)),
+        Some(Scalar::Float(f)) if f.fract() == 0.0 && f.abs() < 9.2e18 => Ok(Some(f as i64)),
+        Some(Scalar::Float(f)) => Err(D::Error::custom(format!("{f} is not an integer"))),
+        Some(Scalar::Str(s)) if s.trim().is_empty() => Ok(None),
+        Some(Scalar::Str(s)) => s
             .trim()
             .parse()
             .map(Some)
@@ -35,11 +78,11 @@ pub fn opt_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error>
 
 pub fn opt_f64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     use serde::de::Error;
-    match Option::<NumOrStr>::deserialize(d)? {
+    match scalar(d)? {
         None => Ok(None),
-        Some(NumOrStr::Int(i)) => Ok(Some(i as f64)),
-        Some(NumOrStr::Float(f)) => Ok(Some(f)),
-        Some(NumOrStr::Str(s)) => match s.trim() {
+        Some(Scalar::Int(i)) => Ok(Some(i as f64)),
+        Some(Scalar::Float(f)) => Ok(Some(f)),
+        Some(Scalar::Str(s)) => match s.trim() {
             "NaN" | "nan" => Ok(Some(f64::NAN)),
             "Infinity" | "inf" => Ok(Some(f64::INFINITY)),
             "-Infinity" | "-inf" => Ok(Some(f64::NEG_INFINITY)),
@@ -53,11 +96,11 @@ pub fn opt_f64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error>
 
 /// An id that MLflow types as a string but that clients may send as a number.
 pub fn opt_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Ok(match Option::<NumOrStr>::deserialize(d)? {
+    Ok(match scalar(d)? {
         None => None,
-        Some(NumOrStr::Int(i)) => Some(i.to_string()),
-        Some(NumOrStr::Float(f)) => Some(f.to_string()),
-        Some(NumOrStr::Str(s)) => Some(s),
+        Some(Scalar::Int(i)) => Some(i.to_string()),
+        Some(Scalar::Float(f)) => Some(f.to_string()),
+        Some(Scalar::Str(s)) => Some(s),
     })
 }
 
