@@ -165,7 +165,7 @@ ml_search=$(time_post "$ml/api/2.0/mlflow/runs/search" "{\"experiment_ids\": [\"
 fi
 
 ratio() { awk -v a="$1" -v b="$2" -v hi="$3" 'BEGIN { if (a <= 0 || b <= 0) { print "-"; exit } r = hi ? a / b : b / a; printf "%.1fx\n", r }'; }
-ms() { awk -v s="$1" 'BEGIN { printf "%.1f", s * 1000 }'; }
+ms() { awk -v s="$1" 'BEGIN { if (s <= 0) print "skipped"; else printf "%.1f", s * 1000 }'; }
 echo
 printf '%-58s %14s %14s %8s\n' "workload (SQLite, this machine)" "Trainyard" "MLflow 3.17" "ratio"
 printf '%-58s %14s %14s %8s\n' "(a) log-batch ingest, points/s" "$ty_ingest" "$ml_ingest" "$(ratio "$ty_ingest" "$ml_ingest" 1)"
