@@ -40,26 +40,15 @@ fn start(db: &TestDb, data: &std::path::Path) -> (Child, SocketAddr) {
     (child, addr)
 }
 
-async fn post(addr: SocketAddr, path: &str, body: serde_json::Value) -> common::Response {
-    common::request(
-        addr,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_points_survive_sigkill() {
     let db = TestDb::new().await;
     let data = tempfile::tempdir().unwrap();
     let (mut child, addr) = start(&db, data.path());
-    let run = post(
+    let run = common::post_json(
         addr,
         "/api/2.0/mlflow/runs/create",
-        json!({"experiment_id": "0"}),
+        &json!({"experiment_id": "0"}),
     )
     .await;
     let run_id = run.json()["run"]["info"]["run_id"]

@@ -183,16 +183,7 @@ async fn series_are_downsampled_on_the_server_with_min_max_bands() {
     let server = TestServer::start().await;
     let json_post = |path: &'static str, body: serde_json::Value| {
         let addr = server.addr;
-        async move {
-            common::request(
-                addr,
-                "POST",
-                path,
-                &[("Content-Type", "application/json")],
-                body.to_string().as_bytes(),
-            )
-            .await
-        }
+        async move { common::post_json(addr, path, &body).await }
     };
     let run = json_post(
         "/api/2.0/mlflow/runs/create",

@@ -151,19 +151,17 @@ pub async fn search(State(state): State<AppState>, Req(req): Req<Search>) -> Api
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| ApiError::invalid(format!("Invalid order_by: {e}")))?;
     let view = view_type(req.view_type.as_ref())?;
-    let mut found = state
+    let found = state
         .store
         .search_experiments(filter.as_ref(), &order, view, limit + 1, offset)
         .await?;
-    let mut out = json!({});
-    if found.len() as u64 > limit {
-        found.truncate(limit as usize);
-        out["next_page_token"] = json!(wire::page_token(offset + limit));
-    }
-    if !found.is_empty() {
-        out["experiments"] = json!(found.iter().map(wire::experiment).collect::<Vec<_>>());
-    }
-    Ok(Json(out))
+    Ok(Json(wire::page(
+        found,
+        limit,
+        offset,
+        "experiments",
+        wire::experiment,
+    )))
 }
 
 #[derive(Deserialize)]

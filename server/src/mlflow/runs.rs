@@ -161,7 +161,7 @@ pub async fn search(State(state): State<AppState>, Req(req): Req<Search>) -> Api
         order.push(parsed);
     }
     let view = view_type(req.run_view_type.as_ref())?;
-    let mut runs = state
+    let runs = state
         .store
         .search_runs(
             &experiment_ids,
@@ -172,15 +172,7 @@ pub async fn search(State(state): State<AppState>, Req(req): Req<Search>) -> Api
             offset,
         )
         .await?;
-    let mut out = json!({});
-    if runs.len() as u64 > limit {
-        runs.truncate(limit as usize);
-        out["next_page_token"] = json!(wire::page_token(offset + limit));
-    }
-    if !runs.is_empty() {
-        out["runs"] = json!(runs.iter().map(wire::run).collect::<Vec<_>>());
-    }
-    Ok(Json(out))
+    Ok(Json(wire::page(runs, limit, offset, "runs", wire::run)))
 }
 
 #[derive(Deserialize)]
@@ -237,29 +229,27 @@ pub struct LogKeyValue {
     value: Option<String>,
 }
 
+impl LogKeyValue {
+    /// The run, and the key and value checked against `limit`.
+    fn checked(self, limit: usize, noun: &str) -> Result<(String, (String, String)), ApiError> {
+        let run_id = self.run.id()?;
+        let key = required(self.key, "key")?;
+        validate::key(&key, "key")?;
+        let value = self.value.unwrap_or_default();
+        validate::value(&value, limit, noun, &key)?;
+        Ok((run_id, (key, value)))
+    }
+}
+
 pub async fn log_parameter(State(state): State<AppState>, Req(req): Req<LogKeyValue>) -> ApiResult {
-    let run_id = req.run.id()?;
-    let key = required(req.key, "key")?;
-    validate::key(&key, "key")?;
-    let value = req.value.unwrap_or_default();
-    validate::value(&value, MAX_PARAM_VALUE_LEN, "Param", &key)?;
-    state
-        .store
-        .log_batch(&run_id, &[], &[(key, value)], &[])
-        .await?;
+    let (run_id, param) = req.checked(MAX_PARAM_VALUE_LEN, "Param")?;
+    state.store.log_batch(&run_id, &[], &[param], &[]).await?;
     Ok(Json(json!({})))
 }
 
 pub async fn set_tag(State(state): State<AppState>, Req(req): Req<LogKeyValue>) -> ApiResult {
-    let run_id = req.run.id()?;
-    let key = required(req.key, "key")?;
-    validate::key(&key, "key")?;
-    let value = req.value.unwrap_or_default();
-    validate::value(&value, MAX_TAG_VALUE_LEN, "Tag", &key)?;
-    state
-        .store
-        .log_batch(&run_id, &[], &[], &[(key, value)])
-        .await?;
+    let (run_id, tag) = req.checked(MAX_TAG_VALUE_LEN, "Tag")?;
+    state.store.log_batch(&run_id, &[], &[], &[tag]).await?;
     Ok(Json(json!({})))
 }
 

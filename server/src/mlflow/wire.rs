@@ -240,6 +240,26 @@ pub fn parse_page_token(token: Option<&str>) -> Result<u64, ApiError> {
     value["offset"].as_u64().ok_or_else(bad)
 }
 
+/// A page of search results in MLflow's form. `found` holds up to
+/// `limit + 1` items; the extra one only says that another page exists.
+pub fn page<T>(
+    mut found: Vec<T>,
+    limit: u64,
+    offset: u64,
+    field: &str,
+    to_json: fn(&T) -> Value,
+) -> Value {
+    let mut out = json!({});
+    if found.len() as u64 > limit {
+        found.truncate(limit as usize);
+        out["next_page_token"] = json!(page_token(offset + limit));
+    }
+    if !found.is_empty() {
+        out[field] = Value::Array(found.iter().map(to_json).collect());
+    }
+    out
+}
+
 /// `max_results` with MLflow's default and bounds.
 pub fn max_results(value: Option<i64>, default: i64, limit: i64) -> Result<u64, ApiError> {
     let n = value.unwrap_or(default);

@@ -128,6 +128,18 @@ pub async fn request(
     parse_response(&raw)
 }
 
+/// POSTs a JSON body.
+pub async fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> Response {
+    request(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+    .await
+}
+
 /// Like [`request`] with a JSON body, but a dead server is an answer (None)
 /// rather than a panic; returns the status.
 pub async fn try_request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Option<u16> {
