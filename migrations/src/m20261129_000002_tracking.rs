@@ -113,11 +113,16 @@ impl MigrationTrait for Migration {
                 .await?;
         }
         // MLflow clients log to experiment "0" when none is set.
-        db.execute_unprepared(
+        let now_ms = if m.get_database_backend() == DbBackend::Postgres {
+            "CAST(EXTRACT(EPOCH FROM now()) * 1000 AS BIGINT)"
+        } else {
+            "CAST(strftime('%s', 'now') AS INTEGER) * 1000"
+        };
+        db.execute_unprepared(&format!(
             "INSERT INTO experiments (id, name, artifact_location, lifecycle_stage, creation_time, last_update_time) \
-             SELECT 0, 'Default', 'mlflow-artifacts:/0', 'active', 0, 0 \
-             WHERE NOT EXISTS (SELECT 1 FROM experiments WHERE id = 0)",
-        )
+             SELECT 0, 'Default', 'mlflow-artifacts:/0', 'active', {now_ms}, {now_ms} \
+             WHERE NOT EXISTS (SELECT 1 FROM experiments WHERE id = 0)"
+        ))
         .await?;
         Ok(())
     }

@@ -387,3 +387,16 @@ async fn search_experiments_filters_and_orders() {
         Err(StoreError::NotFound(_))
     ));
 }
+
+#[tokio::test]
+async fn the_default_experiment_is_dated_when_created() {
+    let before = crate::now_millis();
+    let (_db, store) = store().await;
+    let default = store.get_experiment(0).await.unwrap();
+    assert!(
+        default.creation_time >= before - 1000,
+        "{}",
+        default.creation_time
+    );
+    assert_eq!(default.creation_time, default.last_update_time);
+}
