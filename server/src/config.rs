@@ -168,8 +168,9 @@ pub fn load_from(
         .filter(|(k, _)| k.starts_with(ENV_PREFIX))
         .cloned()
         .collect();
-    figment = figment.merge(EnvVars(env_pairs.clone()));
-    for (key, path) in secret_files(&env_pairs) {
+    let secrets = secret_files(&env_pairs);
+    figment = figment.merge(EnvVars(env_pairs));
+    for (key, path) in secrets {
         let value = std::fs::read_to_string(&path).map_err(|e| {
             ConfigError(format!(
                 "{}: cannot read secret file {}: {e}",

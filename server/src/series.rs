@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use trainyard_domain::tracking::Point;
 
 use crate::AppState;
+use crate::mlflow::request::Req;
 use crate::mlflow::{ApiError, ApiResult};
 
 pub const MAX_RUNS: usize = 100;
@@ -49,7 +50,9 @@ pub struct Bucket {
     pub count: usize,
 }
 
-pub async fn series(State(state): State<AppState>, Json(req): Json<SeriesRequest>) -> ApiResult {
+/// Reads its request like the MLflow API, so bad input gets the same
+/// `{"error_code", "message"}` answer.
+pub async fn series(State(state): State<AppState>, Req(req): Req<SeriesRequest>) -> ApiResult {
     if req.run_ids.is_empty() || req.run_ids.len() > MAX_RUNS {
         return Err(ApiError::invalid(format!(
             "run_ids: give 1 to {MAX_RUNS} runs"

@@ -283,3 +283,26 @@ async fn api_requests_are_authenticated_in_one_place() {
     .await;
     assert_eq!(series.status, 401, "the native API passes the same gate");
 }
+
+#[tokio::test]
+async fn the_series_endpoint_answers_bad_input_in_mlflow_form() {
+    let server = TestServer::start().await;
+    let broken = common::request(
+        server.addr,
+        "POST",
+        "/api/trainyard/v1/series",
+        &[("Content-Type", "application/json")],
+        b"{\"run_ids\": 5",
+    )
+    .await;
+    assert_eq!(broken.status, 400);
+    assert_eq!(broken.json()["error_code"], "MALFORMED_REQUEST");
+    let wrong = common::post_json(
+        server.addr,
+        "/api/trainyard/v1/series",
+        &serde_json::json!({"run_ids": "not-a-list", "keys": ["loss"]}),
+    )
+    .await;
+    assert_eq!(wrong.status, 400);
+    assert_eq!(wrong.json()["error_code"], "INVALID_PARAMETER_VALUE");
+}

@@ -442,6 +442,17 @@ impl Store {
         Ok(runs)
     }
 
+    /// The experiment a run belongs to, without loading the run's data.
+    pub async fn run_experiment(&self, run_id: &str) -> Result<Option<i64>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT experiment_id FROM runs WHERE id = ")
+            .bind(run_id.to_owned());
+        match self.connection().query_one_raw(sql.build()).await? {
+            Some(row) => Ok(Some(get(&row, "experiment_id")?)),
+            None => Ok(None),
+        }
+    }
+
     /// The lifecycle stage of a run, or not found.
     async fn run_stage(
         &self,

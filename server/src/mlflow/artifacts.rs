@@ -61,13 +61,12 @@ async fn resolve(state: &AppState, raw: &str) -> Result<PathBuf, ApiError> {
     if folder != "artifacts" {
         return Err(invalid());
     }
-    let run_info = state
+    let run_experiment = state
         .store
-        .get_run(run)
-        .await
-        .map_err(|_| ApiError::not_found(format!("Run with id={run} not found")))?
-        .info;
-    if run_info.experiment_id.to_string() != experiment {
+        .run_experiment(run)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("Run with id={run} not found")))?;
+    if run_experiment.to_string() != experiment {
         return Err(ApiError::not_found(format!(
             "Run {run} does not belong to experiment {experiment}"
         )));

@@ -5,7 +5,7 @@
 mod artifacts;
 mod experiments;
 mod metrics;
-mod request;
+pub mod request;
 mod runs;
 mod validate;
 pub mod wire;
