@@ -8,7 +8,7 @@ import mlflow
 import pytest
 import requests
 from mlflow import MlflowClient
-from mlflow.entities import ViewType
+from mlflow.entities import Metric, ViewType
 from mlflow.exceptions import MlflowException
 
 
@@ -91,6 +91,27 @@ def test_metric_history_keeps_every_point_and_odd_values(unique):
     odd = client.get_metric_history(run.info.run_id, "odd")
     assert math.isnan(odd[0].value) and odd[1].value == math.inf and odd[2].value == -math.inf
     assert client.get_metric_history(run.info.run_id, "never-logged") == []
+
+
+def test_long_histories_come_back_whole_through_the_clients_pages(unique):
+    # The client pages get-history by 25,000 points: 60,000 points take three
+    # pages. An exact duplicate is kept once, as MLflow keeps it.
+    mlflow.set_experiment(f"long-{unique}")
+    client = MlflowClient()
+    with mlflow.start_run() as run:
+        for start in range(0, 60_000, 1_000):
+            client.log_batch(
+                run.info.run_id,
+                metrics=[
+                    Metric("loss", 1.0 / (1 + step), 1_700_000_000_000 + step, step)
+                    for step in range(start, start + 1_000)
+                ],
+            )
+        mlflow.log_metric("loss", 1.0, step=0, timestamp=1_700_000_000_000)
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert len(history) == 60_000
+    assert [m.step for m in history] == list(range(60_000))
+    assert history[-1].value == 1.0 / 60_000
 
 
 def test_search_runs_filter_order_and_pages(unique):

@@ -4,6 +4,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261129_000001_core_model;
 mod m20261129_000002_tracking;
+mod m20261129_000003_chunk_summaries;
 
 pub struct Migrator;
 
@@ -13,6 +14,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261129_000001_core_model::Migration),
             Box::new(m20261129_000002_tracking::Migration),
+            Box::new(m20261129_000003_chunk_summaries::Migration),
         ]
     }
 }

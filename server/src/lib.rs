@@ -171,6 +171,7 @@ impl Server {
 
     pub async fn run(mut self) -> Result<(), ServerError> {
         let store = self.state.store.clone();
+        let compactor = tokio::spawn(compact_forever(store.clone()));
         let app = router(self.state);
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let app = app.into_make_service_with_connect_info::<SocketAddr>();
@@ -190,9 +191,36 @@ impl Server {
                 }
             }
         }
+        // A pass cut short rolls back: it rewrites nothing half-way.
+        compactor.abort();
         store.close().await?;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// How often written series are compacted.
+const COMPACTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Merges the small metric chunks of series as they are written (see
+/// docs/metric-store.md), starting with those left from before a restart.
+async fn compact_forever(store: Store) {
+    match store.mark_uncompacted().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(series = n, "compacting series written before the restart"),
+        Err(error) => tracing::warn!(%error, "could not look for series to compact"),
+    }
+    let mut tick = tokio::time::interval(COMPACTION_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match store.compact_pending().await {
+            Ok(0) => {}
+            Ok(merged) => tracing::debug!(merged, "compacted metric chunks"),
+            Err(error) => {
+                tracing::warn!(%error, "metric compaction failed; the series is tried again when next written, or after a restart")
+            }
+        }
     }
 }
 

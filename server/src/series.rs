@@ -6,17 +6,19 @@
 
 use axum::Json;
 use axum::extract::State;
-use serde::Deserialize;
-use serde_json::{Value, json};
-use trainyard_domain::tracking::Point;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use trainyard_store::series::{SeriesQuery, XAxis};
 
 use crate::AppState;
+use crate::mlflow::ApiError;
 use crate::mlflow::request::Req;
-use crate::mlflow::{ApiError, ApiResult};
 
 pub const MAX_RUNS: usize = 100;
 pub const MAX_KEYS: usize = 20;
 pub const MAX_POINTS: usize = 2000;
+/// Series read at once by one request.
+const PARALLEL_SERIES: usize = 4;
 
 #[derive(Deserialize)]
 pub struct SeriesRequest {
@@ -29,30 +31,12 @@ pub struct SeriesRequest {
     points: Option<usize>,
 }
 
-#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum XAxis {
-    #[default]
-    Step,
-    /// Milliseconds since the Unix epoch.
-    Wall,
-    /// Milliseconds since the run started.
-    Relative,
-}
-
-/// One bucket: mean x, mean y, min and max of y, and how many points.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Bucket {
-    pub x: f64,
-    pub y: Option<f64>,
-    pub min: Option<f64>,
-    pub max: Option<f64>,
-    pub count: usize,
-}
-
 /// Reads its request like the MLflow API, so bad input gets the same
 /// `{"error_code", "message"}` answer.
-pub async fn series(State(state): State<AppState>, Req(req): Req<SeriesRequest>) -> ApiResult {
+pub async fn series(
+    State(state): State<AppState>,
+    Req(req): Req<SeriesRequest>,
+) -> Result<Json<SeriesAnswer>, ApiError> {
     if req.run_ids.is_empty() || req.run_ids.len() > MAX_RUNS {
         return Err(ApiError::invalid(format!(
             "run_ids: give 1 to {MAX_RUNS} runs"
@@ -75,159 +59,73 @@ pub async fn series(State(state): State<AppState>, Req(req): Req<SeriesRequest>)
         return Err(ApiError::invalid("x_min must not be greater than x_max"));
     }
     let runs = state.store.load_runs(&req.run_ids).await?;
-    let mut out = Vec::new();
+    // Series are read in parallel (a few at a time, each its own task, so
+    // decoding uses every core) and answered in the order asked.
+    let mut wanted = Vec::with_capacity(runs.len() * req.keys.len());
     for run in &runs {
+        let query = SeriesQuery {
+            axis: req.x_axis,
+            origin: run.info.start_time,
+            x_min: req.x_min,
+            x_max: req.x_max,
+            budget,
+        };
         for key in &req.keys {
-            let points = state.store.metric_history(&run.info.run_id, key).await?;
-            let total = points.len();
-            let origin = match req.x_axis {
-                XAxis::Relative => run.info.start_time as f64,
-                _ => 0.0,
-            };
-            let mut xy: Vec<(f64, f64)> = points
-                .iter()
-                .map(|p: &Point| {
-                    let x = match req.x_axis {
-                        XAxis::Step => p.step as f64,
-                        XAxis::Wall | XAxis::Relative => p.timestamp as f64 - origin,
-                    };
-                    (x, p.value)
-                })
-                .filter(|(x, _)| {
-                    req.x_min.is_none_or(|lo| *x >= lo) && req.x_max.is_none_or(|hi| *x <= hi)
-                })
-                .collect();
-            xy.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let buckets = downsample(&xy, budget);
-            out.push(json!({
-                "run_id": run.info.run_id,
-                "key": key,
-                "total_points": total,
-                "in_range": xy.len(),
-                "x": buckets.iter().map(|b| b.x).collect::<Vec<_>>(),
-                "y": buckets.iter().map(|b| number(b.y)).collect::<Vec<_>>(),
-                "min": buckets.iter().map(|b| number(b.min)).collect::<Vec<_>>(),
-                "max": buckets.iter().map(|b| number(b.max)).collect::<Vec<_>>(),
-                "count": buckets.iter().map(|b| b.count).collect::<Vec<_>>(),
-            }));
+            wanted.push((run.info.run_id.clone(), key.clone(), query));
         }
     }
-    Ok(Json(json!({ "series": out })))
+    let store = state.store.clone();
+    let jobs = wanted.into_iter().map(move |(run_id, key, query)| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let series = store.downsample_series(&run_id, &key, query).await;
+            (run_id, key, series)
+        })
+    });
+    let mut results = futures::stream::iter(jobs).buffered(PARALLEL_SERIES);
+    let mut out = Vec::new();
+    while let Some(joined) = results.next().await {
+        let (run_id, key, series) =
+            joined.map_err(|e| ApiError::internal(format!("series task: {e}")))?;
+        let series = series?;
+        let buckets = &series.buckets;
+        out.push(SeriesOut {
+            run_id,
+            key,
+            total_points: series.total_points,
+            in_range: series.in_range,
+            from_summaries: series.from_summaries,
+            x: buckets.iter().map(|b| b.x).collect(),
+            y: buckets.iter().map(|b| finite(b.y)).collect(),
+            min: buckets.iter().map(|b| finite(b.min)).collect(),
+            max: buckets.iter().map(|b| finite(b.max)).collect(),
+            count: buckets.iter().map(|b| b.count).collect(),
+        });
+    }
+    Ok(Json(SeriesAnswer { series: out }))
+}
+
+#[derive(Serialize)]
+pub struct SeriesAnswer {
+    series: Vec<SeriesOut>,
+}
+
+/// One series as columns: bucket i is `x[i]`, `y[i]`, …
+#[derive(Serialize)]
+struct SeriesOut {
+    run_id: String,
+    key: String,
+    total_points: usize,
+    in_range: usize,
+    from_summaries: bool,
+    x: Vec<f64>,
+    y: Vec<Option<f64>>,
+    min: Vec<Option<f64>>,
+    max: Vec<Option<f64>>,
+    count: Vec<usize>,
 }
 
 /// Non-finite values become null: JSON has no NaN.
-fn number(v: Option<f64>) -> Value {
-    match v {
-        Some(v) if v.is_finite() => json!(v),
-        _ => Value::Null,
-    }
-}
-
-/// Splits `[first x, last x]` into `budget` equal-width buckets. Points must
-/// be sorted by x. With no more points than the budget, each point is its
-/// own bucket. NaN values count but do not enter the mean, min or max.
-pub fn downsample(xy: &[(f64, f64)], budget: usize) -> Vec<Bucket> {
-    if xy.len() <= budget {
-        return xy
-            .iter()
-            .map(|&(x, y)| {
-                let v = (!y.is_nan()).then_some(y);
-                Bucket {
-                    x,
-                    y: v,
-                    min: v,
-                    max: v,
-                    count: 1,
-                }
-            })
-            .collect();
-    }
-    let lo = xy[0].0;
-    let hi = xy[xy.len() - 1].0;
-    let width = (hi - lo) / budget as f64;
-    let mut out: Vec<Bucket> = Vec::with_capacity(budget);
-    let mut current: Option<(usize, f64, f64, usize, f64, f64, usize)> = None; // (bucket, sum_x, sum_y, n_y, min, max, n)
-    let flush = |state: (usize, f64, f64, usize, f64, f64, usize), out: &mut Vec<Bucket>| {
-        let (_, sum_x, sum_y, n_y, min, max, n) = state;
-        let has = n_y > 0;
-        out.push(Bucket {
-            x: sum_x / n as f64,
-            y: has.then(|| sum_y / n_y as f64),
-            min: has.then_some(min),
-            max: has.then_some(max),
-            count: n,
-        });
-    };
-    for &(x, y) in xy {
-        let index = if width > 0.0 {
-            (((x - lo) / width) as usize).min(budget - 1)
-        } else {
-            0
-        };
-        match current.as_mut() {
-            Some(state) if state.0 == index => {
-                state.1 += x;
-                state.6 += 1;
-                if !y.is_nan() {
-                    state.2 += y;
-                    state.3 += 1;
-                    state.4 = state.4.min(y);
-                    state.5 = state.5.max(y);
-                }
-            }
-            _ => {
-                if let Some(done) = current.take() {
-                    flush(done, &mut out);
-                }
-                let finite = !y.is_nan();
-                current = Some((
-                    index,
-                    x,
-                    if finite { y } else { 0.0 },
-                    usize::from(finite),
-                    if finite { y } else { f64::INFINITY },
-                    if finite { y } else { f64::NEG_INFINITY },
-                    1,
-                ));
-            }
-        }
-    }
-    if let Some(done) = current {
-        flush(done, &mut out);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn small_series_come_back_whole() {
-        let xy = [(0.0, 1.0), (1.0, f64::NAN), (2.0, 3.0)];
-        let b = downsample(&xy, 10);
-        assert_eq!(b.len(), 3);
-        assert_eq!(b[1].y, None);
-        assert_eq!(b[2].max, Some(3.0));
-    }
-
-    #[test]
-    fn buckets_keep_mean_min_and_max() {
-        let xy: Vec<(f64, f64)> = (0..1000)
-            .map(|i| (i as f64, if i == 500 { 99.0 } else { (i % 10) as f64 }))
-            .collect();
-        let b = downsample(&xy, 100);
-        assert_eq!(b.len(), 100);
-        assert_eq!(b.iter().map(|b| b.count).sum::<usize>(), 1000);
-        let spike = b
-            .iter()
-            .find(|b| b.max == Some(99.0))
-            .expect("the spike survives");
-        assert!(
-            spike.min.unwrap() < 10.0,
-            "the band spans the spike and its neighbours"
-        );
-        assert!((b[0].y.unwrap() - 4.5).abs() < 1e-9);
-        assert!((b[0].x - 4.5).abs() < 1e-9);
-    }
+fn finite(v: Option<f64>) -> Option<f64> {
+    v.filter(|v| v.is_finite())
 }

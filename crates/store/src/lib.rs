@@ -2,7 +2,9 @@
 //! migrations, and the queries the server needs.
 
 mod chunks;
+pub mod compaction;
 pub mod entity;
+pub mod series;
 mod sql;
 pub mod tracking;
 
@@ -104,6 +106,8 @@ pub struct Store {
     /// fails at once (SQLITE_BUSY_SNAPSHOT) if another commit came in between,
     /// without waiting; so write transactions take turns here instead.
     write_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Series written since the last compaction pass.
+    dirty: compaction::Dirty,
 }
 
 impl std::fmt::Debug for Store {
@@ -174,6 +178,7 @@ impl Store {
             db,
             engine,
             write_lock: Default::default(),
+            dirty: Default::default(),
         })
     }
 
@@ -198,6 +203,7 @@ impl Store {
     pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
         let pending = self.pending_migrations().await?;
         Migrator::up(&self.db, None).await?;
+        self.fill_missing_summaries().await?;
         Ok(pending)
     }
 
@@ -420,5 +426,7 @@ mod tests;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(test)]
+mod series_tests;
 #[cfg(test)]
 mod tracking_tests;

@@ -43,7 +43,7 @@ fn not_found_experiment(id: i64) -> StoreError {
 }
 
 impl Store {
-    fn sql(&self) -> Sql {
+    pub(crate) fn sql(&self) -> Sql {
         Sql::new(self.connection().get_database_backend())
     }
 
@@ -564,6 +564,9 @@ impl Store {
             upsert_run_tags(&txn, self.sql(), run_id, tags).await?;
         }
         txn.commit().await?;
+        if !metrics.is_empty() {
+            self.mark_small_chunks(run_id, metrics);
+        }
         Ok(())
     }
 
@@ -635,7 +638,7 @@ impl Store {
         }
         let mut chunks_sql = self.sql();
         chunks_sql.push(
-            "INSERT INTO metric_chunks (run_id, key, count, min_step, max_step, min_timestamp, max_timestamp, points) VALUES ",
+            "INSERT INTO metric_chunks (run_id, key, count, min_step, max_step, min_timestamp, max_timestamp, summary, points) VALUES ",
         );
         let mut latest_sql = self.sql();
         latest_sql.push("INSERT INTO latest_metrics (run_id, key, value, timestamp, step) VALUES ");
@@ -674,6 +677,8 @@ impl Store {
                 .bind(min_ts)
                 .push(", ")
                 .bind(max_ts)
+                .push(", ")
+                .bind(chunks::summarize(points))
                 .push(", ")
                 .bind(chunks::encode(points))
                 .push(")");

@@ -3,6 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use trainyard_domain::tracking::Point;
@@ -22,43 +23,103 @@ pub struct History {
     page_token: Option<String>,
 }
 
-/// MLflow's order for a history: timestamp, then step, then value.
-fn mlflow_order(a: &Point, b: &Point) -> std::cmp::Ordering {
-    (a.timestamp, a.step)
-        .cmp(&(b.timestamp, b.step))
-        .then(a.value.total_cmp(&b.value))
-}
-
-pub async fn get_history(State(state): State<AppState>, Req(req): Req<History>) -> ApiResult {
+pub async fn get_history(
+    State(state): State<AppState>,
+    Req(req): Req<History>,
+) -> Result<Json<HistoryAnswer>, ApiError> {
     let run_id = required(
         req.run_id.filter(|s| !s.is_empty()).or(req.run_uuid),
         "run_id",
     )?;
     let key = required(req.metric_key, "metric_key")?;
-    let offset = wire::parse_page_token(req.page_token.as_deref())?;
+    let after = parse_history_token(req.page_token.as_deref())?;
     let limit = match req.max_results {
         None => None,
-        Some(n) => Some(wire::max_results(Some(n), n, i64::MAX)?),
+        Some(n) => Some(wire::max_results(Some(n), n, i64::MAX)? as usize),
     };
-    let mut points = state.store.metric_history(&run_id, &key).await?;
-    points.sort_by(mlflow_order);
-    let start = (offset as usize).min(points.len());
-    let end = match limit {
-        Some(limit) => start.saturating_add(limit as usize).min(points.len()),
-        None => points.len(),
+    let page = state
+        .store
+        .metric_history_page(&run_id, &key, after, limit)
+        .await?;
+    let next_page_token = match page.points.last() {
+        Some(last) if page.more => Some(history_token(last)),
+        _ => None,
     };
-    let mut out = json!({});
-    if end > start {
-        let metrics: Vec<Value> = points[start..end]
-            .iter()
-            .map(|p| wire::metric(&key, p))
-            .collect();
-        out["metrics"] = Value::Array(metrics);
+    Ok(Json(HistoryAnswer {
+        key,
+        points: page.points,
+        next_page_token,
+    }))
+}
+
+/// `{"metrics": [...], "next_page_token": ...}`, both left out when empty,
+/// as MLflow does.
+pub struct HistoryAnswer {
+    key: String,
+    points: Vec<Point>,
+    next_page_token: Option<String>,
+}
+
+impl serde::Serialize for HistoryAnswer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        struct Metrics<'a>(&'a str, &'a [Point]);
+        impl serde::Serialize for Metrics<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut seq = s.serialize_seq(Some(self.1.len()))?;
+                for point in self.1 {
+                    seq.serialize_element(&wire::MetricJson { key: self.0, point })?;
+                }
+                seq.end()
+            }
+        }
+        let mut map = s.serialize_map(None)?;
+        if !self.points.is_empty() {
+            map.serialize_entry("metrics", &Metrics(&self.key, &self.points))?;
+        }
+        if let Some(token) = &self.next_page_token {
+            map.serialize_entry("next_page_token", token)?;
+        }
+        map.end()
     }
-    if end < points.len() {
-        out["next_page_token"] = json!(wire::page_token(end as u64));
-    }
-    Ok(Json(out))
+}
+
+/// A history page token names the last point returned (MLflow's order is
+/// total over timestamp, step and value), so the next page starts right
+/// after it without re-reading the pages before.
+fn history_token(last: &Point) -> String {
+    base64::engine::general_purpose::STANDARD.encode(
+        json!({
+            "timestamp": last.timestamp,
+            "step": last.step,
+            "value_bits": last.value.to_bits().to_string(),
+        })
+        .to_string(),
+    )
+}
+
+fn parse_history_token(token: Option<&str>) -> Result<Option<Point>, ApiError> {
+    let Some(token) = token.filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let bad = || {
+        ApiError::invalid(format!(
+            "Invalid page token `{token}`; pass the next_page_token of a previous answer"
+        ))
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(token.trim())
+        .map_err(|_| bad())?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    let bits: u64 = value["value_bits"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(bad)?;
+    Ok(Some(Point {
+        timestamp: value["timestamp"].as_i64().ok_or_else(bad)?,
+        step: value["step"].as_i64().ok_or_else(bad)?,
+        value: f64::from_bits(bits),
+    }))
 }
 
 #[derive(Deserialize)]

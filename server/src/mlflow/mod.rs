@@ -48,6 +48,16 @@ impl ApiError {
         }
     }
 
+    /// A fault of the server: logged in full, answered in general words.
+    pub fn internal(detail: impl std::fmt::Display) -> ApiError {
+        tracing::error!(error = %detail, "internal error");
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "INTERNAL_ERROR",
+            message: "the server failed to answer; see its log".to_owned(),
+        }
+    }
+
     pub fn too_large(limit: usize) -> ApiError {
         ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,

@@ -202,6 +202,44 @@ pub fn run_info(info: &RunInfo) -> Value {
     out
 }
 
+/// A double in MLflow's JSON form (non-finite values as strings), written
+/// without building a `Value`.
+pub struct Double(pub f64);
+
+impl serde::Serialize for Double {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.0;
+        if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if v == f64::INFINITY {
+            s.serialize_str("Infinity")
+        } else if v == f64::NEG_INFINITY {
+            s.serialize_str("-Infinity")
+        } else {
+            s.serialize_f64(v)
+        }
+    }
+}
+
+/// A metric point in MLflow's JSON form, written without building a `Value`
+/// (a history can hold millions).
+pub struct MetricJson<'a> {
+    pub key: &'a str,
+    pub point: &'a Point,
+}
+
+impl serde::Serialize for MetricJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut m = s.serialize_struct("Metric", 4)?;
+        m.serialize_field("key", self.key)?;
+        m.serialize_field("value", &Double(self.point.value))?;
+        m.serialize_field("timestamp", &self.point.timestamp)?;
+        m.serialize_field("step", &self.point.step)?;
+        m.end()
+    }
+}
+
 pub fn metric(key: &str, p: &Point) -> Value {
     json!({ "key": key, "value": double(p.value), "timestamp": p.timestamp, "step": p.step })
 }

@@ -1,0 +1,540 @@
+//! Reading metric series: MLflow's history in pages, and downsampled series
+//! for charts. Both read chunk metadata first and decode only the points
+//! they need; wide chart reads merge block summaries instead of points.
+
+use std::cmp::Ordering;
+
+use sea_orm::{
+    AccessMode, ConnectionTrait, DatabaseTransaction, IsolationLevel, QueryResult, TransactionTrait,
+};
+use trainyard_domain::tracking::Point;
+
+use crate::chunks::{self, BLOCK_POINTS, Block};
+use crate::{Engine, Store, StoreError};
+
+fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T, StoreError> {
+    Ok(row.try_get::<T>("", col)?)
+}
+
+/// MLflow's order for a history: timestamp, then step, then value.
+pub fn history_order(a: &Point, b: &Point) -> Ordering {
+    (a.timestamp, a.step)
+        .cmp(&(b.timestamp, b.step))
+        .then(a.value.total_cmp(&b.value))
+}
+
+/// Sorts in MLflow's order and drops exact duplicates, which MLflow refuses
+/// to store twice.
+fn sort_dedup(points: &mut Vec<Point>) {
+    // Histories are mostly logged in order already.
+    if !points.is_sorted_by(|a, b| history_order(a, b).is_le()) {
+        points.sort_unstable_by(history_order);
+    }
+    points.dedup_by(|a, b| history_order(a, b) == Ordering::Equal);
+}
+
+/// A page of a history, and whether points follow it.
+#[derive(Debug, Default)]
+pub struct HistoryPage {
+    pub points: Vec<Point>,
+    pub more: bool,
+}
+
+/// The x-axis of a chart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XAxis {
+    #[default]
+    Step,
+    /// Milliseconds since the Unix epoch.
+    Wall,
+    /// Milliseconds since `origin` (the run's start).
+    Relative,
+}
+
+/// What a chart asks of one series.
+#[derive(Debug, Clone, Copy)]
+pub struct SeriesQuery {
+    pub axis: XAxis,
+    /// Subtracted from timestamps on the relative axis.
+    pub origin: i64,
+    pub x_min: Option<f64>,
+    pub x_max: Option<f64>,
+    /// The most buckets to return, at least 1.
+    pub budget: usize,
+}
+
+/// One bucket: mean x, mean y, min and max of y (None when every value in
+/// it is NaN), and how many points it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    pub x: f64,
+    pub y: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub count: usize,
+}
+
+/// A downsampled series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Downsampled {
+    /// Points stored for the series.
+    pub total_points: usize,
+    /// Points within the range asked for.
+    pub in_range: usize,
+    /// True when some buckets were merged from block summaries: their edges
+    /// then fall on block boundaries (within half a block of the exact edge).
+    pub from_summaries: bool,
+    pub buckets: Vec<Bucket>,
+}
+
+/// A chunk's blocks, each with its x extent on the chart's axis.
+type BlockSpans = Vec<(f64, f64, Block)>;
+
+/// A chunk without its points.
+#[derive(Debug)]
+struct ChunkMeta {
+    id: i64,
+    count: usize,
+    min_step: i64,
+    max_step: i64,
+    min_timestamp: i64,
+    max_timestamp: i64,
+    summary: Option<Vec<u8>>,
+}
+
+impl SeriesQuery {
+    fn x(&self, p: &Point) -> f64 {
+        match self.axis {
+            XAxis::Step => p.step as f64,
+            XAxis::Wall => p.timestamp as f64,
+            XAxis::Relative => (p.timestamp - self.origin) as f64,
+        }
+    }
+
+    fn extent(&self, c: &ChunkMeta) -> (f64, f64) {
+        self.span(c.min_step, c.max_step, c.min_timestamp, c.max_timestamp)
+    }
+
+    fn span(&self, min_step: i64, max_step: i64, min_ts: i64, max_ts: i64) -> (f64, f64) {
+        match self.axis {
+            XAxis::Step => (min_step as f64, max_step as f64),
+            XAxis::Wall => (min_ts as f64, max_ts as f64),
+            XAxis::Relative => ((min_ts - self.origin) as f64, (max_ts - self.origin) as f64),
+        }
+    }
+
+    fn contains(&self, x: f64) -> bool {
+        self.x_min.is_none_or(|lo| x >= lo) && self.x_max.is_none_or(|hi| x <= hi)
+    }
+
+    /// Sum of the block's x values on this axis.
+    fn block_sum_x(&self, b: &Block) -> f64 {
+        match self.axis {
+            XAxis::Step => b.sum_step,
+            XAxis::Wall => b.sum_timestamp,
+            XAxis::Relative => b.sum_timestamp - self.origin as f64 * b.count as f64,
+        }
+    }
+}
+
+/// Running sums of one bucket.
+#[derive(Clone, Copy)]
+struct Acc {
+    n: usize,
+    sum_x: f64,
+    finite: usize,
+    sum_y: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Acc {
+    const EMPTY: Acc = Acc {
+        n: 0,
+        sum_x: 0.0,
+        finite: 0,
+        sum_y: 0.0,
+        min: f64::INFINITY,
+        max: f64::NEG_INFINITY,
+    };
+
+    fn bucket(&self) -> Bucket {
+        let has = self.finite > 0;
+        Bucket {
+            x: self.sum_x / self.n as f64,
+            y: has.then(|| self.sum_y / self.finite as f64),
+            min: has.then_some(self.min),
+            max: has.then_some(self.max),
+            count: self.n,
+        }
+    }
+}
+
+/// Equal-width buckets over `[lo, hi]`.
+struct Grid {
+    lo: f64,
+    width: f64,
+    acc: Vec<Acc>,
+}
+
+impl Grid {
+    fn new(lo: f64, hi: f64, budget: usize) -> Grid {
+        Grid {
+            lo,
+            width: (hi - lo) / budget as f64,
+            acc: vec![Acc::EMPTY; budget],
+        }
+    }
+
+    fn index(&self, x: f64) -> usize {
+        if self.width > 0.0 {
+            (((x - self.lo) / self.width) as usize).min(self.acc.len() - 1)
+        } else {
+            0
+        }
+    }
+
+    fn add_point(&mut self, x: f64, y: f64) {
+        let i = self.index(x);
+        let a = &mut self.acc[i];
+        a.n += 1;
+        a.sum_x += x;
+        if !y.is_nan() {
+            a.finite += 1;
+            a.sum_y += y;
+            a.min = a.min.min(y);
+            a.max = a.max.max(y);
+        }
+    }
+
+    /// A block goes whole into the bucket of its middle.
+    fn add_block(&mut self, mid: f64, sum_x: f64, b: &Block) {
+        let i = self.index(mid);
+        let a = &mut self.acc[i];
+        a.n += b.count as usize;
+        a.sum_x += sum_x;
+        if b.finite > 0 {
+            a.finite += b.finite as usize;
+            a.sum_y += b.sum;
+            a.min = a.min.min(b.min);
+            a.max = a.max.max(b.max);
+        }
+    }
+
+    fn buckets(&self) -> Vec<Bucket> {
+        self.acc
+            .iter()
+            .filter(|a| a.n > 0)
+            .map(Acc::bucket)
+            .collect()
+    }
+}
+
+/// Downsamples points (any order) into at most `budget` equal-width buckets
+/// over their x extent. With no more points than the budget, each point is
+/// its own bucket, in x order. NaN values count but stay out of the mean,
+/// min and max.
+pub fn downsample(xy: &mut [(f64, f64)], budget: usize) -> Vec<Bucket> {
+    if xy.len() <= budget {
+        xy.sort_by(|a, b| a.0.total_cmp(&b.0));
+        return xy
+            .iter()
+            .map(|&(x, y)| {
+                let v = (!y.is_nan()).then_some(y);
+                Bucket {
+                    x,
+                    y: v,
+                    min: v,
+                    max: v,
+                    count: 1,
+                }
+            })
+            .collect();
+    }
+    let (lo, hi) = xy
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+            (lo.min(p.0), hi.max(p.0))
+        });
+    let mut grid = Grid::new(lo, hi, budget);
+    for &(x, y) in xy.iter() {
+        grid.add_point(x, y);
+    }
+    grid.buckets()
+}
+
+impl Store {
+    /// A read-only transaction that sees one state of the database across
+    /// its statements, so a compaction in between cannot show a point twice
+    /// or not at all. (SQLite's transactions are snapshots in WAL mode.)
+    async fn read_snapshot(&self) -> Result<DatabaseTransaction, StoreError> {
+        Ok(match self.engine() {
+            Engine::Sqlite => self.connection().begin().await?,
+            Engine::Postgres => {
+                self.connection()
+                    .begin_with_config(
+                        Some(IsolationLevel::RepeatableRead),
+                        Some(AccessMode::ReadOnly),
+                    )
+                    .await?
+            }
+        })
+    }
+
+    async fn chunk_metas(
+        &self,
+        db: &impl ConnectionTrait,
+        run_id: &str,
+        key: &str,
+        with_summary: bool,
+    ) -> Result<Vec<ChunkMeta>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT id, count, min_step, max_step, min_timestamp, max_timestamp");
+        if with_summary {
+            sql.push(", summary");
+        }
+        sql.push(" FROM metric_chunks WHERE run_id = ")
+            .bind(run_id.to_owned())
+            .push(" AND key = ")
+            .bind(key.to_owned())
+            .push(" ORDER BY id");
+        let rows = db.query_all_raw(sql.build()).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ChunkMeta {
+                    id: get(row, "id")?,
+                    count: get::<i32>(row, "count")? as usize,
+                    min_step: get(row, "min_step")?,
+                    max_step: get(row, "max_step")?,
+                    min_timestamp: get(row, "min_timestamp")?,
+                    max_timestamp: get(row, "max_timestamp")?,
+                    summary: if with_summary {
+                        get(row, "summary")?
+                    } else {
+                        None
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// Decodes the points of the given chunks, in id order, into `out`.
+    async fn chunk_points(
+        &self,
+        db: &impl ConnectionTrait,
+        ids: &[i64],
+        out: &mut Vec<Point>,
+    ) -> Result<(), StoreError> {
+        for group in ids.chunks(256) {
+            let mut sql = self.sql();
+            sql.push("SELECT points FROM metric_chunks WHERE id IN ")
+                .bind_list(group.iter().copied())
+                .push(" ORDER BY id");
+            for row in db.query_all_raw(sql.build()).await? {
+                let bytes: Vec<u8> = get(&row, "points")?;
+                chunks::decode_into(&bytes, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// One page of a series in MLflow's order (timestamp, step, value),
+    /// without exact duplicates: the points after `after`, at most `limit`
+    /// (all when None). Reads only the chunks that can hold the page.
+    pub async fn metric_history_page(
+        &self,
+        run_id: &str,
+        key: &str,
+        after: Option<Point>,
+        limit: Option<usize>,
+    ) -> Result<HistoryPage, StoreError> {
+        let db = self.read_snapshot().await?;
+        let mut metas = self.chunk_metas(&db, run_id, key, false).await?;
+        if let Some(after) = after {
+            metas.retain(|c| c.max_timestamp >= after.timestamp);
+        }
+        metas.sort_by_key(|c| (c.min_timestamp, c.id));
+        let is_after = |p: &Point| after.is_none_or(|a| history_order(p, &a) == Ordering::Greater);
+        let Some(limit) = limit else {
+            let ids: Vec<i64> = metas.iter().map(|c| c.id).collect();
+            let mut points = Vec::new();
+            self.chunk_points(&db, &ids, &mut points).await?;
+            points.retain(is_after);
+            sort_dedup(&mut points);
+            return Ok(HistoryPage {
+                points,
+                more: false,
+            });
+        };
+        let limit = limit.max(1);
+        let mut page: Vec<Point> = Vec::new();
+        let mut overflow = false;
+        let mut taken = 0;
+        loop {
+            // Every point not yet read lies in a chunk starting at or after
+            // the next chunk's first timestamp: once the page is full and
+            // its last point is earlier than that, the page is final.
+            let settled = page.len() >= limit
+                && metas
+                    .get(taken)
+                    .is_none_or(|next| next.min_timestamp > page[limit - 1].timestamp);
+            if settled || taken == metas.len() {
+                let more = overflow || page.len() > limit || taken < metas.len();
+                page.truncate(limit);
+                return Ok(HistoryPage { points: page, more });
+            }
+            let wanted = limit.saturating_sub(page.len()).max(1);
+            let mut ids = Vec::new();
+            let mut count = 0;
+            while taken < metas.len()
+                && (count < wanted
+                    || (page.len() >= limit
+                        && metas[taken].min_timestamp <= page[limit - 1].timestamp))
+            {
+                ids.push(metas[taken].id);
+                count += metas[taken].count;
+                taken += 1;
+            }
+            let mut fresh = Vec::new();
+            self.chunk_points(&db, &ids, &mut fresh).await?;
+            page.extend(fresh.into_iter().filter(is_after));
+            sort_dedup(&mut page);
+            if page.len() > limit {
+                page.truncate(limit);
+                overflow = true;
+            }
+        }
+    }
+
+    /// One series downsampled for a chart. Chunks outside the range are
+    /// skipped; when buckets span at least two summary blocks, chunks
+    /// wholly inside the range contribute their block summaries instead of
+    /// their points.
+    pub async fn downsample_series(
+        &self,
+        run_id: &str,
+        key: &str,
+        q: SeriesQuery,
+    ) -> Result<Downsampled, StoreError> {
+        let budget = q.budget.max(1);
+        let db = self.read_snapshot().await?;
+        let metas = self.chunk_metas(&db, run_id, key, true).await?;
+        let total_points = metas.iter().map(|c| c.count).sum();
+        let mut whole: Vec<&ChunkMeta> = Vec::new();
+        let mut partial: Vec<i64> = Vec::new();
+        for c in &metas {
+            let (lo, hi) = q.extent(c);
+            let outside = q.x_min.is_some_and(|m| hi < m) || q.x_max.is_some_and(|m| lo > m);
+            if outside {
+                continue;
+            }
+            if q.contains(lo) && q.contains(hi) && c.summary.is_some() {
+                whole.push(c);
+            } else {
+                partial.push(c.id);
+            }
+        }
+        let mut points = Vec::new();
+        self.chunk_points(&db, &partial, &mut points).await?;
+        let mut xy: Vec<(f64, f64)> = points
+            .iter()
+            .map(|p| (q.x(p), p.value))
+            .filter(|(x, _)| q.contains(*x))
+            .collect();
+        let whole_count: usize = whole.iter().map(|c| c.count).sum();
+        if xy.len() + whole_count < budget * 2 * BLOCK_POINTS {
+            // Narrow enough to read every point.
+            let ids: Vec<i64> = whole.iter().map(|c| c.id).collect();
+            points.clear();
+            self.chunk_points(&db, &ids, &mut points).await?;
+            xy.extend(points.iter().map(|p| (q.x(p), p.value)));
+            let in_range = xy.len();
+            return Ok(Downsampled {
+                total_points,
+                in_range,
+                from_summaries: false,
+                buckets: downsample(&mut xy, budget),
+            });
+        }
+        // Each whole chunk's blocks with their x extents on this axis.
+        let mut blocks: Vec<(i64, BlockSpans)> = Vec::with_capacity(whole.len());
+        let mut decoded = Vec::new();
+        let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+        for &(x, _) in &xy {
+            lo = lo.min(x);
+            hi = hi.max(x);
+        }
+        for c in &whole {
+            decoded.clear();
+            chunks::decode_summary_into(c.summary.as_deref().unwrap_or_default(), &mut decoded);
+            let spans = decoded
+                .iter()
+                .map(|b| {
+                    let (l, h) = q.span(b.min_step, b.max_step, b.min_timestamp, b.max_timestamp);
+                    lo = lo.min(l);
+                    hi = hi.max(h);
+                    (l, h, *b)
+                })
+                .collect();
+            blocks.push((c.id, spans));
+        }
+        let mut grid = Grid::new(lo, hi, budget);
+        // A block wider than a bucket (points logged out of order, or far
+        // apart) cannot go into one bucket: its chunk is read point by point.
+        let mut unsummarized: Vec<i64> = Vec::new();
+        let mut summarized = 0;
+        for (id, spans) in &blocks {
+            if spans.iter().any(|(l, h, _)| h - l > grid.width) {
+                unsummarized.push(*id);
+                continue;
+            }
+            for (l, h, b) in spans {
+                grid.add_block((l + h) / 2.0, q.block_sum_x(b), b);
+                summarized += b.count as usize;
+            }
+        }
+        points.clear();
+        self.chunk_points(&db, &unsummarized, &mut points).await?;
+        xy.extend(points.iter().map(|p| (q.x(p), p.value)));
+        for &(x, y) in &xy {
+            grid.add_point(x, y);
+        }
+        Ok(Downsampled {
+            total_points,
+            in_range: xy.len() + summarized,
+            from_summaries: summarized > 0,
+            buckets: grid.buckets(),
+        })
+    }
+
+    /// Computes the summaries of chunks written before summaries existed.
+    /// Returns how many chunks it filled.
+    pub async fn fill_missing_summaries(&self) -> Result<usize, StoreError> {
+        let mut filled = 0;
+        loop {
+            let _turn = self.write_turn().await;
+            let mut sql = self.sql();
+            sql.push(
+                "SELECT id, points FROM metric_chunks WHERE summary IS NULL ORDER BY id LIMIT 256",
+            );
+            let rows = self.connection().query_all_raw(sql.build()).await?;
+            if rows.is_empty() {
+                return Ok(filled);
+            }
+            for row in &rows {
+                let id: i64 = get(row, "id")?;
+                let bytes: Vec<u8> = get(row, "points")?;
+                let mut points = Vec::new();
+                chunks::decode_into(&bytes, &mut points);
+                let mut sql = self.sql();
+                sql.push("UPDATE metric_chunks SET summary = ")
+                    .bind(chunks::summarize(&points))
+                    .push(" WHERE id = ")
+                    .bind(id);
+                self.connection().execute_raw(sql.build()).await?;
+                filled += 1;
+            }
+        }
+    }
+}
