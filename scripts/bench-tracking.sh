@@ -8,11 +8,14 @@
 #       (Trainyard's /api/trainyard/v1/series; MLflow's get-history-bulk-interval)
 #   (d) runs/search with a filter and an order over 10,000 runs
 # Read workloads seed MLflow's database with SQL (its ingest is too slow to
-# seed 10 million points); Trainyard is seeded through its API.
+# seed 10 million points); Trainyard is seeded through its API, and read once
+# its background compaction has settled, as a finished run would be.
 # BENCH_SECONDS (default 10) sets the ingest duration; BENCH_WORKLOADS
 # (default "a b c d") picks workloads. MLflow's slowest reads are timed once.
 # BENCH_DATABASE=postgres runs Trainyard on a throwaway PostgreSQL cluster
 # instead of SQLite (MLflow stays on SQLite, its reference setup).
+# BENCH_MLFLOW=0 measures Trainyard alone (a quick check while developing;
+# the reference figures need MLflow).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 "$ROOT/scripts/bootstrap.sh" bench
@@ -21,6 +24,7 @@ source "$(dirname "$0")/common.sh"
 seconds="${BENCH_SECONDS:-10}"
 workloads=" ${BENCH_WORKLOADS:-a b c d} "
 wants() { [[ "$workloads" == *" $1 "* ]]; }
+with_mlflow() { [ "${BENCH_MLFLOW:-1}" != 0 ]; }
 work="$(mktemp -d)"
 ty_port=39510
 ml_port=39520
@@ -48,6 +52,9 @@ fi
 ty_sql() { # runs SQL from stdin on Trainyard's database
   if [ "$engine" = postgres ]; then psql -q "$ty_db_url" >/dev/null; else sqlite3 "$work/ty/trainyard.db"; fi
 }
+ty_query() { # prints the result of SQL from stdin on Trainyard's database
+  if [ "$engine" = postgres ]; then psql -qtA "$ty_db_url"; else sqlite3 "$work/ty/trainyard.db"; fi
+}
 
 step "starting Trainyard ($ty, $engine) and MLflow ($ml)"
 mkdir -p "$work/ty"
@@ -56,15 +63,18 @@ TRAINYARD_LISTEN="127.0.0.1:$ty_port" TRAINYARD_DATA_DIR="$work/ty" TRAINYARD_LO
 ty_pid=$!
 pids+=("$ty_pid")
 mkdir -p "$work/ml"
-MLFLOW_DISABLE_TELEMETRY=true "$MLFLOW_VENV/bin/mlflow" server \
-  --backend-store-uri "sqlite:///$work/ml/mlflow.db" --artifacts-destination "$work/ml/artifacts" \
-  --host 127.0.0.1 --port "$ml_port" --workers 2 >"$work/ml.log" 2>&1 &
-pids+=("$!")
+if with_mlflow; then
+  MLFLOW_DISABLE_TELEMETRY=true "$MLFLOW_VENV/bin/mlflow" server \
+    --backend-store-uri "sqlite:///$work/ml/mlflow.db" --artifacts-destination "$work/ml/artifacts" \
+    --host 127.0.0.1 --port "$ml_port" --workers 2 >"$work/ml.log" 2>&1 &
+  pids+=("$!")
+fi
 for _ in $(seq 1 120); do
-  curl -sf "$ty/healthz" >/dev/null && curl -sf "$ml/health" >/dev/null && break
+  curl -sf "$ty/healthz" >/dev/null && { ! with_mlflow || curl -sf "$ml/health" >/dev/null; } && break
   sleep 1
 done
-curl -sf "$ml/health" >/dev/null || die "MLflow did not start: $(tail -5 "$work/ml.log")"
+curl -sf "$ty/healthz" >/dev/null || die "Trainyard did not start: $(tail -5 "$work/ty.log")"
+! with_mlflow || curl -sf "$ml/health" >/dev/null || die "MLflow did not start: $(tail -5 "$work/ml.log")"
 
 new_run() { # base-url experiment-id -> run id
   curl -sf -X POST "$1/api/2.0/mlflow/runs/create" -H 'Content-Type: application/json' \
@@ -80,6 +90,27 @@ time_get() { # url -> median seconds of 3 (one try when it takes over 10 s)
   first=$(curl -sf -o /dev/null --max-time 900 -w '%{time_total}\n' "$1")
   if awk -v t="$first" 'BEGIN { exit !(t > 10) }'; then echo "$first"; return; fi
   { echo "$first"; for _ in 1 2; do curl -sf -o /dev/null -w '%{time_total}\n' "$1"; done; } | median
+}
+time_pages() { # url with max_results -> seconds to read every page, as the Python client does
+  local total=0 token="" t
+  while :; do
+    t=$(curl -sf -o "$work/page.json" -w '%{time_total}' "$1${token:+&page_token=$token}") || die "paging $1 failed"
+    total=$(awk -v a="$total" -v b="$t" 'BEGIN { print a + b }')
+    token=$(tail -c 300 "$work/page.json" | grep -oE '"next_page_token": ?"[^"]+"' | sed -E 's/.*"([^"]+)"$/\1/' | sed 's/=/%3D/g; s/+/%2B/g; s#/#%2F#g') || true
+    [ -n "$token" ] || break
+  done
+  echo "$total"
+}
+settle() { # waits until background compaction has merged the chunks just written
+  local before after
+  after=$(echo "SELECT COUNT(*) FROM metric_chunks;" | ty_query)
+  while :; do
+    before=$after
+    sleep 3
+    after=$(echo "SELECT COUNT(*) FROM metric_chunks;" | ty_query)
+    [ "$before" != "$after" ] || break
+  done
+  echo "compaction settled at $after chunks" >&2
 }
 time_post() { # url body -> median seconds of 5
   for _ in 1 2 3 4 5; do
@@ -100,13 +131,13 @@ seed_points() { # url run-ids batches-per-thread keys
   RUN_IDS="$2" KEYS="$4" LIMIT="$batches" wrk -t2 -c4 -d"${duration}s" --timeout 60s -s "$lua" "$1" | grep '^WRK' >&2
 }
 
-ty_ingest=0 ml_ingest=0 ty_hist=0 ml_hist=0 ty_hist_n=0 ty_down=0 ml_down=0 ty_search=0 ml_search=0 ty_rss_kb=0
+ty_ingest=0 ml_ingest=0 ty_hist=0 ty_hist_paged=0 ml_hist=0 ty_hist_n=0 ty_down=0 ml_down=0 ty_search=0 ml_search=0 ty_rss_kb=0
 if wants a; then
 step "(a) ingest: runs/log-batch, 1,000 points per request, 4 connections, ${seconds}s"
 ty_ingest=$(wrk_points "$ty" "$(new_run "$ty" 0)")
 ty_ingest_guess=$ty_ingest
 ty_rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$ty_pid/status")
-ml_ingest=$(wrk_points "$ml" "$(new_run "$ml" 0)")
+with_mlflow && ml_ingest=$(wrk_points "$ml" "$(new_run "$ml" 0)")
 fi
 
 if wants b; then
@@ -114,6 +145,11 @@ step "(b) get-history of a 1,000,000-point series"
 ty_hist_run=$(new_run "$ty" 0)
 # wrk may build one request per thread that it never sends: ask for one more.
 seed_points "$ty" "$ty_hist_run" 501 1
+settle
+ty_hist_n=$(curl -sf "$ty/api/2.0/mlflow/metrics/get-history?run_id=$ty_hist_run&metric_key=loss" | grep -o '"step"' | wc -l)
+ty_hist=$(time_get "$ty/api/2.0/mlflow/metrics/get-history?run_id=$ty_hist_run&metric_key=loss")
+ty_hist_paged=$(time_pages "$ty/api/2.0/mlflow/metrics/get-history?run_id=$ty_hist_run&metric_key=loss&max_results=25000")
+if with_mlflow; then
 ml_hist_run=$(new_run "$ml" 0)
 sqlite3 "$work/ml/mlflow.db" >/dev/null <<SQL
 PRAGMA journal_mode=WAL;
@@ -125,17 +161,21 @@ INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)
   VALUES ('loss', 0.5, 1700000999999, 999999, 0, '$ml_hist_run');
 COMMIT;
 SQL
-ty_hist_n=$(curl -sf "$ty/api/2.0/mlflow/metrics/get-history?run_id=$ty_hist_run&metric_key=loss" | grep -o '"step"' | wc -l)
-ty_hist=$(time_get "$ty/api/2.0/mlflow/metrics/get-history?run_id=$ty_hist_run&metric_key=loss")
 ml_hist=$(time_get "$ml/api/2.0/mlflow/metrics/get-history?run_id=$ml_hist_run&metric_key=loss")
+fi
 fi
 
 if wants c; then
 step "(c) downsampled read: 100 runs x 100,000 points -> 1,000 points each"
 ty_runs=()
 ml_runs=()
-for _ in $(seq 1 100); do ty_runs+=("$(new_run "$ty" 0)"); ml_runs+=("$(new_run "$ml" 0)"); done
+for _ in $(seq 1 100); do ty_runs+=("$(new_run "$ty" 0)"); done
 seed_points "$ty" "$(IFS=,; echo "${ty_runs[*]}")" 5001 1
+settle
+ids_json=$(printf '"%s",' "${ty_runs[@]}")
+ty_down=$(time_post "$ty/api/trainyard/v1/series" "{\"run_ids\": [${ids_json%,}], \"keys\": [\"loss\"], \"points\": 1000}")
+if with_mlflow; then
+for _ in $(seq 1 100); do ml_runs+=("$(new_run "$ml" 0)"); done
 {
   echo "PRAGMA journal_mode=WAL; BEGIN;"
   for run in "${ml_runs[@]}"; do
@@ -145,16 +185,14 @@ seed_points "$ty" "$(IFS=,; echo "${ty_runs[*]}")" 5001 1
   done
   echo "COMMIT;"
 } | sqlite3 "$work/ml/mlflow.db" >/dev/null
-ids_json=$(printf '"%s",' "${ty_runs[@]}")
-ty_down=$(time_post "$ty/api/trainyard/v1/series" "{\"run_ids\": [${ids_json%,}], \"keys\": [\"loss\"], \"points\": 1000}")
 ml_query=$(printf 'run_ids=%s&' "${ml_runs[@]}")
 ml_down=$(time_get "$ml/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?${ml_query}metric_key=loss&max_results=1000")
+fi
 fi
 
 if wants d; then
 step "(d) runs/search over 10,000 runs with a filter and an order"
 ty_exp=$(new_experiment "$ty" search)
-ml_exp=$(new_experiment "$ml" search)
 if [ "$engine" = postgres ]; then hex="lpad(to_hex(x), 32, '0')"; else hex="printf('%032x', x)"; fi
 ty_sql <<SQL
 BEGIN;
@@ -168,6 +206,10 @@ COMMIT;
 -- Fresh statistics, as autovacuum would gather them after a bulk load.
 ANALYZE;
 SQL
+search='"filter": "metrics.acc > 0.5 and params.lr = '"'"'0.01'"'"'", "order_by": ["metrics.acc DESC"], "max_results": 100'
+ty_search=$(time_post "$ty/api/2.0/mlflow/runs/search" "{\"experiment_ids\": [\"$ty_exp\"], $search}")
+if with_mlflow; then
+ml_exp=$(new_experiment "$ml" search)
 sqlite3 "$work/ml/mlflow.db" >/dev/null <<SQL
 BEGIN;
 WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < 9999)
@@ -178,9 +220,8 @@ INSERT INTO tags (key, value, run_uuid) SELECT 'mlflow.runName', name, run_uuid 
 INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) SELECT 'acc', (CAST(substr(name, 5) AS INTEGER) % 1000) / 1000.0, 0, 0, 0, run_uuid FROM runs WHERE experiment_id = $ml_exp;
 COMMIT;
 SQL
-search='"filter": "metrics.acc > 0.5 and params.lr = '"'"'0.01'"'"'", "order_by": ["metrics.acc DESC"], "max_results": 100'
-ty_search=$(time_post "$ty/api/2.0/mlflow/runs/search" "{\"experiment_ids\": [\"$ty_exp\"], $search}")
 ml_search=$(time_post "$ml/api/2.0/mlflow/runs/search" "{\"experiment_ids\": [\"$ml_exp\"], $search}")
+fi
 fi
 
 ratio() { awk -v a="$1" -v b="$2" -v hi="$3" 'BEGIN { if (a <= 0 || b <= 0) { print "-"; exit } r = hi ? a / b : b / a; printf "%.1fx\n", r }'; }
@@ -189,6 +230,7 @@ echo
 printf '%-58s %14s %14s %8s\n' "workload (Trainyard on $engine, MLflow on SQLite)" "Trainyard" "MLflow 3.17" "ratio"
 printf '%-58s %14s %14s %8s\n' "(a) log-batch ingest, points/s" "$ty_ingest" "$ml_ingest" "$(ratio "$ty_ingest" "$ml_ingest" 1)"
 printf '%-58s %14s %14s %8s\n' "(b) get-history, 1,000,000 points, ms (Trainyard: $ty_hist_n)" "$(ms "$ty_hist")" "$(ms "$ml_hist")" "$(ratio "$ty_hist" "$ml_hist" 0)"
+printf '%-58s %14s %14s %8s\n' "(b) the same, in pages of 25,000 like the Python client, ms" "$(ms "$ty_hist_paged")" "-" "-"
 printf '%-58s %14s %14s %8s\n' "(c) 100 runs x 100,000 points -> 1,000 each, ms" "$(ms "$ty_down")" "$(ms "$ml_down")" "$(ratio "$ty_down" "$ml_down" 0)"
 printf '%-58s %14s %14s %8s\n' "(d) search 10,000 runs, filter + order, 100 results, ms" "$(ms "$ty_search")" "$(ms "$ml_search")" "$(ratio "$ty_search" "$ml_search" 0)"
 printf '%-58s %14s\n' "Trainyard peak memory (VmHWM) after ingest, MB" "$((ty_rss_kb / 1024))"
