@@ -1,0 +1,633 @@
+//! The scheduler core: given the cluster (nodes and the jobs running on
+//! them), the teams (quotas and fair-share weights), recent usage and the
+//! pending jobs, one [`schedule`] call decides which jobs start where, which
+//! borrowed jobs are preempted, and why every other job waits and where it
+//! stands. It does no I/O and keeps no state between calls: the server owns
+//! the state and the executors carry out the decision.
+//!
+//! Rules:
+//! - Order: effective priority (the job's priority, plus one level for every
+//!   `age_step` waited, so that nothing waits forever behind a stream of
+//!   higher-priority work), then fair share (decayed GPU-hours used by the
+//!   team over its share, then by the user), then submission time.
+//! - Quotas: a team may run up to its quota of GPUs as its own. Beyond it, a
+//!   job runs only on idle GPUs, as *borrowed* capacity. Which of a team's
+//!   jobs are borrowed is derived each cycle: its earliest-started jobs fill
+//!   the quota, the rest are borrowed.
+//! - Preemption: a job whose team is within its quota and that finds no room
+//!   may preempt borrowed jobs of teams over their quota (whole jobs, to be
+//!   requeued), on the one node where that frees enough for it at the least
+//!   cost.
+//! - Placement: whole jobs on one node (best fit: the node left with the
+//!   fewest free GPUs), lowest free GPU indices first.
+//! - No starvation: the first job in order that does not fit for lack of
+//!   room holds the node closest to fitting it; later jobs may not start
+//!   there, so it drains for the held job as jobs end (every job has a
+//!   maximum runtime).
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+
+pub type JobId = u64;
+pub type NodeId = u32;
+pub type TeamId = u32;
+pub type UserId = u32;
+
+/// What a job asks for. CPUs in thousandths, memory in MiB.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resources {
+    pub gpus: u32,
+    pub cpu_millis: u32,
+    pub memory_mib: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub id: NodeId,
+    pub name: String,
+    /// GPUs are numbered `0..gpus`.
+    pub gpus: u32,
+    pub cpu_millis: u32,
+    pub memory_mib: u64,
+    /// Cordoned nodes keep their jobs but take no new ones.
+    pub schedulable: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Team {
+    pub id: TeamId,
+    pub name: String,
+    /// GPUs the team may always use.
+    pub quota_gpus: u32,
+    /// Fair-share weight (> 0): usage is divided by it.
+    pub share: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingJob {
+    pub id: JobId,
+    pub team: TeamId,
+    pub user: UserId,
+    pub priority: i32,
+    /// Milliseconds since the Unix epoch.
+    pub submitted_at: i64,
+    pub resources: Resources,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningJob {
+    pub id: JobId,
+    pub team: TeamId,
+    pub user: UserId,
+    pub priority: i32,
+    pub started_at: i64,
+    pub node: NodeId,
+    /// GPU indices on the node.
+    pub gpus: Vec<u32>,
+    pub resources: Resources,
+}
+
+/// Decayed GPU-hours over the fair-share window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    pub team_gpu_hours: HashMap<TeamId, f64>,
+    pub user_gpu_hours: HashMap<UserId, f64>,
+}
+
+impl Usage {
+    /// Adds `gpu_hours` that ended `age_hours` ago, decayed with `half_life_hours`.
+    pub fn add(
+        &mut self,
+        team: TeamId,
+        user: UserId,
+        gpu_hours: f64,
+        age_hours: f64,
+        half_life_hours: f64,
+    ) {
+        let weight = 0.5f64.powf(age_hours.max(0.0) / half_life_hours.max(f64::MIN_POSITIVE));
+        *self.team_gpu_hours.entry(team).or_default() += gpu_hours * weight;
+        *self.user_gpu_hours.entry(user).or_default() += gpu_hours * weight;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Waiting this long raises a job's priority by one level.
+    pub age_step_ms: i64,
+    /// Allow teams over quota to use idle GPUs.
+    pub borrowing: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            age_step_ms: 60 * 60 * 1000,
+            borrowing: true,
+        }
+    }
+}
+
+/// Everything one cycle looks at.
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    pub now: i64,
+    pub nodes: Vec<Node>,
+    pub teams: Vec<Team>,
+    pub running: Vec<RunningJob>,
+    pub pending: Vec<PendingJob>,
+    pub usage: Usage,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placement {
+    pub job: JobId,
+    pub node: NodeId,
+    pub gpus: Vec<u32>,
+    /// Started on idle GPUs beyond the team's quota: may be preempted.
+    pub borrowed: bool,
+}
+
+/// Why a job is not starting now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reason {
+    /// Asks for more than any node has: it can never run.
+    NeverFits { gpus: u32, largest_node: u32 },
+    /// The team is at its quota and borrowing found nothing idle.
+    Quota {
+        team: String,
+        in_use: u32,
+        quota: u32,
+    },
+    /// No node has the GPUs free.
+    NoRoom { gpus: u32, largest_free: u32 },
+    /// Nodes with the GPUs free lack CPU or memory.
+    NoCpuOrMemory {
+        gpus: u32,
+        cpu_millis: u32,
+        memory_mib: u64,
+    },
+    /// Borrowed jobs are being stopped to make room for it.
+    Preempting { node: String, jobs: usize },
+    /// A job ahead of it holds the only nodes where it would fit.
+    HeldFor { job: JobId, node: String },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::NeverFits { gpus, largest_node } => write!(
+                f,
+                "needs {gpus} GPUs on one node; the largest node has {largest_node}"
+            ),
+            Reason::Quota {
+                team,
+                in_use,
+                quota,
+            } => write!(
+                f,
+                "team quota: {in_use} of {quota} GPUs in use by {team}, and no idle GPUs to borrow"
+            ),
+            Reason::NoRoom { gpus, largest_free } => write!(
+                f,
+                "no node has {gpus} free GPUs; largest free block is {largest_free}"
+            ),
+            Reason::NoCpuOrMemory {
+                gpus,
+                cpu_millis,
+                memory_mib,
+            } => write!(
+                f,
+                "no node with {gpus} free GPUs also has {} free CPUs and {memory_mib} MiB free memory",
+                *cpu_millis as f64 / 1000.0
+            ),
+            Reason::Preempting { node, jobs } => write!(
+                f,
+                "stopping {jobs} borrowed job(s) on {node} to make room within the team's quota"
+            ),
+            Reason::HeldFor { job, node } => write!(
+                f,
+                "{node} is held for job {job}, which is ahead in the queue"
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    pub job: JobId,
+    /// 1-based place in the queue order.
+    pub position: usize,
+    pub reason: Reason,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decision {
+    pub starts: Vec<Placement>,
+    /// Running jobs to stop and requeue.
+    pub preempt: Vec<JobId>,
+    /// Every pending job that does not start, in queue order.
+    pub waiting: Vec<Waiting>,
+}
+
+/// Checks a request against the cluster at submission: a job that can never
+/// run is refused with the reason instead of waiting forever.
+pub fn admissible(nodes: &[Node], resources: &Resources) -> Result<(), Reason> {
+    let largest = nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
+    let fits = nodes.iter().any(|n| {
+        n.gpus >= resources.gpus
+            && n.cpu_millis >= resources.cpu_millis
+            && n.memory_mib >= resources.memory_mib
+    });
+    if fits {
+        Ok(())
+    } else {
+        Err(Reason::NeverFits {
+            gpus: resources.gpus,
+            largest_node: largest,
+        })
+    }
+}
+
+/// Free capacity of one node during a cycle.
+#[derive(Debug, Clone)]
+struct Free {
+    gpus: Vec<bool>,
+    free_gpus: u32,
+    cpu_millis: u32,
+    memory_mib: u64,
+    schedulable: bool,
+    held_by: Option<JobId>,
+}
+
+impl Free {
+    fn fits(&self, r: &Resources) -> bool {
+        self.free_gpus >= r.gpus
+            && self.cpu_millis >= r.cpu_millis
+            && self.memory_mib >= r.memory_mib
+    }
+
+    fn take(&mut self, r: &Resources) -> Vec<u32> {
+        let mut picked = Vec::with_capacity(r.gpus as usize);
+        for (i, free) in self.gpus.iter_mut().enumerate() {
+            if picked.len() == r.gpus as usize {
+                break;
+            }
+            if *free {
+                *free = false;
+                picked.push(i as u32);
+            }
+        }
+        self.free_gpus -= r.gpus;
+        self.cpu_millis -= r.cpu_millis;
+        self.memory_mib -= r.memory_mib;
+        picked
+    }
+}
+
+/// Which running jobs are borrowed: per team, the earliest-started jobs fill
+/// the quota; the rest are borrowed.
+pub fn borrowed_jobs(teams: &[Team], running: &[RunningJob]) -> Vec<JobId> {
+    let quota: HashMap<TeamId, u32> = teams.iter().map(|t| (t.id, t.quota_gpus)).collect();
+    let mut by_team: HashMap<TeamId, Vec<&RunningJob>> = HashMap::new();
+    for job in running {
+        by_team.entry(job.team).or_default().push(job);
+    }
+    let mut borrowed = Vec::new();
+    for (team, mut jobs) in by_team {
+        jobs.sort_by_key(|j| (j.started_at, j.id));
+        let mut owned = 0u32;
+        let limit = quota.get(&team).copied().unwrap_or(0);
+        for job in jobs {
+            if owned + job.resources.gpus <= limit {
+                owned += job.resources.gpus;
+            } else {
+                borrowed.push(job.id);
+            }
+        }
+    }
+    borrowed
+}
+
+/// One scheduling cycle.
+pub fn schedule(state: &State, policy: &Policy) -> Decision {
+    let node_index: HashMap<NodeId, usize> = state
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.id, i))
+        .collect();
+    let mut free: Vec<Free> = state
+        .nodes
+        .iter()
+        .map(|n| Free {
+            gpus: vec![true; n.gpus as usize],
+            free_gpus: n.gpus,
+            cpu_millis: n.cpu_millis,
+            memory_mib: n.memory_mib,
+            schedulable: n.schedulable,
+            held_by: None,
+        })
+        .collect();
+    for job in &state.running {
+        let Some(&i) = node_index.get(&job.node) else {
+            continue;
+        };
+        let f = &mut free[i];
+        for &g in &job.gpus {
+            if let Some(slot) = f.gpus.get_mut(g as usize)
+                && *slot
+            {
+                *slot = false;
+                f.free_gpus -= 1;
+            }
+        }
+        f.cpu_millis = f.cpu_millis.saturating_sub(job.resources.cpu_millis);
+        f.memory_mib = f.memory_mib.saturating_sub(job.resources.memory_mib);
+    }
+    // Best fit: schedulable nodes ordered by free GPUs.
+    let mut by_free: BTreeSet<(u32, usize)> = free
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.schedulable)
+        .map(|(i, f)| (f.free_gpus, i))
+        .collect();
+
+    let teams: HashMap<TeamId, &Team> = state.teams.iter().map(|t| (t.id, t)).collect();
+    let mut in_use: HashMap<TeamId, u32> = HashMap::new();
+    for job in &state.running {
+        *in_use.entry(job.team).or_default() += job.resources.gpus;
+    }
+    let borrowed: Vec<JobId> = borrowed_jobs(&state.teams, &state.running);
+    let mut borrowed_on_node: Vec<Vec<&RunningJob>> = vec![Vec::new(); state.nodes.len()];
+    {
+        let set: std::collections::HashSet<JobId> = borrowed.iter().copied().collect();
+        for job in &state.running {
+            if set.contains(&job.id)
+                && let Some(&i) = node_index.get(&job.node)
+            {
+                borrowed_on_node[i].push(job);
+            }
+        }
+    }
+    let largest_node = state
+        .nodes
+        .iter()
+        .filter(|n| n.schedulable)
+        .map(|n| n.gpus)
+        .max()
+        .unwrap_or(0);
+
+    let order = queue_order(state, policy, &teams);
+    let mut decision = Decision::default();
+    let mut preempted: std::collections::HashSet<JobId> = Default::default();
+    // Nodes held for a job ahead in the queue (see the crate's rules).
+    let mut held_nodes: Vec<usize> = Vec::new();
+    let mut holding = false;
+    for (position, job) in order.into_iter().enumerate() {
+        let position = position + 1;
+        let r = &job.resources;
+        let wait = |reason: Reason, decision: &mut Decision| {
+            decision.waiting.push(Waiting {
+                job: job.id,
+                position,
+                reason,
+            });
+        };
+        if r.gpus > largest_node {
+            wait(
+                Reason::NeverFits {
+                    gpus: r.gpus,
+                    largest_node,
+                },
+                &mut decision,
+            );
+            continue;
+        }
+        let team = teams.get(&job.team);
+        let quota = team.map(|t| t.quota_gpus).unwrap_or(0);
+        let used = in_use.get(&job.team).copied().unwrap_or(0);
+        let within_quota = used + r.gpus <= quota;
+        if !within_quota && !policy.borrowing {
+            wait(
+                Reason::Quota {
+                    team: team.map(|t| t.name.clone()).unwrap_or_default(),
+                    in_use: used,
+                    quota,
+                },
+                &mut decision,
+            );
+            continue;
+        }
+        // Best fit among nodes not held for another job.
+        let mut chosen = None;
+        for &(_, i) in by_free.range((r.gpus, 0)..) {
+            let f = &free[i];
+            if f.held_by.is_none() && f.fits(r) {
+                chosen = Some(i);
+                break;
+            }
+        }
+        if let Some(i) = chosen {
+            by_free.remove(&(free[i].free_gpus, i));
+            let gpus = free[i].take(r);
+            by_free.insert((free[i].free_gpus, i));
+            *in_use.entry(job.team).or_default() += r.gpus;
+            decision.starts.push(Placement {
+                job: job.id,
+                node: state.nodes[i].id,
+                gpus,
+                borrowed: !within_quota,
+            });
+            continue;
+        }
+        // No room. A job within its quota may take back borrowed GPUs.
+        if within_quota
+            && let Some((i, victims)) =
+                preemption_plan(r, &free, &borrowed_on_node, &preempted, job.team)
+        {
+            for v in &victims {
+                preempted.insert(*v);
+                decision.preempt.push(*v);
+            }
+            by_free.remove(&(free[i].free_gpus, i));
+            free[i].held_by = Some(job.id);
+            held_nodes.push(i);
+            *in_use.entry(job.team).or_default() += r.gpus;
+            wait(
+                Reason::Preempting {
+                    node: state.nodes[i].name.clone(),
+                    jobs: victims.len(),
+                },
+                &mut decision,
+            );
+            continue;
+        }
+        let largest_unheld = by_free.iter().next_back().map_or(0, |&(g, _)| g);
+        if !within_quota && largest_unheld == 0 {
+            wait(
+                Reason::Quota {
+                    team: team.map(|t| t.name.clone()).unwrap_or_default(),
+                    in_use: used,
+                    quota,
+                },
+                &mut decision,
+            );
+            continue;
+        }
+        let largest_free = held_nodes
+            .iter()
+            .map(|&i| free[i].free_gpus)
+            .fold(largest_unheld, u32::max);
+        let reason = if largest_free >= r.gpus {
+            Reason::NoCpuOrMemory {
+                gpus: r.gpus,
+                cpu_millis: r.cpu_millis,
+                memory_mib: r.memory_mib,
+            }
+        } else {
+            Reason::NoRoom {
+                gpus: r.gpus,
+                largest_free,
+            }
+        };
+        // The first job within its quota that lacks room holds the node
+        // nearest to fitting it, so that node drains for it.
+        if within_quota && !holding {
+            holding = true;
+            if let Some(i) = nearest_node(r, &by_free, &free) {
+                by_free.remove(&(free[i].free_gpus, i));
+                free[i].held_by = Some(job.id);
+                held_nodes.push(i);
+            }
+            wait(reason, &mut decision);
+            continue;
+        }
+        // Would it fit on a held node? Then say so.
+        match held_nodes.iter().find(|&&i| free[i].fits(r)) {
+            Some(&i) => wait(
+                Reason::HeldFor {
+                    job: free[i].held_by.unwrap_or_default(),
+                    node: state.nodes[i].name.clone(),
+                },
+                &mut decision,
+            ),
+            None => wait(reason, &mut decision),
+        }
+    }
+    decision
+}
+
+/// Pending jobs in queue order.
+fn queue_order<'a>(
+    state: &'a State,
+    policy: &Policy,
+    teams: &HashMap<TeamId, &Team>,
+) -> Vec<&'a PendingJob> {
+    let step = policy.age_step_ms.max(1);
+    let mut keyed: Vec<(i64, f64, f64, i64, JobId, &PendingJob)> = state
+        .pending
+        .iter()
+        .map(|job| {
+            let waited = (state.now - job.submitted_at).max(0);
+            let effective = job.priority as i64 + waited / step;
+            let share = teams
+                .get(&job.team)
+                .map(|t| t.share)
+                .unwrap_or(1.0)
+                .max(1e-9);
+            let team_usage = state
+                .usage
+                .team_gpu_hours
+                .get(&job.team)
+                .copied()
+                .unwrap_or(0.0)
+                / share;
+            let user_usage = state
+                .usage
+                .user_gpu_hours
+                .get(&job.user)
+                .copied()
+                .unwrap_or(0.0);
+            (
+                -effective,
+                team_usage,
+                user_usage,
+                job.submitted_at,
+                job.id,
+                job,
+            )
+        })
+        .collect();
+    keyed.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then(a.1.total_cmp(&b.1))
+            .then(a.2.total_cmp(&b.2))
+            .then(a.3.cmp(&b.3))
+            .then(a.4.cmp(&b.4))
+    });
+    keyed.into_iter().map(|k| k.5).collect()
+}
+
+/// The node where preempting borrowed jobs (of other teams, not already
+/// preempted) makes room for `r` at the least cost: fewest GPUs taken back,
+/// then fewest jobs. Victims are the lowest-priority, latest-started first.
+fn preemption_plan(
+    r: &Resources,
+    free: &[Free],
+    borrowed_on_node: &[Vec<&RunningJob>],
+    preempted: &std::collections::HashSet<JobId>,
+    team: TeamId,
+) -> Option<(usize, Vec<JobId>)> {
+    let mut best: Option<(u32, usize, usize, Vec<JobId>)> = None;
+    for (i, f) in free.iter().enumerate() {
+        if !f.schedulable || f.held_by.is_some() {
+            continue;
+        }
+        let mut victims: Vec<&&RunningJob> = borrowed_on_node[i]
+            .iter()
+            .filter(|j| j.team != team && !preempted.contains(&j.id))
+            .collect();
+        if victims.is_empty() {
+            continue;
+        }
+        victims.sort_by_key(|j| (j.priority, std::cmp::Reverse(j.started_at), j.id));
+        let mut gpus = f.free_gpus;
+        let mut cpu = f.cpu_millis;
+        let mut mem = f.memory_mib;
+        let mut chosen = Vec::new();
+        let mut taken = 0;
+        for v in victims {
+            if gpus >= r.gpus && cpu >= r.cpu_millis && mem >= r.memory_mib {
+                break;
+            }
+            gpus += v.resources.gpus;
+            cpu += v.resources.cpu_millis;
+            mem += v.resources.memory_mib;
+            taken += v.resources.gpus;
+            chosen.push(v.id);
+        }
+        if gpus >= r.gpus && cpu >= r.cpu_millis && mem >= r.memory_mib {
+            let better = match &best {
+                None => true,
+                Some((t, n, _, _)) => (taken, chosen.len()) < (*t, *n),
+            };
+            if better {
+                best = Some((taken, chosen.len(), i, chosen));
+            }
+        }
+    }
+    best.map(|(_, _, i, victims)| (i, victims))
+}
+
+/// The schedulable, unheld node closest to fitting `r`: the most free GPUs
+/// among nodes big enough for it.
+fn nearest_node(r: &Resources, by_free: &BTreeSet<(u32, usize)>, free: &[Free]) -> Option<usize> {
+    by_free
+        .iter()
+        .rev()
+        .map(|&(_, i)| i)
+        .find(|&i| free[i].gpus.len() as u32 >= r.gpus)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,641 @@
+use std::collections::{HashMap, HashSet};
+
+use super::*;
+
+const HOUR: i64 = 3_600_000;
+
+fn node(id: NodeId, gpus: u32) -> Node {
+    Node {
+        id,
+        name: format!("node-{id}"),
+        gpus,
+        cpu_millis: 64_000,
+        memory_mib: 512 * 1024,
+        schedulable: true,
+    }
+}
+
+fn team(id: TeamId, quota_gpus: u32) -> Team {
+    Team {
+        id,
+        name: format!("team-{id}"),
+        quota_gpus,
+        share: 1.0,
+    }
+}
+
+fn gpus(n: u32) -> Resources {
+    Resources {
+        gpus: n,
+        cpu_millis: 1000,
+        memory_mib: 1024,
+    }
+}
+
+fn pending(id: JobId, team: TeamId, n: u32) -> PendingJob {
+    PendingJob {
+        id,
+        team,
+        user: team * 100,
+        priority: 0,
+        submitted_at: id as i64,
+        resources: gpus(n),
+    }
+}
+
+fn running(id: JobId, team: TeamId, node: NodeId, gpu_list: &[u32], started_at: i64) -> RunningJob {
+    RunningJob {
+        id,
+        team,
+        user: team * 100,
+        priority: 0,
+        started_at,
+        node,
+        gpus: gpu_list.to_vec(),
+        resources: gpus(gpu_list.len() as u32),
+    }
+}
+
+fn started(d: &Decision) -> Vec<JobId> {
+    d.starts.iter().map(|p| p.job).collect()
+}
+
+fn reason_of(d: &Decision, job: JobId) -> String {
+    d.waiting
+        .iter()
+        .find(|w| w.job == job)
+        .map(|w| w.reason.to_string())
+        .unwrap_or_else(|| panic!("job {job} is not waiting"))
+}
+
+#[test]
+fn the_queue_goes_by_priority_then_fair_share_then_age() {
+    let mut state = State {
+        now: 10 * HOUR,
+        nodes: vec![node(1, 1)],
+        teams: vec![team(1, 1), team(2, 1)],
+        ..State::default()
+    };
+    state.usage.add(1, 100, 50.0, 0.0, 24.0);
+    let mut heavy = pending(1, 1, 1);
+    heavy.submitted_at = 10 * HOUR;
+    let mut light = pending(2, 2, 1);
+    light.submitted_at = 10 * HOUR;
+    let mut urgent = pending(3, 1, 1);
+    urgent.priority = 5;
+    urgent.submitted_at = 10 * HOUR;
+    state.pending = vec![heavy.clone(), light.clone(), urgent.clone()];
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(started(&d), vec![3], "priority first");
+    assert_eq!(
+        d.waiting
+            .iter()
+            .map(|w| (w.job, w.position))
+            .collect::<Vec<_>>(),
+        vec![(2, 2), (1, 3)],
+        "then the team that used less"
+    );
+
+    // Waiting raises priority: a job waiting 6 hours passes a priority-5 job.
+    let mut old = pending(4, 1, 1);
+    old.submitted_at = 4 * HOUR;
+    state.pending = vec![urgent, old];
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(started(&d), vec![4]);
+}
+
+#[test]
+fn best_fit_keeps_big_blocks_free() {
+    let state = State {
+        nodes: vec![node(1, 8), node(2, 4)],
+        teams: vec![team(1, 16)],
+        running: vec![running(10, 1, 2, &[0, 1], 0)],
+        pending: vec![pending(1, 1, 2), pending(2, 1, 8)],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(
+        d.starts,
+        vec![
+            Placement {
+                job: 1,
+                node: 2,
+                gpus: vec![2, 3],
+                borrowed: false
+            },
+            Placement {
+                job: 2,
+                node: 1,
+                gpus: (0..8).collect(),
+                borrowed: false
+            },
+        ]
+    );
+}
+
+#[test]
+fn teams_borrow_idle_gpus_beyond_their_quota() {
+    let state = State {
+        nodes: vec![node(1, 8)],
+        teams: vec![team(1, 4), team(2, 4)],
+        pending: (1..=6).map(|id| pending(id, 1, 1)).collect(),
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(d.starts.len(), 6);
+    assert_eq!(
+        d.starts.iter().filter(|p| p.borrowed).count(),
+        2,
+        "two beyond the quota of four are borrowed"
+    );
+    let strict = Policy {
+        borrowing: false,
+        ..Policy::default()
+    };
+    let d = schedule(&state, &strict);
+    assert_eq!(d.starts.len(), 4);
+    assert_eq!(
+        reason_of(&d, 5),
+        "team quota: 4 of 4 GPUs in use by team-1, and no idle GPUs to borrow"
+    );
+}
+
+#[test]
+fn owners_take_borrowed_gpus_back() {
+    // Team 1 (quota 2) runs 8 GPUs: 6 are borrowed. Team 2 (quota 6) wants 4.
+    let state = State {
+        now: 100,
+        nodes: vec![node(1, 8)],
+        teams: vec![team(1, 2), team(2, 6)],
+        running: vec![
+            running(10, 1, 1, &[0, 1], 1),
+            running(11, 1, 1, &[2, 3], 2),
+            running(12, 1, 1, &[4, 5], 3),
+            running(13, 1, 1, &[6, 7], 4),
+        ],
+        pending: vec![pending(1, 2, 4), pending(2, 1, 1)],
+        ..State::default()
+    };
+    assert_eq!(borrowed_jobs(&state.teams, &state.running).len(), 3);
+    let d = schedule(&state, &Policy::default());
+    assert!(d.starts.is_empty());
+    let mut victims = d.preempt.clone();
+    victims.sort();
+    assert_eq!(victims, vec![12, 13], "the latest-started borrowed jobs");
+    assert_eq!(
+        reason_of(&d, 1),
+        "stopping 2 borrowed job(s) on node-1 to make room within the team's quota"
+    );
+    assert_eq!(
+        reason_of(&d, 2),
+        "team quota: 8 of 2 GPUs in use by team-1, and no idle GPUs to borrow"
+    );
+
+    // Once they stop, the owner's job starts on the GPUs they held.
+    let mut next = state.clone();
+    next.running.retain(|j| !victims.contains(&j.id));
+    let d = schedule(&next, &Policy::default());
+    assert_eq!(d.starts[0].job, 1);
+    assert_eq!(d.starts[0].gpus, vec![4, 5, 6, 7]);
+    assert!(!d.starts[0].borrowed);
+}
+
+#[test]
+fn every_waiting_job_has_a_reason_in_words() {
+    let state = State {
+        nodes: vec![node(1, 8), node(2, 8)],
+        teams: vec![team(1, 16)],
+        running: vec![
+            running(10, 1, 1, &[0, 1, 2, 3, 4], 0),
+            running(11, 1, 2, &[0, 1, 2, 3, 4, 5], 0),
+        ],
+        pending: vec![pending(1, 1, 16), pending(2, 1, 4), pending(3, 1, 3)],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(
+        reason_of(&d, 1),
+        "needs 16 GPUs on one node; the largest node has 8"
+    );
+    assert_eq!(
+        reason_of(&d, 2),
+        "no node has 4 free GPUs; largest free block is 3"
+    );
+    // Job 2 holds node 1 (3 free), so job 3 may not take it.
+    assert_eq!(
+        reason_of(&d, 3),
+        "node-1 is held for job 2, which is ahead in the queue"
+    );
+    assert_eq!(
+        admissible(&state.nodes, &gpus(9)).unwrap_err().to_string(),
+        "needs 9 GPUs on one node; the largest node has 8"
+    );
+    assert!(admissible(&state.nodes, &gpus(8)).is_ok());
+
+    let mut hungry = pending(4, 1, 1);
+    hungry.resources.memory_mib = 600 * 1024;
+    let state = State {
+        nodes: vec![node(1, 8)],
+        teams: vec![team(1, 8)],
+        running: vec![RunningJob {
+            resources: Resources {
+                gpus: 1,
+                cpu_millis: 1000,
+                memory_mib: 100 * 1024,
+            },
+            ..running(10, 1, 1, &[0], 0)
+        }],
+        pending: vec![hungry],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(
+        reason_of(&d, 4),
+        "no node with 1 free GPUs also has 1 free CPUs and 614400 MiB free memory"
+    );
+}
+
+#[test]
+fn cordoned_nodes_take_no_new_jobs() {
+    let mut n = node(1, 8);
+    n.schedulable = false;
+    let state = State {
+        nodes: vec![n, node(2, 2)],
+        teams: vec![team(1, 8)],
+        pending: vec![pending(1, 1, 4), pending(2, 1, 2)],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(started(&d), vec![2]);
+    assert_eq!(
+        reason_of(&d, 1),
+        "needs 4 GPUs on one node; the largest node has 2"
+    );
+}
+
+/// SplitMix64: a small deterministic generator, so that a failing case is
+/// reproduced by its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn random_state(rng: &mut Rng) -> State {
+    let nodes: Vec<Node> = (0..1 + rng.below(6))
+        .map(|i| {
+            let mut n = node(i as NodeId, [1, 2, 4, 8][rng.below(4) as usize]);
+            n.cpu_millis = 8_000 + 8_000 * rng.below(4) as u32;
+            n.memory_mib = 32 * 1024 * (1 + rng.below(4));
+            n.schedulable = rng.below(10) != 0;
+            n
+        })
+        .collect();
+    let teams: Vec<Team> = (0..1 + rng.below(4))
+        .map(|i| Team {
+            share: 0.5 + rng.below(4) as f64,
+            ..team(i as TeamId, rng.below(10) as u32)
+        })
+        .collect();
+    let mut state = State {
+        now: 10 * HOUR,
+        nodes,
+        teams,
+        ..State::default()
+    };
+    // Running jobs that fit, placed by a first-fit pass of our own.
+    let mut next_id = 1;
+    for n in state.nodes.clone() {
+        let mut free: Vec<u32> = (0..n.gpus).collect();
+        let (mut cpu, mut mem) = (n.cpu_millis, n.memory_mib);
+        while !free.is_empty() && rng.below(3) != 0 {
+            let want = 1 + rng.below(free.len() as u64) as usize;
+            let r = Resources {
+                gpus: want as u32,
+                cpu_millis: 1000 * (1 + rng.below(4) as u32),
+                memory_mib: 1024 * (1 + rng.below(16)),
+            };
+            if r.cpu_millis > cpu || r.memory_mib > mem {
+                break;
+            }
+            cpu -= r.cpu_millis;
+            mem -= r.memory_mib;
+            let taken: Vec<u32> = free.drain(..want).collect();
+            let team = rng.below(state.teams.len() as u64) as TeamId;
+            state.running.push(RunningJob {
+                resources: r,
+                priority: rng.below(3) as i32,
+                ..running(next_id, team, n.id, &taken, rng.below(1000) as i64)
+            });
+            next_id += 1;
+        }
+    }
+    for _ in 0..rng.below(30) {
+        let team = rng.below(state.teams.len() as u64) as TeamId;
+        state.pending.push(PendingJob {
+            id: next_id,
+            team,
+            user: team * 100 + rng.below(3) as UserId,
+            priority: rng.below(3) as i32,
+            submitted_at: state.now - rng.below(5 * HOUR as u64) as i64,
+            resources: Resources {
+                gpus: rng.below(9) as u32,
+                cpu_millis: 1000 * rng.below(8) as u32,
+                memory_mib: 1024 * rng.below(64),
+            },
+        });
+        next_id += 1;
+    }
+    for t in &state.teams {
+        state.usage.add(
+            t.id,
+            t.id * 100,
+            rng.below(100) as f64,
+            rng.below(48) as f64,
+            24.0,
+        );
+    }
+    state
+}
+
+/// The invariants of one decision, checked on many random clusters.
+#[test]
+fn decisions_never_overcommit_and_respect_quotas() {
+    for seed in 0..3000 {
+        let mut rng = Rng(seed);
+        let state = random_state(&mut rng);
+        let policy = Policy {
+            borrowing: rng.below(4) != 0,
+            ..Policy::default()
+        };
+        let d = schedule(&state, &policy);
+        let nodes: HashMap<NodeId, &Node> = state.nodes.iter().map(|n| (n.id, n)).collect();
+        let resources: HashMap<JobId, Resources> =
+            state.pending.iter().map(|j| (j.id, j.resources)).collect();
+        let teams_of: HashMap<JobId, TeamId> =
+            state.pending.iter().map(|j| (j.id, j.team)).collect();
+
+        // Every pending job is either started or waiting, once; positions
+        // are 1..n.
+        let mut seen: Vec<JobId> = started(&d);
+        seen.extend(d.waiting.iter().map(|w| w.job));
+        seen.sort();
+        let mut all: Vec<JobId> = state.pending.iter().map(|j| j.id).collect();
+        all.sort();
+        assert_eq!(seen, all, "seed {seed}");
+
+        // No GPU is given twice, nothing exceeds a node. Preempted jobs
+        // still hold their GPUs until they stop.
+        let mut taken: HashSet<(NodeId, u32)> = HashSet::new();
+        let mut cpu: HashMap<NodeId, u64> = HashMap::new();
+        let mut mem: HashMap<NodeId, u64> = HashMap::new();
+        let placed = state
+            .running
+            .iter()
+            .map(|j| (j.node, &j.gpus, j.resources))
+            .chain(
+                d.starts
+                    .iter()
+                    .map(|p| (p.node, &p.gpus, resources[&p.job])),
+            );
+        for (node_id, gpu_list, r) in placed {
+            let n = nodes[&node_id];
+            assert_eq!(gpu_list.len() as u32, r.gpus, "seed {seed}");
+            for &g in gpu_list {
+                assert!(g < n.gpus, "seed {seed}: GPU {g} is not on {}", n.name);
+                assert!(
+                    taken.insert((node_id, g)),
+                    "seed {seed}: GPU {g} of {} given twice",
+                    n.name
+                );
+            }
+            *cpu.entry(node_id).or_default() += r.cpu_millis as u64;
+            *mem.entry(node_id).or_default() += r.memory_mib;
+        }
+        for p in &d.starts {
+            let n = nodes[&p.node];
+            assert!(n.schedulable, "seed {seed}: started on a cordoned node");
+            assert!(
+                cpu[&p.node] <= n.cpu_millis as u64,
+                "seed {seed}: CPUs overcommitted"
+            );
+            assert!(
+                mem[&p.node] <= n.memory_mib,
+                "seed {seed}: memory overcommitted"
+            );
+        }
+
+        // Quotas: a team's own (not borrowed) GPUs stay within its quota,
+        // and nothing is borrowed when borrowing is off.
+        for t in &state.teams {
+            let owned_running: u32 = {
+                let borrowed: HashSet<JobId> = borrowed_jobs(&state.teams, &state.running)
+                    .into_iter()
+                    .collect();
+                state
+                    .running
+                    .iter()
+                    .filter(|j| j.team == t.id && !borrowed.contains(&j.id))
+                    .map(|j| j.resources.gpus)
+                    .sum()
+            };
+            let running_total: u32 = state
+                .running
+                .iter()
+                .filter(|j| j.team == t.id)
+                .map(|j| j.resources.gpus)
+                .sum();
+            let owned_new: u32 = d
+                .starts
+                .iter()
+                .filter(|p| teams_of[&p.job] == t.id && !p.borrowed)
+                .map(|p| p.gpus.len() as u32)
+                .sum();
+            assert!(owned_running <= t.quota_gpus, "seed {seed}");
+            // New jobs count as the team's own only while everything it
+            // runs fits in the quota.
+            assert!(
+                owned_new == 0 || running_total + owned_new <= t.quota_gpus,
+                "seed {seed}: team {} starts {owned_new} GPUs as its own beyond its quota",
+                t.id
+            );
+            if !policy.borrowing {
+                assert!(d.starts.iter().all(|p| !p.borrowed), "seed {seed}");
+            }
+        }
+
+        // Only borrowed jobs are preempted.
+        let borrowed: HashSet<JobId> = borrowed_jobs(&state.teams, &state.running)
+            .into_iter()
+            .collect();
+        for v in &d.preempt {
+            assert!(
+                borrowed.contains(v),
+                "seed {seed}: job {v} was not borrowed"
+            );
+        }
+    }
+}
+
+/// A cluster over time: jobs arrive, run for their runtime, end; preempted
+/// jobs go back to the queue. Returns each job's wait in ticks.
+struct Sim {
+    state: State,
+    runtime: HashMap<JobId, i64>,
+    ends: HashMap<JobId, i64>,
+    waited: HashMap<JobId, i64>,
+    tick_ms: i64,
+}
+
+impl Sim {
+    fn new(nodes: Vec<Node>, teams: Vec<Team>) -> Sim {
+        Sim {
+            state: State {
+                nodes,
+                teams,
+                ..State::default()
+            },
+            runtime: HashMap::new(),
+            ends: HashMap::new(),
+            waited: HashMap::new(),
+            tick_ms: 10 * 60 * 1000,
+        }
+    }
+
+    fn submit(&mut self, mut job: PendingJob, runtime_ticks: i64) {
+        job.submitted_at = self.state.now;
+        self.runtime.insert(job.id, runtime_ticks);
+        self.state.pending.push(job);
+    }
+
+    fn step(&mut self) {
+        let now = self.state.now;
+        let ends = &self.ends;
+        let mut finished = Vec::new();
+        self.state.running.retain(|j| {
+            let done = ends[&j.id] <= now;
+            if done {
+                finished.push(j.clone());
+            }
+            !done
+        });
+        for j in finished {
+            let hours = (now - j.started_at) as f64 / HOUR as f64 * j.resources.gpus as f64;
+            self.state.usage.add(j.team, j.user, hours, 0.0, 24.0);
+        }
+        let d = schedule(&self.state, &Policy::default());
+        for v in &d.preempt {
+            let pos = self.state.running.iter().position(|j| j.id == *v).unwrap();
+            let j = self.state.running.remove(pos);
+            self.state.pending.push(PendingJob {
+                id: j.id,
+                team: j.team,
+                user: j.user,
+                priority: j.priority,
+                submitted_at: j.started_at,
+                resources: j.resources,
+            });
+        }
+        for p in d.starts {
+            let pos = self
+                .state
+                .pending
+                .iter()
+                .position(|j| j.id == p.job)
+                .unwrap();
+            let j = self.state.pending.remove(pos);
+            self.waited
+                .entry(j.id)
+                .or_insert((now - j.submitted_at) / self.tick_ms);
+            self.ends
+                .insert(j.id, now + self.runtime[&j.id] * self.tick_ms);
+            self.state.running.push(RunningJob {
+                id: j.id,
+                team: j.team,
+                user: j.user,
+                priority: j.priority,
+                started_at: now,
+                node: p.node,
+                gpus: p.gpus,
+                resources: j.resources,
+            });
+        }
+        self.state.now += self.tick_ms;
+    }
+}
+
+#[test]
+fn a_big_low_priority_job_starts_despite_a_stream_of_small_urgent_ones() {
+    let mut sim = Sim::new(
+        (0..4).map(|i| node(i, 8)).collect(),
+        vec![team(1, 16), team(2, 16)],
+    );
+    let mut big = pending(1, 1, 8);
+    big.priority = 0;
+    sim.submit(big, 6);
+    let mut next = 2;
+    let mut rng = Rng(7);
+    for tick in 0..300 {
+        // Enough 1-GPU, priority-3 work to keep every GPU busy.
+        for _ in 0..4 {
+            let mut small = pending(next, 2, 1);
+            small.priority = 3;
+            sim.submit(small, 2 + rng.below(10) as i64);
+            next += 1;
+        }
+        sim.step();
+        if sim.waited.contains_key(&1) {
+            assert!(tick < 60, "the big job waited {tick} ticks");
+            return;
+        }
+    }
+    panic!("the 8-GPU job never started");
+}
+
+#[test]
+fn every_job_runs_in_random_workloads() {
+    for seed in 0..40 {
+        let mut rng = Rng(seed);
+        let nodes: Vec<Node> = (0..2 + rng.below(4))
+            .map(|i| node(i as NodeId, 8))
+            .collect();
+        let capacity = nodes.len() as u32 * 8;
+        let teams: Vec<Team> = (0..3)
+            .map(|i| team(i, if i == 2 { 0 } else { capacity / 2 }))
+            .collect();
+        let mut sim = Sim::new(nodes, teams);
+        let mut next = 1;
+        for _ in 0..100 {
+            for _ in 0..rng.below(4) {
+                let team = rng.below(3) as TeamId;
+                let mut job = pending(next, team, 1 + rng.below(8) as u32);
+                job.priority = rng.below(4) as i32;
+                sim.submit(job, 1 + rng.below(12) as i64);
+                next += 1;
+            }
+            sim.step();
+        }
+        for _ in 0..5000 {
+            if sim.state.pending.is_empty() {
+                break;
+            }
+            sim.step();
+        }
+        assert!(
+            sim.state.pending.is_empty(),
+            "seed {seed}: {} jobs never ran",
+            sim.state.pending.len()
+        );
+        assert_eq!(sim.waited.len() as u64, next - 1, "seed {seed}");
+    }
+}
