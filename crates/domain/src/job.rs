@@ -1,0 +1,513 @@
+//! The job spec: what a user submits (as YAML, JSON or the form), and its
+//! validation. Every problem is reported against its field, in words that
+//! say what to do; a spec that passes is within every limit.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{FieldError, MAX_KEY_LEN};
+
+pub const MAX_NAME_LEN: usize = 100;
+pub const MAX_COMMAND_LEN: usize = 10_000;
+pub const MAX_IMAGE_LEN: usize = 500;
+pub const MAX_GPUS: u32 = 64;
+pub const MAX_CPUS: f64 = 256.0;
+pub const MAX_MEMORY_MIB: u64 = 4 * 1024 * 1024;
+pub const MAX_ENV: usize = 100;
+pub const MAX_ENV_VALUE_LEN: usize = 10_000;
+pub const MAX_HYPERPARAMETERS: usize = 100;
+/// MLflow's limit on param values: hyperparameters are logged as params.
+pub const MAX_PARAM_VALUE_LEN: usize = 6_000;
+pub const MAX_RUNTIME_SECS: u64 = 30 * 24 * 3600;
+pub const DEFAULT_RUNTIME_SECS: u64 = 24 * 3600;
+pub const MAX_RETRIES: u32 = 10;
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -10..=10;
+
+/// Variables Trainyard sets for every job; a spec may not set them.
+pub const RESERVED_ENV: [&str; 6] = [
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_TRACKING_TOKEN",
+    "MLFLOW_RUN_ID",
+    "MLFLOW_EXPERIMENT_ID",
+    "CUDA_VISIBLE_DEVICES",
+    "TRAINYARD_JOB_ID",
+];
+
+/// A job as submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub name: String,
+    /// The experiment its run goes into (created if missing); "Default" if
+    /// not given.
+    #[serde(default)]
+    pub experiment: Option<String>,
+    /// A template from the catalog, or
+    #[serde(default)]
+    pub template: Option<String>,
+    /// a shell command, run in the job's folder.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The container image (Kubernetes executor).
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub resources: ResourceSpec,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Passed to the command (`{name}` in it, and `HP_<NAME>` variables) and
+    /// logged as run params.
+    #[serde(default)]
+    pub hyperparameters: BTreeMap<String, ParamValue>,
+    /// Like `90m`, `2h`, `1h30m`; 24h if not given.
+    #[serde(default)]
+    pub max_runtime: Option<String>,
+    /// Further attempts after a failure or a lost node.
+    #[serde(default)]
+    pub retries: u32,
+    #[serde(default)]
+    pub priority: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceSpec {
+    #[serde(default)]
+    pub gpus: u32,
+    #[serde(default = "one")]
+    pub cpus: f64,
+    /// Like `8Gi` or `512Mi`.
+    #[serde(default = "default_memory")]
+    pub memory: String,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn default_memory() -> String {
+    "4Gi".to_owned()
+}
+
+impl Default for ResourceSpec {
+    fn default() -> Self {
+        ResourceSpec {
+            gpus: 0,
+            cpus: one(),
+            memory: default_memory(),
+        }
+    }
+}
+
+/// A hyperparameter value as written in the spec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl std::fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamValue::Bool(b) => write!(f, "{b}"),
+            ParamValue::Int(i) => write!(f, "{i}"),
+            ParamValue::Float(x) => write!(f, "{x}"),
+            ParamValue::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A spec that passed validation, with its sizes in numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedJob {
+    pub spec: JobSpec,
+    pub cpu_millis: u32,
+    pub memory_mib: u64,
+    pub max_runtime_secs: u64,
+}
+
+/// Reads a size with a unit: `Ki Mi Gi Ti` (powers of 1024) or `K M G T`
+/// (powers of 1000), as Kubernetes writes them. Returns MiB, rounded up.
+pub fn parse_memory(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let bytes_per: f64 = match unit {
+        "Ki" => 1024.0,
+        "Mi" => 1024.0 * 1024.0,
+        "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "Ti" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "K" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        _ => {
+            return Err(format!(
+                "`{text}` is not a size; write a number and a unit, like 8Gi or 512Mi"
+            ));
+        }
+    };
+    let value: f64 = number.parse().map_err(|_| {
+        format!("`{text}` is not a size; write a number and a unit, like 8Gi or 512Mi")
+    })?;
+    Ok((value * bytes_per / (1024.0 * 1024.0)).ceil() as u64)
+}
+
+/// Reads a duration like `45s`, `90m`, `2h`, `1d` or `1h30m`. Returns seconds.
+pub fn parse_duration(text: &str) -> Result<u64, String> {
+    let bad = || format!("`{text}` is not a duration; write it like 90m, 2h or 1h30m");
+    let text_trimmed = text.trim();
+    if text_trimmed.is_empty() {
+        return Err(bad());
+    }
+    let mut total: u64 = 0;
+    let mut number = String::new();
+    for c in text_trimmed.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86_400,
+            _ => return Err(bad()),
+        };
+        let n: u64 = number.parse().map_err(|_| bad())?;
+        total = n
+            .checked_mul(unit)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(bad)?;
+        number.clear();
+    }
+    if !number.is_empty() {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
+fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl JobSpec {
+    /// Checks every field and returns all the problems, not just the first.
+    pub fn check(self) -> Result<CheckedJob, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let mut err = |field: &str, message: String| errors.push(FieldError::new(field, message));
+
+        let name = self.name.trim();
+        let name_len = name.chars().count();
+        if name.is_empty() {
+            err("name", "must not be empty; give the job a name".into());
+        } else if name_len > MAX_NAME_LEN {
+            err(
+                "name",
+                format!("is {name_len} characters long; the limit is {MAX_NAME_LEN}"),
+            );
+        } else if name.chars().any(char::is_control) {
+            err("name", "must not contain control characters".into());
+        }
+        if let Some(experiment) = &self.experiment
+            && let Err(e) = crate::validate_experiment_name(experiment)
+        {
+            err("experiment", e.message);
+        }
+        match (&self.template, &self.command) {
+            (None, None) => err(
+                "command",
+                "give a command to run, or a template from the catalog".into(),
+            ),
+            (Some(_), Some(_)) => err("command", "give a command or a template, not both".into()),
+            (Some(t), None) if t.trim().is_empty() => {
+                err("template", "must not be empty".into());
+            }
+            (None, Some(c)) if c.trim().is_empty() => {
+                err("command", "must not be empty".into());
+            }
+            (None, Some(c)) if c.len() > MAX_COMMAND_LEN => err(
+                "command",
+                format!("is {} bytes long; the limit is {MAX_COMMAND_LEN}", c.len()),
+            ),
+            _ => {}
+        }
+        if let Some(image) = &self.image
+            && (image.len() > MAX_IMAGE_LEN || image.chars().any(char::is_whitespace))
+        {
+            err(
+                "image",
+                format!(
+                    "must be an image reference without spaces, at most {MAX_IMAGE_LEN} characters"
+                ),
+            );
+        }
+        let r = &self.resources;
+        if r.gpus > MAX_GPUS {
+            err(
+                "resources.gpus",
+                format!("is {}; the limit is {MAX_GPUS}", r.gpus),
+            );
+        }
+        if !(r.cpus.is_finite() && r.cpus > 0.0 && r.cpus <= MAX_CPUS) {
+            err(
+                "resources.cpus",
+                format!("must be more than 0 and at most {MAX_CPUS}"),
+            );
+        }
+        let memory_mib = match parse_memory(&r.memory) {
+            Ok(0) => {
+                err("resources.memory", "must be at least 1Mi".into());
+                0
+            }
+            Ok(m) if m > MAX_MEMORY_MIB => {
+                err("resources.memory", "is more than the limit of 4Ti".into());
+                0
+            }
+            Ok(m) => m,
+            Err(e) => {
+                err("resources.memory", e);
+                0
+            }
+        };
+        if self.env.len() > MAX_ENV {
+            err(
+                "env",
+                format!("has {} variables; the limit is {MAX_ENV}", self.env.len()),
+            );
+        }
+        for (key, value) in &self.env {
+            let field = format!("env.{key}");
+            if !valid_env_name(key) || key.len() > MAX_KEY_LEN {
+                err(
+                    &field,
+                    "is not a variable name: use letters, digits and _, not starting with a digit"
+                        .into(),
+                );
+            } else if RESERVED_ENV.contains(&key.as_str()) {
+                err(
+                    &field,
+                    "is set by Trainyard for every job; remove it".into(),
+                );
+            } else if value.len() > MAX_ENV_VALUE_LEN {
+                err(
+                    &field,
+                    format!(
+                        "is {} bytes long; the limit is {MAX_ENV_VALUE_LEN}",
+                        value.len()
+                    ),
+                );
+            }
+        }
+        if self.hyperparameters.len() > MAX_HYPERPARAMETERS {
+            err(
+                "hyperparameters",
+                format!(
+                    "has {} entries; the limit is {MAX_HYPERPARAMETERS}",
+                    self.hyperparameters.len()
+                ),
+            );
+        }
+        for (key, value) in &self.hyperparameters {
+            let field = format!("hyperparameters.{key}");
+            if key.is_empty() || key.len() > MAX_KEY_LEN || !valid_env_name(key) {
+                err(
+                    &field,
+                    format!(
+                        "is not a usable name: use letters, digits and _, at most {MAX_KEY_LEN} characters"
+                    ),
+                );
+            } else if value.to_string().len() > MAX_PARAM_VALUE_LEN {
+                err(
+                    &field,
+                    format!("is longer than MLflow's limit of {MAX_PARAM_VALUE_LEN} characters"),
+                );
+            } else if let ParamValue::Float(x) = value
+                && !x.is_finite()
+            {
+                err(&field, "must be a finite number".into());
+            }
+        }
+        let max_runtime_secs = match self.max_runtime.as_deref() {
+            None => DEFAULT_RUNTIME_SECS,
+            Some(text) => match parse_duration(text) {
+                Ok(0) => {
+                    err("max_runtime", "must be at least 1s".into());
+                    0
+                }
+                Ok(s) if s > MAX_RUNTIME_SECS => {
+                    err("max_runtime", "is more than the limit of 30 days".into());
+                    0
+                }
+                Ok(s) => s,
+                Err(e) => {
+                    err("max_runtime", e);
+                    0
+                }
+            },
+        };
+        if self.retries > MAX_RETRIES {
+            err(
+                "retries",
+                format!("is {}; the limit is {MAX_RETRIES}", self.retries),
+            );
+        }
+        if !PRIORITY_RANGE.contains(&self.priority) {
+            err(
+                "priority",
+                format!(
+                    "is {}; it must be from {} to {}",
+                    self.priority,
+                    PRIORITY_RANGE.start(),
+                    PRIORITY_RANGE.end()
+                ),
+            );
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(CheckedJob {
+            cpu_millis: (self.resources.cpus * 1000.0).round() as u32,
+            memory_mib,
+            max_runtime_secs,
+            spec: JobSpec {
+                name: name.to_owned(),
+                ..self
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            name: "mnist".into(),
+            experiment: Some("vision".into()),
+            template: None,
+            command: Some("python train.py --lr {lr}".into()),
+            image: Some("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime".into()),
+            resources: ResourceSpec {
+                gpus: 2,
+                cpus: 7.5,
+                memory: "30Gi".into(),
+            },
+            env: BTreeMap::from([("SEED".into(), "1".into())]),
+            hyperparameters: BTreeMap::from([
+                ("lr".into(), ParamValue::Float(0.001)),
+                ("epochs".into(), ParamValue::Int(10)),
+            ]),
+            max_runtime: Some("1h30m".into()),
+            retries: 2,
+            priority: 0,
+        }
+    }
+
+    fn fields(errors: &[FieldError]) -> Vec<&str> {
+        errors.iter().map(|e| e.field.as_str()).collect()
+    }
+
+    #[test]
+    fn a_good_spec_comes_back_with_its_sizes() {
+        let checked = spec().check().unwrap();
+        assert_eq!(checked.cpu_millis, 7500);
+        assert_eq!(checked.memory_mib, 30 * 1024);
+        assert_eq!(checked.max_runtime_secs, 5400);
+    }
+
+    #[test]
+    fn specs_read_from_json_and_refuse_unknown_fields() {
+        let json = r#"{"name": "demo", "template": "cpu-demo",
+            "hyperparameters": {"lr": 0.01, "epochs": 3, "optimizer": "adam", "amp": true}}"#;
+        let spec: JobSpec = serde_json::from_str(json).unwrap();
+        assert_eq!(spec.resources, ResourceSpec::default());
+        assert_eq!(spec.hyperparameters["epochs"], ParamValue::Int(3));
+        assert_eq!(spec.hyperparameters["amp"].to_string(), "true");
+        assert_eq!(spec.check().unwrap().max_runtime_secs, DEFAULT_RUNTIME_SECS);
+        let err = serde_json::from_str::<JobSpec>(r#"{"name": "x", "gpu": 1}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `gpu`"), "{err}");
+    }
+
+    #[test]
+    fn every_problem_is_reported_against_its_field() {
+        let mut bad = spec();
+        bad.name = " ".into();
+        bad.template = Some("cpu-demo".into());
+        bad.resources = ResourceSpec {
+            gpus: 65,
+            cpus: 0.0,
+            memory: "30 gigs".into(),
+        };
+        bad.env.insert("CUDA_VISIBLE_DEVICES".into(), "0".into());
+        bad.env.insert("1BAD".into(), "x".into());
+        bad.hyperparameters
+            .insert("bad name".into(), ParamValue::Int(1));
+        bad.hyperparameters
+            .insert("nan".into(), ParamValue::Float(f64::NAN));
+        bad.max_runtime = Some("40d".into());
+        bad.retries = 11;
+        bad.priority = 99;
+        let errors = bad.check().unwrap_err();
+        assert_eq!(
+            fields(&errors),
+            vec![
+                "name",
+                "command",
+                "resources.gpus",
+                "resources.cpus",
+                "resources.memory",
+                "env.1BAD",
+                "env.CUDA_VISIBLE_DEVICES",
+                "hyperparameters.bad name",
+                "hyperparameters.nan",
+                "max_runtime",
+                "retries",
+                "priority",
+            ]
+        );
+        assert_eq!(errors[1].message, "give a command or a template, not both");
+        assert_eq!(
+            errors[4].message,
+            "`30 gigs` is not a size; write a number and a unit, like 8Gi or 512Mi"
+        );
+        assert_eq!(
+            errors[6].message,
+            "is set by Trainyard for every job; remove it"
+        );
+        assert_eq!(errors[11].message, "is 99; it must be from -10 to 10");
+
+        let mut neither = spec();
+        neither.command = None;
+        assert_eq!(
+            neither.check().unwrap_err()[0].message,
+            "give a command to run, or a template from the catalog"
+        );
+    }
+
+    #[test]
+    fn sizes_and_durations_read_like_kubernetes_and_go() {
+        assert_eq!(parse_memory("512Mi"), Ok(512));
+        assert_eq!(parse_memory("8Gi"), Ok(8192));
+        assert_eq!(parse_memory("1G"), Ok(954));
+        assert_eq!(parse_memory("1.5Gi"), Ok(1536));
+        assert!(parse_memory("8").is_err());
+        assert!(parse_memory("Gi").is_err());
+        assert_eq!(parse_duration("45s"), Ok(45));
+        assert_eq!(parse_duration("1h30m"), Ok(5400));
+        assert_eq!(parse_duration("2d"), Ok(172_800));
+        assert!(parse_duration("90").is_err());
+        assert!(parse_duration("h").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("99999999999999999999d").is_err());
+    }
+}
