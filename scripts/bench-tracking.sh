@@ -75,6 +75,23 @@ for _ in $(seq 1 120); do
 done
 curl -sf "$ty/healthz" >/dev/null || die "Trainyard did not start: $(tail -5 "$work/ty.log")"
 ! with_mlflow || curl -sf "$ml/health" >/dev/null || die "MLflow did not start: $(tail -5 "$work/ml.log")"
+# MLflow answers its health check while its worker processes are still
+# importing; let them finish, so they do not share the CPUs with the first
+# measurement.
+mlflow_ticks() { # CPU time used so far by MLflow's processes, in clock ticks
+  local total=0 pid
+  for pid in $(pgrep -f 'mlflow|huey' || true); do
+    [ -r "/proc/$pid/stat" ] || continue
+    total=$(( total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+  done
+  echo "$total"
+}
+if with_mlflow; then
+  for _ in $(seq 1 60); do
+    before=$(mlflow_ticks); sleep 1; after=$(mlflow_ticks)
+    [ $(( after - before )) -lt 5 ] && break
+  done
+fi
 
 new_run() { # base-url experiment-id -> run id
   curl -sf -X POST "$1/api/2.0/mlflow/runs/create" -H 'Content-Type: application/json' \
