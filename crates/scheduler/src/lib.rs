@@ -407,15 +407,13 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         let quota = team.map(|t| t.quota_gpus).unwrap_or(0);
         let used = in_use.get(&job.team).copied().unwrap_or(0);
         let within_quota = used + r.gpus <= quota;
+        let quota_reason = || Reason::Quota {
+            team: team.map(|t| t.name.clone()).unwrap_or_default(),
+            in_use: used,
+            quota,
+        };
         if !within_quota && !policy.borrowing {
-            wait(
-                Reason::Quota {
-                    team: team.map(|t| t.name.clone()).unwrap_or_default(),
-                    in_use: used,
-                    quota,
-                },
-                &mut decision,
-            );
+            wait(quota_reason(), &mut decision);
             continue;
         }
         // Best fit among nodes not held for another job.
@@ -464,14 +462,7 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         }
         let largest_unheld = by_free.iter().next_back().map_or(0, |&(g, _)| g);
         if !within_quota && largest_unheld == 0 {
-            wait(
-                Reason::Quota {
-                    team: team.map(|t| t.name.clone()).unwrap_or_default(),
-                    in_use: used,
-                    quota,
-                },
-                &mut decision,
-            );
+            wait(quota_reason(), &mut decision);
             continue;
         }
         let largest_free = held_nodes

@@ -4,17 +4,12 @@
 
 use std::cmp::Ordering;
 
-use sea_orm::{
-    AccessMode, ConnectionTrait, DatabaseTransaction, IsolationLevel, QueryResult, TransactionTrait,
-};
+use sea_orm::{AccessMode, ConnectionTrait, DatabaseTransaction, IsolationLevel, TransactionTrait};
 use trainyard_domain::tracking::Point;
 
 use crate::chunks::{self, BLOCK_POINTS, Block};
+use crate::tracking::get;
 use crate::{Engine, Store, StoreError};
-
-fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T, StoreError> {
-    Ok(row.try_get::<T>("", col)?)
-}
 
 /// MLflow's order for a history: timestamp, then step, then value.
 pub fn history_order(a: &Point, b: &Point) -> Ordering {

@@ -30,7 +30,7 @@ pub struct NewRun {
 
 const RUN_NAME_TAG: &str = "mlflow.runName";
 
-fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T, StoreError> {
+pub(crate) fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T, StoreError> {
     Ok(row.try_get::<T>("", col)?)
 }
 

@@ -102,15 +102,8 @@ fn parse_history_token(token: Option<&str>) -> Result<Option<Point>, ApiError> {
     let Some(token) = token.filter(|t| !t.is_empty()) else {
         return Ok(None);
     };
-    let bad = || {
-        ApiError::invalid(format!(
-            "Invalid page token `{token}`; pass the next_page_token of a previous answer"
-        ))
-    };
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(token.trim())
-        .map_err(|_| bad())?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    let bad = || wire::invalid_page_token(token);
+    let value = wire::decode_page_token(token)?;
     let bits: u64 = value["value_bits"]
         .as_str()
         .and_then(|s| s.parse().ok())

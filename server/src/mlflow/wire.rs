@@ -266,16 +266,23 @@ pub fn parse_page_token(token: Option<&str>) -> Result<u64, ApiError> {
     let Some(token) = token.filter(|t| !t.is_empty()) else {
         return Ok(0);
     };
-    let bad = || {
-        ApiError::invalid(format!(
-            "Invalid page token `{token}`; pass the next_page_token of a previous answer"
-        ))
-    };
+    decode_page_token(token)?["offset"]
+        .as_u64()
+        .ok_or_else(|| invalid_page_token(token))
+}
+
+/// The JSON inside a base64 page token.
+pub fn decode_page_token(token: &str) -> Result<Value, ApiError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(token.trim())
-        .map_err(|_| bad())?;
-    let value: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    value["offset"].as_u64().ok_or_else(bad)
+        .map_err(|_| invalid_page_token(token))?;
+    serde_json::from_slice(&bytes).map_err(|_| invalid_page_token(token))
+}
+
+pub fn invalid_page_token(token: &str) -> ApiError {
+    ApiError::invalid(format!(
+        "Invalid page token `{token}`; pass the next_page_token of a previous answer"
+    ))
 }
 
 /// A page of search results in MLflow's form. `found` holds up to
