@@ -148,12 +148,14 @@ seed_points() { # url run-ids batches-per-thread keys
   RUN_IDS="$2" KEYS="$4" LIMIT="$batches" wrk -t2 -c4 -d"${duration}s" --timeout 60s -s "$lua" "$1" | grep '^WRK' >&2
 }
 
-ty_ingest=0 ml_ingest=0 ty_hist=0 ty_hist_paged=0 ml_hist=0 ty_hist_n=0 ty_down=0 ml_down=0 ty_search=0 ml_search=0 ty_rss_kb=0
+ty_ingest=0 ml_ingest=0 ty_hist=0 ty_hist_paged=0 ml_hist=0 ty_hist_n=0 ty_down=0 ml_down=0 ty_search=0 ml_search=0 ty_rss_kb=0 ty_anon_kb=0 ty_file_kb=0
 if wants a; then
 step "(a) ingest: runs/log-batch, 1,000 points per request, 4 connections, ${seconds}s"
 ty_ingest=$(wrk_points "$ty" "$(new_run "$ty" 0)")
 ty_ingest_guess=$ty_ingest
 ty_rss_kb=$(awk '/VmHWM/ { print $2 }' "/proc/$ty_pid/status")
+ty_anon_kb=$(awk '/RssAnon/ { print $2 }' "/proc/$ty_pid/status")
+ty_file_kb=$(awk '/RssFile/ { print $2 }' "/proc/$ty_pid/status")
 with_mlflow && ml_ingest=$(wrk_points "$ml" "$(new_run "$ml" 0)")
 fi
 
@@ -251,4 +253,6 @@ printf '%-58s %14s %14s %8s\n' "(b) the same, in pages of 25,000 like the Python
 printf '%-58s %14s %14s %8s\n' "(c) 100 runs x 100,000 points -> 1,000 each, ms" "$(ms "$ty_down")" "$(ms "$ml_down")" "$(ratio "$ty_down" "$ml_down" 0)"
 printf '%-58s %14s %14s %8s\n' "(d) search 10,000 runs, filter + order, 100 results, ms" "$(ms "$ty_search")" "$(ms "$ml_search")" "$(ratio "$ty_search" "$ml_search" 0)"
 printf '%-58s %14s\n' "Trainyard peak memory (VmHWM) after ingest, MB" "$((ty_rss_kb / 1024))"
+printf '%-58s %14s\n' "  then: private (RssAnon), MB" "$((ty_anon_kb / 1024))"
+printf '%-58s %14s\n' "  then: database file pages mapped (RssFile), MB" "$((ty_file_kb / 1024))"
 echo "targets: ingest >= 50x MLflow and >= 250,000 points/s; (b) <= 1000 ms; (c) <= 100 ms; (d) <= 50 ms; memory <= 200 MB"
