@@ -172,12 +172,23 @@ pub enum Reason {
     HeldFor { job: JobId, node: String },
 }
 
+/// "1 GPU", "2 GPUs"; with an adjective between: "1 free GPU".
+fn gpus_text(n: u32, adjective: &str) -> String {
+    let unit = if n == 1 { "GPU" } else { "GPUs" };
+    if adjective.is_empty() {
+        format!("{n} {unit}")
+    } else {
+        format!("{n} {adjective} {unit}")
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::NeverFits { gpus, largest_node } => write!(
                 f,
-                "needs {gpus} GPUs on one node; the largest node has {largest_node}"
+                "needs {} on one node; the largest node has {largest_node}",
+                gpus_text(*gpus, "")
             ),
             Reason::Quota {
                 team,
@@ -189,7 +200,8 @@ impl fmt::Display for Reason {
             ),
             Reason::NoRoom { gpus, largest_free } => write!(
                 f,
-                "no node has {gpus} free GPUs; largest free block is {largest_free}"
+                "no node has {}; largest free block is {largest_free}",
+                gpus_text(*gpus, "free")
             ),
             Reason::NoCpuOrMemory {
                 gpus,
@@ -197,7 +209,8 @@ impl fmt::Display for Reason {
                 memory_mib,
             } => write!(
                 f,
-                "no node with {gpus} free GPUs also has {} free CPUs and {memory_mib} MiB free memory",
+                "no node with {} also has {} free CPUs and {memory_mib} MiB free memory",
+                gpus_text(*gpus, "free"),
                 *cpu_millis as f64 / 1000.0
             ),
             Reason::Preempting { node, jobs } => write!(

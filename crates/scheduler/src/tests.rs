@@ -251,7 +251,7 @@ fn every_waiting_job_has_a_reason_in_words() {
     let d = schedule(&state, &Policy::default());
     assert_eq!(
         reason_of(&d, 4),
-        "no node with 1 free GPUs also has 1 free CPUs and 614400 MiB free memory"
+        "no node with 1 free GPU also has 1 free CPUs and 614400 MiB free memory"
     );
 }
 
