@@ -5,6 +5,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261129_000001_core_model;
 mod m20261129_000002_tracking;
 mod m20261129_000003_chunk_summaries;
+mod m20261130_000004_job_execution;
 
 pub struct Migrator;
 
@@ -15,6 +16,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000001_core_model::Migration),
             Box::new(m20261129_000002_tracking::Migration),
             Box::new(m20261129_000003_chunk_summaries::Migration),
+            Box::new(m20261130_000004_job_execution::Migration),
         ]
     }
 }

@@ -52,8 +52,9 @@ pub struct JobSpec {
     /// The container image (Kubernetes executor).
     #[serde(default)]
     pub image: Option<String>,
+    /// The template's (or 1 CPU, 4Gi, no GPU) when not given.
     #[serde(default)]
-    pub resources: ResourceSpec,
+    pub resources: Option<ResourceSpec>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Passed to the command (`{name}` in it, and `HP_<NAME>` variables) and
@@ -130,6 +131,49 @@ pub struct CheckedJob {
     pub max_runtime_secs: u64,
 }
 
+/// A job as the API and the pages show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: i64,
+    pub name: String,
+    pub state: crate::JobState,
+    pub experiment_id: Option<i64>,
+    pub run_id: Option<String>,
+    pub template: Option<String>,
+    pub priority: i32,
+    pub gpus: u32,
+    pub cpu_millis: u32,
+    pub memory_mib: u64,
+    pub max_runtime_secs: u64,
+    /// Further attempts allowed after a failure.
+    pub retries: u32,
+    /// 0 for the first attempt.
+    pub attempt: u32,
+    /// The GPUs it holds while it runs (`CUDA_VISIBLE_DEVICES`).
+    pub gpu_indices: Vec<u32>,
+    pub exit_code: Option<i32>,
+    /// 1-based place in the queue while QUEUED.
+    pub queue_position: Option<u32>,
+    /// Why it is not running yet, in words.
+    pub pending_reason: Option<String>,
+    pub cancel_requested: bool,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: i64,
+    pub queued_at: Option<i64>,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub spec: JobSpec,
+}
+
+/// One entry of a job's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobEvent {
+    pub time: i64,
+    /// `submitted`, `started`, `finished`, `retried`, `cancel`, `lost` …
+    pub kind: String,
+    pub message: String,
+}
+
 /// Reads a size with a unit: `Ki Mi Gi Ti` (powers of 1024) or `K M G T`
 /// (powers of 1000), as Kubernetes writes them. Returns MiB, rounded up.
 pub fn parse_memory(text: &str) -> Result<u64, String> {
@@ -199,7 +243,17 @@ fn valid_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// Hyperparameter names become `HP_<NAME>` variables and `{name}` in commands.
+pub(crate) fn valid_param_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_KEY_LEN && valid_env_name(name)
+}
+
 impl JobSpec {
+    /// The resources asked for, or the defaults.
+    pub fn resources(&self) -> ResourceSpec {
+        self.resources.clone().unwrap_or_default()
+    }
+
     /// Checks every field and returns all the problems, not just the first.
     pub fn check(self) -> Result<CheckedJob, Vec<FieldError>> {
         let mut errors = Vec::new();
@@ -250,7 +304,7 @@ impl JobSpec {
                 ),
             );
         }
-        let r = &self.resources;
+        let r = &self.resources.clone().unwrap_or_default();
         if r.gpus > MAX_GPUS {
             err(
                 "resources.gpus",
@@ -318,7 +372,7 @@ impl JobSpec {
         }
         for (key, value) in &self.hyperparameters {
             let field = format!("hyperparameters.{key}");
-            if key.is_empty() || key.len() > MAX_KEY_LEN || !valid_env_name(key) {
+            if !valid_param_name(key) {
                 err(
                     &field,
                     format!(
@@ -375,7 +429,7 @@ impl JobSpec {
             return Err(errors);
         }
         Ok(CheckedJob {
-            cpu_millis: (self.resources.cpus * 1000.0).round() as u32,
+            cpu_millis: (r.cpus * 1000.0).round() as u32,
             memory_mib,
             max_runtime_secs,
             spec: JobSpec {
@@ -397,11 +451,11 @@ mod tests {
             template: None,
             command: Some("python train.py --lr {lr}".into()),
             image: Some("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime".into()),
-            resources: ResourceSpec {
+            resources: Some(ResourceSpec {
                 gpus: 2,
                 cpus: 7.5,
                 memory: "30Gi".into(),
-            },
+            }),
             env: BTreeMap::from([("SEED".into(), "1".into())]),
             hyperparameters: BTreeMap::from([
                 ("lr".into(), ParamValue::Float(0.001)),
@@ -430,7 +484,7 @@ mod tests {
         let json = r#"{"name": "demo", "template": "cpu-demo",
             "hyperparameters": {"lr": 0.01, "epochs": 3, "optimizer": "adam", "amp": true}}"#;
         let spec: JobSpec = serde_json::from_str(json).unwrap();
-        assert_eq!(spec.resources, ResourceSpec::default());
+        assert_eq!(spec.resources, None);
         assert_eq!(spec.hyperparameters["epochs"], ParamValue::Int(3));
         assert_eq!(spec.hyperparameters["amp"].to_string(), "true");
         assert_eq!(spec.check().unwrap().max_runtime_secs, DEFAULT_RUNTIME_SECS);
@@ -443,11 +497,11 @@ mod tests {
         let mut bad = spec();
         bad.name = " ".into();
         bad.template = Some("cpu-demo".into());
-        bad.resources = ResourceSpec {
+        bad.resources = Some(ResourceSpec {
             gpus: 65,
             cpus: 0.0,
             memory: "30 gigs".into(),
-        };
+        });
         bad.env.insert("CUDA_VISIBLE_DEVICES".into(), "0".into());
         bad.env.insert("1BAD".into(), "x".into());
         bad.hyperparameters

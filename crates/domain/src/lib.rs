@@ -3,6 +3,7 @@
 
 pub mod job;
 pub mod query;
+pub mod template;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

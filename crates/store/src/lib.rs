@@ -4,10 +4,13 @@
 mod chunks;
 pub mod compaction;
 pub mod entity;
+pub mod jobs;
 pub mod series;
 mod sql;
+mod templates;
 pub mod tracking;
 
+pub use jobs::{JobChange, JobRecord, NewJob};
 pub use tracking::{MetricIn, NewRun};
 
 use std::collections::HashMap;

@@ -21,6 +21,17 @@ pub struct Model {
     pub created_at: i64,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    pub cpu_millis: i32,
+    pub memory_mib: i64,
+    pub max_runtime_secs: i64,
+    pub retries: i32,
+    pub gpu_indices: Option<String>,
+    pub pid: Option<i32>,
+    pub pid_start: Option<i64>,
+    pub queue_position: Option<i32>,
+    pub pending_reason: Option<String>,
+    pub cancel_requested: bool,
+    pub queued_at: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

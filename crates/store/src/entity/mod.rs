@@ -3,6 +3,7 @@
 pub mod experiment;
 pub mod gpu;
 pub mod job;
+pub mod job_event;
 pub mod node;
 pub mod run;
 pub mod template;

@@ -1,0 +1,401 @@
+//! Jobs and their timelines: submission, the state changes the scheduler
+//! and the executor make (each one conditional on the state it expects, so
+//! two actors can never both move a job), queue positions and cancels.
+
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+};
+use trainyard_domain::JobState;
+use trainyard_domain::job::{Job, JobEvent, JobSpec};
+
+use crate::entity::{job, job_event};
+use crate::{Store, StoreError, now_millis};
+
+/// A job to queue; its run exists already.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub spec: JobSpec,
+    pub owner_id: Option<i64>,
+    pub team_id: Option<i64>,
+    pub experiment_id: i64,
+    pub run_id: String,
+    pub cpu_millis: u32,
+    pub memory_mib: u64,
+    pub max_runtime_secs: u64,
+}
+
+/// A job with what only the server needs: who owns it and the process
+/// that supervises it while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub job: Job,
+    pub owner_id: Option<i64>,
+    pub team_id: Option<i64>,
+    pub node_id: Option<i64>,
+    pub pid: Option<i32>,
+    /// The supervising process's start time (clock ticks after boot), so a
+    /// reused PID is never mistaken for it.
+    pub pid_start: Option<i64>,
+}
+
+/// What a state change writes besides the state. `None` leaves a column.
+#[derive(Debug, Clone, Default)]
+pub struct JobChange {
+    pub gpu_indices: Option<Vec<u32>>,
+    pub node_id: Option<Option<i64>>,
+    pub pid: Option<Option<i32>>,
+    pub pid_start: Option<Option<i64>>,
+    pub exit_code: Option<Option<i32>>,
+    pub started_at: Option<Option<i64>>,
+    pub finished_at: Option<Option<i64>>,
+    pub queued_at: Option<i64>,
+    pub attempt: Option<u32>,
+    pub cancel_requested: Option<bool>,
+    /// The run of a new attempt.
+    pub run_id: Option<String>,
+    /// An entry for the timeline: (kind, message).
+    pub event: Option<(String, String)>,
+}
+
+fn gpu_list(text: Option<&str>) -> Vec<u32> {
+    text.unwrap_or_default()
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+fn gpu_text(gpus: &[u32]) -> String {
+    gpus.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn record(m: job::Model) -> Result<JobRecord, StoreError> {
+    let spec: JobSpec = serde_json::from_str(&m.spec)
+        .map_err(|e| StoreError::Rejected(format!("job {} has an unreadable spec: {e}", m.id)))?;
+    let state = JobState::parse(&m.state).unwrap_or(JobState::Lost);
+    Ok(JobRecord {
+        job: Job {
+            id: m.id,
+            name: m.name,
+            state,
+            experiment_id: m.experiment_id,
+            run_id: m.run_id,
+            template: m.template_slug,
+            priority: m.priority,
+            gpus: m.gpus.max(0) as u32,
+            cpu_millis: m.cpu_millis.max(0) as u32,
+            memory_mib: m.memory_mib.max(0) as u64,
+            max_runtime_secs: m.max_runtime_secs.max(0) as u64,
+            retries: m.retries.max(0) as u32,
+            attempt: m.attempt.max(0) as u32,
+            gpu_indices: gpu_list(m.gpu_indices.as_deref()),
+            exit_code: m.exit_code,
+            queue_position: m.queue_position.map(|p| p.max(0) as u32),
+            pending_reason: m.pending_reason,
+            cancel_requested: m.cancel_requested,
+            created_at: m.created_at,
+            queued_at: m.queued_at,
+            started_at: m.started_at,
+            finished_at: m.finished_at,
+            spec,
+        },
+        owner_id: m.owner_id,
+        team_id: m.team_id,
+        node_id: m.node_id,
+        pid: m.pid,
+        pid_start: m.pid_start,
+    })
+}
+
+fn not_found_job(id: i64) -> StoreError {
+    StoreError::NotFound(format!("job {id} does not exist"))
+}
+
+impl Store {
+    /// Queues a job and starts its timeline.
+    pub async fn create_job(&self, new: NewJob) -> Result<JobRecord, StoreError> {
+        let _turn = self.write_turn().await;
+        let now = now_millis();
+        let spec_json = serde_json::to_string(&new.spec)
+            .map_err(|e| StoreError::Rejected(format!("the spec cannot be stored: {e}")))?;
+        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let model = job::ActiveModel {
+            name: Set(new.spec.name.trim().to_owned()),
+            owner_id: Set(new.owner_id),
+            team_id: Set(new.team_id),
+            experiment_id: Set(Some(new.experiment_id)),
+            run_id: Set(Some(new.run_id)),
+            template_slug: Set(new.spec.template.clone()),
+            state: Set(JobState::Queued.as_str().to_owned()),
+            priority: Set(new.spec.priority),
+            gpus: Set(new.spec.resources().gpus as i32),
+            spec: Set(spec_json),
+            attempt: Set(0),
+            node_id: Set(None),
+            exit_code: Set(None),
+            created_at: Set(now),
+            started_at: Set(None),
+            finished_at: Set(None),
+            cpu_millis: Set(new.cpu_millis as i32),
+            memory_mib: Set(new.memory_mib as i64),
+            max_runtime_secs: Set(new.max_runtime_secs as i64),
+            retries: Set(new.spec.retries as i32),
+            gpu_indices: Set(None),
+            pid: Set(None),
+            pid_start: Set(None),
+            queue_position: Set(None),
+            pending_reason: Set(None),
+            cancel_requested: Set(false),
+            queued_at: Set(Some(now)),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await?;
+        job_event::ActiveModel {
+            job_id: Set(model.id),
+            time: Set(now),
+            kind: Set("submitted".to_owned()),
+            message: Set("queued".to_owned()),
+            ..Default::default()
+        }
+        .insert(&txn)
+        .await?;
+        txn.commit().await?;
+        record(model)
+    }
+
+    pub async fn get_job(&self, id: i64) -> Result<JobRecord, StoreError> {
+        let model = job::Entity::find_by_id(id)
+            .one(self.connection())
+            .await?
+            .ok_or_else(|| not_found_job(id))?;
+        record(model)
+    }
+
+    /// Jobs in the given states (all when empty), newest first.
+    pub async fn find_jobs(
+        &self,
+        states: &[JobState],
+        limit: u64,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let mut query = job::Entity::find();
+        if !states.is_empty() {
+            query = query.filter(job::Column::State.is_in(states.iter().map(|s| s.as_str())));
+        }
+        query
+            .order_by_desc(job::Column::Id)
+            .limit(limit)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(record)
+            .collect()
+    }
+
+    /// Every job that is not finished: what the scheduler and the executor
+    /// work on, oldest first.
+    pub async fn active_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
+        job::Entity::find()
+            .filter(job::Column::State.is_in([
+                JobState::Queued.as_str(),
+                JobState::Starting.as_str(),
+                JobState::Running.as_str(),
+            ]))
+            .order_by_asc(job::Column::Id)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(record)
+            .collect()
+    }
+
+    pub async fn job_events(&self, id: i64) -> Result<Vec<JobEvent>, StoreError> {
+        Ok(job_event::Entity::find()
+            .filter(job_event::Column::JobId.eq(id))
+            .order_by_asc(job_event::Column::Id)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(|e| JobEvent {
+                time: e.time,
+                kind: e.kind,
+                message: e.message,
+            })
+            .collect())
+    }
+
+    /// Moves a job to `to` if it is in one of `from`, writing `change` with
+    /// it. Returns false (and writes nothing) when the job was elsewhere.
+    pub async fn move_job(
+        &self,
+        id: i64,
+        from: &[JobState],
+        to: JobState,
+        change: JobChange,
+    ) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let mut update = job::Entity::update_many()
+            .col_expr(job::Column::State, Expr::value(to.as_str()))
+            .filter(job::Column::Id.eq(id))
+            .filter(job::Column::State.is_in(from.iter().map(|s| s.as_str())));
+        if to != JobState::Queued {
+            update = update
+                .col_expr(job::Column::QueuePosition, Expr::value(Option::<i32>::None))
+                .col_expr(
+                    job::Column::PendingReason,
+                    Expr::value(Option::<String>::None),
+                );
+        }
+        if let Some(gpus) = &change.gpu_indices {
+            let text = (!gpus.is_empty()).then(|| gpu_text(gpus));
+            update = update.col_expr(job::Column::GpuIndices, Expr::value(text));
+        }
+        if let Some(v) = change.node_id {
+            update = update.col_expr(job::Column::NodeId, Expr::value(v));
+        }
+        if let Some(v) = change.pid {
+            update = update.col_expr(job::Column::Pid, Expr::value(v));
+        }
+        if let Some(v) = change.pid_start {
+            update = update.col_expr(job::Column::PidStart, Expr::value(v));
+        }
+        if let Some(v) = change.exit_code {
+            update = update.col_expr(job::Column::ExitCode, Expr::value(v));
+        }
+        if let Some(v) = change.started_at {
+            update = update.col_expr(job::Column::StartedAt, Expr::value(v));
+        }
+        if let Some(v) = change.finished_at {
+            update = update.col_expr(job::Column::FinishedAt, Expr::value(v));
+        }
+        if let Some(v) = change.queued_at {
+            update = update.col_expr(job::Column::QueuedAt, Expr::value(v));
+        }
+        if let Some(v) = change.attempt {
+            update = update.col_expr(job::Column::Attempt, Expr::value(v as i32));
+        }
+        if let Some(v) = change.cancel_requested {
+            update = update.col_expr(job::Column::CancelRequested, Expr::value(v));
+        }
+        if let Some(v) = change.run_id {
+            update = update.col_expr(job::Column::RunId, Expr::value(v));
+        }
+        let moved = update.exec(&txn).await?.rows_affected == 1;
+        if moved && let Some((kind, message)) = change.event {
+            job_event::ActiveModel {
+                job_id: Set(id),
+                time: Set(now_millis()),
+                kind: Set(kind),
+                message: Set(message),
+                ..Default::default()
+            }
+            .insert(&txn)
+            .await?;
+        }
+        txn.commit().await?;
+        Ok(moved)
+    }
+
+    /// Adds an entry to a job's timeline.
+    pub async fn add_job_event(
+        &self,
+        id: i64,
+        kind: &str,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        job_event::ActiveModel {
+            job_id: Set(id),
+            time: Set(now_millis()),
+            kind: Set(kind.to_owned()),
+            message: Set(message.to_owned()),
+            ..Default::default()
+        }
+        .insert(self.connection())
+        .await?;
+        Ok(())
+    }
+
+    /// Writes queued jobs' positions and reasons, in one transaction.
+    pub async fn set_queue_positions(
+        &self,
+        positions: &[(i64, u32, String)],
+    ) -> Result<(), StoreError> {
+        if positions.is_empty() {
+            return Ok(());
+        }
+        let _turn = self.write_turn().await;
+        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        for (id, position, reason) in positions {
+            job::Entity::update_many()
+                .col_expr(job::Column::QueuePosition, Expr::value(*position as i32))
+                .col_expr(job::Column::PendingReason, Expr::value(reason.clone()))
+                .filter(job::Column::Id.eq(*id))
+                .filter(job::Column::State.eq(JobState::Queued.as_str()))
+                .exec(&txn)
+                .await?;
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// Asks for a job to stop. A queued job is cancelled at once; a running
+    /// one is marked, and the executor stops it. Finished jobs are refused.
+    pub async fn request_cancel(&self, id: i64) -> Result<JobRecord, StoreError> {
+        let current = self.get_job(id).await?;
+        if current.job.state.is_terminal() {
+            return Err(StoreError::Rejected(format!(
+                "job {id} has already ended ({}); there is nothing to cancel",
+                current.job.state.label()
+            )));
+        }
+        let now = now_millis();
+        let cancelled_in_queue = self
+            .move_job(
+                id,
+                &[JobState::Queued],
+                JobState::Cancelled,
+                JobChange {
+                    finished_at: Some(Some(now)),
+                    cancel_requested: Some(true),
+                    event: Some(("cancelled".into(), "cancelled while queued".into())),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if !cancelled_in_queue {
+            // Starting or running: the executor sees the mark and stops it.
+            let _turn = self.write_turn().await;
+            let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+            let marked = job::Entity::update_many()
+                .col_expr(job::Column::CancelRequested, Expr::value(true))
+                .filter(job::Column::Id.eq(id))
+                .filter(job::Column::CancelRequested.eq(false))
+                .filter(
+                    job::Column::State
+                        .is_in([JobState::Starting.as_str(), JobState::Running.as_str()]),
+                )
+                .exec(&txn)
+                .await?
+                .rows_affected
+                == 1;
+            if marked {
+                job_event::ActiveModel {
+                    job_id: Set(id),
+                    time: Set(now),
+                    kind: Set("cancel".to_owned()),
+                    message: Set("cancel requested; stopping".to_owned()),
+                    ..Default::default()
+                }
+                .insert(&txn)
+                .await?;
+            }
+            txn.commit().await?;
+        }
+        self.get_job(id).await
+    }
+}
