@@ -62,6 +62,30 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "log filter, e.g. `info` or `trainyard=debug,tower_http=debug`",
     },
     SettingDoc {
+        key: "templates_dir",
+        env: "TRAINYARD_TEMPLATES_DIR",
+        default: "templates",
+        meaning: "folder of the shipped job templates (`<slug>/template.yaml` and the files they use)",
+    },
+    SettingDoc {
+        key: "venv_dir",
+        env: "TRAINYARD_VENV_DIR",
+        default: "<data_dir>/venvs",
+        meaning: "cache of the Python environments made for jobs' requirements.txt, one per distinct file",
+    },
+    SettingDoc {
+        key: "simulated_gpus",
+        env: "TRAINYARD_SIMULATED_GPUS",
+        default: "0",
+        meaning: "GPUs the local executor offers when NVML finds none (jobs see them as CUDA_VISIBLE_DEVICES indices)",
+    },
+    SettingDoc {
+        key: "job_stop_grace_secs",
+        env: "TRAINYARD_JOB_STOP_GRACE_SECS",
+        default: "10",
+        meaning: "seconds a cancelled or timed-out job gets between SIGTERM and SIGKILL",
+    },
+    SettingDoc {
         key: "shutdown_grace_secs",
         env: "TRAINYARD_SHUTDOWN_GRACE_SECS",
         default: "20",
@@ -81,6 +105,11 @@ pub struct Settings {
     pub artifact_max_bytes: u64,
     pub site_dir: PathBuf,
     pub log: String,
+    pub templates_dir: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub venv_dir: Option<PathBuf>,
+    pub simulated_gpus: u32,
+    pub job_stop_grace_secs: u64,
     pub shutdown_grace_secs: u64,
 }
 
@@ -94,6 +123,10 @@ impl Default for Settings {
             artifact_max_bytes: 2 << 30,
             site_dir: PathBuf::from("target/site"),
             log: "info".to_owned(),
+            templates_dir: PathBuf::from("templates"),
+            venv_dir: None,
+            simulated_gpus: 0,
+            job_stop_grace_secs: 10,
             shutdown_grace_secs: 20,
         }
     }
@@ -125,10 +158,18 @@ pub struct Config {
     pub artifact_max_bytes: usize,
     pub site_dir: PathBuf,
     pub log: String,
+    pub templates_dir: PathBuf,
+    pub venv_dir: PathBuf,
+    pub simulated_gpus: u32,
+    pub job_stop_grace_secs: u64,
+    /// The program started as `PROGRAM job-shim DIR` for each job: this
+    /// binary (tests point it at the built one).
+    pub job_shim: PathBuf,
     pub shutdown_grace: std::time::Duration,
 }
 
 const ENV_PREFIX: &str = "TRAINYARD_";
+const MAX_SIMULATED_GPUS: u32 = 1024;
 const DEFAULT_CONFIG_FILE: &str = "trainyard.toml";
 
 /// Reads the layers from the process environment.
@@ -284,6 +325,12 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
             "database_max_connections: must be at least 1".to_owned(),
         ));
     }
+    if s.simulated_gpus > MAX_SIMULATED_GPUS {
+        return Err(ConfigError(format!(
+            "simulated_gpus: {} is more than the limit of {MAX_SIMULATED_GPUS}",
+            s.simulated_gpus
+        )));
+    }
     tracing_subscriber::EnvFilter::try_new(&s.log)
         .map_err(|e| ConfigError(format!("log: `{}` is not a valid log filter: {e}", s.log)))?;
     let database_url = match s.database_url {
@@ -294,6 +341,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         }
         None => format!("sqlite://{}", s.data_dir.join("trainyard.db").display()),
     };
+    let venv_dir = s.venv_dir.unwrap_or_else(|| s.data_dir.join("venvs"));
     Ok(Config {
         listen: s.listen,
         data_dir: s.data_dir,
@@ -302,6 +350,11 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         artifact_max_bytes: usize::try_from(s.artifact_max_bytes).unwrap_or(usize::MAX),
         site_dir: s.site_dir,
         log: s.log,
+        templates_dir: s.templates_dir,
+        venv_dir,
+        simulated_gpus: s.simulated_gpus,
+        job_stop_grace_secs: s.job_stop_grace_secs,
+        job_shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("trainyard")),
         shutdown_grace: std::time::Duration::from_secs(s.shutdown_grace_secs),
     })
 }

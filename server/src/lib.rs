@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod jobs;
 pub mod metrics;
 mod mlflow;
 mod ops;
@@ -52,6 +53,7 @@ pub struct AppState {
     pub artifact_root: std::path::PathBuf,
     /// Largest artifact upload, in bytes.
     pub artifact_max_bytes: usize,
+    pub jobs: jobs::Jobs,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -69,14 +71,45 @@ impl AppState {
             .site_addr(listen)
             .env(leptos::config::Env::PROD)
             .build();
+        let jobs = jobs::Jobs::new(store.clone(), jobs_config(config, listen));
         AppState {
             leptos_options,
+            jobs,
             store,
             metrics: Arc::new(Metrics::new()),
             artifact_root: config.data_dir.join("artifacts"),
             artifact_max_bytes: config.artifact_max_bytes,
         }
     }
+}
+
+/// The local executor's setup: this machine's CPUs and memory, the GPUs
+/// it offers, and the address jobs report to.
+fn jobs_config(config: &Config, listen: SocketAddr) -> jobs::JobsConfig {
+    let mut tracking = listen;
+    if tracking.ip().is_unspecified() {
+        tracking.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    jobs::JobsConfig {
+        root: config.data_dir.join("jobs"),
+        shim_program: config.job_shim.clone(),
+        tracking_uri: format!("http://{tracking}"),
+        gpus: config.simulated_gpus,
+        cpu_millis: cpus * 1000,
+        memory_mib: memory_mib().unwrap_or(4096),
+        stop_grace_secs: config.job_stop_grace_secs,
+        templates_dir: config.templates_dir.clone(),
+        venv_root: config.venv_dir.clone(),
+    }
+}
+
+/// Total memory from /proc/meminfo, in MiB.
+fn memory_mib() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
 }
 
 /// The whole HTTP surface.
@@ -90,6 +123,21 @@ pub fn router(state: AppState) -> Router {
                 .route(
                     "/api/trainyard/v1/series",
                     axum::routing::post(series::series),
+                )
+                .route(
+                    "/api/trainyard/v1/jobs",
+                    axum::routing::post(jobs::api::submit).get(jobs::api::list),
+                )
+                .route("/api/trainyard/v1/jobs/{id}", get(jobs::api::show))
+                .route(
+                    "/api/trainyard/v1/jobs/{id}/cancel",
+                    axum::routing::post(jobs::api::cancel),
+                )
+                .route("/api/trainyard/v1/jobs/{id}/logs", get(jobs::api::logs))
+                .route("/api/trainyard/v1/templates", get(jobs::api::templates))
+                .route(
+                    "/api/trainyard/v1/templates/{slug}",
+                    get(jobs::api::template),
                 )
                 // Every API request is authenticated in this one place.
                 .route_layer(axum::middleware::from_fn(auth::require)),
@@ -132,6 +180,29 @@ pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
     Ok(store)
 }
 
+/// Brings the catalog in line with the template files. A template that is
+/// not valid stops the start, naming its file and field.
+async fn sync_templates(config: &Config, store: &Store) -> Result<(), ServerError> {
+    let dir = config.templates_dir.clone();
+    let templates = tokio::task::spawn_blocking(move || jobs::templates::load_dir(&dir))
+        .await
+        .map_err(|e| ServerError::Io(std::io::Error::other(e)))?
+        .map_err(|message| ServerError::Config(config::ConfigError(message)))?;
+    if templates.is_empty() {
+        tracing::warn!(
+            templates_dir = %config.templates_dir.display(),
+            "no job templates found; the catalog is empty (set templates_dir)"
+        );
+    }
+    let changed = store.sync_builtin_templates(&templates).await?;
+    tracing::info!(
+        templates = templates.len(),
+        changed,
+        "template catalog loaded"
+    );
+    Ok(())
+}
+
 /// A bound, ready server; `run` serves until SIGTERM or SIGINT.
 pub struct Server {
     listener: TcpListener,
@@ -143,6 +214,7 @@ pub struct Server {
 impl Server {
     pub async fn bind(config: &Config) -> Result<Server, ServerError> {
         let store = open_store(config).await?;
+        sync_templates(config, &store).await?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -171,7 +243,9 @@ impl Server {
 
     pub async fn run(mut self) -> Result<(), ServerError> {
         let store = self.state.store.clone();
-        let compactor = tokio::spawn(compact_forever(store.clone()));
+        // Stopped with the server, also when `run` itself is dropped.
+        let compactor = Background(tokio::spawn(compact_forever(store.clone())));
+        let supervisor = Background(tokio::spawn(self.state.jobs.clone().run_forever()));
         let app = router(self.state);
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let app = app.into_make_service_with_connect_info::<SocketAddr>();
@@ -191,11 +265,22 @@ impl Server {
                 }
             }
         }
-        // A pass cut short rolls back: it rewrites nothing half-way.
-        compactor.abort();
+        // A pass cut short rolls back: it rewrites nothing half-way. Jobs
+        // keep running under their shims; the next start finds them.
+        drop(compactor);
+        drop(supervisor);
         store.close().await?;
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// A background task of the server, aborted when dropped.
+struct Background(tokio::task::JoinHandle<()>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

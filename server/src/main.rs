@@ -1,4 +1,5 @@
-//! The `trainyard` command: `serve` (the default), `migrate` and `version`.
+//! The `trainyard` command: `serve` (the default), `migrate` and `version`,
+//! and the hidden `job-shim` the server starts for each job.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +35,12 @@ enum Command {
     },
     /// Print the version and the database schema this build expects.
     Version,
+    /// Supervise one job (started by the server, not by hand).
+    #[command(hide = true)]
+    JobShim {
+        /// The job attempt's folder, holding launch.json.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -60,6 +67,9 @@ fn main() -> ExitCode {
         database_url: cli.settings.database_url,
     };
     let command = cli.command.unwrap_or(Command::Serve);
+    if let Command::JobShim { dir } = &command {
+        return trainyard::jobs::shim::main(dir);
+    }
     if let Command::Version = command {
         println!("trainyard {}", env!("CARGO_PKG_VERSION"));
         println!("schema: {}", Store::known_migrations().join(", "));
@@ -81,7 +91,7 @@ fn main() -> ExitCode {
         match command {
             Command::Serve => serve(config).await,
             Command::Migrate { status } => migrate(config, status).await,
-            Command::Version => Ok(()),
+            Command::Version | Command::JobShim { .. } => Ok(()),
         }
     });
     match result {

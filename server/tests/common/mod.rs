@@ -17,12 +17,15 @@ pub struct TestServer {
     pub addr: SocketAddr,
     pub db: TestDb,
     pub data_dir: tempfile::TempDir,
-    task: tokio::task::JoinHandle<()>,
+    task: AbortOnDrop,
 }
 
-impl Drop for TestServer {
+/// The server's task, stopped when the test lets go of it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
     fn drop(&mut self) {
-        self.task.abort();
+        self.0.abort();
     }
 }
 
@@ -35,10 +38,24 @@ pub fn workspace_root() -> PathBuf {
 
 impl TestServer {
     pub async fn start() -> TestServer {
+        Self::start_with(&[]).await
+    }
+
+    /// A server with extra `TRAINYARD_*` settings.
+    pub async fn start_with(extra: &[(&str, &str)]) -> TestServer {
         let db = TestDb::new().await;
         let data_dir = tempfile::tempdir().unwrap();
+        Self::start_in(db, data_dir, extra).await
+    }
+
+    /// A server on a database and data folder that may have served before.
+    pub async fn start_in(
+        db: TestDb,
+        data_dir: tempfile::TempDir,
+        extra: &[(&str, &str)],
+    ) -> TestServer {
         let site_dir = workspace_root().join("target/site");
-        let vars = vec![
+        let mut vars = vec![
             ("TRAINYARD_LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
             ("TRAINYARD_DATABASE_URL".to_owned(), db.url.clone()),
             (
@@ -49,19 +66,40 @@ impl TestServer {
                 "TRAINYARD_SITE_DIR".to_owned(),
                 site_dir.display().to_string(),
             ),
+            (
+                "TRAINYARD_TEMPLATES_DIR".to_owned(),
+                workspace_root().join("templates").display().to_string(),
+            ),
         ];
-        let config = config::load_from(None, &Overrides::default(), &vars).unwrap();
+        for (k, v) in extra {
+            vars.push(((*k).to_owned(), (*v).to_owned()));
+        }
+        let mut config = config::load_from(None, &Overrides::default(), &vars).unwrap();
+        // Jobs are supervised by the built binary, not by this test program.
+        config.job_shim = PathBuf::from(env!("CARGO_BIN_EXE_trainyard"));
         let server = trainyard::Server::bind(&config).await.unwrap();
         let addr = server.local_addr().unwrap();
-        let task = tokio::spawn(async move {
+        let task = AbortOnDrop(tokio::spawn(async move {
             server.run().await.unwrap();
-        });
+        }));
         TestServer {
             addr,
             db,
             data_dir,
             task,
         }
+    }
+
+    /// Stops the server as a crash would (no goodbye to its jobs) and hands
+    /// back its database and data folder.
+    pub async fn crash(self) -> (TestDb, tempfile::TempDir) {
+        let TestServer {
+            db, data_dir, task, ..
+        } = self;
+        let mut task = task;
+        task.0.abort();
+        let _ = (&mut task.0).await;
+        (db, data_dir)
     }
 
     pub async fn get(&self, path: &str) -> Response {

@@ -1,0 +1,381 @@
+//! The jobs REST API under `/api/trainyard/v1/jobs`: submit a spec (JSON or
+//! YAML), list, show with the timeline, cancel, and read the log from a byte
+//! offset (what `trainyard logs -f` and the job page poll).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use trainyard_domain::job::{Job, JobEvent, JobSpec};
+use trainyard_domain::{FieldError, JobState};
+use trainyard_store::StoreError;
+
+use super::{SubmitError, shim};
+use crate::AppState;
+
+/// Largest spec body: a spec is a few kilobytes; files go up separately.
+pub const MAX_SPEC_BYTES: usize = 256 * 1024;
+/// Largest piece of log one request returns.
+pub const MAX_LOG_BYTES: u64 = 4 * 1024 * 1024;
+pub const MAX_LIST: u64 = 1000;
+
+/// An error of the native API: MLflow's two fields, plus the fields of a
+/// spec that were wrong.
+#[derive(Debug)]
+pub struct JobsError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    fields: Vec<FieldError>,
+}
+
+impl JobsError {
+    fn invalid(message: impl Into<String>, fields: Vec<FieldError>) -> JobsError {
+        JobsError {
+            status: StatusCode::BAD_REQUEST,
+            code: "INVALID_PARAMETER_VALUE",
+            message: message.into(),
+            fields,
+        }
+    }
+}
+
+impl IntoResponse for JobsError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error_code": self.code, "message": self.message });
+        if !self.fields.is_empty() {
+            body["fields"] = json!(self.fields);
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for JobsError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::NotFound(message) => JobsError {
+                status: StatusCode::NOT_FOUND,
+                code: "RESOURCE_DOES_NOT_EXIST",
+                message,
+                fields: Vec::new(),
+            },
+            StoreError::Rejected(message) => JobsError::invalid(message, Vec::new()),
+            StoreError::Invalid(e) => JobsError::invalid(e.to_string(), vec![e]),
+            other => {
+                tracing::error!(error = %other, "jobs store error");
+                JobsError {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    code: "INTERNAL_ERROR",
+                    message: "the server could not read or write its database; see its log"
+                        .to_owned(),
+                    fields: Vec::new(),
+                }
+            }
+        }
+    }
+}
+
+impl From<SubmitError> for JobsError {
+    fn from(err: SubmitError) -> Self {
+        match err {
+            SubmitError::Invalid(fields) => {
+                let message = fields
+                    .iter()
+                    .map(|f| format!("{}: {}", f.field, f.message))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                JobsError::invalid(message, fields)
+            }
+            SubmitError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// Reads a spec as YAML when the content type says so, JSON otherwise.
+/// A field of the wrong type is reported with its path.
+pub fn parse_spec(content_type: Option<&str>, body: &[u8]) -> Result<JobSpec, JobsError> {
+    let yaml = content_type.is_some_and(|t| t.contains("yaml"));
+    let value: serde_json::Value = if yaml {
+        let text = std::str::from_utf8(body)
+            .map_err(|_| JobsError::invalid("the YAML spec is not UTF-8 text", Vec::new()))?;
+        serde_saphyr::from_str(text).map_err(|e| {
+            JobsError::invalid(format!("the spec is not valid YAML: {e}"), Vec::new())
+        })?
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            JobsError::invalid(
+                format!(
+                    "the spec is not valid JSON: {e} (send YAML with Content-Type: application/yaml)"
+                ),
+                Vec::new(),
+            )
+        })?
+    };
+    if !value.is_object() {
+        return Err(JobsError::invalid(
+            "the spec must be a mapping of fields (name, command, resources …)",
+            Vec::new(),
+        ));
+    }
+    serde_path_to_error::deserialize::<_, JobSpec>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let field = if path == "." { "spec".to_owned() } else { path };
+        JobsError::invalid(
+            format!("{field}: {inner}"),
+            vec![FieldError::new(&field, inner)],
+        )
+    })
+}
+
+/// `POST /api/trainyard/v1/jobs`
+pub async fn submit(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<JobAnswer>), JobsError> {
+    if body.len() > MAX_SPEC_BYTES {
+        return Err(JobsError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "REQUEST_LIMIT_EXCEEDED",
+            message: format!(
+                "the spec is larger than {MAX_SPEC_BYTES} bytes; send files as uploads, not in the spec"
+            ),
+            fields: Vec::new(),
+        });
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let spec = parse_spec(content_type, &body)?;
+    let record = state.jobs.submit(spec).await?;
+    Ok((StatusCode::CREATED, Json(JobAnswer { job: record.job })))
+}
+
+#[derive(Serialize)]
+pub struct JobAnswer {
+    pub job: Job,
+}
+
+#[derive(Serialize)]
+pub struct JobDetail {
+    pub job: Job,
+    pub events: Vec<JobEvent>,
+}
+
+#[derive(Serialize)]
+pub struct JobList {
+    pub jobs: Vec<Job>,
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    /// Comma-separated states, e.g. `QUEUED,RUNNING`.
+    state: Option<String>,
+    limit: Option<u64>,
+}
+
+/// `GET /api/trainyard/v1/jobs?state=QUEUED,RUNNING&limit=100`, newest first.
+pub async fn list(
+    State(state): State<AppState>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<JobList>, JobsError> {
+    let mut states = Vec::new();
+    for name in q.state.as_deref().unwrap_or("").split(',') {
+        let name = name.trim();
+        if name.is_empty() {
+            continue;
+        }
+        let parsed = JobState::parse(&name.to_ascii_uppercase()).ok_or_else(|| {
+            let known: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+            JobsError::invalid(
+                format!(
+                    "state: `{name}` is not a job state; use {}",
+                    known.join(", ")
+                ),
+                Vec::new(),
+            )
+        })?;
+        states.push(parsed);
+    }
+    let limit = q.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_LIST {
+        return Err(JobsError::invalid(
+            format!("limit: give 1 to {MAX_LIST}"),
+            Vec::new(),
+        ));
+    }
+    let jobs = state.jobs.store().find_jobs(&states, limit).await?;
+    Ok(Json(JobList {
+        jobs: jobs.into_iter().map(|r| r.job).collect(),
+    }))
+}
+
+/// `GET /api/trainyard/v1/jobs/{id}`
+pub async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<JobDetail>, JobsError> {
+    let record = state.jobs.store().get_job(id).await?;
+    let events = state.jobs.store().job_events(id).await?;
+    Ok(Json(JobDetail {
+        job: record.job,
+        events,
+    }))
+}
+
+/// `POST /api/trainyard/v1/jobs/{id}/cancel`
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<Json<JobAnswer>, JobsError> {
+    let record = state.jobs.cancel(id).await?;
+    Ok(Json(JobAnswer { job: record.job }))
+}
+
+#[derive(Serialize)]
+pub struct TemplateList {
+    pub templates: Vec<trainyard_domain::template::Template>,
+}
+
+/// `GET /api/trainyard/v1/templates`: the catalog, by title.
+pub async fn templates(State(state): State<AppState>) -> Result<Json<TemplateList>, JobsError> {
+    Ok(Json(TemplateList {
+        templates: state.jobs.store().templates().await?,
+    }))
+}
+
+/// `GET /api/trainyard/v1/templates/{slug}`
+pub async fn template(
+    State(state): State<AppState>,
+    Path(slug): Path<String>,
+) -> Result<Json<trainyard_domain::template::Template>, JobsError> {
+    state
+        .jobs
+        .store()
+        .get_template(&slug)
+        .await?
+        .map(Json)
+        .ok_or_else(|| {
+            StoreError::NotFound(format!("there is no template `{slug}` in the catalog")).into()
+        })
+}
+
+#[derive(Deserialize)]
+pub struct LogQuery {
+    #[serde(default)]
+    offset: u64,
+    limit: Option<u64>,
+    /// Which attempt (0-based); the current one if not given.
+    attempt: Option<u32>,
+}
+
+/// `GET /api/trainyard/v1/jobs/{id}/logs?offset=N`: the log (stdout and
+/// stderr, as written) from byte N. `X-Log-Offset` says where to ask next,
+/// `X-Job-State` whether more can come.
+pub async fn logs(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Query(q): Query<LogQuery>,
+) -> Result<Response, JobsError> {
+    let record = state.jobs.store().get_job(id).await?;
+    let attempt = q.attempt.unwrap_or(record.job.attempt);
+    if attempt > record.job.attempt {
+        return Err(JobsError::invalid(
+            format!("attempt: job {id} has attempts 0 to {}", record.job.attempt),
+            Vec::new(),
+        ));
+    }
+    let limit = q.limit.unwrap_or(MAX_LOG_BYTES).clamp(1, MAX_LOG_BYTES);
+    let path = state.jobs.attempt_dir(id, attempt).join(shim::LOG_FILE);
+    let (bytes, size) = read_from(&path, q.offset, limit)
+        .await
+        .map_err(|e| JobsError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "INTERNAL_ERROR",
+            message: format!("could not read the job's log: {e}"),
+            fields: Vec::new(),
+        })?;
+    let next = q.offset.min(size) + bytes.len() as u64;
+    let mut response =
+        ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response();
+    let headers = response.headers_mut();
+    headers.insert("x-log-offset", HeaderValue::from(next));
+    headers.insert("x-log-size", HeaderValue::from(size));
+    headers.insert(
+        "x-job-state",
+        HeaderValue::from_static(record.job.state.as_str()),
+    );
+    Ok(response)
+}
+
+/// Up to `limit` bytes of a file from `offset`, and the file's size. A file
+/// not yet written reads as empty.
+async fn read_from(
+    path: &std::path::Path,
+    offset: u64,
+    limit: u64,
+) -> std::io::Result<(Vec<u8>, u64)> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e),
+    };
+    let size = file.metadata().await?.len();
+    if offset >= size {
+        return Ok((Vec::new(), size));
+    }
+    file.seek(std::io::SeekFrom::Start(offset)).await?;
+    let want = (size - offset).min(limit);
+    let mut bytes = Vec::with_capacity(want as usize);
+    file.take(want).read_to_end(&mut bytes).await?;
+    Ok((bytes, size))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_read_from_yaml_and_json_alike() {
+        let yaml = b"name: train\ncommand: python train.py --lr {lr}\nresources:\n  gpus: 1\n  memory: 2Gi\nhyperparameters:\n  lr: 0.01\n  layers: 3\n";
+        let from_yaml = parse_spec(Some("application/yaml"), yaml).unwrap();
+        let json = br#"{"name": "train", "command": "python train.py --lr {lr}", "resources": {"gpus": 1, "memory": "2Gi"}, "hyperparameters": {"lr": 0.01, "layers": 3}}"#;
+        let from_json = parse_spec(Some("application/json"), json).unwrap();
+        assert_eq!(from_yaml, from_json);
+        assert_eq!(from_yaml.resources().gpus, 1);
+    }
+
+    #[test]
+    fn a_wrong_type_names_its_field() {
+        let err = parse_spec(
+            Some("application/yaml"),
+            b"name: x\ncommand: train\nresources:\n  gpus: many\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.fields[0].field, "resources.gpus");
+        assert!(
+            err.message.starts_with("resources.gpus: "),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_non_mappings_are_refused() {
+        let err = parse_spec(None, br#"{"name": "x", "command": "y", "gpu": 1}"#).unwrap_err();
+        assert!(
+            err.message.contains("unknown field `gpu`"),
+            "{}",
+            err.message
+        );
+        let err = parse_spec(Some("text/yaml"), b"- a\n- b\n").unwrap_err();
+        assert!(err.message.contains("mapping"), "{}", err.message);
+        let err = parse_spec(None, b"{").unwrap_err();
+        assert!(err.message.contains("not valid JSON"), "{}", err.message);
+    }
+}

@@ -1,0 +1,885 @@
+//! Jobs on this machine: submission (a spec becomes a queued job with its
+//! tracking run), and the supervisor loop that schedules queued jobs with the
+//! scheduler crate, starts them under a shim, stops them when cancelled, and
+//! records how they ended, retrying per their policy.
+
+pub mod api;
+pub mod shim;
+pub mod templates;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use trainyard_domain::job::{CheckedJob, JobSpec};
+use trainyard_domain::{FieldError, JobState};
+use trainyard_scheduler as sched;
+use trainyard_store::{JobChange, JobRecord, NewJob, NewRun, Store, StoreError, now_millis};
+
+use shim::{EndReason, Exit};
+
+/// How the local executor is set up.
+#[derive(Debug, Clone)]
+pub struct JobsConfig {
+    /// `<data_dir>/jobs`: one folder per job and attempt.
+    pub root: PathBuf,
+    /// The program run as `PROGRAM job-shim DIR` (this server's binary).
+    pub shim_program: PathBuf,
+    /// What jobs get as `MLFLOW_TRACKING_URI`.
+    pub tracking_uri: String,
+    /// What this machine offers.
+    pub gpus: u32,
+    pub cpu_millis: u32,
+    pub memory_mib: u64,
+    pub stop_grace_secs: u64,
+    /// The shipped templates: `<dir>/<slug>/template.yaml` and their files.
+    pub templates_dir: PathBuf,
+    /// Cached Python environments, one per distinct requirements.txt.
+    pub venv_root: PathBuf,
+}
+
+/// Why a submission was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the job spec has {} problem(s)", .0.len())]
+    Invalid(Vec<FieldError>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The jobs service, shared by the API and the supervisor loop.
+#[derive(Clone)]
+pub struct Jobs {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    config: JobsConfig,
+    wake: tokio::sync::Notify,
+    /// Queue positions last written, so a cycle writes only changes.
+    positions: Mutex<HashMap<i64, (u32, String)>>,
+}
+
+/// The only node of the local executor.
+const LOCAL_NODE: sched::NodeId = 0;
+/// Until teams exist, every job belongs to one team without a quota, so a
+/// waiting job's reason is the room it lacks.
+const LOCAL_TEAM: sched::TeamId = 0;
+/// How often the supervisor looks at running jobs when nothing wakes it.
+const TICK: Duration = Duration::from_millis(500);
+
+impl Jobs {
+    pub fn new(store: Store, config: JobsConfig) -> Jobs {
+        Jobs {
+            inner: Arc::new(Inner {
+                store,
+                config,
+                wake: tokio::sync::Notify::new(),
+                positions: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub fn config(&self) -> &JobsConfig {
+        &self.inner.config
+    }
+
+    fn node(&self) -> sched::Node {
+        let c = &self.inner.config;
+        sched::Node {
+            id: LOCAL_NODE,
+            name: "local".to_owned(),
+            gpus: c.gpus,
+            cpu_millis: c.cpu_millis,
+            memory_mib: c.memory_mib,
+            schedulable: true,
+        }
+    }
+
+    /// The folder of one attempt of a job.
+    pub fn attempt_dir(&self, id: i64, attempt: u32) -> PathBuf {
+        self.inner
+            .config
+            .root
+            .join(id.to_string())
+            .join(attempt.to_string())
+    }
+
+    /// Makes the supervisor look now (after a submit, a cancel, an exit).
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    /// Checks a spec, creates its run and queues it. A template's command,
+    /// resources, image and max runtime apply where the spec does not set
+    /// them, and its parameters are checked and defaulted.
+    pub async fn submit(&self, spec: JobSpec) -> Result<JobRecord, SubmitError> {
+        let mut errors = spec.clone().check().err().unwrap_or_default();
+        let template = match &spec.template {
+            Some(slug) => match self.store().get_template(slug.trim()).await? {
+                Some(template) => Some(template),
+                None => {
+                    let known: Vec<String> = self
+                        .store()
+                        .templates()
+                        .await?
+                        .into_iter()
+                        .map(|t| t.slug)
+                        .collect();
+                    errors.push(FieldError::new(
+                        "template",
+                        format!(
+                            "there is no template `{slug}` in the catalog; it has {}",
+                            if known.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                known.join(", ")
+                            }
+                        ),
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        let mut effective = spec.clone();
+        if let Some(t) = &template {
+            effective.template = None;
+            effective.command = Some(t.spec.command.clone());
+            effective.resources = spec.resources.clone().or(Some(t.spec.resources.clone()));
+            effective.image = spec.image.clone().or(t.spec.image.clone());
+            effective.max_runtime = spec.max_runtime.clone().or(t.spec.max_runtime.clone());
+            match t.spec.resolve(&spec.hyperparameters) {
+                Ok(resolved) => effective.hyperparameters = resolved,
+                Err(e) => errors.extend(e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(SubmitError::Invalid(errors));
+        }
+        let mut checked = effective.check().map_err(SubmitError::Invalid)?;
+        checked.spec.template = template.as_ref().map(|t| t.slug.clone());
+        self.admit(&checked).map_err(SubmitError::Invalid)?;
+        let store = self.store();
+        let experiment_name = checked
+            .spec
+            .experiment
+            .as_deref()
+            .map(str::trim)
+            .unwrap_or("Default")
+            .to_owned();
+        let experiment_id = match store.get_experiment_by_name(&experiment_name).await {
+            Ok(e) if e.lifecycle_stage == "active" => e.id,
+            Ok(_) => {
+                return Err(SubmitError::Invalid(vec![FieldError::new(
+                    "experiment",
+                    format!(
+                        "the experiment `{experiment_name}` is deleted; restore it or choose another"
+                    ),
+                )]));
+            }
+            Err(StoreError::NotFound(_)) => match store.create_experiment(&experiment_name).await {
+                Ok(id) => id,
+                // Created by someone else in between.
+                Err(StoreError::Conflict { .. }) => {
+                    store.get_experiment_by_name(&experiment_name).await?.id
+                }
+                Err(e) => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        };
+        let run_id = self.new_run(&checked.spec, experiment_id, 0).await?;
+        let record = store
+            .create_job(NewJob {
+                spec: checked.spec.clone(),
+                owner_id: None,
+                team_id: None,
+                experiment_id,
+                run_id: run_id.clone(),
+                cpu_millis: checked.cpu_millis,
+                memory_mib: checked.memory_mib,
+                max_runtime_secs: checked.max_runtime_secs,
+            })
+            .await?;
+        store
+            .log_batch(
+                &run_id,
+                &[],
+                &[],
+                &[("trainyard.job_id".to_owned(), record.job.id.to_string())],
+            )
+            .await?;
+        if let Some(t) = &template
+            && let Err(message) = self.snapshot_template(record.job.id, t).await
+        {
+            tracing::warn!(job = record.job.id, %message, "could not copy the template's files");
+            self.finish(&record, JobState::Failed, None, &message)
+                .await?;
+            return Ok(self.store().get_job(record.job.id).await?);
+        }
+        self.wake();
+        Ok(record)
+    }
+
+    /// The files every attempt of a job starts with (copied into its
+    /// working folder): the template's, as they were at submission.
+    pub fn files_dir(&self, id: i64) -> PathBuf {
+        self.inner.config.root.join(id.to_string()).join("files")
+    }
+
+    async fn snapshot_template(
+        &self,
+        id: i64,
+        template: &trainyard_domain::template::Template,
+    ) -> Result<(), String> {
+        let files = self.files_dir(id);
+        let source = self.inner.config.templates_dir.join(&template.slug);
+        let requirements = template.spec.requirements.clone();
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&files)?;
+            if source.is_dir() {
+                templates::copy_files(&source, &files)?;
+            }
+            if !requirements.is_empty() {
+                std::fs::write(
+                    files.join("requirements.txt"),
+                    requirements.join("\n") + "\n",
+                )?;
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("could not copy the template's files: {e}"))
+    }
+
+    /// A spec that could never run here is refused now, not queued forever.
+    fn admit(&self, checked: &CheckedJob) -> Result<(), Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let node = self.node();
+        let spec = &checked.spec;
+        let resources = sched::Resources {
+            gpus: spec.resources().gpus,
+            cpu_millis: 0,
+            memory_mib: 0,
+        };
+        if sched::admissible(std::slice::from_ref(&node), &resources).is_err() {
+            errors.push(FieldError::new(
+                "resources.gpus",
+                format!(
+                    "asks for {} GPU(s); this server has {} (found by NVML, or set by simulated_gpus)",
+                    spec.resources().gpus, node.gpus
+                ),
+            ));
+        }
+        if checked.cpu_millis > node.cpu_millis {
+            errors.push(FieldError::new(
+                "resources.cpus",
+                format!(
+                    "asks for {} CPUs; this machine has {}",
+                    checked.cpu_millis as f64 / 1000.0,
+                    node.cpu_millis / 1000
+                ),
+            ));
+        }
+        if checked.memory_mib > node.memory_mib {
+            errors.push(FieldError::new(
+                "resources.memory",
+                format!(
+                    "asks for {} MiB; this machine has {} MiB",
+                    checked.memory_mib, node.memory_mib
+                ),
+            ));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The tracking run of one attempt, SCHEDULED, with the
+    /// hyperparameters as params.
+    async fn new_run(
+        &self,
+        spec: &JobSpec,
+        experiment_id: i64,
+        attempt: u32,
+    ) -> Result<String, StoreError> {
+        let store = self.store();
+        let name = if attempt == 0 {
+            spec.name.trim().to_owned()
+        } else {
+            format!("{} (attempt {})", spec.name.trim(), attempt + 1)
+        };
+        let run = store
+            .create_run(NewRun {
+                experiment_id,
+                user_id: "local".to_owned(),
+                run_name: Some(name),
+                start_time: None,
+                tags: vec![("trainyard.attempt".to_owned(), attempt.to_string())],
+            })
+            .await?;
+        let run_id = run.info.run_id.clone();
+        let params: Vec<(String, String)> = spec
+            .hyperparameters
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
+        store.log_batch(&run_id, &[], &params, &[]).await?;
+        store
+            .update_run(&run_id, Some("SCHEDULED"), None, None)
+            .await?;
+        Ok(run_id)
+    }
+
+    /// Asks a job to stop; the supervisor stops it.
+    pub async fn cancel(&self, id: i64) -> Result<JobRecord, StoreError> {
+        let record = self.store().request_cancel(id).await?;
+        if record.job.state == JobState::Cancelled
+            && let Some(run_id) = &record.job.run_id
+        {
+            self.end_run(run_id, "KILLED").await;
+        }
+        self.wake();
+        Ok(record)
+    }
+
+    /// Schedules and supervises until the task is aborted.
+    pub async fn run_forever(self) {
+        loop {
+            if let Err(error) = self.cycle().await {
+                tracing::warn!(%error, "job supervisor cycle failed; trying again");
+            }
+            tokio::select! {
+                _ = self.inner.wake.notified() => {}
+                _ = tokio::time::sleep(TICK) => {}
+            }
+        }
+    }
+
+    /// One look at every unfinished job: ended ones are recorded, cancels
+    /// are passed on, queued ones are placed or told why not.
+    pub async fn cycle(&self) -> Result<(), StoreError> {
+        let active = self.store().active_jobs().await?;
+        let mut running = Vec::new();
+        let mut queued = Vec::new();
+        for record in active {
+            match record.job.state {
+                JobState::Queued => queued.push(record),
+                JobState::Starting | JobState::Running if self.still_running(&record).await? => {
+                    running.push(record)
+                }
+                _ => {}
+            }
+        }
+        let state = sched::State {
+            now: now_millis(),
+            nodes: vec![self.node()],
+            teams: vec![sched::Team {
+                id: LOCAL_TEAM,
+                name: "local".to_owned(),
+                quota_gpus: u32::MAX,
+                share: 1.0,
+            }],
+            running: running
+                .iter()
+                .map(|r| sched::RunningJob {
+                    id: r.job.id as sched::JobId,
+                    team: LOCAL_TEAM,
+                    user: 0,
+                    priority: r.job.priority,
+                    started_at: r.job.started_at.unwrap_or(0),
+                    node: LOCAL_NODE,
+                    gpus: r.job.gpu_indices.clone(),
+                    resources: resources(&r.job),
+                })
+                .collect(),
+            pending: queued
+                .iter()
+                .map(|r| sched::PendingJob {
+                    id: r.job.id as sched::JobId,
+                    team: LOCAL_TEAM,
+                    user: 0,
+                    priority: r.job.priority,
+                    submitted_at: r.job.queued_at.unwrap_or(r.job.created_at),
+                    resources: resources(&r.job),
+                })
+                .collect(),
+            usage: sched::Usage::default(),
+        };
+        let decision = sched::schedule(&state, &sched::Policy::default());
+        let by_id: HashMap<i64, &JobRecord> = queued.iter().map(|r| (r.job.id, r)).collect();
+        for placement in &decision.starts {
+            if let Some(record) = by_id.get(&(placement.job as i64)) {
+                self.launch(record, &placement.gpus).await?;
+            }
+        }
+        self.write_positions(&decision.waiting).await
+    }
+
+    async fn write_positions(&self, waiting: &[sched::Waiting]) -> Result<(), StoreError> {
+        let changed: Vec<(i64, u32, String)> = {
+            let mut last = self
+                .inner
+                .positions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let mut changed = Vec::new();
+            let mut seen = HashMap::with_capacity(waiting.len());
+            for w in waiting {
+                let id = w.job as i64;
+                let now = (w.position as u32, w.reason.to_string());
+                if last.get(&id) != Some(&now) {
+                    changed.push((id, now.0, now.1.clone()));
+                }
+                seen.insert(id, now);
+            }
+            *last = seen;
+            changed
+        };
+        self.store().set_queue_positions(&changed).await
+    }
+
+    /// Starts a queued job on the GPUs the scheduler chose.
+    async fn launch(&self, record: &JobRecord, gpus: &[u32]) -> Result<(), StoreError> {
+        let job = &record.job;
+        let dir = self.attempt_dir(job.id, job.attempt);
+        let now = now_millis();
+        let gpu_list = gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let moved = self
+            .store()
+            .move_job(
+                job.id,
+                &[JobState::Queued],
+                JobState::Starting,
+                JobChange {
+                    gpu_indices: Some(gpus.to_vec()),
+                    started_at: Some(Some(now)),
+                    event: Some((
+                        "starting".into(),
+                        if gpus.is_empty() {
+                            "placed on this machine, no GPU".to_owned()
+                        } else {
+                            format!("placed on GPU {gpu_list}")
+                        },
+                    )),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if !moved {
+            return Ok(()); // cancelled in between
+        }
+        let started = self.spawn_shim(record, &dir, gpus, now).await;
+        let (pid, pid_start) = match started {
+            Ok(started) => started,
+            Err(message) => {
+                tracing::warn!(job = job.id, %message, "job could not start");
+                self.finish(record, JobState::Failed, None, &message)
+                    .await?;
+                return Ok(());
+            }
+        };
+        self.store()
+            .move_job(
+                job.id,
+                &[JobState::Starting],
+                JobState::Running,
+                JobChange {
+                    pid: Some(Some(pid)),
+                    pid_start: Some(Some(pid_start)),
+                    event: Some(("started".into(), format!("running (process {pid})"))),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if let Some(run_id) = &job.run_id
+            && let Err(error) = self
+                .store()
+                .update_run(run_id, Some("RUNNING"), None, None)
+                .await
+        {
+            tracing::warn!(job = job.id, %error, "could not mark the job's run RUNNING");
+        }
+        tracing::info!(job = job.id, pid, gpus = %gpu_list, "job started");
+        Ok(())
+    }
+
+    /// Writes the launch file and starts the shim; returns its PID and start time.
+    async fn spawn_shim(
+        &self,
+        record: &JobRecord,
+        dir: &Path,
+        gpus: &[u32],
+        now: i64,
+    ) -> Result<(i32, i64), String> {
+        let job = &record.job;
+        let work = dir.join("work");
+        tokio::fs::create_dir_all(&work)
+            .await
+            .map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+        let files = self.files_dir(job.id);
+        if files.is_dir() {
+            let to = work.clone();
+            tokio::task::spawn_blocking(move || templates::copy_files(&files, &to))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("cannot copy the job's files into its folder: {e}"))?;
+        }
+        let command = job
+            .spec
+            .command
+            .as_deref()
+            .map(|c| render_command(c, &job.spec.hyperparameters))
+            .ok_or_else(|| "the job has no command".to_owned())?;
+        let launch = shim::Launch {
+            command,
+            cwd: work,
+            env: self.environment(job, gpus),
+            deadline_ms: now + (job.max_runtime_secs as i64).saturating_mul(1000),
+            stop_grace_secs: self.inner.config.stop_grace_secs,
+            venv_root: Some(self.inner.config.venv_root.clone()),
+        };
+        let launch_json = serde_json::to_vec_pretty(&launch).map_err(|e| e.to_string())?;
+        tokio::fs::write(dir.join(shim::LAUNCH_FILE), launch_json)
+            .await
+            .map_err(|e| format!("cannot write the launch file: {e}"))?;
+        let shim_log = std::fs::File::create(dir.join("shim.log"))
+            .map_err(|e| format!("cannot create the shim log: {e}"))?;
+        let shim_err = shim_log.try_clone().map_err(|e| e.to_string())?;
+        let mut child = tokio::process::Command::new(&self.inner.config.shim_program)
+            .arg("job-shim")
+            .arg(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(shim_log)
+            .stderr(shim_err)
+            // Its own group: a Ctrl-C to the server does not reach the job.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot start the job shim {}: {e}",
+                    self.inner.config.shim_program.display()
+                )
+            })?;
+        let pid = child.id().ok_or("the job shim exited at once")? as i32;
+        let pid_start = shim::process_start(pid).ok_or("the job shim exited at once")?;
+        // Reap it when it ends, and look at once.
+        let jobs = self.clone();
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            jobs.wake();
+        });
+        Ok((pid, pid_start))
+    }
+
+    /// The job's whole environment: a few of the server's own variables
+    /// (never its secrets), the spec's, the hyperparameters, and what
+    /// Trainyard sets.
+    fn environment(
+        &self,
+        job: &trainyard_domain::job::Job,
+        gpus: &[u32],
+    ) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        for name in [
+            "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME",
+        ] {
+            if let Ok(value) = std::env::var(name) {
+                env.insert(name.to_owned(), value);
+            }
+        }
+        env.entry("PATH".to_owned())
+            .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".to_owned());
+        // Python buffers stdout in a pipe or file; live logs need it not to.
+        env.insert("PYTHONUNBUFFERED".to_owned(), "1".to_owned());
+        for (name, value) in &job.spec.env {
+            env.insert(name.clone(), value.clone());
+        }
+        for (name, value) in &job.spec.hyperparameters {
+            env.insert(hp_env_name(name), value.to_string());
+        }
+        let gpu_list = gpus
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        // An empty list hides every GPU from CUDA: a CPU job stays off them.
+        env.insert("CUDA_VISIBLE_DEVICES".to_owned(), gpu_list);
+        env.insert(
+            "MLFLOW_TRACKING_URI".to_owned(),
+            self.inner.config.tracking_uri.clone(),
+        );
+        if let Some(run_id) = &job.run_id {
+            env.insert("MLFLOW_RUN_ID".to_owned(), run_id.clone());
+        }
+        if let Some(experiment_id) = job.experiment_id {
+            env.insert("MLFLOW_EXPERIMENT_ID".to_owned(), experiment_id.to_string());
+        }
+        env.insert("TRAINYARD_JOB_ID".to_owned(), job.id.to_string());
+        env
+    }
+
+    /// Whether a started job still runs; records its end when it does not,
+    /// and passes a cancel request on to its shim.
+    async fn still_running(&self, record: &JobRecord) -> Result<bool, StoreError> {
+        let job = &record.job;
+        let dir = self.attempt_dir(job.id, job.attempt);
+        if let Some(exit) = shim::read_exit(&dir) {
+            self.ended(record, &exit).await?;
+            return Ok(false);
+        }
+        let alive = match (record.pid, record.pid_start) {
+            (Some(pid), Some(start)) => shim::process_alive(pid, start),
+            // Starting without a process: the server stopped while starting it.
+            _ => false,
+        };
+        if !alive {
+            // It may have written its exit file just now.
+            if let Some(exit) = shim::read_exit(&dir) {
+                self.ended(record, &exit).await?;
+            } else {
+                self.lost(record).await?;
+            }
+            return Ok(false);
+        }
+        if job.cancel_requested {
+            let cancel = dir.join(shim::CANCEL_FILE);
+            if !cancel.exists()
+                && let Err(error) = tokio::fs::write(&cancel, b"").await
+            {
+                tracing::warn!(job = job.id, %error, "could not pass the cancel on to the job");
+            }
+        }
+        Ok(true)
+    }
+
+    async fn ended(&self, record: &JobRecord, exit: &Exit) -> Result<(), StoreError> {
+        let job = &record.job;
+        let code = exit.exit_code.or(exit.signal.map(|signal| 128 + signal));
+        let how = match (exit.exit_code, exit.signal) {
+            (Some(code), _) => format!("exited with code {code}"),
+            (None, Some(signal)) => format!("killed by signal {signal}"),
+            (None, None) => "ended".to_owned(),
+        };
+        let (state, message) = match exit.reason {
+            EndReason::Exited if exit.exit_code == Some(0) => (JobState::Succeeded, how),
+            EndReason::Exited => (JobState::Failed, how),
+            EndReason::Timeout => (
+                JobState::Failed,
+                format!(
+                    "stopped after its max runtime of {} s ({how})",
+                    job.max_runtime_secs
+                ),
+            ),
+            EndReason::Cancelled => (JobState::Cancelled, format!("cancelled ({how})")),
+            EndReason::StartFailed => (
+                JobState::Failed,
+                format!(
+                    "could not start: {}",
+                    exit.message.as_deref().unwrap_or("unknown reason")
+                ),
+            ),
+        };
+        tracing::info!(job = job.id, state = %state, %message, "job ended");
+        self.finish(record, state, code, &message).await
+    }
+
+    async fn lost(&self, record: &JobRecord) -> Result<(), StoreError> {
+        tracing::warn!(
+            job = record.job.id,
+            "job lost: its shim is gone without an exit record"
+        );
+        self.finish(
+            record,
+            JobState::Lost,
+            None,
+            "lost: its supervising process is gone and left no exit record",
+        )
+        .await
+    }
+
+    /// Records the end of an attempt, and queues the next one when the
+    /// job failed or was lost and has retries left.
+    async fn finish(
+        &self,
+        record: &JobRecord,
+        state: JobState,
+        exit_code: Option<i32>,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        let job = &record.job;
+        let from = [JobState::Starting, JobState::Running];
+        let retry = matches!(state, JobState::Failed | JobState::Lost)
+            && job.attempt < job.retries
+            && !job.cancel_requested;
+        let run_status = match state {
+            JobState::Succeeded => "FINISHED",
+            JobState::Cancelled => "KILLED",
+            _ => "FAILED",
+        };
+        if let Some(run_id) = &job.run_id {
+            self.end_run(run_id, run_status).await;
+        }
+        if retry {
+            let next = job.attempt + 1;
+            let run_id = match job.experiment_id {
+                Some(experiment) => Some(self.new_run(&job.spec, experiment, next).await?),
+                None => None,
+            };
+            self.store()
+                .move_job(
+                    job.id,
+                    &from,
+                    JobState::Queued,
+                    JobChange {
+                        gpu_indices: Some(Vec::new()),
+                        pid: Some(None),
+                        pid_start: Some(None),
+                        exit_code: Some(exit_code),
+                        started_at: Some(None),
+                        queued_at: Some(now_millis()),
+                        attempt: Some(next),
+                        run_id,
+                        event: Some((
+                            "retried".into(),
+                            format!(
+                                "{message}; retrying (attempt {} of {})",
+                                next + 1,
+                                job.retries + 1
+                            ),
+                        )),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            return Ok(());
+        }
+        self.store()
+            .move_job(
+                job.id,
+                &from,
+                state,
+                JobChange {
+                    exit_code: Some(exit_code),
+                    finished_at: Some(Some(now_millis())),
+                    event: Some(("finished".into(), message.to_owned())),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn end_run(&self, run_id: &str, status: &str) {
+        if let Err(error) = self
+            .store()
+            .update_run(run_id, Some(status), Some(now_millis()), None)
+            .await
+        {
+            tracing::warn!(run = run_id, %error, "could not record the end of the job's run");
+        }
+    }
+}
+
+fn resources(job: &trainyard_domain::job::Job) -> sched::Resources {
+    sched::Resources {
+        gpus: job.gpus,
+        cpu_millis: job.cpu_millis,
+        memory_mib: job.memory_mib,
+    }
+}
+
+/// `HP_` and the name in capitals, other characters as `_`.
+pub fn hp_env_name(name: &str) -> String {
+    let mut out = String::from("HP_");
+    out.extend(name.chars().map(|c| {
+        if c.is_ascii_alphanumeric() {
+            c.to_ascii_uppercase()
+        } else {
+            '_'
+        }
+    }));
+    out
+}
+
+/// Replaces `{name}` with the hyperparameter's value, quoted for the shell.
+/// Braces that name no hyperparameter are left as written.
+pub fn render_command(
+    command: &str,
+    hyperparameters: &BTreeMap<String, trainyard_domain::job::ParamValue>,
+) -> String {
+    let mut out = String::with_capacity(command.len());
+    let mut rest = command;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find('}') {
+            Some(close) if hyperparameters.contains_key(&after[..close]) => {
+                let value = hyperparameters[&after[..close]].to_string();
+                out.push_str(&shell_quote(&value));
+                rest = &after[close + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+fn shell_quote(value: &str) -> String {
+    if !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.,:/=+@%".contains(c))
+    {
+        return value.to_owned();
+    }
+    format!("'{}'", value.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_domain::job::ParamValue;
+
+    #[test]
+    fn hyperparameters_are_substituted_quoted() {
+        let hp = BTreeMap::from([
+            ("lr".to_owned(), ParamValue::Float(0.001)),
+            (
+                "name".to_owned(),
+                ParamValue::Text("it's; rm -rf /".to_owned()),
+            ),
+            ("epochs".to_owned(), ParamValue::Int(3)),
+        ]);
+        assert_eq!(
+            render_command(
+                "train --lr {lr} --epochs={epochs} --tag {name} {unknown} {",
+                &hp
+            ),
+            "train --lr 0.001 --epochs=3 --tag 'it'\\''s; rm -rf /' {unknown} {"
+        );
+    }
+
+    #[test]
+    fn hyperparameter_variables_are_named_in_capitals() {
+        assert_eq!(hp_env_name("learning-rate"), "HP_LEARNING_RATE");
+        assert_eq!(hp_env_name("lr"), "HP_LR");
+    }
+}

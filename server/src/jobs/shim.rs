@@ -1,0 +1,575 @@
+//! The job shim: `trainyard job-shim DIR`, one small process per running job.
+//!
+//! The server starts the shim in a process group of its own; the shim starts
+//! the job's command in another, sends its output to `DIR/output.log`,
+//! enforces the deadline, stops the whole group when `DIR/cancel` appears,
+//! and writes how the job ended to `DIR/exit.json`. Because the shim, not the
+//! server, is the job's parent, a server restart (or crash) loses no job: the
+//! new server finds the shim again by its PID and start time and reads the
+//! exit file when it appears.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// What the server writes to `DIR/launch.json` before it starts the shim.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Launch {
+    /// Run with `/bin/sh -c` in `cwd`.
+    pub command: String,
+    pub cwd: PathBuf,
+    /// The whole environment of the command: the server's own is not passed
+    /// on (it may hold database passwords).
+    pub env: BTreeMap<String, String>,
+    /// Milliseconds since the Unix epoch after which the job is stopped.
+    pub deadline_ms: i64,
+    /// Seconds between SIGTERM and SIGKILL when stopping.
+    pub stop_grace_secs: u64,
+    /// Where Python environments are cached. When set and `cwd` holds a
+    /// `requirements.txt`, the command runs in an environment with them
+    /// installed, made once per distinct file (and Python).
+    #[serde(default)]
+    pub venv_root: Option<PathBuf>,
+}
+
+/// Why the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// It ended by itself (exit code or a signal it got elsewhere).
+    Exited,
+    /// It ran past its deadline and was stopped.
+    Timeout,
+    /// Someone cancelled it.
+    Cancelled,
+    /// It could not be started at all.
+    StartFailed,
+}
+
+/// What the shim writes to `DIR/exit.json` when the command has ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exit {
+    pub reason: EndReason,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub finished_ms: i64,
+    /// Set for `StartFailed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+pub const LAUNCH_FILE: &str = "launch.json";
+pub const EXIT_FILE: &str = "exit.json";
+pub const CANCEL_FILE: &str = "cancel";
+pub const LOG_FILE: &str = "output.log";
+
+const POLL: Duration = Duration::from_millis(50);
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Reads `DIR/exit.json`, if the shim has written it.
+pub fn read_exit(dir: &Path) -> Option<Exit> {
+    let text = std::fs::read_to_string(dir.join(EXIT_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// The shim's main: supervises one job and returns when it has ended.
+pub fn main(dir: &Path) -> ExitCode {
+    let exit = match std::fs::read_to_string(dir.join(LAUNCH_FILE))
+        .map_err(|e| format!("cannot read {}: {e}", dir.join(LAUNCH_FILE).display()))
+        .and_then(|text| {
+            serde_json::from_str::<Launch>(&text)
+                .map_err(|e| format!("{LAUNCH_FILE} is not valid: {e}"))
+        }) {
+        Ok(launch) => supervise(dir, &launch),
+        Err(message) => start_failed(message),
+    };
+    match write_exit(dir, &exit) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "job-shim: cannot write {}: {e}",
+                dir.join(EXIT_FILE).display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn start_failed(message: String) -> Exit {
+    Exit {
+        reason: EndReason::StartFailed,
+        exit_code: None,
+        signal: None,
+        finished_ms: now_ms(),
+        message: Some(message),
+    }
+}
+
+fn write_exit(dir: &Path, exit: &Exit) -> std::io::Result<()> {
+    let tmp = dir.join(".exit.json.tmp");
+    let mut file = File::create(&tmp)?;
+    file.write_all(&serde_json::to_vec(exit).map_err(std::io::Error::other)?)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, dir.join(EXIT_FILE))
+}
+
+fn supervise(dir: &Path, launch: &Launch) -> Exit {
+    let log = match OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(LOG_FILE))
+    {
+        Ok(log) => log,
+        Err(e) => return start_failed(format!("cannot open the log file: {e}")),
+    };
+    let watch = Watch {
+        cancel: dir.join(CANCEL_FILE),
+        deadline_ms: launch.deadline_ms,
+        grace_secs: launch.stop_grace_secs,
+    };
+    let mut env = launch.env.clone();
+    let requirements = launch.cwd.join("requirements.txt");
+    if let Some(root) = &launch.venv_root
+        && requirements.is_file()
+    {
+        match python_env(root, &requirements, &env, &log, &watch) {
+            Ok(venv) => {
+                let path = env.get("PATH").cloned().unwrap_or_default();
+                env.insert(
+                    "PATH".to_owned(),
+                    format!("{}:{path}", venv.join("bin").display()),
+                );
+                env.insert("VIRTUAL_ENV".to_owned(), venv.display().to_string());
+            }
+            Err(exit) => return exit,
+        }
+    }
+    let mut command = Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(&launch.command)
+        .current_dir(&launch.cwd)
+        .env_clear()
+        .envs(&env);
+    match run_group(command, &log, &watch) {
+        Ok(exit) => exit,
+        Err(message) => start_failed(message),
+    }
+}
+
+/// When to stop a process group early.
+struct Watch {
+    cancel: PathBuf,
+    deadline_ms: i64,
+    grace_secs: u64,
+}
+
+impl Watch {
+    fn stop_reason(&self) -> Option<EndReason> {
+        if self.cancel.exists() {
+            Some(EndReason::Cancelled)
+        } else if now_ms() >= self.deadline_ms {
+            Some(EndReason::Timeout)
+        } else {
+            None
+        }
+    }
+}
+
+/// Runs `command` in a process group of its own with its output in `log`,
+/// until it ends or `watch` says stop. Err when it could not be started.
+fn run_group(mut command: Command, log: &File, watch: &Watch) -> Result<Exit, String> {
+    let (out, err) = match (log.try_clone(), log.try_clone()) {
+        (Ok(out), Ok(err)) => (out, err),
+        _ => return Err("cannot share the log file with the command".into()),
+    };
+    let program = command.get_program().to_string_lossy().into_owned();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    let group = child.id() as i32;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                // The command is gone; anything it left running in its group goes too.
+                signal_group(group, libc::SIGKILL);
+                return Ok(Exit {
+                    reason: EndReason::Exited,
+                    exit_code: status.code(),
+                    signal: status.signal(),
+                    finished_ms: now_ms(),
+                    message: None,
+                });
+            }
+            Ok(None) => {}
+            Err(e) => {
+                signal_group(group, libc::SIGKILL);
+                let _ = child.wait();
+                return Err(format!("lost track of {program}: {e}"));
+            }
+        }
+        if let Some(reason) = watch.stop_reason() {
+            let (exit_code, signal) = stop(&mut child, group, watch.grace_secs);
+            return Ok(Exit {
+                reason,
+                exit_code,
+                signal,
+                finished_ms: now_ms(),
+                message: None,
+            });
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The cached Python environment for a requirements file, made (under a
+/// lock, so two jobs never build the same one) when missing. Its output goes
+/// to the job's log. Err is how the job ends: stopped, or failed to install.
+fn python_env(
+    root: &Path,
+    requirements: &Path,
+    env: &BTreeMap<String, String>,
+    log: &File,
+    watch: &Watch,
+) -> Result<PathBuf, Exit> {
+    let fail = |message: String| start_failed(message);
+    let python = find_program("python3", env.get("PATH").map(String::as_str).unwrap_or(""))
+        .ok_or_else(|| fail("requirements.txt needs python3, which is not on the PATH".into()))?;
+    let text = std::fs::read(requirements)
+        .map_err(|e| fail(format!("cannot read requirements.txt: {e}")))?;
+    let key = env_key(&python, &text);
+    let venv = root.join(&key);
+    std::fs::create_dir_all(root)
+        .map_err(|e| fail(format!("cannot create {}: {e}", root.display())))?;
+    let lock = File::create(root.join(format!("{key}.lock")))
+        .map_err(|e| fail(format!("cannot create the environment lock: {e}")))?;
+    let mut say = log;
+    // Another job may be building the same environment: wait for it.
+    loop {
+        // SAFETY: flock on a file this function owns.
+        if unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&lock),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0
+        {
+            break;
+        }
+        if let Some(reason) = watch.stop_reason() {
+            return Err(Exit {
+                reason,
+                exit_code: None,
+                signal: None,
+                finished_ms: now_ms(),
+                message: None,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if venv.join(READY_FILE).is_file() {
+        let _ = writeln!(say, "trainyard: using the cached Python environment {key}");
+        return Ok(venv);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let _ = writeln!(
+        say,
+        "trainyard: creating a Python environment for requirements.txt (cached as {key}); this happens once"
+    );
+    let mut create = Command::new(&python);
+    create
+        .arg("-m")
+        .arg("venv")
+        .arg(&venv)
+        .env_clear()
+        .envs(env);
+    let mut install = Command::new(venv.join("bin").join("pip"));
+    install
+        .args(["install", "--disable-pip-version-check", "--no-input", "-r"])
+        .arg(requirements)
+        .env_clear()
+        .envs(env);
+    for (step, command) in [
+        ("python3 -m venv", create),
+        ("pip install -r requirements.txt", install),
+    ] {
+        let exit = run_group(command, log, watch).map_err(|e| {
+            let _ = std::fs::remove_dir_all(&venv);
+            fail(e)
+        })?;
+        let ok = exit.reason == EndReason::Exited && exit.exit_code == Some(0);
+        if !ok {
+            let _ = std::fs::remove_dir_all(&venv);
+            return Err(match exit.reason {
+                EndReason::Exited => fail(format!(
+                    "{step} failed ({}); see the log",
+                    match (exit.exit_code, exit.signal) {
+                        (Some(code), _) => format!("exit code {code}"),
+                        (None, Some(signal)) => format!("signal {signal}"),
+                        _ => "no exit code".to_owned(),
+                    }
+                )),
+                _ => exit,
+            });
+        }
+    }
+    File::create(venv.join(READY_FILE))
+        .map_err(|e| fail(format!("cannot mark the environment ready: {e}")))?;
+    let _ = writeln!(say, "trainyard: the Python environment is ready");
+    Ok(venv)
+}
+
+const READY_FILE: &str = ".trainyard-ready";
+
+/// The cache key of an environment: the Python it is made from and the
+/// requirements, hashed.
+fn env_key(python: &Path, requirements: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(python.as_os_str().as_encoded_bytes());
+    hash.update(b"\n");
+    hash.update(requirements);
+    let digest = hash.finalize();
+    digest[..10].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The program's real path on a PATH, links resolved.
+fn find_program(name: &str, path: &str) -> Option<PathBuf> {
+    path.split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(name))
+        .find(|candidate| candidate.is_file())
+        .and_then(|found| std::fs::canonicalize(found).ok())
+}
+
+/// SIGTERM to the whole group, then SIGKILL after the grace period.
+fn stop(child: &mut Child, group: i32, grace_secs: u64) -> (Option<i32>, Option<i32>) {
+    signal_group(group, libc::SIGTERM);
+    let until = Instant::now() + Duration::from_secs(grace_secs);
+    while Instant::now() < until {
+        if let Ok(Some(status)) = child.try_wait() {
+            signal_group(group, libc::SIGKILL);
+            return (status.code(), status.signal());
+        }
+        std::thread::sleep(POLL);
+    }
+    signal_group(group, libc::SIGKILL);
+    match child.wait() {
+        Ok(status) => (status.code(), status.signal()),
+        Err(_) => (None, Some(libc::SIGKILL)),
+    }
+}
+
+fn signal_group(group: i32, signal: i32) {
+    // SAFETY: killpg only sends a signal; a group that is gone gives ESRCH.
+    unsafe {
+        libc::killpg(group, signal);
+    }
+}
+
+/// Whether `pid` is alive and started at `start` (clock ticks after boot,
+/// field 22 of /proc/PID/stat), so a reused PID is not mistaken for it.
+pub fn process_alive(pid: i32, start: i64) -> bool {
+    process_start(pid) == Some(start) && !is_zombie(pid)
+}
+
+/// A process's start time in clock ticks after boot.
+pub fn process_start(pid: i32) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name (field 2) is in parentheses and may hold spaces: count from
+    // the last `)`. Field 3 is then the first after it; field 22 the 20th.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = &stat[stat.rfind(')')? + 1..];
+            rest.split_whitespace().next().map(|s| s == "Z")
+        })
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(dir: &Path, command: &str, deadline_ms: i64) {
+        let launch = Launch {
+            command: command.to_owned(),
+            cwd: dir.to_path_buf(),
+            env: BTreeMap::from([
+                ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+                ("GREETING".to_owned(), "hello".to_owned()),
+            ]),
+            deadline_ms,
+            stop_grace_secs: 1,
+            venv_root: None,
+        };
+        std::fs::write(dir.join(LAUNCH_FILE), serde_json::to_vec(&launch).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn runs_the_command_with_its_environment_and_records_the_exit_code() {
+        let dir = tempfile::tempdir().unwrap();
+        launch(
+            dir.path(),
+            "echo $GREETING; echo oops >&2; exit 3",
+            now_ms() + 60_000,
+        );
+        assert_eq!(main(dir.path()), ExitCode::SUCCESS);
+        let exit = read_exit(dir.path()).unwrap();
+        assert_eq!(exit.reason, EndReason::Exited);
+        assert_eq!(exit.exit_code, Some(3));
+        let log = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        assert_eq!(log, "hello\noops\n");
+    }
+
+    #[test]
+    fn the_server_environment_is_not_passed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        // SAFETY: this test alone reads the variable, in a child process.
+        unsafe { std::env::set_var("SHIM_TEST_SECRET", "hunter2") };
+        launch(
+            dir.path(),
+            "echo \"[$SHIM_TEST_SECRET]\"",
+            now_ms() + 60_000,
+        );
+        main(dir.path());
+        let log = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        assert_eq!(log, "[]\n");
+    }
+
+    #[test]
+    fn a_job_past_its_deadline_is_stopped_with_its_children() {
+        let dir = tempfile::tempdir().unwrap();
+        // A grandchild that ignores nothing and would outlive a plain kill.
+        launch(
+            dir.path(),
+            "sleep 30 & echo $! > grandchild; wait",
+            now_ms() + 300,
+        );
+        main(dir.path());
+        let exit = read_exit(dir.path()).unwrap();
+        assert_eq!(exit.reason, EndReason::Timeout);
+        assert_eq!(exit.signal, Some(libc::SIGTERM));
+        let grandchild: i32 = std::fs::read_to_string(dir.path().join("grandchild"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Reaped by init or a zombie at most: never running.
+        std::thread::sleep(Duration::from_millis(200));
+        let alive = process_start(grandchild).is_some() && !is_zombie(grandchild);
+        assert!(!alive, "the grandchild {grandchild} must be stopped too");
+    }
+
+    #[test]
+    fn a_cancel_file_stops_the_job_and_a_term_ignoring_one_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        launch(
+            dir.path(),
+            "trap '' TERM; touch started; sleep 30",
+            now_ms() + 60_000,
+        );
+        let path = dir.path().to_path_buf();
+        let shim = std::thread::spawn(move || main(&path));
+        while !dir.path().join("started").exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::fs::write(dir.path().join(CANCEL_FILE), b"").unwrap();
+        shim.join().unwrap();
+        let exit = read_exit(dir.path()).unwrap();
+        assert_eq!(exit.reason, EndReason::Cancelled);
+        assert_eq!(exit.signal, Some(libc::SIGKILL), "the TERM was ignored");
+    }
+
+    #[test]
+    fn requirements_get_a_cached_python_environment() {
+        let cache = tempfile::tempdir().unwrap();
+        let mut logs = Vec::new();
+        for _ in 0..2 {
+            let dir = tempfile::tempdir().unwrap();
+            // Nothing to download: the environment itself is what is tested.
+            std::fs::write(dir.path().join("requirements.txt"), "# no packages\n").unwrap();
+            let launch = Launch {
+                command: "echo \"venv=$VIRTUAL_ENV\"; command -v python".to_owned(),
+                cwd: dir.path().to_path_buf(),
+                env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+                deadline_ms: now_ms() + 120_000,
+                stop_grace_secs: 1,
+                venv_root: Some(cache.path().to_path_buf()),
+            };
+            std::fs::write(
+                dir.path().join(LAUNCH_FILE),
+                serde_json::to_vec(&launch).unwrap(),
+            )
+            .unwrap();
+            main(dir.path());
+            let exit = read_exit(dir.path()).unwrap();
+            let log = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+            assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
+            logs.push(log);
+        }
+        let venvs: Vec<_> = std::fs::read_dir(cache.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .collect();
+        assert_eq!(venvs.len(), 1, "one environment for one requirements file");
+        let venv = venvs[0].path();
+        for log in &logs {
+            assert!(log.contains(&format!("venv={}", venv.display())), "{log}");
+            assert!(
+                log.contains(&format!("{}/bin/python", venv.display())),
+                "{log}"
+            );
+        }
+        assert!(
+            logs[0].contains("creating a Python environment"),
+            "{}",
+            logs[0]
+        );
+        assert!(
+            logs[1].contains("using the cached Python environment"),
+            "{}",
+            logs[1]
+        );
+    }
+
+    #[test]
+    fn a_bad_launch_file_is_reported_not_run() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(LAUNCH_FILE), b"{").unwrap();
+        main(dir.path());
+        let exit = read_exit(dir.path()).unwrap();
+        assert_eq!(exit.reason, EndReason::StartFailed);
+        assert!(exit.message.unwrap().contains("launch.json is not valid"));
+    }
+
+    #[test]
+    fn process_start_times_tell_a_live_process() {
+        let me = std::process::id() as i32;
+        let start = process_start(me).unwrap();
+        assert!(process_alive(me, start));
+        assert!(!process_alive(me, start + 1));
+    }
+}

@@ -1,0 +1,495 @@
+//! Jobs end to end on the local executor: submit over the REST API, the job
+//! runs under its shim with its environment, its log and run are kept, and
+//! cancel, max runtime, retries, admission and restarts behave.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestServer, post_json, request};
+use serde_json::{Value, json};
+
+async fn submit_yaml(server: &TestServer, yaml: &str) -> common::Response {
+    request(
+        server.addr,
+        "POST",
+        "/api/trainyard/v1/jobs",
+        &[("Content-Type", "application/yaml")],
+        yaml.as_bytes(),
+    )
+    .await
+}
+
+async fn submit(server: &TestServer, spec: Value) -> i64 {
+    let answer = post_json(server.addr, "/api/trainyard/v1/jobs", &spec).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    answer.json()["job"]["id"].as_i64().unwrap()
+}
+
+async fn job(server: &TestServer, id: i64) -> Value {
+    let answer = server.get(&format!("/api/trainyard/v1/jobs/{id}")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()
+}
+
+/// Polls until the job is in `state` (the test fails after a minute).
+async fn wait_for(server: &TestServer, id: i64, state: &str) -> Value {
+    wait_longer(server, id, state, 60).await
+}
+
+async fn wait_longer(server: &TestServer, id: i64, state: &str, seconds: u64) -> Value {
+    for _ in 0..seconds * 10 {
+        let detail = job(server, id).await;
+        if detail["job"]["state"] == state {
+            return detail;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("job {id} never reached {state}: {}", job(server, id).await);
+}
+
+async fn log(server: &TestServer, id: i64) -> String {
+    let answer = server
+        .get(&format!("/api/trainyard/v1/jobs/{id}/logs"))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.body
+}
+
+async fn run(server: &TestServer, run_id: &str) -> Value {
+    let answer = server
+        .get(&format!("/api/2.0/mlflow/runs/get?run_id={run_id}"))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()["run"].clone()
+}
+
+fn event_kinds(detail: &Value) -> Vec<String> {
+    detail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn pid_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .next();
+            state != Some("Z")
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn a_job_runs_with_its_environment_logs_to_its_run_and_finishes() {
+    let server = TestServer::start_with(&[("TRAINYARD_SIMULATED_GPUS", "2")]).await;
+    // The job talks to the tracking server itself, as the mlflow client would.
+    let script = r#"
+import json, os, urllib.request
+print("run", os.environ["MLFLOW_RUN_ID"], "exp", os.environ["MLFLOW_EXPERIMENT_ID"])
+print("gpus", os.environ["CUDA_VISIBLE_DEVICES"], "lr", os.environ["HP_LR"])
+print("secret", os.environ.get("TRAINYARD_DATABASE_URL", "absent"))
+body = json.dumps({"run_id": os.environ["MLFLOW_RUN_ID"], "key": "loss", "value": 0.25, "timestamp": 1, "step": 7}).encode()
+req = urllib.request.Request(os.environ["MLFLOW_TRACKING_URI"] + "/api/2.0/mlflow/runs/log-metric", body, {"Content-Type": "application/json"})
+print("logged", urllib.request.urlopen(req).status)
+"#;
+    std::fs::write(server.data_dir.path().join("job.py"), script).unwrap();
+    let yaml = format!(
+        "name: env check\nexperiment: jobs-test\ncommand: python3 {} --lr {{lr}}\nresources:\n  gpus: 1\n  memory: 64Mi\nhyperparameters:\n  lr: 0.5\n",
+        server.data_dir.path().join("job.py").display()
+    );
+    let answer = submit_yaml(&server, &yaml).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let id = answer.json()["job"]["id"].as_i64().unwrap();
+    let detail = wait_for(&server, id, "SUCCEEDED").await;
+    let job = &detail["job"];
+    assert_eq!(job["exit_code"], 0);
+    assert_eq!(job["gpu_indices"], json!([0]));
+    let run_id = job["run_id"].as_str().unwrap().to_owned();
+    let text = log(&server, id).await;
+    assert!(
+        text.contains(&format!("run {run_id} exp {}", job["experiment_id"])),
+        "{text}"
+    );
+    assert!(text.contains("gpus 0 lr 0.5"), "{text}");
+    assert!(
+        text.contains("secret absent"),
+        "the server's settings stay out: {text}"
+    );
+    assert!(text.contains("logged 200"), "{text}");
+    assert_eq!(
+        event_kinds(&detail),
+        ["submitted", "starting", "started", "finished"]
+    );
+
+    let run = run(&server, &run_id).await;
+    assert_eq!(run["info"]["status"], "FINISHED");
+    assert!(run["info"]["end_time"].as_i64().is_some());
+    assert_eq!(
+        run["data"]["params"],
+        json!([{"key": "lr", "value": "0.5"}])
+    );
+    let tags = run["data"]["tags"].as_array().unwrap();
+    assert!(tags.contains(&json!({"key": "trainyard.job_id", "value": id.to_string()})));
+    assert_eq!(run["data"]["metrics"][0]["key"], "loss");
+    assert_eq!(run["data"]["metrics"][0]["step"], 7);
+
+    // The log reads on from an offset.
+    let from = server
+        .get(&format!("/api/trainyard/v1/jobs/{id}/logs?offset=4"))
+        .await;
+    assert_eq!(from.body, text[4..]);
+    assert_eq!(from.header("x-log-offset").unwrap(), text.len().to_string());
+    assert_eq!(from.header("x-job-state").unwrap(), "SUCCEEDED");
+}
+
+#[tokio::test]
+async fn a_failed_job_keeps_its_exit_code_and_is_retried_per_its_policy() {
+    let server = TestServer::start().await;
+    let id = submit(
+        &server,
+        json!({"name": "flaky", "command": "echo attempt; exit 3", "retries": 1,
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    let first_run = job(&server, id).await["job"]["run_id"].clone();
+    let detail = wait_for(&server, id, "FAILED").await;
+    assert_eq!(detail["job"]["exit_code"], 3);
+    assert_eq!(detail["job"]["attempt"], 1, "one retry");
+    let kinds = event_kinds(&detail);
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "retried").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(kinds.last().unwrap(), "finished");
+    // Each attempt has its run, and both failed.
+    let second_run = detail["job"]["run_id"].clone();
+    assert_ne!(first_run, second_run);
+    for run_id in [first_run, second_run] {
+        assert_eq!(
+            run(&server, run_id.as_str().unwrap()).await["info"]["status"],
+            "FAILED"
+        );
+    }
+    let first_log = server
+        .get(&format!("/api/trainyard/v1/jobs/{id}/logs?attempt=0"))
+        .await;
+    assert_eq!(first_log.body, "attempt\n");
+}
+
+#[tokio::test]
+async fn cancel_stops_a_running_job_with_its_children() {
+    let server = TestServer::start_with(&[("TRAINYARD_JOB_STOP_GRACE_SECS", "2")]).await;
+    let id = submit(
+        &server,
+        json!({"name": "long", "command": "sleep 60 & echo $! > child.pid; wait",
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    wait_for(&server, id, "RUNNING").await;
+    let pid_file = server
+        .data_dir
+        .path()
+        .join(format!("jobs/{id}/0/work/child.pid"));
+    let mut child = None;
+    for _ in 0..100 {
+        if let Ok(text) = std::fs::read_to_string(&pid_file)
+            && let Ok(pid) = text.trim().parse::<i32>()
+        {
+            child = Some(pid);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let child = child.expect("the job wrote its child's pid");
+    assert!(pid_alive(child));
+    let answer = post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{id}/cancel"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["job"]["cancel_requested"], true);
+    let detail = wait_for(&server, id, "CANCELLED").await;
+    assert!(
+        !pid_alive(child),
+        "the job's child {child} must be stopped too"
+    );
+    let run_id = detail["job"]["run_id"].as_str().unwrap();
+    assert_eq!(run(&server, run_id).await["info"]["status"], "KILLED");
+    // A finished job cannot be cancelled again.
+    let again = post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{id}/cancel"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(again.status, 400, "{}", again.body);
+}
+
+#[tokio::test]
+async fn a_job_past_its_max_runtime_is_stopped_and_fails() {
+    let server = TestServer::start_with(&[("TRAINYARD_JOB_STOP_GRACE_SECS", "1")]).await;
+    let id = submit(
+        &server,
+        json!({"name": "slow", "command": "sleep 30", "max_runtime": "1s",
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    let detail = wait_for(&server, id, "FAILED").await;
+    assert_eq!(detail["job"]["exit_code"], 128 + 15, "stopped by SIGTERM");
+    let last = detail["events"].as_array().unwrap().last().unwrap().clone();
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("max runtime of 1 s"),
+        "{last}"
+    );
+}
+
+#[tokio::test]
+async fn specs_that_cannot_run_are_refused_with_their_fields() {
+    let server = TestServer::start_with(&[("TRAINYARD_SIMULATED_GPUS", "2")]).await;
+    let cases: [(&str, &str, &str); 7] = [
+        (
+            "name: t\ntemplate: cpu-demo\nhyperparameters:\n  epochs: 0\n",
+            "hyperparameters.epochs",
+            "smallest allowed is 1",
+        ),
+        (
+            "name: t\ntemplate: cpu-demo\nhyperparameters:\n  momentum: 0.9\n",
+            "hyperparameters.momentum",
+            "no such parameter",
+        ),
+        (
+            "name: big\ncommand: x\nresources:\n  gpus: 4\n",
+            "resources.gpus",
+            "this server has 2",
+        ),
+        (
+            "name: t\ntemplate: no-such\n",
+            "template",
+            "no template `no-such`",
+        ),
+        (
+            "name: t\ncommand: x\nresources:\n  gpus: many\n",
+            "resources.gpus",
+            "invalid",
+        ),
+        ("name: t\n", "command", "give a command"),
+        (
+            "name: t\ncommand: x\nenv:\n  MLFLOW_RUN_ID: mine\n",
+            "env.MLFLOW_RUN_ID",
+            "set by Trainyard",
+        ),
+    ];
+    for (yaml, field, words) in cases {
+        let answer = submit_yaml(&server, yaml).await;
+        assert_eq!(answer.status, 400, "{yaml}: {}", answer.body);
+        let body = answer.json();
+        assert_eq!(body["error_code"], "INVALID_PARAMETER_VALUE");
+        let fields = body["fields"].as_array().unwrap();
+        assert!(
+            fields
+                .iter()
+                .any(|f| f["field"] == field && f["message"].as_str().unwrap().contains(words)),
+            "{yaml}: {body}"
+        );
+    }
+    // Nothing was queued.
+    let list = server.get("/api/trainyard/v1/jobs").await.json();
+    assert_eq!(list["jobs"], json!([]));
+    let too_big = request(
+        server.addr,
+        "POST",
+        "/api/trainyard/v1/jobs",
+        &[("Content-Type", "application/json")],
+        &vec![b' '; 300 * 1024],
+    )
+    .await;
+    assert_eq!(too_big.status, 413);
+}
+
+#[tokio::test]
+async fn a_job_waiting_for_a_gpu_shows_its_place_and_reason() {
+    let server = TestServer::start_with(&[("TRAINYARD_SIMULATED_GPUS", "1")]).await;
+    let spec = |name: &str| json!({"name": name, "command": "sleep 60", "resources": {"gpus": 1, "memory": "64Mi"}});
+    let first = submit(&server, spec("first")).await;
+    wait_for(&server, first, "RUNNING").await;
+    let second = submit(&server, spec("second")).await;
+    let mut waiting = Value::Null;
+    for _ in 0..100 {
+        waiting = job(&server, second).await["job"].clone();
+        if waiting["queue_position"].is_u64() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(waiting["state"], "QUEUED");
+    assert_eq!(waiting["queue_position"], 1);
+    let reason = waiting["pending_reason"].as_str().unwrap();
+    assert_eq!(reason, "no node has 1 free GPU; largest free block is 0");
+
+    let queued = server
+        .get("/api/trainyard/v1/jobs?state=queued")
+        .await
+        .json();
+    assert_eq!(queued["jobs"].as_array().unwrap().len(), 1);
+
+    // Cancelling the first lets the second start.
+    post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{first}/cancel"),
+        &json!({}),
+    )
+    .await;
+    wait_for(&server, second, "RUNNING").await;
+    post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{second}/cancel"),
+        &json!({}),
+    )
+    .await;
+    wait_for(&server, second, "CANCELLED").await;
+}
+
+#[tokio::test]
+async fn a_restarted_server_finds_its_running_jobs_again() {
+    let server = TestServer::start().await;
+    let id = submit(
+        &server,
+        json!({"name": "survivor", "command": "touch started; sleep 2; echo done",
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    let lost = submit(
+        &server,
+        json!({"name": "orphan", "command": "sleep 60", "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    wait_for(&server, id, "RUNNING").await;
+    let running = wait_for(&server, lost, "RUNNING").await;
+    let (db, data_dir) = server.crash().await;
+
+    // While the server is down, the second job's shim and job die without a word.
+    let shim_pid = {
+        let store = trainyard_store::Store::connect(&db.url, 1).await.unwrap();
+        let record = store.get_job(lost).await.unwrap();
+        store.close().await.unwrap();
+        record.pid.unwrap()
+    };
+    assert!(running["job"]["state"] == "RUNNING");
+    let shim_stat = std::fs::read_to_string(format!("/proc/{shim_pid}/stat")).unwrap();
+    let job_group: i32 = {
+        // The job runs in its own group, led by the shim's child: find it.
+        let children =
+            std::fs::read_to_string(format!("/proc/{shim_pid}/task/{shim_pid}/children")).unwrap();
+        children.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert!(!shim_stat.is_empty());
+    unsafe {
+        libc::kill(shim_pid, libc::SIGKILL);
+        libc::killpg(job_group, libc::SIGKILL);
+    }
+
+    let server = TestServer::start_in(db, data_dir, &[]).await;
+    let detail = wait_for(&server, id, "SUCCEEDED").await;
+    assert!(log(&server, id).await.contains("done"));
+    assert_eq!(detail["job"]["exit_code"], 0);
+    let detail = wait_for(&server, lost, "LOST").await;
+    let run_id = detail["job"]["run_id"].as_str().unwrap();
+    assert_eq!(run(&server, run_id).await["info"]["status"], "FAILED");
+}
+
+#[tokio::test]
+async fn the_demo_template_trains_and_logs_its_curves() {
+    // Environments are cached across runs of the suite, like a server's.
+    let venvs = std::env::var("HOME")
+        .map(|home| format!("{home}/.cache/trainyard/job-venvs"))
+        .unwrap_or_else(|_| "/tmp/trainyard-job-venvs".to_owned());
+    let server = TestServer::start_with(&[("TRAINYARD_VENV_DIR", venvs.as_str())]).await;
+    let catalog = server.get("/api/trainyard/v1/templates").await.json();
+    let slugs: Vec<&str> = catalog["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["slug"].as_str().unwrap())
+        .collect();
+    assert!(slugs.contains(&"cpu-demo"), "{slugs:?}");
+    let demo = server
+        .get("/api/trainyard/v1/templates/cpu-demo")
+        .await
+        .json();
+    assert_eq!(demo["spec"]["parameters"]["epochs"]["default"], 150);
+
+    let id = submit(
+        &server,
+        json!({"name": "demo", "experiment": "demo",
+               "template": "cpu-demo", "hyperparameters": {"epochs": 25, "delay": 0}}),
+    )
+    .await;
+    let created = job(&server, id).await["job"].clone();
+    assert_eq!(
+        created["memory_mib"], 1024,
+        "the template's resources apply"
+    );
+    assert_eq!(created["template"], "cpu-demo");
+    // The first run of the suite on a machine installs mlflow and numpy.
+    let detail = wait_longer(&server, id, "SUCCEEDED", 600).await;
+    let text = log(&server, id).await;
+    assert!(text.contains("Python environment"), "{text}");
+    assert!(text.contains("epoch 25/25"), "{text}");
+    let run_id = detail["job"]["run_id"].as_str().unwrap();
+    let run = run(&server, run_id).await;
+    let params: Vec<(String, String)> = run["data"]["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["key"].as_str().unwrap().to_owned(),
+                p["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        params.contains(&("epochs".into(), "25".into())),
+        "{params:?}"
+    );
+    assert!(
+        params.contains(&("lr".into(), "0.05".into())),
+        "defaults are logged: {params:?}"
+    );
+    let mut keys: Vec<&str> = run["data"]["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["key"].as_str().unwrap())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["accuracy", "loss", "val_accuracy", "val_loss"]);
+    let history = server
+        .get(&format!(
+            "/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key=loss"
+        ))
+        .await
+        .json();
+    let losses: Vec<f64> = history["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["value"].as_f64().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 25);
+    assert!(losses[24] < losses[0], "the loss falls: {losses:?}");
+}
