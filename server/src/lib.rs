@@ -3,7 +3,7 @@
 
 pub mod auth;
 pub mod config;
-pub mod jobs;
+mod jobs_api;
 pub mod metrics;
 mod mlflow;
 mod ops;
@@ -53,7 +53,7 @@ pub struct AppState {
     pub artifact_root: std::path::PathBuf,
     /// Largest artifact upload, in bytes.
     pub artifact_max_bytes: usize,
-    pub jobs: jobs::Jobs,
+    pub jobs: trainyard_jobs::Jobs,
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -71,7 +71,7 @@ impl AppState {
             .site_addr(listen)
             .env(leptos::config::Env::PROD)
             .build();
-        let jobs = jobs::Jobs::new(store.clone(), jobs_config(config, listen));
+        let jobs = trainyard_jobs::Jobs::new(store.clone(), jobs_config(config, listen));
         AppState {
             leptos_options,
             jobs,
@@ -85,13 +85,13 @@ impl AppState {
 
 /// The local executor's setup: this machine's CPUs and memory, the GPUs
 /// it offers, and the address jobs report to.
-fn jobs_config(config: &Config, listen: SocketAddr) -> jobs::JobsConfig {
+fn jobs_config(config: &Config, listen: SocketAddr) -> trainyard_jobs::JobsConfig {
     let mut tracking = listen;
     if tracking.ip().is_unspecified() {
         tracking.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    jobs::JobsConfig {
+    trainyard_jobs::JobsConfig {
         root: config.data_dir.join("jobs"),
         shim_program: config.job_shim.clone(),
         tracking_uri: format!("http://{tracking}"),
@@ -116,6 +116,7 @@ fn memory_mib() -> Option<u64> {
 pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(App);
     let store = state.store.clone();
+    let jobs = state.jobs.clone();
     let options = state.leptos_options.clone();
     Router::new()
         .merge(
@@ -126,18 +127,22 @@ pub fn router(state: AppState) -> Router {
                 )
                 .route(
                     "/api/trainyard/v1/jobs",
-                    axum::routing::post(jobs::api::submit).get(jobs::api::list),
+                    axum::routing::post(jobs_api::submit).get(jobs_api::list),
                 )
-                .route("/api/trainyard/v1/jobs/{id}", get(jobs::api::show))
+                .route("/api/trainyard/v1/jobs/{id}", get(jobs_api::show))
                 .route(
                     "/api/trainyard/v1/jobs/{id}/cancel",
-                    axum::routing::post(jobs::api::cancel),
+                    axum::routing::post(jobs_api::cancel),
                 )
-                .route("/api/trainyard/v1/jobs/{id}/logs", get(jobs::api::logs))
-                .route("/api/trainyard/v1/templates", get(jobs::api::templates))
+                .route("/api/trainyard/v1/jobs/{id}/logs", get(jobs_api::logs))
+                .route(
+                    "/api/trainyard/v1/jobs/{id}/logs/stream",
+                    get(jobs_api::stream_logs),
+                )
+                .route("/api/trainyard/v1/templates", get(jobs_api::templates))
                 .route(
                     "/api/trainyard/v1/templates/{slug}",
-                    get(jobs::api::template),
+                    get(jobs_api::template),
                 )
                 // Every API request is authenticated in this one place.
                 .route_layer(axum::middleware::from_fn(auth::require)),
@@ -148,7 +153,10 @@ pub fn router(state: AppState) -> Router {
         .leptos_routes_with_context(
             &state,
             routes,
-            move || provide_context(store.clone()),
+            move || {
+                provide_context(store.clone());
+                provide_context(jobs.clone());
+            },
             move || shell(options.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler_with_context::<
@@ -157,7 +165,11 @@ pub fn router(state: AppState) -> Router {
         >(
             {
                 let store = state.store.clone();
-                move || provide_context(store.clone())
+                let jobs = state.jobs.clone();
+                move || {
+                    provide_context(store.clone());
+                    provide_context(jobs.clone());
+                }
             },
             shell,
         ))
@@ -184,7 +196,7 @@ pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
 /// not valid stops the start, naming its file and field.
 async fn sync_templates(config: &Config, store: &Store) -> Result<(), ServerError> {
     let dir = config.templates_dir.clone();
-    let templates = tokio::task::spawn_blocking(move || jobs::templates::load_dir(&dir))
+    let templates = tokio::task::spawn_blocking(move || trainyard_jobs::templates::load_dir(&dir))
         .await
         .map_err(|e| ServerError::Io(std::io::Error::other(e)))?
         .map_err(|message| ServerError::Config(config::ConfigError(message)))?;

@@ -68,7 +68,7 @@ fn main() -> ExitCode {
     };
     let command = cli.command.unwrap_or(Command::Serve);
     if let Command::JobShim { dir } = &command {
-        return trainyard::jobs::shim::main(dir);
+        return trainyard_jobs::shim::main(dir);
     }
     if let Command::Version = command {
         println!("trainyard {}", env!("CARGO_PKG_VERSION"));

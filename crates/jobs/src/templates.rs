@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn the_shipped_templates_are_valid() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates");
         let templates = load_dir(&dir).unwrap();
         let slugs: Vec<&str> = templates.iter().map(|(s, _)| s.as_str()).collect();
         assert_eq!(

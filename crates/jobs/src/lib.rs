@@ -1,9 +1,8 @@
-//! Jobs on this machine: submission (a spec becomes a queued job with its
+//! Jobs on one machine: submission (a spec becomes a queued job with its
 //! tracking run), and the supervisor loop that schedules queued jobs with the
 //! scheduler crate, starts them under a shim, stops them when cancelled, and
 //! records how they ended, retrying per their policy.
 
-pub mod api;
 pub mod shim;
 pub mod templates;
 
@@ -18,6 +17,49 @@ use trainyard_scheduler as sched;
 use trainyard_store::{JobChange, JobRecord, NewJob, NewRun, Store, StoreError, now_millis};
 
 use shim::{EndReason, Exit};
+
+/// A spec that could not be read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecError {
+    pub message: String,
+    /// The field of the wrong type or name, when there is one.
+    pub field: Option<FieldError>,
+}
+
+/// Reads a job spec from YAML or JSON. A field of the wrong type is
+/// reported with its path (`resources.gpus`).
+pub fn parse_spec(yaml: bool, body: &[u8]) -> Result<JobSpec, SpecError> {
+    let plain = |message: String| SpecError {
+        message,
+        field: None,
+    };
+    let value: serde_json::Value = if yaml {
+        let text = std::str::from_utf8(body)
+            .map_err(|_| plain("the YAML spec is not UTF-8 text".to_owned()))?;
+        serde_saphyr::from_str(text)
+            .map_err(|e| plain(format!("the spec is not valid YAML: {e}")))?
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            plain(format!(
+                "the spec is not valid JSON: {e} (send YAML with Content-Type: application/yaml)"
+            ))
+        })?
+    };
+    if !value.is_object() {
+        return Err(plain(
+            "the spec must be a mapping of fields (name, command, resources …)".to_owned(),
+        ));
+    }
+    serde_path_to_error::deserialize::<_, JobSpec>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let field = if path == "." { "spec".to_owned() } else { path };
+        SpecError {
+            message: format!("{field}: {inner}"),
+            field: Some(FieldError::new(&field, inner)),
+        }
+    })
+}
 
 /// How the local executor is set up.
 #[derive(Debug, Clone)]
@@ -851,6 +893,48 @@ fn shell_quote(value: &str) -> String {
         return value.to_owned();
     }
     format!("'{}'", value.replace('\'', "'\\''"))
+}
+
+/// The last `max` bytes of a log (from a line start where one is near) as
+/// text, and the log's size. A log not yet written reads as empty.
+pub async fn read_tail(path: &Path, max: u64) -> std::io::Result<(String, u64)> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), 0)),
+        Err(e) => return Err(e),
+    };
+    let size = file.metadata().await?.len();
+    let start = size.saturating_sub(max);
+    file.seek(std::io::SeekFrom::Start(start)).await?;
+    let mut bytes = Vec::with_capacity((size - start) as usize);
+    file.take(size - start).read_to_end(&mut bytes).await?;
+    let mut text = &bytes[..];
+    if start > 0
+        && let Some(newline) = text.iter().position(|b| *b == b'\n')
+    {
+        text = &text[newline + 1..];
+    }
+    Ok((String::from_utf8_lossy(text).into_owned(), size))
+}
+
+/// Up to `limit` bytes of a log from `offset`, and the log's size.
+pub async fn read_from(path: &Path, offset: u64, limit: u64) -> std::io::Result<(Vec<u8>, u64)> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e),
+    };
+    let size = file.metadata().await?.len();
+    if offset >= size {
+        return Ok((Vec::new(), size));
+    }
+    file.seek(std::io::SeekFrom::Start(offset)).await?;
+    let want = (size - offset).min(limit);
+    let mut bytes = Vec::with_capacity(want as usize);
+    file.take(want).read_to_end(&mut bytes).await?;
+    Ok((bytes, size))
 }
 
 #[cfg(test)]

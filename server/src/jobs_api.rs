@@ -13,8 +13,8 @@ use trainyard_domain::job::{Job, JobEvent, JobSpec};
 use trainyard_domain::{FieldError, JobState};
 use trainyard_store::StoreError;
 
-use super::{SubmitError, shim};
 use crate::AppState;
+use trainyard_jobs::{SubmitError, shim};
 
 /// Largest spec body: a spec is a few kilobytes; files go up separately.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
@@ -95,40 +95,10 @@ impl From<SubmitError> for JobsError {
 }
 
 /// Reads a spec as YAML when the content type says so, JSON otherwise.
-/// A field of the wrong type is reported with its path.
 pub fn parse_spec(content_type: Option<&str>, body: &[u8]) -> Result<JobSpec, JobsError> {
     let yaml = content_type.is_some_and(|t| t.contains("yaml"));
-    let value: serde_json::Value = if yaml {
-        let text = std::str::from_utf8(body)
-            .map_err(|_| JobsError::invalid("the YAML spec is not UTF-8 text", Vec::new()))?;
-        serde_saphyr::from_str(text).map_err(|e| {
-            JobsError::invalid(format!("the spec is not valid YAML: {e}"), Vec::new())
-        })?
-    } else {
-        serde_json::from_slice(body).map_err(|e| {
-            JobsError::invalid(
-                format!(
-                    "the spec is not valid JSON: {e} (send YAML with Content-Type: application/yaml)"
-                ),
-                Vec::new(),
-            )
-        })?
-    };
-    if !value.is_object() {
-        return Err(JobsError::invalid(
-            "the spec must be a mapping of fields (name, command, resources …)",
-            Vec::new(),
-        ));
-    }
-    serde_path_to_error::deserialize::<_, JobSpec>(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        let field = if path == "." { "spec".to_owned() } else { path };
-        JobsError::invalid(
-            format!("{field}: {inner}"),
-            vec![FieldError::new(&field, inner)],
-        )
-    })
+    trainyard_jobs::parse_spec(yaml, body)
+        .map_err(|e| JobsError::invalid(e.message, e.field.into_iter().collect()))
 }
 
 /// `POST /api/trainyard/v1/jobs`
@@ -271,6 +241,9 @@ pub struct LogQuery {
     limit: Option<u64>,
     /// Which attempt (0-based); the current one if not given.
     attempt: Option<u32>,
+    /// The whole log as a file to save (`download=1`).
+    #[serde(default)]
+    download: Option<String>,
 }
 
 /// `GET /api/trainyard/v1/jobs/{id}/logs?offset=N`: the log (stdout and
@@ -289,9 +262,12 @@ pub async fn logs(
             Vec::new(),
         ));
     }
-    let limit = q.limit.unwrap_or(MAX_LOG_BYTES).clamp(1, MAX_LOG_BYTES);
     let path = state.jobs.attempt_dir(id, attempt).join(shim::LOG_FILE);
-    let (bytes, size) = read_from(&path, q.offset, limit)
+    if q.download.is_some() {
+        return download(&path, id, attempt).await;
+    }
+    let limit = q.limit.unwrap_or(MAX_LOG_BYTES).clamp(1, MAX_LOG_BYTES);
+    let (bytes, size) = trainyard_jobs::read_from(&path, q.offset, limit)
         .await
         .map_err(|e| JobsError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
@@ -312,33 +288,129 @@ pub async fn logs(
     Ok(response)
 }
 
-/// Up to `limit` bytes of a file from `offset`, and the file's size. A file
-/// not yet written reads as empty.
-async fn read_from(
-    path: &std::path::Path,
-    offset: u64,
-    limit: u64,
-) -> std::io::Result<(Vec<u8>, u64)> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let mut file = match tokio::fs::File::open(path).await {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(e) => return Err(e),
-    };
-    let size = file.metadata().await?.len();
-    if offset >= size {
-        return Ok((Vec::new(), size));
+fn log_error(e: std::io::Error) -> JobsError {
+    JobsError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        code: "INTERNAL_ERROR",
+        message: format!("could not read the job's log: {e}"),
+        fields: Vec::new(),
     }
-    file.seek(std::io::SeekFrom::Start(offset)).await?;
-    let want = (size - offset).min(limit);
-    let mut bytes = Vec::with_capacity(want as usize);
-    file.take(want).read_to_end(&mut bytes).await?;
-    Ok((bytes, size))
+}
+
+/// The whole log, streamed from the file, as an attachment.
+async fn download(path: &std::path::Path, id: i64, attempt: u32) -> Result<Response, JobsError> {
+    let body = match tokio::fs::File::open(path).await {
+        Ok(file) => axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => axum::body::Body::empty(),
+        Err(e) => return Err(log_error(e)),
+    };
+    let name = format!("attachment; filename=\"job-{id}-attempt-{attempt}.log\"");
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),
+            (header::CONTENT_DISPOSITION, name),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+pub struct StreamQuery {
+    #[serde(default)]
+    offset: u64,
+}
+
+/// How often a followed log is looked at for new text.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(300);
+/// Most text one event carries.
+const EVENT_BYTES: u64 = 64 * 1024;
+
+/// `GET /api/trainyard/v1/jobs/{id}/logs/stream?offset=N`: the current
+/// attempt's log from byte N as server-sent events. `log` events carry new
+/// text (their id is the offset after it); one `end` event follows when the
+/// job has ended (or moved on to another attempt) and its log is read out.
+pub async fn stream_logs(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+    Query(q): Query<StreamQuery>,
+) -> Result<
+    axum::response::sse::Sse<
+        impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
+    >,
+    JobsError,
+> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let record = state.jobs.store().get_job(id).await?;
+    let attempt = record.job.attempt;
+    let path = state.jobs.attempt_dir(id, attempt).join(shim::LOG_FILE);
+    let jobs = state.jobs.clone();
+    // (offset, finished): the stream stops after the `end` event.
+    let stream = futures::stream::unfold((q.offset, false), move |(mut offset, finished)| {
+        let jobs = jobs.clone();
+        let path = path.clone();
+        async move {
+            if finished {
+                return None;
+            }
+            loop {
+                let (bytes, _) = trainyard_jobs::read_from(&path, offset, EVENT_BYTES)
+                    .await
+                    .unwrap_or_default();
+                let text = complete_utf8(&bytes);
+                if !text.is_empty() {
+                    offset += text.len() as u64;
+                    let event = Event::default()
+                        .event("log")
+                        .id(offset.to_string())
+                        .data(String::from_utf8_lossy(text));
+                    return Some((Ok(event), (offset, false)));
+                }
+                let ended = match jobs.store().get_job(id).await {
+                    Ok(r) => r.job.state.is_terminal() || r.job.attempt != attempt,
+                    Err(_) => true,
+                };
+                if ended {
+                    // Read once more: the last lines may have come with the end.
+                    let (rest, _) = trainyard_jobs::read_from(&path, offset, 1)
+                        .await
+                        .unwrap_or_default();
+                    if rest.is_empty() {
+                        let event = Event::default().event("end").data("");
+                        return Some((Ok(event), (offset, true)));
+                    }
+                    continue;
+                }
+                tokio::time::sleep(FOLLOW_POLL).await;
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The bytes up to the last whole UTF-8 character: a character cut by a
+/// read waits for the next one. Invalid bytes pass (shown as U+FFFD).
+fn complete_utf8(bytes: &[u8]) -> &[u8] {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => bytes,
+        Err(e) if e.error_len().is_none() && e.valid_up_to() + 4 > bytes.len() => {
+            &bytes[..e.valid_up_to()]
+        }
+        Err(_) => bytes,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_character_cut_by_a_read_waits() {
+        let text = "héllo".as_bytes();
+        assert_eq!(complete_utf8(&text[..2]), b"h");
+        assert_eq!(complete_utf8(text), text);
+        assert_eq!(complete_utf8(b"a\xffb"), b"a\xffb");
+    }
 
     #[test]
     fn specs_read_from_yaml_and_json_alike() {
