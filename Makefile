@@ -1,5 +1,5 @@
 # The two commands: `make run` and `make test`. The scripts do the work.
-.PHONY: run build test bench-tracking bench-scheduler fmt lint clean-db
+.PHONY: run build test bench-tracking bench-scheduler bench-jobs fmt lint clean-db
 
 run:      ## install what is missing, build the release, serve http://127.0.0.1:3000
 	@scripts/run.sh
@@ -12,6 +12,9 @@ test:     ## fmt, clippy, tests on SQLite and PostgreSQL, browser tests
 
 bench-tracking: ## Trainyard vs MLflow 3.17 on ingest, history, downsampled reads, search
 	@scripts/bench-tracking.sh
+
+bench-jobs: ## submit-to-start latency of the local executor
+	@scripts/bench-jobs.sh
 
 bench-scheduler: ## one scheduling cycle: 10,000 pending jobs on 1,000 nodes x 8 GPUs
 	@bash -c 'source scripts/common.sh && cargo bench --locked -p trainyard-scheduler --bench cycle'

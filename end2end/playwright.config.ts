@@ -2,7 +2,7 @@
 // port with a fresh data folder, and drives Debian's Chromium against it.
 import { defineConfig } from '@playwright/test';
 import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { homedir, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
 const port = Number(process.env.E2E_PORT ?? 3917);
@@ -49,6 +49,12 @@ export default defineConfig({
       TRAINYARD_LISTEN: `127.0.0.1:${port}`,
       TRAINYARD_DATA_DIR: dataDir,
       TRAINYARD_SITE_DIR: join(root, 'target', 'site'),
+      TRAINYARD_TEMPLATES_DIR: join(root, 'templates'),
+      // Python environments for templates are cached across runs, like a server's.
+      TRAINYARD_VENV_DIR: join(homedir(), '.cache', 'trainyard', 'job-venvs'),
+      // One GPU to queue for, on a machine without any.
+      TRAINYARD_SIMULATED_GPUS: '1',
+      TRAINYARD_JOB_STOP_GRACE_SECS: '2',
       TRAINYARD_LOG: 'info',
     },
   },

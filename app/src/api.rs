@@ -2,7 +2,9 @@
 //! (`/api/<name>`) so that scripts and tests can call them too.
 
 use leptos::prelude::*;
-use trainyard_domain::{ExperimentSummary, JobSummary, NodeSummary, Overview, TemplateSummary};
+use trainyard_domain::job::{Job, JobEvent};
+use trainyard_domain::template::Template;
+use trainyard_domain::{ExperimentSummary, NodeSummary, Overview};
 
 use crate::error::AppError;
 
@@ -27,17 +29,132 @@ pub async fn create_experiment(name: String) -> Result<i64, AppError> {
     Ok(store()?.create_experiment(&name).await?)
 }
 
-#[server(endpoint = "list_jobs")]
-pub async fn list_jobs() -> Result<Vec<JobSummary>, AppError> {
-    Ok(store()?.list_jobs(200).await?)
-}
-
-#[server(endpoint = "list_templates")]
-pub async fn list_templates() -> Result<Vec<TemplateSummary>, AppError> {
-    Ok(store()?.list_templates().await?)
-}
-
 #[server(endpoint = "list_nodes")]
 pub async fn list_nodes() -> Result<Vec<NodeSummary>, AppError> {
     Ok(store()?.list_nodes().await?)
+}
+
+#[cfg(feature = "ssr")]
+fn jobs() -> Result<trainyard_jobs::Jobs, AppError> {
+    use_context::<trainyard_jobs::Jobs>().ok_or_else(|| {
+        AppError::Internal("the job service is not wired into this request".to_owned())
+    })
+}
+
+/// The newest jobs, with their state, queue position and reason.
+#[server(endpoint = "list_job_page")]
+pub async fn list_job_page() -> Result<Vec<Job>, AppError> {
+    Ok(store()?
+        .find_jobs(&[], 200)
+        .await?
+        .into_iter()
+        .map(|r| r.job)
+        .collect())
+}
+
+/// A job's page: the job and its timeline.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobDetail {
+    pub job: Job,
+    pub events: Vec<JobEvent>,
+}
+
+#[server(endpoint = "get_job")]
+pub async fn get_job(id: i64) -> Result<JobDetail, AppError> {
+    let store = store()?;
+    let record = store.get_job(id).await?;
+    let events = store.job_events(id).await?;
+    Ok(JobDetail {
+        job: record.job,
+        events,
+    })
+}
+
+/// How much of a job's log its page shows when it opens.
+pub const LOG_TAIL_BYTES: u64 = 64 * 1024;
+
+/// The end of a job's log as its page opens.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LogTail {
+    /// The last [`LOG_TAIL_BYTES`] of the current attempt's log …
+    pub text: String,
+    /// … and where the log ends: the live stream goes on from here.
+    pub end: u64,
+}
+
+#[server(endpoint = "get_log_tail")]
+pub async fn get_log_tail(id: i64) -> Result<LogTail, AppError> {
+    let jobs = jobs()?;
+    let record = jobs.store().get_job(id).await?;
+    let path = jobs
+        .attempt_dir(id, record.job.attempt)
+        .join(trainyard_jobs::shim::LOG_FILE);
+    let (text, end) = trainyard_jobs::read_tail(&path, LOG_TAIL_BYTES)
+        .await
+        .map_err(|e| AppError::Internal(format!("could not read the job's log: {e}")))?;
+    Ok(LogTail { text, end })
+}
+
+#[server(endpoint = "cancel_job")]
+pub async fn cancel_job(id: i64) -> Result<(), AppError> {
+    jobs()?.cancel(id).await?;
+    Ok(())
+}
+
+#[server(endpoint = "get_template")]
+pub async fn get_template(slug: String) -> Result<Option<Template>, AppError> {
+    Ok(store()?.get_template(&slug).await?)
+}
+
+#[server(endpoint = "list_template_specs")]
+pub async fn list_template_specs() -> Result<Vec<Template>, AppError> {
+    Ok(store()?.templates().await?)
+}
+
+/// The submit form as posted: every field as text, read here, so an empty
+/// or mistyped box becomes a field error rather than a failed call.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SubmitForm {
+    pub name: String,
+    #[serde(default)]
+    pub experiment: String,
+    /// A template's slug, or empty for a command of one's own.
+    #[serde(default)]
+    pub template: String,
+    #[serde(default)]
+    pub command: String,
+    /// A template's parameters by name.
+    #[serde(default)]
+    pub hp: std::collections::BTreeMap<String, String>,
+    /// For a command of one's own: `name=value`, one per line.
+    #[serde(default)]
+    pub hyperparameters: String,
+    #[serde(default)]
+    pub gpus: String,
+    #[serde(default)]
+    pub cpus: String,
+    #[serde(default)]
+    pub memory: String,
+    #[serde(default)]
+    pub max_runtime: String,
+    #[serde(default)]
+    pub retries: String,
+    #[serde(default)]
+    pub priority: String,
+}
+
+/// Submits the form; on success the browser goes to the job's page (also
+/// without JavaScript: the answer is a redirect).
+#[server(endpoint = "submit_job")]
+pub async fn submit_job(form: SubmitForm) -> Result<i64, AppError> {
+    let jobs = jobs()?;
+    let template = match form.template.trim() {
+        "" => None,
+        slug => jobs.store().get_template(slug).await?,
+    };
+    let spec = crate::submit::spec_from_form(&form, template.as_ref().map(|t| &t.spec))
+        .map_err(AppError::Fields)?;
+    let record = jobs.submit(spec).await?;
+    leptos_axum::redirect(&format!("/jobs/{}", record.job.id));
+    Ok(record.job.id)
 }

@@ -11,6 +11,12 @@ pub enum AppError {
     /// Input broke a rule; the field says where.
     #[error("{0}")]
     Invalid(FieldError),
+    /// A form with several wrong fields (a job spec).
+    #[error("{}", .0.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; "))]
+    Fields(Vec<FieldError>),
+    /// What was asked for does not exist.
+    #[error("{0}")]
+    NotFound(String),
     #[error("{0}")]
     Conflict(String),
     /// Something failed on the server; the details are in its log.
@@ -34,6 +40,19 @@ impl AppError {
     pub fn field(&self) -> Option<&str> {
         match self {
             AppError::Invalid(e) => Some(&e.field),
+            AppError::Fields(list) => list.first().map(|e| e.field.as_str()),
+            _ => None,
+        }
+    }
+
+    /// What is wrong with one field of a form.
+    pub fn message_for(&self, field: &str) -> Option<String> {
+        match self {
+            AppError::Invalid(e) if e.field == field => Some(e.message.clone()),
+            AppError::Fields(list) => list
+                .iter()
+                .find(|e| e.field == field)
+                .map(|e| e.message.clone()),
             _ => None,
         }
     }
@@ -48,6 +67,11 @@ impl From<trainyard_store::StoreError> for AppError {
         use trainyard_store::StoreError;
         let (status, error) = match err {
             StoreError::Invalid(e) => (StatusCode::BAD_REQUEST, AppError::Invalid(e)),
+            StoreError::NotFound(what) => (StatusCode::NOT_FOUND, AppError::NotFound(what)),
+            StoreError::Rejected(why) => (
+                StatusCode::BAD_REQUEST,
+                AppError::Invalid(FieldError::new("request", why)),
+            ),
             StoreError::Conflict { what } => (
                 StatusCode::CONFLICT,
                 AppError::Conflict(format!("{what} already exists; choose another name")),
@@ -68,5 +92,22 @@ impl From<trainyard_store::StoreError> for AppError {
             response.set_status(status);
         }
         error
+    }
+}
+
+#[cfg(feature = "ssr")]
+impl From<trainyard_jobs::SubmitError> for AppError {
+    fn from(err: trainyard_jobs::SubmitError) -> Self {
+        match err {
+            trainyard_jobs::SubmitError::Invalid(fields) => {
+                if let Some(response) =
+                    leptos::prelude::use_context::<leptos_axum::ResponseOptions>()
+                {
+                    response.set_status(http::StatusCode::BAD_REQUEST);
+                }
+                AppError::Fields(fields)
+            }
+            trainyard_jobs::SubmitError::Store(e) => e.into(),
+        }
     }
 }

@@ -3,13 +3,16 @@
 
 pub mod api;
 pub mod error;
+mod jobs;
 mod pages;
+#[cfg(any(feature = "ssr", test))]
+mod submit;
 mod theme;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
-use leptos_router::{SsrMode, StaticSegment};
+use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 /// The HTML document around the app, rendered on the server.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -54,7 +57,9 @@ pub fn App() -> impl IntoView {
                 <Routes fallback=pages::NotFound>
                     <Route path=StaticSegment("") view=pages::HomePage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("experiments") view=pages::ExperimentsPage ssr=SsrMode::InOrder/>
-                    <Route path=StaticSegment("jobs") view=pages::JobsPage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("jobs") view=jobs::JobsPage ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("jobs"), ParamSegment("id")) view=jobs::JobPage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("submit") view=jobs::SubmitPage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("templates") view=pages::TemplatesPage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("admin") view=pages::AdminPage ssr=SsrMode::InOrder/>
                 </Routes>

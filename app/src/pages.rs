@@ -5,13 +5,13 @@ use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
-    CreateExperiment, get_overview, list_experiments, list_jobs, list_nodes, list_templates,
+    CreateExperiment, get_overview, list_experiments, list_nodes, list_template_specs,
 };
 use crate::error::AppError;
 
 /// An error as the pages show it: what happened and what to do.
 #[component]
-fn ErrorNote(error: AppError) -> impl IntoView {
+pub(crate) fn ErrorNote(error: AppError) -> impl IntoView {
     view! {
         <div class="error" role="alert">
             <strong>"Something went wrong. "</strong>
@@ -20,7 +20,7 @@ fn ErrorNote(error: AppError) -> impl IntoView {
     }
 }
 
-fn state_class(state: JobState) -> &'static str {
+pub(crate) fn state_class(state: JobState) -> &'static str {
     match state {
         JobState::Queued | JobState::Starting => "badge badge-wait",
         JobState::Running => "badge badge-run",
@@ -143,60 +143,44 @@ pub fn ExperimentsPage() -> impl IntoView {
 }
 
 #[component]
-pub fn JobsPage() -> impl IntoView {
-    let jobs = Resource::new(|| (), |_| list_jobs());
-    view! {
-        <Title text="Jobs"/>
-        <section class="page-head"><h1>"Jobs"</h1></section>
-        <Suspense fallback=|| view! { <p class="muted">"Loading jobs…"</p> }>
-            {move || Suspend::new(async move {
-                match jobs.await {
-                    Ok(list) if list.is_empty() => view! {
-                        <p class="empty" data-testid="jobs-empty">
-                            "No jobs yet. Submitted training jobs appear here with their state, GPUs and queue position."
-                        </p>
-                    }.into_any(),
-                    Ok(list) => view! {
-                        <table class="table" data-testid="jobs">
-                            <thead><tr><th>"#"</th><th>"Name"</th><th>"State"</th><th class="num">"GPUs"</th><th>"Submitted"</th></tr></thead>
-                            <tbody>
-                                {list.into_iter().map(|j| view! {
-                                    <tr>
-                                        <td class="num">{j.id}</td>
-                                        <td>{j.name}</td>
-                                        <td><span class=state_class(j.state)>{j.state.label()}</span></td>
-                                        <td class="num">{j.gpus}</td>
-                                        <td>{format_utc(j.created_at)}</td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    }.into_any(),
-                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
-                }
-            })}
-        </Suspense>
-    }
-}
-
-#[component]
 pub fn TemplatesPage() -> impl IntoView {
-    let templates = Resource::new(|| (), |_| list_templates());
+    let templates = Resource::new(|| (), |_| list_template_specs());
     view! {
         <Title text="Templates"/>
-        <section class="page-head"><h1>"Templates"</h1></section>
+        <section class="page-head">
+            <h1>"Templates"</h1>
+            <a class="button" href="/submit">"Run your own command"</a>
+        </section>
         <Suspense fallback=|| view! { <p class="muted">"Loading templates…"</p> }>
             {move || Suspend::new(async move {
                 match templates.await {
                     Ok(list) if list.is_empty() => view! {
                         <p class="empty" data-testid="templates-empty">
-                            "The catalog is empty. Templates describe a training recipe (command, parameters, resources) that anyone can launch on their own data."
+                            "The catalog is empty. Templates describe a training recipe (command, parameters, resources) that anyone can launch on their own data; "
+                            "they live in the templates folder (the templates_dir setting)."
                         </p>
                     }.into_any(),
                     Ok(list) => view! {
-                        <ul class="catalog">
-                            {list.into_iter().map(|t| view! {
-                                <li class="card"><strong>{t.title}</strong><p>{t.description}</p><code>{t.slug}</code></li>
+                        <ul class="catalog" data-testid="templates">
+                            {list.into_iter().map(|t| {
+                                let r = &t.spec.resources;
+                                let needs = format!(
+                                    "{} · {} CPU · {}",
+                                    if r.gpus == 0 { "no GPU".to_owned() } else { format!("{} GPU", r.gpus) },
+                                    r.cpus,
+                                    r.memory
+                                );
+                                let params: Vec<String> = t.spec.parameters.keys().cloned().collect();
+                                view! {
+                                    <li class="card" data-template=t.slug.clone()>
+                                        <strong>{t.spec.title.clone()}</strong>
+                                        <p>{t.spec.description.clone()}</p>
+                                        <p class="hint">{needs}</p>
+                                        {(!params.is_empty()).then(|| view! { <p class="hint">"Parameters: " {params.join(", ")}</p> })}
+                                        {t.spec.data.clone().map(|d| view! { <p class="hint">"Data: " {d}</p> })}
+                                        <a class="button" href=format!("/submit?template={}", t.slug)>"Use this template"</a>
+                                    </li>
+                                }
                             }).collect_view()}
                         </ul>
                     }.into_any(),

@@ -1,0 +1,499 @@
+//! The jobs pages: the list (state, queue position and reason, GPUs), the
+//! submit form (from a template, or a command of one's own) and a job's page
+//! (timeline, cancel, and its log as it is written).
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
+use trainyard_domain::job::Job;
+use trainyard_domain::template::{ParamSpec, ParamType, Template};
+use trainyard_domain::{JobState, format_utc};
+
+use crate::api::{CancelJob, SubmitJob, get_job, get_log_tail, get_template, list_job_page};
+use crate::error::AppError;
+use crate::pages::{ErrorNote, state_class};
+
+/// How often a page with unfinished jobs looks again, in milliseconds.
+const REFRESH_MS: u64 = 2000;
+
+/// Bumps `tick` every [`REFRESH_MS`] while `active()` says so; in the
+/// browser only.
+fn refresh_while(tick: RwSignal<u32>, active: impl Fn() -> bool + 'static) {
+    let active = std::rc::Rc::new(active);
+    Effect::new(move |_| {
+        let active = active.clone();
+        if let Ok(handle) = set_interval_with_handle(
+            move || {
+                if active() {
+                    tick.update(|t| *t += 1);
+                }
+            },
+            std::time::Duration::from_millis(REFRESH_MS),
+        ) {
+            on_cleanup(move || handle.clear());
+        }
+    });
+}
+
+fn gpus_text(job: &Job) -> String {
+    match (job.gpus, job.gpu_indices.is_empty()) {
+        (0, _) => "–".to_owned(),
+        (n, true) => n.to_string(),
+        (n, false) => format!(
+            "{n} (#{})",
+            job.gpu_indices
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", #")
+        ),
+    }
+}
+
+/// "12 s", "4 min 05 s", "2 h 03 min".
+pub fn duration_text(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {:02} s", s / 60, s % 60),
+        _ => format!("{} h {:02} min", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// How long it ran, or has been running (against `now`).
+fn ran_for(job: &Job, now: i64) -> String {
+    match (job.started_at, job.finished_at, job.state) {
+        (Some(start), Some(end), _) => duration_text(end - start),
+        (Some(start), None, JobState::Running | JobState::Starting) => duration_text(now - start),
+        _ => String::new(),
+    }
+}
+
+fn queue_text(job: &Job) -> String {
+    match (job.state, job.queue_position, &job.pending_reason) {
+        (JobState::Queued, Some(p), Some(reason)) => format!("#{p} · {reason}"),
+        (JobState::Queued, _, _) => "waiting for the scheduler".to_owned(),
+        _ => String::new(),
+    }
+}
+
+fn now_ms() -> i64 {
+    #[cfg(feature = "hydrate")]
+    {
+        js_sys_now()
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(feature = "hydrate")]
+fn js_sys_now() -> i64 {
+    web_sys::window()
+        .and_then(|w| w.performance().map(|p| p.time_origin() + p.now()))
+        .unwrap_or(0.0) as i64
+}
+
+#[component]
+pub fn JobsPage() -> impl IntoView {
+    let tick = RwSignal::new(0u32);
+    let jobs = Resource::new(move || tick.get(), |_| list_job_page());
+    refresh_while(tick, move || {
+        jobs.get_untracked()
+            .and_then(Result::ok)
+            .is_some_and(|list| list.iter().any(|j| !j.state.is_terminal()))
+    });
+    view! {
+        <Title text="Jobs"/>
+        <section class="page-head">
+            <h1>"Jobs"</h1>
+            <a class="button" href="/submit" data-testid="new-job">"Submit a job"</a>
+        </section>
+        <Transition fallback=|| view! { <p class="muted">"Loading jobs…"</p> }>
+            {move || Suspend::new(async move {
+                match jobs.await {
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="empty" data-testid="jobs-empty">
+                            "No jobs yet. "
+                            <a href="/templates">"Start from a template"</a>
+                            " (the CPU demo trains in a minute, no GPU needed), or "
+                            <a href="/submit">"run a command of your own"</a>"."
+                        </p>
+                    }.into_any(),
+                    Ok(list) => {
+                        let now = now_ms();
+                        view! {
+                            <table class="table" data-testid="jobs">
+                                <thead><tr>
+                                    <th class="num">"#"</th><th>"Name"</th><th>"State"</th><th>"Queue"</th>
+                                    <th>"GPUs"</th><th>"Ran for"</th><th>"Submitted"</th>
+                                </tr></thead>
+                                <tbody>
+                                    {list.into_iter().map(|j| {
+                                        let href = format!("/jobs/{}", j.id);
+                                        view! {
+                                            <tr data-job=j.id data-state=j.state.as_str()>
+                                                <td class="num">{j.id}</td>
+                                                <td><a href=href>{j.name.clone()}</a></td>
+                                                <td><span class=state_class(j.state)>{j.state.label()}</span></td>
+                                                <td class="reason">{queue_text(&j)}</td>
+                                                <td>{gpus_text(&j)}</td>
+                                                <td>{ran_for(&j, now)}</td>
+                                                <td>{format_utc(j.created_at)}</td>
+                                            </tr>
+                                        }
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        }.into_any()
+                    }
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+/// One labelled box of the submit form, with its error under it.
+#[component]
+fn Field(
+    label: &'static str,
+    /// The spec field its errors are reported against.
+    field: &'static str,
+    error: Signal<Option<AppError>>,
+    children: Children,
+) -> impl IntoView {
+    let message = move || error.get().and_then(|e| e.message_for(field));
+    view! {
+        <div class="field" class:invalid=move || message().is_some()>
+            <label>{label} {children()}</label>
+            {move || message().map(|m| view! { <p class="field-error" data-field=field>{m}</p> })}
+        </div>
+    }
+}
+
+/// The form box for one template parameter, with its default, range and help.
+fn param_input(name: String, param: ParamSpec, error: Signal<Option<AppError>>) -> impl IntoView {
+    let input_name = format!("form[hp][{name}]");
+    let default = param
+        .default
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let control = match param.kind {
+        ParamType::Bool => view! {
+            <select name=input_name>
+                <option value="true" selected=default == "true">"true"</option>
+                <option value="false" selected=default == "false">"false"</option>
+            </select>
+        }
+        .into_any(),
+        ParamType::Choice => view! {
+            <select name=input_name>
+                {param.choices.iter().map(|c| view! {
+                    <option value=c.clone() selected=*c == default>{c.clone()}</option>
+                }).collect_view()}
+            </select>
+        }
+        .into_any(),
+        ParamType::Int | ParamType::Float => view! {
+            <input type="number" name=input_name value=default
+                step=if param.kind == ParamType::Int { "1" } else { "any" }
+                min=param.min.map(|m| m.to_string()) max=param.max.map(|m| m.to_string())/>
+        }
+        .into_any(),
+        ParamType::String => {
+            view! { <input type="text" name=input_name value=default/> }.into_any()
+        }
+    };
+    let field = format!("hyperparameters.{name}");
+    let message = Signal::derive(move || error.get().and_then(|e| e.message_for(&field)));
+    view! {
+        <div class="field" class:invalid=move || message.get().is_some()>
+            <label><code>{name.clone()}</code> {control}</label>
+            {param.help.map(|h| view! { <p class="hint">{h}</p> })}
+            {move || message.get().map(|m| view! { <p class="field-error">{m}</p> })}
+        </div>
+    }
+}
+
+/// `/submit?template=SLUG`: the form for a template's job, or (without a
+/// template) for a command of one's own. Posts work without JavaScript.
+#[component]
+pub fn SubmitPage() -> impl IntoView {
+    let query = use_query_map();
+    let slug = move || query.read().get("template").unwrap_or_default();
+    let template = Resource::new(slug, |slug| async move {
+        if slug.is_empty() {
+            Ok(None)
+        } else {
+            get_template(slug).await
+        }
+    });
+    let submit = ServerAction::<SubmitJob>::new();
+    let error = Signal::derive(move || submit.value().get().and_then(Result::err));
+    view! {
+        <Title text="Submit a job"/>
+        <section class="page-head"><h1>"Submit a job"</h1></section>
+        <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match template.await {
+                    Ok(None) if !slug().is_empty() => view! {
+                        <p class="error" role="alert">
+                            "There is no template “" {slug()} "” in the catalog. "
+                            <a href="/templates">"Choose one from the catalog"</a>
+                        </p>
+                    }.into_any(),
+                    Ok(t) => submit_form(t, submit, error).into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+fn submit_form(
+    template: Option<Template>,
+    submit: ServerAction<SubmitJob>,
+    error: Signal<Option<AppError>>,
+) -> impl IntoView {
+    let resources = template
+        .as_ref()
+        .map(|t| t.spec.resources.clone())
+        .unwrap_or_default();
+    let max_runtime = template
+        .as_ref()
+        .and_then(|t| t.spec.max_runtime.clone())
+        .unwrap_or_default();
+    let (slug, heading, params) = match &template {
+        Some(t) => (
+            t.slug.clone(),
+            view! {
+                <div class="card">
+                    <strong>{t.spec.title.clone()}</strong>
+                    <p>{t.spec.description.clone()}</p>
+                    {t.spec.data.clone().map(|d| view! { <p class="hint">"Data: " {d}</p> })}
+                </div>
+            }
+            .into_any(),
+            t.spec.parameters.clone(),
+        ),
+        None => (
+            String::new(),
+            view! {
+                <p class="hint">
+                    "Runs a shell command in the job's folder, with MLFLOW_TRACKING_URI and MLFLOW_RUN_ID set, "
+                    "so mlflow.start_run() logs to the job's run. Or "
+                    <a href="/templates">"start from a template"</a>"."
+                </p>
+            }
+            .into_any(),
+            Default::default(),
+        ),
+    };
+    let custom = template.is_none();
+    let default_name = template
+        .as_ref()
+        .map(|t| t.slug.clone())
+        .unwrap_or_default();
+    let other_error = move || {
+        error.get().filter(|e| {
+            // Errors of fields not on this form are shown at the top.
+            !matches!(e, AppError::Fields(_) | AppError::Invalid(_))
+                || e.field()
+                    .is_some_and(|f| f == "spec" || f == "request" || f == "template")
+        })
+    };
+    view! {
+        {heading}
+        {move || other_error().map(|e| view! { <ErrorNote error=e/> })}
+        <ActionForm action=submit attr:class="form" attr:data-testid="submit-job">
+            <input type="hidden" name="form[template]" value=slug/>
+            <Field label="Name" field="name" error=error>
+                <input type="text" name="form[name]" required maxlength="100" value=default_name/>
+            </Field>
+            <Field label="Experiment" field="experiment" error=error>
+                <input type="text" name="form[experiment]" placeholder="Default" maxlength="500"/>
+            </Field>
+            {custom.then(|| view! {
+                <Field label="Command" field="command" error=error>
+                    <textarea name="form[command]" rows="3" required
+                        placeholder="python train.py --lr {lr}"></textarea>
+                </Field>
+                <Field label="Hyperparameters (name=value, one per line)" field="hyperparameters" error=error>
+                    <textarea name="form[hyperparameters]" rows="4" placeholder="lr=0.01\nepochs=20"></textarea>
+                </Field>
+            })}
+            {(!params.is_empty()).then(|| view! {
+                <fieldset>
+                    <legend>"Parameters"</legend>
+                    {params.into_iter().map(|(name, p)| param_input(name, p, error)).collect_view()}
+                </fieldset>
+            })}
+            <fieldset class="row">
+                <legend>"Resources"</legend>
+                <Field label="GPUs" field="resources.gpus" error=error>
+                    <input type="number" name="form[gpus]" min="0" max="64" step="1" value=resources.gpus/>
+                </Field>
+                <Field label="CPUs" field="resources.cpus" error=error>
+                    <input type="number" name="form[cpus]" min="0.1" step="any" value=resources.cpus/>
+                </Field>
+                <Field label="Memory" field="resources.memory" error=error>
+                    <input type="text" name="form[memory]" value=resources.memory size="6"/>
+                </Field>
+                <Field label="Max runtime" field="max_runtime" error=error>
+                    <input type="text" name="form[max_runtime]" value=max_runtime placeholder="24h" size="6"/>
+                </Field>
+                <Field label="Retries" field="retries" error=error>
+                    <input type="number" name="form[retries]" min="0" max="10" step="1" value="0"/>
+                </Field>
+                <Field label="Priority" field="priority" error=error>
+                    <input type="number" name="form[priority]" min="-10" max="10" step="1" value="0"/>
+                </Field>
+            </fieldset>
+            <button type="submit" disabled=move || submit.pending().get()>"Submit"</button>
+        </ActionForm>
+    }
+}
+
+/// `/jobs/ID`: the job, its timeline, cancel, and its log, live while it runs.
+#[component]
+pub fn JobPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").and_then(|s| s.parse::<i64>().ok());
+    let tick = RwSignal::new(0u32);
+    let cancel = ServerAction::<CancelJob>::new();
+    let page = Resource::new(
+        move || (id(), tick.get(), cancel.version().get()),
+        |(id, _, _)| async move {
+            match id {
+                Some(id) => get_job(id).await.map(Some),
+                None => Ok(None),
+            }
+        },
+    );
+    let log = Resource::new(id, |id| async move {
+        match id {
+            Some(id) => get_log_tail(id).await.map(Some),
+            None => Ok(None),
+        }
+    });
+    refresh_while(tick, move || {
+        page.get_untracked()
+            .and_then(Result::ok)
+            .flatten()
+            .is_some_and(|p| !p.job.state.is_terminal())
+    });
+    let live = RwSignal::new(String::new());
+    follow_log(id, log, live, tick);
+    let cancel_error = move || cancel.value().get().and_then(Result::err);
+    view! {
+        <Transition fallback=|| view! { <p class="muted">"Loading the job…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(Some(p)) => {
+                        let job = p.job;
+                        let now = now_ms();
+                        let cancellable = !job.state.is_terminal();
+                        view! {
+                            <Title text=format!("Job {} · {}", job.id, job.name)/>
+                            <section class="page-head">
+                                <h1>{job.name.clone()}</h1>
+                                <span class=state_class(job.state) data-testid="job-state">{job.state.label()}</span>
+                                {cancellable.then(|| view! {
+                                    <ActionForm action=cancel attr:class="inline-form">
+                                        <input type="hidden" name="id" value=job.id/>
+                                        <button type="submit" class="danger" data-testid="cancel">
+                                            {if job.cancel_requested { "Stopping…" } else { "Cancel" }}
+                                        </button>
+                                    </ActionForm>
+                                })}
+                            </section>
+                            <dl class="facts">
+                                <dt>"Job"</dt><dd>"#" {job.id} {job.template.clone().map(|t| format!(" · template {t}"))}</dd>
+                                <dt>"Queue"</dt><dd data-testid="job-queue">{
+                                    let q = queue_text(&job);
+                                    if q.is_empty() { "–".to_owned() } else { q }
+                                }</dd>
+                                <dt>"GPUs"</dt><dd>{gpus_text(&job)}</dd>
+                                <dt>"Attempt"</dt><dd>{job.attempt + 1} " of " {job.retries + 1}</dd>
+                                <dt>"Ran for"</dt><dd>{ran_for(&job, now)}</dd>
+                                <dt>"Exit code"</dt><dd>{job.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "–".to_owned())}</dd>
+                                <dt>"Run"</dt><dd><code>{job.run_id.clone().unwrap_or_default()}</code></dd>
+                                <dt>"Submitted"</dt><dd>{format_utc(job.created_at)}</dd>
+                            </dl>
+                            <h2>"Timeline"</h2>
+                            <ol class="timeline" data-testid="events">
+                                {p.events.into_iter().map(|e| view! {
+                                    <li><time>{format_utc(e.time)}</time> " " <strong>{e.kind}</strong> " " {e.message}</li>
+                                }).collect_view()}
+                            </ol>
+                            <h2>"Log " <a class="hint" href=format!("/api/trainyard/v1/jobs/{}/logs?download=1", job.id)>"download"</a></h2>
+                        }.into_any()
+                    }
+                    Ok(None) => view! { <p class="error">"There is no such job. " <a href="/jobs">"See all jobs"</a></p> }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Transition>
+        {move || cancel_error().map(|e| view! { <ErrorNote error=e/> })}
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                match log.await {
+                    Ok(Some(tail)) => view! {
+                        <pre class="log" data-testid="log">{tail.text}{move || live.get()}</pre>
+                    }.into_any(),
+                    Ok(None) => ().into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// In the browser: follows the log from where the tail ended through the
+/// server's event stream, appending to `live`; when the job has ended,
+/// bumps `tick` so the page reads its final state.
+#[allow(unused_variables)]
+fn follow_log(
+    id: impl Fn() -> Option<i64> + Send + Sync + 'static,
+    log: Resource<Result<Option<crate::api::LogTail>, AppError>>,
+    live: RwSignal<String>,
+    tick: RwSignal<u32>,
+) {
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        use wasm_bindgen::JsCast;
+        use wasm_bindgen::closure::Closure;
+        let (Some(id), Some(Ok(Some(tail)))) = (id(), log.get()) else {
+            return;
+        };
+        live.set(String::new());
+        let url = format!(
+            "/api/trainyard/v1/jobs/{id}/logs/stream?offset={}",
+            tail.end
+        );
+        let Ok(source) = web_sys::EventSource::new(&url) else {
+            return;
+        };
+        let on_log =
+            Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+                if let Some(text) = e.data().as_string() {
+                    live.update(|l| l.push_str(&text));
+                }
+            });
+        let closer = source.clone();
+        let on_end = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |_| {
+            closer.close();
+            tick.update(|t| *t += 1);
+        });
+        let _ = source.add_event_listener_with_callback("log", on_log.as_ref().unchecked_ref());
+        let _ = source.add_event_listener_with_callback("end", on_end.as_ref().unchecked_ref());
+        let held = send_wrapper::SendWrapper::new((source, on_log, on_end));
+        on_cleanup(move || held.take().0.close());
+    });
+}

@@ -1,0 +1,181 @@
+//! The submit form read into a job spec: numbers parsed with field errors,
+//! a template's parameters typed by its declaration, a custom job's
+//! `name=value` lines guessed. The server checks the spec itself after.
+
+use std::collections::BTreeMap;
+
+use trainyard_domain::FieldError;
+use trainyard_domain::job::{JobSpec, ParamValue, ResourceSpec};
+use trainyard_domain::template::{ParamType, TemplateSpec};
+
+use crate::api::SubmitForm;
+
+fn text(value: &str) -> Option<String> {
+    let value = value.trim();
+    (!value.is_empty()).then(|| value.to_owned())
+}
+
+fn number<T: std::str::FromStr>(
+    field: &str,
+    value: &str,
+    default: T,
+    what: &str,
+    errors: &mut Vec<FieldError>,
+) -> T {
+    match text(value) {
+        None => default,
+        Some(v) => v.parse().unwrap_or_else(|_| {
+            errors.push(FieldError::new(field, format!("`{v}` is not {what}")));
+            default
+        }),
+    }
+}
+
+/// A value as its declared type; text when it does not read as one (the
+/// server then says what the parameter wants).
+fn typed(value: &str, kind: Option<ParamType>) -> ParamValue {
+    let value = value.trim();
+    match kind {
+        Some(ParamType::Int) => value
+            .parse()
+            .map(ParamValue::Int)
+            .unwrap_or_else(|_| ParamValue::Text(value.to_owned())),
+        Some(ParamType::Float) => value
+            .parse()
+            .map(ParamValue::Float)
+            .unwrap_or_else(|_| ParamValue::Text(value.to_owned())),
+        Some(ParamType::Bool) => match value {
+            "true" | "on" => ParamValue::Bool(true),
+            "false" | "off" => ParamValue::Bool(false),
+            other => ParamValue::Text(other.to_owned()),
+        },
+        _ => ParamValue::Text(value.to_owned()),
+    }
+}
+
+/// A guess for a value written by hand: a whole number, a number, a truth
+/// value, or text.
+fn guessed(value: &str) -> ParamValue {
+    let value = value.trim();
+    if let Ok(i) = value.parse() {
+        ParamValue::Int(i)
+    } else if let Ok(x) = value.parse::<f64>()
+        && x.is_finite()
+    {
+        ParamValue::Float(x)
+    } else if value == "true" || value == "false" {
+        ParamValue::Bool(value == "true")
+    } else {
+        ParamValue::Text(value.to_owned())
+    }
+}
+
+pub fn spec_from_form(
+    form: &SubmitForm,
+    template: Option<&TemplateSpec>,
+) -> Result<JobSpec, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let template_slug = text(&form.template);
+    let hyperparameters: BTreeMap<String, ParamValue> = if template_slug.is_some() {
+        form.hp
+            .iter()
+            .filter(|(_, v)| !v.trim().is_empty())
+            .map(|(k, v)| {
+                let kind = template.and_then(|t| t.parameters.get(k)).map(|p| p.kind);
+                (k.clone(), typed(v, kind))
+            })
+            .collect()
+    } else {
+        let mut map = BTreeMap::new();
+        for (n, line) in form.hyperparameters.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            match line.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() => {
+                    map.insert(k.trim().to_owned(), guessed(v));
+                }
+                _ => errors.push(FieldError::new(
+                    "hyperparameters",
+                    format!("line {}: write name=value, like lr=0.01", n + 1),
+                )),
+            }
+        }
+        map
+    };
+    let resources = ResourceSpec {
+        gpus: number(
+            "resources.gpus",
+            &form.gpus,
+            0,
+            "a whole number",
+            &mut errors,
+        ),
+        cpus: number("resources.cpus", &form.cpus, 1.0, "a number", &mut errors),
+        memory: text(&form.memory).unwrap_or_else(|| "4Gi".to_owned()),
+    };
+    let spec = JobSpec {
+        name: form.name.trim().to_owned(),
+        experiment: text(&form.experiment),
+        command: if template_slug.is_some() {
+            None
+        } else {
+            text(&form.command)
+        },
+        template: template_slug,
+        image: None,
+        resources: Some(resources),
+        env: BTreeMap::new(),
+        hyperparameters,
+        max_runtime: text(&form.max_runtime),
+        retries: number("retries", &form.retries, 0, "a whole number", &mut errors),
+        priority: number("priority", &form.priority, 0, "a whole number", &mut errors),
+    };
+    if errors.is_empty() {
+        Ok(spec)
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_custom_form_becomes_a_spec() {
+        let form = SubmitForm {
+            name: " sweep ".into(),
+            command: "python train.py".into(),
+            hyperparameters: "lr=0.01\n# comment\nlayers = 3\namp=true\nopt=adam\n".into(),
+            gpus: "1".into(),
+            cpus: "2.5".into(),
+            memory: "8Gi".into(),
+            ..Default::default()
+        };
+        let spec = spec_from_form(&form, None).unwrap();
+        assert_eq!(spec.name, "sweep");
+        assert_eq!(spec.command.as_deref(), Some("python train.py"));
+        assert_eq!(spec.hyperparameters["lr"], ParamValue::Float(0.01));
+        assert_eq!(spec.hyperparameters["layers"], ParamValue::Int(3));
+        assert_eq!(spec.hyperparameters["amp"], ParamValue::Bool(true));
+        assert_eq!(spec.hyperparameters["opt"], ParamValue::Text("adam".into()));
+        assert_eq!(spec.resources().gpus, 1);
+        assert_eq!(spec.resources().cpus, 2.5);
+    }
+
+    #[test]
+    fn mistyped_boxes_name_their_field() {
+        let form = SubmitForm {
+            name: "x".into(),
+            command: "run".into(),
+            gpus: "two".into(),
+            hyperparameters: "no equals sign".into(),
+            ..Default::default()
+        };
+        let errors = spec_from_form(&form, None).unwrap_err();
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["hyperparameters", "resources.gpus"]);
+    }
+}

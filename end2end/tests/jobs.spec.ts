@@ -1,0 +1,122 @@
+// Jobs in a real browser: the demo template submitted from the catalog runs
+// and streams its log live; a command of one's own is cancelled mid-run; a
+// job waiting for the only GPU shows its place and reason; a wrong field is
+// marked on the form; the pages read without JavaScript.
+import { expect, test, type APIRequestContext, type Page } from '@playwright/test';
+
+async function submitByApi(request: APIRequestContext, spec: object): Promise<number> {
+  const response = await request.post('/api/trainyard/v1/jobs', { data: spec });
+  expect(response.status(), await response.text()).toBe(201);
+  return (await response.json()).job.id;
+}
+
+async function cancelByApi(request: APIRequestContext, id: number) {
+  await request.post(`/api/trainyard/v1/jobs/${id}/cancel`, { data: {} });
+}
+
+/** Waits on the job's page until its state badge reads `label`. */
+async function expectState(page: Page, label: string, timeout = 30_000) {
+  await expect(page.getByTestId('job-state')).toHaveText(label, { timeout });
+}
+
+test('the demo template runs from the catalog and its log streams live', async ({ page }) => {
+  // The first run on a machine installs mlflow and numpy into the cached environment.
+  test.setTimeout(300_000);
+  await page.goto('/templates');
+  const demo = page.locator('[data-template="cpu-demo"]');
+  await expect(demo).toContainText('CPU demo');
+  await demo.getByRole('link', { name: 'Use this template' }).click();
+  await expect(page).toHaveURL(/\/submit\?template=cpu-demo$/);
+
+  const form = page.getByTestId('submit-job');
+  await form.locator('input[name="form[name]"]').fill('demo from the browser');
+  await form.locator('input[name="form[hp][epochs]"]').fill('40');
+  await form.locator('input[name="form[hp][delay]"]').fill('0.25');
+  await expect(async () => {
+    await form.getByRole('button', { name: 'Submit' }).click();
+    await expect(page).toHaveURL(/\/jobs\/\d+$/, { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  await expect(page.getByRole('heading', { name: 'demo from the browser' })).toBeVisible();
+
+  // Running, with the log arriving while it runs, then finished.
+  await expectState(page, 'Running', 240_000);
+  const log = page.getByTestId('log');
+  await expect(log).toContainText(/epoch \d+\/40/, { timeout: 60_000 });
+  await expect(page.getByTestId('job-state')).toHaveText('Running');
+  await expectState(page, 'Succeeded', 60_000);
+  await expect(log).toContainText('epoch 40/40');
+  await expect(page.getByTestId('events')).toContainText('exited with code 0');
+  await page.screenshot({ path: test.info().outputPath('demo-job.png'), fullPage: true });
+});
+
+test('a command of its own is cancelled mid-run', async ({ page }) => {
+  await page.goto('/submit');
+  const form = page.getByTestId('submit-job');
+  await form.locator('input[name="form[name]"]').fill('sleeper');
+  await form.locator('textarea[name="form[command]"]').fill('echo "started $TRAINYARD_JOB_ID"; sleep 120');
+  await expect(async () => {
+    await form.getByRole('button', { name: 'Submit' }).click();
+    await expect(page).toHaveURL(/\/jobs\/\d+$/, { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  await expectState(page, 'Running');
+  await expect(page.getByTestId('log')).toContainText('started');
+  await page.getByTestId('cancel').click();
+  await expectState(page, 'Cancelled');
+  await expect(page.getByTestId('events')).toContainText('cancelled');
+});
+
+test('a job waiting for the only GPU shows its place and reason', async ({ page, request }) => {
+  const spec = (name: string) => ({
+    name,
+    command: 'sleep 120',
+    resources: { gpus: 1, memory: '64Mi' },
+  });
+  const first = await submitByApi(request, spec('holds the GPU'));
+  const second = await submitByApi(request, spec('waits for it'));
+  try {
+    await page.goto('/jobs');
+    const row = page.locator(`tr[data-job="${second}"]`);
+    await expect(row).toContainText('#1 · no node has 1 free GPU; largest free block is 0');
+    await expect(row).toContainText('Queued');
+    await expect(page.locator(`tr[data-job="${first}"]`)).toContainText('Running');
+  } finally {
+    await cancelByApi(request, second);
+    await cancelByApi(request, first);
+  }
+});
+
+test('a wrong field is marked on the form', async ({ page }) => {
+  await page.goto('/submit');
+  const form = page.getByTestId('submit-job');
+  await form.locator('input[name="form[name]"]').fill('too big');
+  await form.locator('textarea[name="form[command]"]').fill('true');
+  await form.locator('input[name="form[gpus]"]').fill('5');
+  await expect(async () => {
+    await form.getByRole('button', { name: 'Submit' }).click();
+    await expect(page.locator('.field-error[data-field="resources.gpus"]')).toContainText(
+      'this server has 1',
+      { timeout: 2_000 },
+    );
+  }).toPass({ timeout: 20_000 });
+  await expect(page).toHaveURL(/\/submit$/);
+});
+
+test.describe('without JavaScript', () => {
+  test.use({ javaScriptEnabled: false });
+
+  test('a job page shows its state, timeline and log', async ({ page, request }) => {
+    const id = await submitByApi(request, {
+      name: 'printer',
+      command: 'echo "hello from job $TRAINYARD_JOB_ID"',
+      resources: { memory: '64Mi' },
+    });
+    await expect(async () => {
+      await page.goto(`/jobs/${id}`);
+      await expect(page.getByTestId('job-state')).toHaveText('Succeeded', { timeout: 1_000 });
+    }).toPass({ timeout: 20_000 });
+    await expect(page.getByTestId('log')).toContainText(`hello from job ${id}`);
+    await expect(page.getByTestId('events')).toContainText('started');
+    await page.goto('/jobs');
+    await expect(page.locator(`tr[data-job="${id}"]`)).toContainText('Succeeded');
+  });
+});
