@@ -141,6 +141,12 @@ pub struct SubmitForm {
     pub retries: String,
     #[serde(default)]
     pub priority: String,
+    /// An uploaded project archive's id.
+    #[serde(default)]
+    pub project: String,
+    /// Dataset names, separated by commas.
+    #[serde(default)]
+    pub datasets: String,
 }
 
 /// Submits the form; on success the browser goes to the job's page (also

@@ -131,6 +131,14 @@ pub fn spec_from_form(
         max_runtime: text(&form.max_runtime),
         retries: number("retries", &form.retries, 0, "a whole number", &mut errors),
         priority: number("priority", &form.priority, 0, "a whole number", &mut errors),
+        project: text(&form.project),
+        datasets: form
+            .datasets
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(str::to_owned)
+            .collect(),
     };
     if errors.is_empty() {
         Ok(spec)

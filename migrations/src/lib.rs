@@ -6,6 +6,7 @@ mod m20261129_000001_core_model;
 mod m20261129_000002_tracking;
 mod m20261129_000003_chunk_summaries;
 mod m20261130_000004_job_execution;
+mod m20261130_000005_uploads;
 
 pub struct Migrator;
 
@@ -17,6 +18,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000002_tracking::Migration),
             Box::new(m20261129_000003_chunk_summaries::Migration),
             Box::new(m20261130_000004_job_execution::Migration),
+            Box::new(m20261130_000005_uploads::Migration),
         ]
     }
 }

@@ -50,6 +50,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "largest artifact file one upload may send (bytes); larger ones get 413",
     },
     SettingDoc {
+        key: "upload_max_bytes",
+        env: "TRAINYARD_UPLOAD_MAX_BYTES",
+        default: "2147483648",
+        meaning: "largest project archive or dataset one upload may send (bytes; 413 beyond); it may unpack to 4 times this and 100,000 files",
+    },
+    SettingDoc {
         key: "site_dir",
         env: "TRAINYARD_SITE_DIR",
         default: "target/site",
@@ -103,6 +109,7 @@ pub struct Settings {
     pub database_url: Option<String>,
     pub database_max_connections: u32,
     pub artifact_max_bytes: u64,
+    pub upload_max_bytes: u64,
     pub site_dir: PathBuf,
     pub log: String,
     pub templates_dir: PathBuf,
@@ -121,6 +128,7 @@ impl Default for Settings {
             database_url: None,
             database_max_connections: 8,
             artifact_max_bytes: 2 << 30,
+            upload_max_bytes: 2 << 30,
             site_dir: PathBuf::from("target/site"),
             log: "info".to_owned(),
             templates_dir: PathBuf::from("templates"),
@@ -156,6 +164,7 @@ pub struct Config {
     pub database_url: String,
     pub database_max_connections: u32,
     pub artifact_max_bytes: usize,
+    pub upload_max_bytes: u64,
     pub site_dir: PathBuf,
     pub log: String,
     pub templates_dir: PathBuf,
@@ -261,7 +270,11 @@ impl figment::Provider for EnvVars {
                 continue;
             };
             let key = rest.to_lowercase();
-            if key.is_empty() || key == "config" || key.ends_with("_file") {
+            // TRAINYARD_SERVER and TRAINYARD_TOKEN belong to the job commands.
+            if key.is_empty()
+                || matches!(key.as_str(), "config" | "server" | "token")
+                || key.ends_with("_file")
+            {
                 continue;
             }
             let path: Vec<&str> = key.split("__").collect();
@@ -348,6 +361,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         database_url,
         database_max_connections: s.database_max_connections,
         artifact_max_bytes: usize::try_from(s.artifact_max_bytes).unwrap_or(usize::MAX),
+        upload_max_bytes: s.upload_max_bytes,
         site_dir: s.site_dir,
         log: s.log,
         templates_dir: s.templates_dir,

@@ -288,6 +288,133 @@ pub async fn logs(
     Ok(response)
 }
 
+#[derive(Deserialize)]
+pub struct UploadQuery {
+    /// `project` (the default) or `dataset`.
+    kind: Option<String>,
+    /// A dataset's name; a project's file name, for people.
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Serialize)]
+pub struct UploadAnswer {
+    pub upload: trainyard_domain::job::Upload,
+}
+
+/// `POST /api/trainyard/v1/uploads?kind=project|dataset&name=NAME` with the
+/// archive (zip, tar or tar.gz) as the body. The body is streamed to a file
+/// (413 past `upload_max_bytes`), then unpacked safely: an archive with a path
+/// out of its folder, a link, a device file, or more than the limits is
+/// refused whole, and nothing of it is kept.
+pub async fn upload(
+    State(state): State<AppState>,
+    Query(q): Query<UploadQuery>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<(StatusCode, Json<UploadAnswer>), JobsError> {
+    use futures::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    let limit = state.upload_max_bytes;
+    let too_large = || JobsError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        code: "REQUEST_LIMIT_EXCEEDED",
+        message: format!(
+            "the upload is larger than the limit of {limit} bytes (upload_max_bytes); leave data out of the project, or ask an admin to raise the limit"
+        ),
+        fields: Vec::new(),
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let incoming = state.data_dir.join("uploads").join(".incoming");
+    tokio::fs::create_dir_all(&incoming)
+        .await
+        .map_err(io_error)?;
+    let temp = incoming.join(uuid::Uuid::new_v4().simple().to_string());
+    // Removed however this ends.
+    let _cleanup = RemoveOnDrop(temp.clone());
+    let mut file = tokio::fs::File::create(&temp).await.map_err(io_error)?;
+    let mut received: u64 = 0;
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk
+            .map_err(|e| JobsError::invalid(format!("the upload was cut off: {e}"), Vec::new()))?;
+        received += chunk.len() as u64;
+        if received > limit {
+            return Err(too_large());
+        }
+        file.write_all(&chunk).await.map_err(io_error)?;
+    }
+    file.sync_all().await.map_err(io_error)?;
+    drop(file);
+    let kind = q.kind.as_deref().unwrap_or("project");
+    let upload = state
+        .jobs
+        .upload(kind, &q.name, &temp)
+        .await
+        .map_err(|e| match e {
+            trainyard_jobs::UploadError::Invalid(field) => {
+                JobsError::invalid(format!("{}: {}", field.field, field.message), vec![field])
+            }
+            trainyard_jobs::UploadError::Archive(
+                trainyard_jobs::archive::ArchiveError::Refused(why),
+            ) => JobsError::invalid(
+                format!("the archive was refused: {why}; nothing of it was kept"),
+                Vec::new(),
+            ),
+            trainyard_jobs::UploadError::Archive(e) => JobsError {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                code: "INTERNAL_ERROR",
+                message: e.to_string(),
+                fields: Vec::new(),
+            },
+            trainyard_jobs::UploadError::Store(StoreError::Conflict { what }) => JobsError {
+                status: StatusCode::CONFLICT,
+                code: "RESOURCE_ALREADY_EXISTS",
+                message: format!("{what} already exists; choose another name"),
+                fields: Vec::new(),
+            },
+            trainyard_jobs::UploadError::Store(e) => e.into(),
+        })?;
+    Ok((StatusCode::CREATED, Json(UploadAnswer { upload })))
+}
+
+/// A temporary file, removed when the request ends.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn io_error(e: std::io::Error) -> JobsError {
+    tracing::error!(error = %e, "upload could not be written");
+    JobsError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        code: "INTERNAL_ERROR",
+        message: format!("the server could not store the upload: {e}"),
+        fields: Vec::new(),
+    }
+}
+
+#[derive(Serialize)]
+pub struct DatasetList {
+    pub datasets: Vec<trainyard_domain::job::Upload>,
+}
+
+/// `GET /api/trainyard/v1/datasets`
+pub async fn datasets(State(state): State<AppState>) -> Result<Json<DatasetList>, JobsError> {
+    Ok(Json(DatasetList {
+        datasets: state.jobs.store().datasets().await?,
+    }))
+}
+
 fn log_error(e: std::io::Error) -> JobsError {
     JobsError {
         status: StatusCode::INTERNAL_SERVER_ERROR,

@@ -2,6 +2,7 @@
 //! (pages, server functions, operations endpoints) and the serve loop.
 
 pub mod auth;
+pub mod cli;
 pub mod config;
 mod jobs_api;
 pub mod metrics;
@@ -53,6 +54,10 @@ pub struct AppState {
     pub artifact_root: std::path::PathBuf,
     /// Largest artifact upload, in bytes.
     pub artifact_max_bytes: usize,
+    /// Largest project or dataset upload, in bytes.
+    pub upload_max_bytes: u64,
+    /// The data folder (uploads arrive in `<data_dir>/uploads/.incoming`).
+    pub data_dir: std::path::PathBuf,
     pub jobs: trainyard_jobs::Jobs,
 }
 
@@ -79,6 +84,8 @@ impl AppState {
             metrics: Arc::new(Metrics::new()),
             artifact_root: config.data_dir.join("artifacts"),
             artifact_max_bytes: config.artifact_max_bytes,
+            upload_max_bytes: config.upload_max_bytes,
+            data_dir: config.data_dir.clone(),
         }
     }
 }
@@ -101,6 +108,11 @@ fn jobs_config(config: &Config, listen: SocketAddr) -> trainyard_jobs::JobsConfi
         stop_grace_secs: config.job_stop_grace_secs,
         templates_dir: config.templates_dir.clone(),
         venv_root: config.venv_dir.clone(),
+        uploads_root: config.data_dir.join("uploads"),
+        upload_limits: trainyard_jobs::archive::Limits {
+            max_bytes: config.upload_max_bytes.saturating_mul(4),
+            max_files: 100_000,
+        },
     }
 }
 
@@ -140,6 +152,11 @@ pub fn router(state: AppState) -> Router {
                     get(jobs_api::stream_logs),
                 )
                 .route("/api/trainyard/v1/templates", get(jobs_api::templates))
+                .route(
+                    "/api/trainyard/v1/uploads",
+                    axum::routing::post(jobs_api::upload),
+                )
+                .route("/api/trainyard/v1/datasets", get(jobs_api::datasets))
                 .route(
                     "/api/trainyard/v1/templates/{slug}",
                     get(jobs_api::template),

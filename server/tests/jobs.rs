@@ -493,3 +493,237 @@ async fn the_demo_template_trains_and_logs_its_curves() {
     assert_eq!(losses.len(), 25);
     assert!(losses[24] < losses[0], "the loss falls: {losses:?}");
 }
+
+/// A tar.gz of (path, content, executable) files.
+fn tar_gz(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, path, content.as_bytes())
+            .unwrap();
+    }
+    let tar = builder.into_inner().unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).unwrap();
+    gz.finish().unwrap()
+}
+
+async fn upload(server: &TestServer, query: &str, body: &[u8]) -> common::Response {
+    request(
+        server.addr,
+        "POST",
+        &format!("/api/trainyard/v1/uploads?{query}"),
+        &[("Content-Type", "application/gzip")],
+        body,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_job_runs_its_uploaded_project_with_a_dataset() {
+    let server = TestServer::start().await;
+    let project = tar_gz(&[
+        (
+            "run.sh",
+            "echo \"project says $(cat src/message.txt)\"; cat data/digits/numbers.txt\n",
+        ),
+        ("src/message.txt", "hello"),
+    ]);
+    let answer = upload(&server, "kind=project&name=project.tar.gz", &project).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let project_id = answer.json()["upload"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(answer.json()["upload"]["files"], 2);
+
+    let dataset = tar_gz(&[("numbers.txt", "1 2 3")]);
+    let answer = upload(&server, "kind=dataset&name=digits", &dataset).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let again = upload(&server, "kind=dataset&name=digits", &dataset).await;
+    assert_eq!(
+        again.status, 409,
+        "dataset names are unique: {}",
+        again.body
+    );
+    let list = server.get("/api/trainyard/v1/datasets").await.json();
+    assert_eq!(list["datasets"][0]["name"], "digits");
+
+    let id = submit(
+        &server,
+        json!({"name": "from a project", "command": "sh run.sh", "project": project_id,
+               "datasets": ["digits"], "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    wait_for(&server, id, "SUCCEEDED").await;
+    assert_eq!(log(&server, id).await, "project says hello\n1 2 3");
+
+    // A dataset others share is read-only; a job of a user (not root, whom
+    // permissions do not stop) cannot change it.
+    let dataset_id = list["datasets"][0]["id"].as_str().unwrap();
+    let numbers = server
+        .data_dir
+        .path()
+        .join(format!("uploads/datasets/{dataset_id}/numbers.txt"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&numbers).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o444);
+    if unsafe { libc::geteuid() } != 0 {
+        let id = submit(
+            &server,
+            json!({"name": "vandal", "command": "echo x > data/digits/numbers.txt",
+                   "datasets": ["digits"], "resources": {"memory": "64Mi"}}),
+        )
+        .await;
+        let detail = wait_for(&server, id, "FAILED").await;
+        assert_ne!(detail["job"]["exit_code"], 0);
+        assert_eq!(std::fs::read_to_string(&numbers).unwrap(), "1 2 3");
+    }
+
+    // Unknown uploads are field errors.
+    let answer = post_json(
+        server.addr,
+        "/api/trainyard/v1/jobs",
+        &json!({"name": "x", "command": "true", "project": "0123456789abcdef0123456789abcdef",
+                "datasets": ["nope"]}),
+    )
+    .await;
+    assert_eq!(answer.status, 400);
+    let fields: Vec<String> = answer.json()["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["field"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(fields, ["project", "datasets.0"]);
+}
+
+#[tokio::test]
+async fn hostile_and_oversized_uploads_are_refused_and_leave_nothing() {
+    let server = TestServer::start_with(&[("TRAINYARD_UPLOAD_MAX_BYTES", "4096")]).await;
+    // An entry that climbs out of its folder, written raw (tar::Builder refuses it).
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.as_old_mut().name[..10].copy_from_slice(b"../escaped");
+    header.set_size(1);
+    header.set_mode(0o644);
+    header.set_cksum();
+    builder.append(&header, &b"x"[..]).unwrap();
+    let tar = builder.into_inner().unwrap();
+    let answer = upload(&server, "kind=project", &tar).await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer
+            .body
+            .contains("would be written outside the archive's folder"),
+        "{}",
+        answer.body
+    );
+    let uploads = server.data_dir.path().join("uploads");
+    assert!(!uploads.join("escaped").exists());
+    let left: Vec<_> = std::fs::read_dir(&uploads)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, [".incoming"], "nothing of the archive is kept");
+    assert_eq!(
+        std::fs::read_dir(uploads.join(".incoming"))
+            .unwrap()
+            .count(),
+        0,
+        "the received file is removed"
+    );
+
+    let big = vec![b'x'; 5000];
+    let answer = upload(&server, "kind=project", &big).await;
+    assert_eq!(answer.status, 413, "{}", answer.body);
+    let answer = upload(&server, "kind=dataset&name=../x", &tar_gz(&[("a", "b")])).await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert_eq!(answer.json()["fields"][0]["field"], "name");
+    let answer = upload(&server, "kind=project", b"not an archive").await;
+    assert_eq!(answer.status, 400);
+    assert!(
+        answer.body.contains("not a zip, tar or tar.gz"),
+        "{}",
+        answer.body
+    );
+}
+
+/// Runs the `trainyard` binary's job commands against `server`.
+async fn cli(server: &TestServer, args: &[&str]) -> (i32, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(args)
+        .arg("--server")
+        .arg(format!("http://{}", server.addr))
+        .env_remove("TRAINYARD_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_command_line_submits_follows_lists_and_cancels() {
+    let server = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("job.yaml");
+    std::fs::write(
+        &spec,
+        "name: cli job\ncommand: sh run.sh {who}\nhyperparameters: {who: me}\nresources: {memory: 64Mi}\n",
+    )
+    .unwrap();
+    let archive = dir.path().join("project.tar.gz");
+    std::fs::write(
+        &archive,
+        tar_gz(&[("run.sh", "echo \"from the cli, says $1\"\n")]),
+    )
+    .unwrap();
+    let spec_arg = spec.display().to_string();
+    let archive_arg = archive.display().to_string();
+
+    let (code, stdout, stderr) = cli(
+        &server,
+        &["submit", &spec_arg, "--file", &archive_arg, "--follow"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "from the cli, says me\n");
+    assert!(stderr.contains("uploaded"), "{stderr}");
+    assert!(stderr.contains("job 1 succeeded, exit code 0"), "{stderr}");
+
+    let (code, stdout, _) = cli(&server, &["jobs"]).await;
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("SUCCEEDED") && stdout.contains("cli job"),
+        "{stdout}"
+    );
+
+    // A spec with problems is refused before anything runs, field by field.
+    std::fs::write(&spec, "name: broken\nresources: {gpus: 99}\n").unwrap();
+    let (code, _, stderr) = cli(&server, &["submit", &spec_arg]).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("command: give a command"), "{stderr}");
+    assert!(stderr.contains("resources.gpus"), "{stderr}");
+
+    std::fs::write(
+        &spec,
+        "name: sleeper\ncommand: sleep 60\nresources: {memory: 64Mi}\n",
+    )
+    .unwrap();
+    let (code, stdout, _) = cli(&server, &["submit", &spec_arg]).await;
+    assert_eq!(code, 0);
+    let id = stdout.trim().to_owned();
+    wait_for(&server, id.parse().unwrap(), "RUNNING").await;
+    let (code, stdout, _) = cli(&server, &["cancel", &id]).await;
+    assert_eq!(code, 0);
+    assert!(stdout.contains(&format!("job {id}")), "{stdout}");
+    let (code, _, stderr) = cli(&server, &["logs", "-f", &id]).await;
+    assert_eq!(code, 1, "a cancelled job is not a success");
+    assert!(stderr.contains("cancelled"), "{stderr}");
+}

@@ -23,6 +23,31 @@ pub const MAX_RUNTIME_SECS: u64 = 30 * 24 * 3600;
 pub const DEFAULT_RUNTIME_SECS: u64 = 24 * 3600;
 pub const MAX_RETRIES: u32 = 10;
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -10..=10;
+pub const MAX_DATASETS: usize = 20;
+pub const MAX_DATASET_NAME_LEN: usize = 100;
+
+/// An upload: a project archive, or a named dataset, unpacked on the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Upload {
+    pub id: String,
+    /// `project` or `dataset`.
+    pub kind: String,
+    /// The file name of a project, the name of a dataset.
+    pub name: String,
+    pub files: u64,
+    pub bytes: u64,
+    pub created_at: i64,
+}
+
+/// Dataset names appear in paths (`data/<name>`): letters, digits, `-`,
+/// `_` and `.`, not starting with `.`.
+pub fn valid_dataset_name(name: &str) -> bool {
+    (1..=MAX_DATASET_NAME_LEN).contains(&name.len())
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
 
 /// Variables Trainyard sets for every job; a spec may not set them.
 pub const RESERVED_ENV: [&str; 6] = [
@@ -69,6 +94,14 @@ pub struct JobSpec {
     pub retries: u32,
     #[serde(default)]
     pub priority: i32,
+    /// A project archive uploaded before (its upload id): its files are
+    /// unpacked into the job's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Datasets uploaded before, by name: each is at `data/<name>` in the
+    /// job's folder, read-only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub datasets: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -390,6 +423,33 @@ impl JobSpec {
                 err(&field, "must be a finite number".into());
             }
         }
+        if let Some(project) = &self.project
+            && !(project.len() == 32 && project.chars().all(|c| c.is_ascii_hexdigit()))
+        {
+            err(
+                "project",
+                "is not an upload id; upload the archive first (POST /api/trainyard/v1/uploads?kind=project)".into(),
+            );
+        }
+        if self.datasets.len() > MAX_DATASETS {
+            err(
+                "datasets",
+                format!(
+                    "names {} datasets; the limit is {MAX_DATASETS}",
+                    self.datasets.len()
+                ),
+            );
+        }
+        for (i, name) in self.datasets.iter().enumerate() {
+            if !valid_dataset_name(name) {
+                err(
+                    &format!("datasets.{i}"),
+                    format!("`{name}` is not a dataset name: use letters, digits, - _ and ."),
+                );
+            } else if self.datasets[..i].contains(name) {
+                err(&format!("datasets.{i}"), format!("`{name}` is named twice"));
+            }
+        }
         let max_runtime_secs = match self.max_runtime.as_deref() {
             None => DEFAULT_RUNTIME_SECS,
             Some(text) => match parse_duration(text) {
@@ -464,6 +524,8 @@ mod tests {
             max_runtime: Some("1h30m".into()),
             retries: 2,
             priority: 0,
+            project: None,
+            datasets: Vec::new(),
         }
     }
 

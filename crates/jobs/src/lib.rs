@@ -3,6 +3,7 @@
 //! scheduler crate, starts them under a shim, stops them when cancelled, and
 //! records how they ended, retrying per their policy.
 
+pub mod archive;
 pub mod shim;
 pub mod templates;
 
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use trainyard_domain::job::{CheckedJob, JobSpec};
+use trainyard_domain::job::{CheckedJob, JobSpec, Upload};
 use trainyard_domain::{FieldError, JobState};
 use trainyard_scheduler as sched;
 use trainyard_store::{JobChange, JobRecord, NewJob, NewRun, Store, StoreError, now_millis};
@@ -79,6 +80,23 @@ pub struct JobsConfig {
     pub templates_dir: PathBuf,
     /// Cached Python environments, one per distinct requirements.txt.
     pub venv_root: PathBuf,
+    /// Unpacked project archives (`<dir>/<id>`) and datasets
+    /// (`<dir>/datasets/<id>`).
+    pub uploads_root: PathBuf,
+    /// What one upload may unpack to.
+    pub upload_limits: archive::Limits,
+}
+
+/// Why an upload was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    /// The name or kind is wrong (which field, and what to do).
+    #[error("{}: {}", .0.field, .0.message)]
+    Invalid(FieldError),
+    #[error(transparent)]
+    Archive(#[from] archive::ArchiveError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Why a submission was refused.
@@ -190,6 +208,29 @@ impl Jobs {
             },
             None => None,
         };
+        let project = match &spec.project {
+            Some(id) => match self.store().get_upload(id).await? {
+                Some(upload) if upload.kind == "project" => Some(upload),
+                _ => {
+                    errors.push(FieldError::new(
+                        "project",
+                        format!("there is no uploaded project `{id}`; upload the archive first"),
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        let mut datasets = Vec::new();
+        for (i, name) in spec.datasets.iter().enumerate() {
+            match self.store().dataset(name).await? {
+                Some(upload) => datasets.push(upload),
+                None => errors.push(FieldError::new(
+                    &format!("datasets.{i}"),
+                    format!("there is no dataset `{name}`; upload it first"),
+                )),
+            }
+        }
         let mut effective = spec.clone();
         if let Some(t) = &template {
             effective.template = None;
@@ -257,10 +298,11 @@ impl Jobs {
                 &[("trainyard.job_id".to_owned(), record.job.id.to_string())],
             )
             .await?;
-        if let Some(t) = &template
-            && let Err(message) = self.snapshot_template(record.job.id, t).await
+        if let Err(message) = self
+            .snapshot_files(record.job.id, template.as_ref(), project.as_ref())
+            .await
         {
-            tracing::warn!(job = record.job.id, %message, "could not copy the template's files");
+            tracing::warn!(job = record.job.id, %message, "could not copy the job's files");
             self.finish(&record, JobState::Failed, None, &message)
                 .await?;
             return Ok(self.store().get_job(record.job.id).await?);
@@ -275,17 +317,27 @@ impl Jobs {
         self.inner.config.root.join(id.to_string()).join("files")
     }
 
-    async fn snapshot_template(
+    /// Copies what every attempt starts with into the job's files folder:
+    /// the template's files and requirements, then the project's (which win
+    /// where both have a file).
+    async fn snapshot_files(
         &self,
         id: i64,
-        template: &trainyard_domain::template::Template,
+        template: Option<&trainyard_domain::template::Template>,
+        project: Option<&Upload>,
     ) -> Result<(), String> {
+        if template.is_none() && project.is_none() {
+            return Ok(());
+        }
         let files = self.files_dir(id);
-        let source = self.inner.config.templates_dir.join(&template.slug);
-        let requirements = template.spec.requirements.clone();
+        let template_files = template.map(|t| self.inner.config.templates_dir.join(&t.slug));
+        let requirements = template
+            .map(|t| t.spec.requirements.clone())
+            .unwrap_or_default();
+        let project_files = project.map(|p| self.upload_dir(p));
         tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&files)?;
-            if source.is_dir() {
+            if let Some(source) = template_files.filter(|s| s.is_dir()) {
                 templates::copy_files(&source, &files)?;
             }
             if !requirements.is_empty() {
@@ -294,11 +346,100 @@ impl Jobs {
                     requirements.join("\n") + "\n",
                 )?;
             }
+            if let Some(source) = project_files {
+                templates::copy_files(&source, &files)?;
+            }
             Ok::<_, std::io::Error>(())
         })
         .await
         .map_err(|e| e.to_string())?
-        .map_err(|e| format!("could not copy the template's files: {e}"))
+        .map_err(|e| format!("could not copy the job's files: {e}"))
+    }
+
+    /// Where an upload's files are.
+    pub fn upload_dir(&self, upload: &Upload) -> PathBuf {
+        let root = &self.inner.config.uploads_root;
+        if upload.kind == "dataset" {
+            root.join("datasets").join(&upload.id)
+        } else {
+            root.join(&upload.id)
+        }
+    }
+
+    /// Unpacks an uploaded archive (a file the caller wrote and removes) as
+    /// a project, or as a dataset named `name`, and records it.
+    pub async fn upload(
+        &self,
+        kind: &str,
+        name: &str,
+        archive_file: &Path,
+    ) -> Result<Upload, UploadError> {
+        let name = name.trim();
+        let dataset = match kind {
+            "project" => false,
+            "dataset" => true,
+            other => {
+                return Err(UploadError::Invalid(FieldError::new(
+                    "kind",
+                    format!("`{other}` is not an upload kind; use project or dataset"),
+                )));
+            }
+        };
+        if dataset && !trainyard_domain::job::valid_dataset_name(name) {
+            return Err(UploadError::Invalid(FieldError::new(
+                "name",
+                "a dataset needs a name of letters, digits, - _ and . (at most 100)",
+            )));
+        }
+        if dataset && self.store().dataset(name).await?.is_some() {
+            return Err(StoreError::Conflict {
+                what: format!("a dataset named `{name}`"),
+            }
+            .into());
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let probe = Upload {
+            id: id.clone(),
+            kind: kind.to_owned(),
+            name: String::new(),
+            files: 0,
+            bytes: 0,
+            created_at: 0,
+        };
+        let into = self.upload_dir(&probe);
+        let source = archive_file.to_path_buf();
+        let limits = self.inner.config.upload_limits;
+        let target = into.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let done = archive::extract(&source, &target, limits)?;
+            if dataset {
+                // Shared by every job that names it: nobody writes to it by accident.
+                read_only(&target)?;
+            }
+            Ok::<_, archive::ArchiveError>(done)
+        })
+        .await
+        .map_err(|e| archive::ArchiveError::Io(std::io::Error::other(e)))??;
+        let display_name = if name.is_empty() { "project" } else { name };
+        let recorded = self
+            .store()
+            .create_upload(trainyard_store::NewUpload {
+                id,
+                kind: kind.to_owned(),
+                name: display_name.chars().take(250).collect(),
+                owner_id: None,
+                files: done.files,
+                bytes: done.bytes,
+            })
+            .await;
+        if recorded.is_err() {
+            let _ = make_writable(&into);
+            let _ = std::fs::remove_dir_all(&into);
+        }
+        Ok(recorded?)
     }
 
     /// A spec that could never run here is refused now, not queued forever.
@@ -580,6 +721,21 @@ impl Jobs {
                 .map_err(|e| e.to_string())?
                 .map_err(|e| format!("cannot copy the job's files into its folder: {e}"))?;
         }
+        for name in &job.spec.datasets {
+            let upload = self
+                .store()
+                .dataset(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("the dataset `{name}` no longer exists"))?;
+            let data = work.join("data");
+            tokio::fs::create_dir_all(&data)
+                .await
+                .map_err(|e| format!("cannot create {}: {e}", data.display()))?;
+            tokio::fs::symlink(self.upload_dir(&upload), data.join(name))
+                .await
+                .map_err(|e| format!("cannot link the dataset `{name}`: {e}"))?;
+        }
         let command = job
             .spec
             .command
@@ -834,6 +990,31 @@ impl Jobs {
             tracing::warn!(run = run_id, %error, "could not record the end of the job's run");
         }
     }
+}
+
+/// Files 0444, folders 0555, all the way down.
+fn read_only(dir: &Path) -> std::io::Result<()> {
+    set_modes(dir, 0o444, 0o555)
+}
+
+fn make_writable(dir: &Path) -> std::io::Result<()> {
+    set_modes(dir, 0o644, 0o755)
+}
+
+fn set_modes(dir: &Path, file: u32, folder: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    // Writable while walking, so a half-done pass can always be repeated.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            set_modes(&entry.path(), file, folder)?;
+        } else if kind.is_file() {
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(file))?;
+        }
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(folder))
 }
 
 fn resources(job: &trainyard_domain::job::Job) -> sched::Resources {

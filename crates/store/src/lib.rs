@@ -9,9 +9,11 @@ pub mod series;
 mod sql;
 mod templates;
 pub mod tracking;
+mod uploads;
 
 pub use jobs::{JobChange, JobRecord, NewJob};
 pub use tracking::{MetricIn, NewRun};
+pub use uploads::NewUpload;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -7,3 +7,4 @@ pub mod job_event;
 pub mod node;
 pub mod run;
 pub mod template;
+pub mod upload;

@@ -1,0 +1,439 @@
+//! Safe extraction of uploaded archives (zip, tar, tar.gz). Every entry must
+//! land inside the target folder: absolute paths and `..` are refused, and so
+//! are links (symbolic or hard), device files and pipes. Sizes and counts are
+//! counted while unpacking, never taken from headers. A refused archive
+//! leaves nothing behind.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// What one archive may unpack to.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_bytes: u64,
+    pub max_files: u64,
+}
+
+/// What an archive unpacked to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extracted {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// The archive breaks a rule; the message names the entry.
+    #[error("{0}")]
+    Refused(String),
+    #[error("could not unpack the archive: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+fn refuse<T>(message: impl Into<String>) -> Result<T, ArchiveError> {
+    Err(ArchiveError::Refused(message.into()))
+}
+
+const MAX_PATH_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Zip,
+    Tar,
+    TarGz,
+}
+
+fn sniff(path: &Path) -> Result<Format, ArchiveError> {
+    let mut head = [0u8; 512];
+    let mut file = File::open(path)?;
+    let mut read = 0;
+    while read < head.len() {
+        let n = file.read(&mut head[read..])?;
+        if n == 0 {
+            break;
+        }
+        read += n;
+    }
+    let head = &head[..read];
+    if head.starts_with(b"PK\x03\x04") || head.starts_with(b"PK\x05\x06") {
+        Ok(Format::Zip)
+    } else if head.starts_with(&[0x1f, 0x8b]) {
+        Ok(Format::TarGz)
+    } else if head.len() >= 262 && &head[257..262] == b"ustar" {
+        Ok(Format::Tar)
+    } else {
+        refuse("the upload is not a zip, tar or tar.gz archive")
+    }
+}
+
+/// An entry's path inside the target, or why it may not be written.
+fn inside(name: &Path) -> Result<Option<PathBuf>, ArchiveError> {
+    if name.as_os_str().len() > MAX_PATH_BYTES {
+        return refuse(format!(
+            "an entry's path is longer than {MAX_PATH_BYTES} bytes"
+        ));
+    }
+    let mut out = PathBuf::new();
+    for component in name.components() {
+        match component {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return refuse(format!(
+                    "`{}` would be written outside the archive's folder",
+                    name.display()
+                ));
+            }
+        }
+    }
+    Ok((!out.as_os_str().is_empty()).then_some(out))
+}
+
+/// Unpacks the archive at `archive` into `into`, which must not exist yet.
+pub fn extract(archive: &Path, into: &Path, limits: Limits) -> Result<Extracted, ArchiveError> {
+    let format = sniff(archive)?;
+    std::fs::create_dir(into)?;
+    let mut writer = Writer {
+        root: into,
+        limits,
+        done: Extracted { files: 0, bytes: 0 },
+    };
+    let result = match format {
+        Format::Zip => unzip(archive, &mut writer),
+        Format::Tar => untar(File::open(archive)?, &mut writer),
+        Format::TarGz => untar(
+            flate2::read::GzDecoder::new(File::open(archive)?),
+            &mut writer,
+        ),
+    };
+    match result {
+        Ok(()) => Ok(writer.done),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(into);
+            Err(e)
+        }
+    }
+}
+
+struct Writer<'a> {
+    root: &'a Path,
+    limits: Limits,
+    done: Extracted,
+}
+
+impl Writer<'_> {
+    fn dir(&mut self, rel: &Path) -> Result<(), ArchiveError> {
+        std::fs::create_dir_all(self.root.join(rel))?;
+        Ok(())
+    }
+
+    fn file(
+        &mut self,
+        rel: &Path,
+        executable: bool,
+        data: &mut dyn Read,
+    ) -> Result<(), ArchiveError> {
+        self.done.files += 1;
+        if self.done.files > self.limits.max_files {
+            return refuse(format!(
+                "the archive holds more than {} files",
+                self.limits.max_files
+            ));
+        }
+        let path = self.root.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let mut file = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&path)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return refuse(format!("`{}` appears twice in the archive", rel.display()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let room = self.limits.max_bytes - self.done.bytes;
+        let written = std::io::copy(&mut data.take(room + 1), &mut file)?;
+        if written > room {
+            return refuse(format!(
+                "the archive unpacks to more than {} bytes",
+                self.limits.max_bytes
+            ));
+        }
+        self.done.bytes += written;
+        file.flush()?;
+        if executable {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        }
+        Ok(())
+    }
+}
+
+fn untar(reader: impl Read, writer: &mut Writer<'_>) -> Result<(), ArchiveError> {
+    use tar::EntryType;
+    let mut archive = tar::Archive::new(reader);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let name = entry.path()?.into_owned();
+        let kind = entry.header().entry_type();
+        match kind {
+            EntryType::XGlobalHeader | EntryType::XHeader => continue,
+            EntryType::Symlink | EntryType::Link => {
+                let target = entry
+                    .link_name()
+                    .ok()
+                    .flatten()
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default();
+                return refuse(format!(
+                    "`{}` is a link (to `{target}`); archives may not hold links",
+                    name.display()
+                ));
+            }
+            EntryType::Char | EntryType::Block | EntryType::Fifo => {
+                return refuse(format!(
+                    "`{}` is a device file or a pipe; archives may hold only files and folders",
+                    name.display()
+                ));
+            }
+            _ => {}
+        }
+        let Some(rel) = inside(&name)? else {
+            continue;
+        };
+        match kind {
+            EntryType::Directory => writer.dir(&rel)?,
+            EntryType::Regular | EntryType::Continuous => {
+                let executable = entry.header().mode().is_ok_and(|m| m & 0o100 != 0);
+                writer.file(&rel, executable, &mut entry)?;
+            }
+            other => {
+                return refuse(format!(
+                    "`{}` is of a kind archives may not hold here ({other:?})",
+                    name.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unzip(path: &Path, writer: &mut Writer<'_>) -> Result<(), ArchiveError> {
+    let mut archive = zip::ZipArchive::new(File::open(path)?)
+        .map_err(|e| ArchiveError::Refused(format!("the zip archive cannot be read: {e}")))?;
+    for i in 0..archive.len() {
+        let mut entry = archive
+            .by_index(i)
+            .map_err(|e| ArchiveError::Refused(format!("a zip entry cannot be read: {e}")))?;
+        let name = entry.name().to_owned();
+        if entry.is_symlink() {
+            return refuse(format!("`{name}` is a link; archives may not hold links"));
+        }
+        let mode = entry.unix_mode().unwrap_or(0);
+        let file_type = mode & 0o170000;
+        if file_type != 0 && file_type != 0o100000 && file_type != 0o040000 {
+            return refuse(format!(
+                "`{name}` is a device file or a pipe; archives may hold only files and folders"
+            ));
+        }
+        let Some(enclosed) = entry.enclosed_name() else {
+            return refuse(format!(
+                "`{name}` would be written outside the archive's folder"
+            ));
+        };
+        let Some(rel) = inside(&enclosed)? else {
+            continue;
+        };
+        if entry.is_dir() {
+            writer.dir(&rel)?;
+        } else {
+            writer.file(&rel, mode & 0o100 != 0, &mut entry)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_bytes: 1 << 20,
+        max_files: 100,
+    };
+
+    /// A tar entry with a raw name, so tests can write what tar::Builder refuses.
+    fn tar_entry(
+        builder: &mut tar::Builder<Vec<u8>>,
+        name: &[u8],
+        kind: tar::EntryType,
+        data: &[u8],
+        link: Option<&str>,
+    ) {
+        let mut header = tar::Header::new_gnu();
+        header.as_old_mut().name[..name.len()].copy_from_slice(name);
+        header.set_entry_type(kind);
+        header.set_size(data.len() as u64);
+        header.set_mode(0o755);
+        if let Some(link) = link {
+            header.set_link_name(link).unwrap();
+        }
+        header.set_cksum();
+        builder.append(&header, data).unwrap();
+    }
+
+    /// (raw name, kind, content, link target)
+    type TarEntry<'a> = (&'a [u8], tar::EntryType, &'a [u8], Option<&'a str>);
+
+    fn tar_gz(entries: &[TarEntry<'_>]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (name, kind, data, link) in entries {
+            tar_entry(&mut builder, name, *kind, data, *link);
+        }
+        let tar = builder.into_inner().unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&tar).unwrap();
+        gz.finish().unwrap()
+    }
+
+    fn zip(entries: &[(&str, &[u8])], symlink: Option<(&str, &str)>) -> Vec<u8> {
+        let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        for (name, data) in entries {
+            writer.start_file(*name, options).unwrap();
+            writer.write_all(data).unwrap();
+        }
+        if let Some((name, target)) = symlink {
+            writer.add_symlink(name, target, options).unwrap();
+        }
+        writer.finish().unwrap().into_inner()
+    }
+
+    /// Extracts `bytes` into a fresh folder; returns the result and the
+    /// folder that holds the target (to check nothing leaked beside it).
+    fn unpack(bytes: &[u8]) -> (Result<Extracted, ArchiveError>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        let archive = dir.path().join("upload");
+        std::fs::write(&archive, bytes).unwrap();
+        let result = extract(&archive, &dir.path().join("out").join("project"), LIMITS);
+        (result, dir)
+    }
+
+    fn refused(result: Result<Extracted, ArchiveError>) -> String {
+        match result {
+            Err(ArchiveError::Refused(message)) => message,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_good_archive_unpacks_with_its_folders_and_exec_bits() {
+        use tar::EntryType::{Directory, Regular};
+        let bytes = tar_gz(&[
+            (b"./src/", Directory, b"", None),
+            (b"./src/train.py", Regular, b"print('hi')\n", None),
+            (b"run.sh", Regular, b"#!/bin/sh\n", None),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("out")).unwrap();
+        let archive = dir.path().join("upload");
+        std::fs::write(&archive, &bytes).unwrap();
+        let into = dir.path().join("out").join("project");
+        let done = extract(&archive, &into, LIMITS).unwrap();
+        assert_eq!(
+            done,
+            Extracted {
+                files: 2,
+                bytes: 22
+            }
+        );
+        assert_eq!(
+            std::fs::read_to_string(into.join("src/train.py")).unwrap(),
+            "print('hi')\n"
+        );
+        let mode = std::fs::metadata(into.join("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+
+        let zipped = zip(&[("a/b.txt", b"zip!"), ("c.txt", b"")], None);
+        let (result, _dir) = unpack(&zipped);
+        assert_eq!(result.unwrap(), Extracted { files: 2, bytes: 4 });
+    }
+
+    #[test]
+    fn paths_that_leave_the_folder_are_refused_and_nothing_is_written() {
+        use tar::EntryType::Regular;
+        for name in [&b"../evil"[..], b"/tmp/evil", b"a/../../evil"] {
+            let bytes = tar_gz(&[
+                (b"fine.txt", Regular, b"ok", None),
+                (name, Regular, b"x", None),
+            ]);
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir(dir.path().join("out")).unwrap();
+            let archive = dir.path().join("upload");
+            std::fs::write(&archive, &bytes).unwrap();
+            let into = dir.path().join("out").join("project");
+            let message = refused(extract(&archive, &into, LIMITS));
+            assert!(
+                message.contains("outside the archive's folder"),
+                "{message}"
+            );
+            assert!(!into.exists(), "a refused archive leaves nothing");
+            assert!(!dir.path().join("evil").exists());
+            assert!(!dir.path().join("out/evil").exists());
+        }
+        let (result, _dir) = unpack(&zip(&[("../evil", b"x")], None));
+        assert!(refused(result).contains("outside"));
+    }
+
+    #[test]
+    fn links_devices_and_pipes_are_refused() {
+        use tar::EntryType::{Char, Fifo, Link, Symlink};
+        for (kind, words) in [
+            (Symlink, "is a link (to `/etc/passwd`)"),
+            (Link, "is a link (to `/etc/passwd`)"),
+            (Char, "device file or a pipe"),
+            (Fifo, "device file or a pipe"),
+        ] {
+            let link = matches!(kind, Symlink | Link).then_some("/etc/passwd");
+            let (result, _dir) = unpack(&tar_gz(&[(b"x", kind, b"", link)]));
+            let message = refused(result);
+            assert!(message.contains(words), "{kind:?}: {message}");
+        }
+        let (result, _dir) = unpack(&zip(&[], Some(("link", "/etc"))));
+        assert!(refused(result).contains("is a link"));
+    }
+
+    #[test]
+    fn bombs_and_floods_stop_at_the_limits() {
+        let zeros = vec![0u8; 2 << 20];
+        let (result, dir) = unpack(&zip(&[("zeros", &zeros)], None));
+        assert!(refused(result).contains("more than 1048576 bytes"));
+        assert!(!dir.path().join("out/project").exists());
+        let names: Vec<String> = (0..101).map(|i| format!("f{i}")).collect();
+        let entries: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b""[..])).collect();
+        let (result, _dir) = unpack(&zip(&entries, None));
+        assert!(refused(result).contains("more than 100 files"));
+        let (result, _dir) = unpack(&tar_gz(&[
+            (b"same", tar::EntryType::Regular, b"1", None),
+            (b"same", tar::EntryType::Regular, b"2", None),
+        ]));
+        assert!(refused(result).contains("appears twice"));
+    }
+
+    #[test]
+    fn other_uploads_are_refused() {
+        let (result, _dir) = unpack(b"just some text");
+        assert!(refused(result).contains("not a zip, tar or tar.gz"));
+    }
+}

@@ -1,0 +1,89 @@
+//! Uploads: what each unpacked project archive or dataset is, and whose.
+
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
+use trainyard_domain::job::Upload;
+
+use crate::entity::upload;
+use crate::{Store, StoreError, now_millis};
+
+/// An upload just unpacked.
+#[derive(Debug, Clone)]
+pub struct NewUpload {
+    pub id: String,
+    /// `project` or `dataset`.
+    pub kind: String,
+    pub name: String,
+    pub owner_id: Option<i64>,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+fn from_model(m: upload::Model) -> Upload {
+    Upload {
+        id: m.id,
+        kind: m.kind,
+        name: m.name,
+        files: m.files.max(0) as u64,
+        bytes: m.bytes.max(0) as u64,
+        created_at: m.created_at,
+    }
+}
+
+impl Store {
+    /// Records an upload; a dataset whose name is taken is a conflict.
+    pub async fn create_upload(&self, new: NewUpload) -> Result<Upload, StoreError> {
+        let _turn = self.write_turn().await;
+        let dataset = new.kind == "dataset";
+        if dataset && self.dataset(&new.name).await?.is_some() {
+            return Err(StoreError::Conflict {
+                what: format!("a dataset named `{}`", new.name),
+            });
+        }
+        let model = upload::ActiveModel {
+            id: Set(new.id),
+            kind: Set(new.kind),
+            dataset_name: Set(dataset.then(|| new.name.clone())),
+            name: Set(new.name),
+            owner_id: Set(new.owner_id),
+            files: Set(new.files as i64),
+            bytes: Set(new.bytes as i64),
+            created_at: Set(now_millis()),
+        }
+        .insert(self.connection())
+        .await
+        .map_err(|e| match e.sql_err() {
+            Some(sea_orm::SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict {
+                what: "a dataset with that name".to_owned(),
+            },
+            _ => e.into(),
+        })?;
+        Ok(from_model(model))
+    }
+
+    pub async fn get_upload(&self, id: &str) -> Result<Option<Upload>, StoreError> {
+        Ok(upload::Entity::find_by_id(id.to_owned())
+            .one(self.connection())
+            .await?
+            .map(from_model))
+    }
+
+    pub async fn dataset(&self, name: &str) -> Result<Option<Upload>, StoreError> {
+        Ok(upload::Entity::find()
+            .filter(upload::Column::DatasetName.eq(name))
+            .one(self.connection())
+            .await?
+            .map(from_model))
+    }
+
+    /// Every dataset, by name.
+    pub async fn datasets(&self) -> Result<Vec<Upload>, StoreError> {
+        Ok(upload::Entity::find()
+            .filter(upload::Column::Kind.eq("dataset"))
+            .order_by_asc(upload::Column::Name)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(from_model)
+            .collect())
+    }
+}
