@@ -1,5 +1,7 @@
-//! The `trainyard` command: `serve` (the default), `migrate` and `version`,
-//! and the hidden `job-shim` the server starts for each job.
+//! The `trainyard` command: `serve` (the default), `migrate` and `version`;
+//! the job commands (`submit`, `jobs`, `logs`, `cancel`, `upload-dataset`)
+//! that talk to a server; and the hidden `job-shim` the server starts for
+//! each job.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,12 +37,84 @@ enum Command {
     },
     /// Print the version and the database schema this build expects.
     Version,
+    /// Submit a job spec (YAML, or JSON by its extension) to a server.
+    Submit {
+        /// The spec file.
+        spec: PathBuf,
+        /// A project archive (zip, tar or tar.gz) to upload with it.
+        #[arg(long, value_name = "ARCHIVE")]
+        file: Option<PathBuf>,
+        /// A dataset the job reads (repeat for more).
+        #[arg(long = "dataset", value_name = "NAME")]
+        datasets: Vec<String>,
+        /// Stay, print the log as it is written, and exit as the job does.
+        #[arg(long, short)]
+        follow: bool,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// List jobs, newest first.
+    Jobs {
+        /// Only these states, e.g. QUEUED,RUNNING.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u64,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Print a job's log.
+    Logs {
+        id: i64,
+        /// Follow it until the job ends.
+        #[arg(long, short)]
+        follow: bool,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Cancel a job.
+    Cancel {
+        id: i64,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
+    /// Upload a dataset (an archive) under a name jobs can use.
+    UploadDataset {
+        name: String,
+        archive: PathBuf,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
     /// Supervise one job (started by the server, not by hand).
     #[command(hide = true)]
     JobShim {
         /// The job attempt's folder, holding launch.json.
         dir: PathBuf,
     },
+}
+
+/// Which server the job commands talk to.
+#[derive(Args)]
+struct RemoteArgs {
+    /// The Trainyard server
+    #[arg(
+        long,
+        env = "TRAINYARD_SERVER",
+        default_value = "http://127.0.0.1:3000"
+    )]
+    server: String,
+    /// An API token (sent as a Bearer token)
+    #[arg(long, env = "TRAINYARD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+impl RemoteArgs {
+    fn remote(&self) -> trainyard::cli::Remote {
+        trainyard::cli::Remote {
+            server: self.server.clone(),
+            token: self.token.clone().filter(|t| !t.is_empty()),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -70,6 +144,9 @@ fn main() -> ExitCode {
     if let Command::JobShim { dir } = &command {
         return trainyard_jobs::shim::main(dir);
     }
+    if let Some(code) = run_client(&command) {
+        return code;
+    }
     if let Command::Version = command {
         println!("trainyard {}", env!("CARGO_PKG_VERSION"));
         println!("schema: {}", Store::known_migrations().join(", "));
@@ -91,13 +168,56 @@ fn main() -> ExitCode {
         match command {
             Command::Serve => serve(config).await,
             Command::Migrate { status } => migrate(config, status).await,
-            Command::Version | Command::JobShim { .. } => Ok(()),
+            _ => Ok(()),
         }
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => fail(&err),
     }
+}
+
+/// The job commands: they talk to a server and need no settings of their own.
+fn run_client(command: &Command) -> Option<ExitCode> {
+    use trainyard::cli;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => return Some(fail(&ServerError::Io(err))),
+    };
+    let result = runtime.block_on(async {
+        Some(match command {
+            Command::Submit {
+                spec,
+                file,
+                datasets,
+                follow,
+                remote,
+            } => cli::submit(&remote.remote(), spec, file.as_deref(), datasets, *follow).await,
+            Command::Jobs {
+                state,
+                limit,
+                remote,
+            } => cli::jobs(&remote.remote(), state.as_deref(), *limit).await,
+            Command::Logs { id, follow, remote } => cli::logs(&remote.remote(), *id, *follow).await,
+            Command::Cancel { id, remote } => cli::cancel(&remote.remote(), *id).await,
+            Command::UploadDataset {
+                name,
+                archive,
+                remote,
+            } => cli::upload_dataset(&remote.remote(), name, archive).await,
+            _ => return None,
+        })
+    })?;
+    Some(match result {
+        Ok(code) => code,
+        Err(cli::CliError(message)) => {
+            eprintln!("trainyard: error: {message}");
+            ExitCode::FAILURE
+        }
+    })
 }
 
 async fn serve(config: trainyard::Config) -> Result<(), ServerError> {

@@ -1,0 +1,351 @@
+//! The command line on the jobs REST API: `submit`, `jobs`, `logs`, `cancel`
+//! and `upload-dataset`, against a server named by `--server` (or
+//! `TRAINYARD_SERVER`), with an API token from `--token` (or
+//! `TRAINYARD_TOKEN`) when one is given.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Where the server is and who is asking.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub server: String,
+    pub token: Option<String>,
+}
+
+/// What went wrong, in words for the terminal.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl<E: std::fmt::Display> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+type Result<T> = std::result::Result<T, CliError>;
+
+/// How often a followed job is looked at.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+impl Remote {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.trim_end_matches('/'))
+    }
+
+    fn client(&self) -> Result<reqwest::Client> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = &self.token {
+            let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| CliError("the token holds characters a header cannot".into()))?;
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        Ok(reqwest::Client::builder()
+            .default_headers(headers)
+            .connect_timeout(Duration::from_secs(10))
+            .build()?)
+    }
+
+    /// Sends a request; a non-2xx answer becomes its error message (and
+    /// field errors, one per line).
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response> {
+        let response = request.send().await.map_err(|e| {
+            CliError(format!(
+                "cannot reach the server at {}: {e} (set --server or TRAINYARD_SERVER)",
+                self.server
+            ))
+        })?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let mut message = body["message"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("the server answered {status}"));
+        if let Some(fields) = body["fields"].as_array()
+            && fields.len() > 1
+        {
+            message = fields
+                .iter()
+                .map(|f| {
+                    format!(
+                        "  {}: {}",
+                        f["field"].as_str().unwrap_or("?"),
+                        f["message"].as_str().unwrap_or("")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            message = format!("the spec has problems:\n{message}");
+        }
+        Err(CliError(message))
+    }
+
+    async fn get_json(&self, path: &str) -> Result<Value> {
+        let client = self.client()?;
+        Ok(self.send(client.get(self.url(path))).await?.json().await?)
+    }
+}
+
+/// `trainyard submit SPEC [--file ARCHIVE] [--dataset NAME]... [--follow]`
+pub async fn submit(
+    remote: &Remote,
+    spec_file: &Path,
+    project: Option<&Path>,
+    datasets: &[String],
+    follow: bool,
+) -> Result<ExitCode> {
+    let text = std::fs::read(spec_file)
+        .map_err(|e| CliError(format!("cannot read {}: {e}", spec_file.display())))?;
+    let json = spec_file.extension().is_some_and(|e| e == "json");
+    let mut spec = trainyard_jobs::parse_spec(!json, &text)
+        .map_err(|e| CliError(format!("{}: {}", spec_file.display(), e.message)))?;
+    if let Some(archive) = project {
+        let upload = upload(remote, archive, "project", &file_name(archive)).await?;
+        spec.project = upload["id"].as_str().map(str::to_owned);
+    }
+    spec.datasets.extend(datasets.iter().cloned());
+    let client = remote.client()?;
+    let answer: Value = remote
+        .send(
+            client
+                .post(remote.url("/api/trainyard/v1/jobs"))
+                .json(&spec),
+        )
+        .await?
+        .json()
+        .await?;
+    let id = answer["job"]["id"]
+        .as_i64()
+        .ok_or_else(|| CliError("the server's answer has no job id".into()))?;
+    eprintln!("submitted job {id}: {}", remote.url(&format!("/jobs/{id}")));
+    if !follow {
+        println!("{id}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    follow_logs(remote, id).await
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "upload".to_owned())
+}
+
+/// Streams an archive to the server, showing progress on a terminal.
+async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Result<Value> {
+    use futures::StreamExt;
+    let file = tokio::fs::File::open(archive)
+        .await
+        .map_err(|e| CliError(format!("cannot read {}: {e}", archive.display())))?;
+    let total = file.metadata().await?.len();
+    let shown = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut sent: u64 = 0;
+    let label = archive.display().to_string();
+    let stream = tokio_util::io::ReaderStream::new(file).map(move |chunk| {
+        if let Ok(bytes) = &chunk {
+            sent += bytes.len() as u64;
+            if shown {
+                let percent = (sent * 100).checked_div(total).unwrap_or(100);
+                eprint!("\ruploading {label}: {percent}% of {}", human_bytes(total));
+                let _ = std::io::stderr().flush();
+            }
+        }
+        chunk
+    });
+    let client = remote.client()?;
+    let request = client
+        .post(remote.url("/api/trainyard/v1/uploads"))
+        .query(&[("kind", kind), ("name", name)])
+        .header(reqwest::header::CONTENT_LENGTH, total)
+        .body(reqwest::Body::wrap_stream(stream));
+    let result = remote.send(request).await;
+    if shown {
+        eprintln!();
+    }
+    let answer: Value = result?.json().await?;
+    let upload = answer["upload"].clone();
+    eprintln!(
+        "uploaded {}: {} files, {} unpacked",
+        archive.display(),
+        upload["files"],
+        human_bytes(upload["bytes"].as_u64().unwrap_or(0))
+    );
+    Ok(upload)
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// `trainyard upload-dataset NAME ARCHIVE`
+pub async fn upload_dataset(remote: &Remote, name: &str, archive: &Path) -> Result<ExitCode> {
+    let upload = upload(remote, archive, "dataset", name).await?;
+    println!("{}", upload["name"].as_str().unwrap_or(name));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `trainyard jobs [--state S]`: newest first.
+pub async fn jobs(remote: &Remote, state: Option<&str>, limit: u64) -> Result<ExitCode> {
+    let mut path = format!("/api/trainyard/v1/jobs?limit={limit}");
+    if let Some(state) = state {
+        path.push_str(&format!("&state={state}"));
+    }
+    let answer = remote.get_json(&path).await?;
+    let empty = Vec::new();
+    let list = answer["jobs"].as_array().unwrap_or(&empty);
+    if list.is_empty() {
+        eprintln!("no jobs");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:>6}  {:<10}  {:>4}  {:<32}  WAITING FOR",
+        "ID", "STATE", "GPUS", "NAME"
+    );
+    for job in list {
+        let waiting = match (
+            job["queue_position"].as_u64(),
+            job["pending_reason"].as_str(),
+        ) {
+            (Some(p), Some(reason)) => format!("#{p} · {reason}"),
+            _ => String::new(),
+        };
+        let name: String = job["name"]
+            .as_str()
+            .unwrap_or("")
+            .chars()
+            .take(32)
+            .collect();
+        println!(
+            "{:>6}  {:<10}  {:>4}  {:<32}  {waiting}",
+            job["id"],
+            job["state"].as_str().unwrap_or(""),
+            job["gpus"],
+            name
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `trainyard cancel ID`
+pub async fn cancel(remote: &Remote, id: i64) -> Result<ExitCode> {
+    let client = remote.client()?;
+    let answer: Value = remote
+        .send(
+            client
+                .post(remote.url(&format!("/api/trainyard/v1/jobs/{id}/cancel")))
+                .json(&serde_json::json!({})),
+        )
+        .await?
+        .json()
+        .await?;
+    let state = answer["job"]["state"].as_str().unwrap_or("?");
+    if state == "CANCELLED" {
+        println!("job {id} cancelled");
+    } else {
+        println!("job {id} is stopping ({state})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `trainyard logs [-f] ID`: the log; with `-f`, follows it until the job
+/// ends, and exits 0 only if it succeeded.
+pub async fn logs(remote: &Remote, id: i64, follow: bool) -> Result<ExitCode> {
+    if follow {
+        return follow_logs(remote, id).await;
+    }
+    let client = remote.client()?;
+    let bytes = remote
+        .send(client.get(remote.url(&format!("/api/trainyard/v1/jobs/{id}/logs?download=1"))))
+        .await?
+        .bytes()
+        .await?;
+    std::io::stdout().write_all(&bytes)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn follow_logs(remote: &Remote, id: i64) -> Result<ExitCode> {
+    let client = remote.client()?;
+    let mut offset: u64 = 0;
+    let mut attempt: Option<u64> = None;
+    let mut said = String::new();
+    loop {
+        let detail = remote
+            .get_json(&format!("/api/trainyard/v1/jobs/{id}"))
+            .await?;
+        let job = &detail["job"];
+        let state = job["state"].as_str().unwrap_or("").to_owned();
+        let this_attempt = job["attempt"].as_u64().unwrap_or(0);
+        if attempt.is_some_and(|a| a != this_attempt) {
+            eprintln!("-- attempt {} --", this_attempt + 1);
+            offset = 0;
+        }
+        attempt = Some(this_attempt);
+        let status = match (
+            job["queue_position"].as_u64(),
+            job["pending_reason"].as_str(),
+        ) {
+            (Some(p), Some(reason)) if state == "QUEUED" => format!("queued #{p}: {reason}"),
+            _ => state.to_lowercase(),
+        };
+        if status != said {
+            eprintln!("[{status}]");
+            said = status;
+        }
+        // Everything written so far, then look again.
+        loop {
+            let response = remote
+                .send(client.get(remote.url(&format!(
+                    "/api/trainyard/v1/jobs/{id}/logs?offset={offset}&attempt={this_attempt}"
+                ))))
+                .await?;
+            let next: u64 = response
+                .headers()
+                .get("x-log-offset")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(offset);
+            let bytes = response.bytes().await?;
+            if bytes.is_empty() {
+                break;
+            }
+            std::io::stdout().write_all(&bytes)?;
+            std::io::stdout().flush()?;
+            offset = next;
+        }
+        let ended = matches!(
+            state.as_str(),
+            "SUCCEEDED" | "FAILED" | "CANCELLED" | "LOST"
+        );
+        if ended {
+            let code = job["exit_code"]
+                .as_i64()
+                .map(|c| format!(", exit code {c}"))
+                .unwrap_or_default();
+            eprintln!("job {id} {}{code}", state.to_lowercase());
+            return Ok(if state == "SUCCEEDED" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
+        }
+        tokio::time::sleep(FOLLOW_POLL).await;
+    }
+}
