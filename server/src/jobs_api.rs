@@ -234,6 +234,16 @@ pub async fn template(
         })
 }
 
+/// `POST /api/trainyard/v1/jobs/{id}/retry`: a new job with the same spec
+/// and files; answers the new job.
+pub async fn retry(
+    State(state): State<AppState>,
+    Path(id): Path<i64>,
+) -> Result<(StatusCode, Json<JobAnswer>), JobsError> {
+    let record = state.jobs.retry(id).await?;
+    Ok((StatusCode::CREATED, Json(JobAnswer { job: record.job })))
+}
+
 #[derive(Deserialize)]
 pub struct LogQuery {
     #[serde(default)]

@@ -146,6 +146,10 @@ pub fn router(state: AppState) -> Router {
                     "/api/trainyard/v1/jobs/{id}/cancel",
                     axum::routing::post(jobs_api::cancel),
                 )
+                .route(
+                    "/api/trainyard/v1/jobs/{id}/retry",
+                    axum::routing::post(jobs_api::retry),
+                )
                 .route("/api/trainyard/v1/jobs/{id}/logs", get(jobs_api::logs))
                 .route(
                     "/api/trainyard/v1/jobs/{id}/logs/stream",

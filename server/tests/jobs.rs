@@ -183,6 +183,29 @@ async fn a_failed_job_keeps_its_exit_code_and_is_retried_per_its_policy() {
         .get(&format!("/api/trainyard/v1/jobs/{id}/logs?attempt=0"))
         .await;
     assert_eq!(first_log.body, "attempt\n");
+
+    // Run again: a new job with the same spec and a run of its own.
+    let again = post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{id}/retry"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    let new_id = again.json()["job"]["id"].as_i64().unwrap();
+    assert_ne!(new_id, id);
+    let redo = wait_for(&server, new_id, "FAILED").await;
+    assert_eq!(redo["job"]["spec"], detail["job"]["spec"]);
+    assert_eq!(redo["job"]["exit_code"], 3);
+    assert_ne!(redo["job"]["run_id"], detail["job"]["run_id"]);
+    assert!(event_kinds(&redo).contains(&"submitted".to_owned()));
+    assert!(
+        redo["events"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("a retry of job {id}")),
+        "{redo}"
+    );
 }
 
 #[tokio::test]
@@ -226,7 +249,28 @@ async fn cancel_stops_a_running_job_with_its_children() {
     );
     let run_id = detail["job"]["run_id"].as_str().unwrap();
     assert_eq!(run(&server, run_id).await["info"]["status"], "KILLED");
-    // A finished job cannot be cancelled again.
+    // A running job is not run again; a finished one cannot be cancelled again.
+    let running = submit(
+        &server,
+        json!({"name": "busy", "command": "sleep 60", "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    wait_for(&server, running, "RUNNING").await;
+    let refused = post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{running}/retry"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("has not ended"), "{}", refused.body);
+    post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{running}/cancel"),
+        &json!({}),
+    )
+    .await;
+    wait_for(&server, running, "CANCELLED").await;
     let again = post_json(
         server.addr,
         &format!("/api/trainyard/v1/jobs/{id}/cancel"),

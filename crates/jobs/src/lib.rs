@@ -535,6 +535,71 @@ impl Jobs {
         Ok(record)
     }
 
+    /// Submits a finished job again, as a new job with the same spec and
+    /// files (as they were at its submission), and a new run. The old job
+    /// keeps its history.
+    pub async fn retry(&self, id: i64) -> Result<JobRecord, StoreError> {
+        let old = self.store().get_job(id).await?;
+        if !old.job.state.is_terminal() {
+            return Err(StoreError::Rejected(format!(
+                "job {id} has not ended ({}); cancel it first, or wait",
+                old.job.state.label()
+            )));
+        }
+        let experiment_id = old.job.experiment_id.ok_or_else(|| {
+            StoreError::Rejected(format!("job {id} has no experiment left to log to"))
+        })?;
+        let spec = old.job.spec.clone();
+        let run_id = self.new_run(&spec, experiment_id, 0).await?;
+        let record = self
+            .store()
+            .create_job(NewJob {
+                spec,
+                owner_id: old.owner_id,
+                team_id: old.team_id,
+                experiment_id,
+                run_id: run_id.clone(),
+                cpu_millis: old.job.cpu_millis,
+                memory_mib: old.job.memory_mib,
+                max_runtime_secs: old.job.max_runtime_secs,
+            })
+            .await?;
+        self.store()
+            .log_batch(
+                &run_id,
+                &[],
+                &[],
+                &[
+                    ("trainyard.job_id".to_owned(), record.job.id.to_string()),
+                    ("trainyard.retry_of".to_owned(), id.to_string()),
+                ],
+            )
+            .await?;
+        self.store()
+            .add_job_event(record.job.id, "submitted", &format!("a retry of job {id}"))
+            .await?;
+        let from = self.files_dir(id);
+        let to = self.files_dir(record.job.id);
+        let copied = tokio::task::spawn_blocking(move || {
+            if from.is_dir() {
+                std::fs::create_dir_all(&to)?;
+                templates::copy_files(&from, &to)?;
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
+        if let Err(message) = copied {
+            let message = format!("could not copy the job's files: {message}");
+            self.finish(&record, JobState::Failed, None, &message)
+                .await?;
+            return self.store().get_job(record.job.id).await;
+        }
+        self.wake();
+        Ok(record)
+    }
+
     /// Schedules and supervises until the task is aborted.
     pub async fn run_forever(self) {
         loop {
@@ -919,7 +984,8 @@ impl Jobs {
         message: &str,
     ) -> Result<(), StoreError> {
         let job = &record.job;
-        let from = [JobState::Starting, JobState::Running];
+        // Queued too: a job whose files could not be prepared ends before it starts.
+        let from = [JobState::Queued, JobState::Starting, JobState::Running];
         let retry = matches!(state, JobState::Failed | JobState::Lost)
             && job.attempt < job.retries
             && !job.cancel_requested;
