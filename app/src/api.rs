@@ -101,6 +101,14 @@ pub async fn cancel_job(id: i64) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Submits a finished job again; the browser goes to the new job's page.
+#[server(endpoint = "retry_job")]
+pub async fn retry_job(id: i64) -> Result<i64, AppError> {
+    let record = jobs()?.retry(id).await?;
+    leptos_axum::redirect(&format!("/jobs/{}", record.job.id));
+    Ok(record.job.id)
+}
+
 #[server(endpoint = "get_template")]
 pub async fn get_template(slug: String) -> Result<Option<Template>, AppError> {
     Ok(store()?.get_template(&slug).await?)

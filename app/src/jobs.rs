@@ -9,7 +9,9 @@ use trainyard_domain::job::Job;
 use trainyard_domain::template::{ParamSpec, ParamType, Template};
 use trainyard_domain::{JobState, format_utc};
 
-use crate::api::{CancelJob, SubmitJob, get_job, get_log_tail, get_template, list_job_page};
+use crate::api::{
+    CancelJob, RetryJob, SubmitJob, get_job, get_log_tail, get_template, list_job_page,
+};
 use crate::error::AppError;
 use crate::pages::{ErrorNote, state_class};
 
@@ -334,6 +336,10 @@ fn submit_form(
                     {params.into_iter().map(|(name, p)| param_input(name, p, error)).collect_view()}
                 </fieldset>
             })}
+            <ProjectUpload/>
+            <Field label="Datasets (names, separated by commas)" field="datasets" error=error>
+                <input type="text" name="form[datasets]" placeholder="e.g. cifar10" autocomplete="off"/>
+            </Field>
             <fieldset class="row">
                 <legend>"Resources"</legend>
                 <Field label="GPUs" field="resources.gpus" error=error>
@@ -360,6 +366,132 @@ fn submit_form(
     }
 }
 
+/// Where an upload stands. (Only the browser moves it past `Idle`.)
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+enum UploadState {
+    Idle,
+    /// Bytes sent of the total.
+    Sending(f64, f64),
+    /// Uploaded: its id and what it unpacked to.
+    Done(String, String),
+    Failed(String),
+}
+
+/// The project archive for the job: uploaded as soon as it is chosen, with
+/// its progress; its id goes with the form. (Needs JavaScript; without it,
+/// `trainyard submit --file` does the same.)
+#[component]
+fn ProjectUpload() -> impl IntoView {
+    let state = RwSignal::new(UploadState::Idle);
+    let id = move || match state.get() {
+        UploadState::Done(id, _) => id,
+        _ => String::new(),
+    };
+    #[allow(unused_variables)]
+    let on_change = move |ev: leptos::ev::Event| {
+        #[cfg(feature = "hydrate")]
+        {
+            let input: web_sys::HtmlInputElement = event_target(&ev);
+            if let Some(file) = input.files().and_then(|files| files.get(0)) {
+                start_upload(file, state);
+            }
+        }
+    };
+    view! {
+        <div class="field">
+            <label>"Project archive (zip or tar.gz; a requirements.txt at its top is installed)"
+                <input type="file" accept=".zip,.tar,.tar.gz,.tgz" data-testid="project-file" on:change=on_change/>
+            </label>
+            <input type="hidden" name="form[project]" prop:value=id/>
+            {move || match state.get() {
+                UploadState::Idle => ().into_any(),
+                UploadState::Sending(sent, total) => view! {
+                    <p class="hint" data-testid="upload-progress">
+                        <progress max=total value=sent></progress>
+                        " uploading… " {format!("{:.0}%", if total > 0.0 { sent * 100.0 / total } else { 0.0 })}
+                    </p>
+                }.into_any(),
+                UploadState::Done(_, summary) => view! {
+                    <p class="hint" data-testid="upload-done">"Uploaded: " {summary}</p>
+                }.into_any(),
+                UploadState::Failed(message) => view! {
+                    <p class="field-error" data-testid="upload-error">{message}</p>
+                }.into_any(),
+            }}
+        </div>
+    }
+}
+
+/// Sends the file with XMLHttpRequest, whose upload progress events a
+/// fetch does not have.
+#[cfg(feature = "hydrate")]
+fn start_upload(file: web_sys::File, state: RwSignal<UploadState>) {
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen::closure::Closure;
+    let fail = move |message: String| state.set(UploadState::Failed(message));
+    let Ok(xhr) = web_sys::XmlHttpRequest::new() else {
+        return fail("this browser cannot upload files".into());
+    };
+    let name: String = js_sys::encode_uri_component(&file.name()).into();
+    if xhr
+        .open(
+            "POST",
+            &format!("/api/trainyard/v1/uploads?kind=project&name={name}"),
+        )
+        .is_err()
+    {
+        return fail("the upload could not start".into());
+    }
+    state.set(UploadState::Sending(0.0, file.size()));
+    if let Ok(upload) = xhr.upload() {
+        let on_progress =
+            Closure::<dyn FnMut(web_sys::ProgressEvent)>::new(move |e: web_sys::ProgressEvent| {
+                if e.length_computable() {
+                    state.set(UploadState::Sending(e.loaded(), e.total()));
+                }
+            });
+        upload.set_onprogress(Some(on_progress.as_ref().unchecked_ref()));
+        on_progress.forget();
+    }
+    let answered = xhr.clone();
+    let on_load = Closure::<dyn FnMut()>::new(move || {
+        let status = answered.status().unwrap_or(0);
+        let text = answered.response_text().ok().flatten().unwrap_or_default();
+        let body = js_sys::JSON::parse(&text).unwrap_or(wasm_bindgen::JsValue::NULL);
+        let get = |value: &wasm_bindgen::JsValue, key: &str| {
+            js_sys::Reflect::get(value, &key.into()).unwrap_or(wasm_bindgen::JsValue::UNDEFINED)
+        };
+        if status == 201 {
+            let upload = get(&body, "upload");
+            let id = get(&upload, "id").as_string().unwrap_or_default();
+            let files = get(&upload, "files").as_f64().unwrap_or(0.0);
+            let bytes = get(&upload, "bytes").as_f64().unwrap_or(0.0);
+            state.set(UploadState::Done(
+                id,
+                format!("{files} files, {:.1} MiB unpacked", bytes / 1_048_576.0),
+            ));
+        } else {
+            let message = get(&body, "message")
+                .as_string()
+                .unwrap_or_else(|| format!("the server answered {status}"));
+            state.set(UploadState::Failed(message));
+        }
+    });
+    xhr.set_onload(Some(on_load.as_ref().unchecked_ref()));
+    on_load.forget();
+    let on_error = Closure::<dyn FnMut()>::new(move || {
+        state.set(UploadState::Failed(
+            "the upload was cut off; try again".into(),
+        ))
+    });
+    xhr.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    on_error.forget();
+    if xhr.send_with_opt_blob(Some(&file)).is_err() {
+        state.set(UploadState::Failed("the upload could not be sent".into()));
+    }
+}
+
 /// `/jobs/ID`: the job, its timeline, cancel, and its log, live while it runs.
 #[component]
 pub fn JobPage() -> impl IntoView {
@@ -367,6 +499,7 @@ pub fn JobPage() -> impl IntoView {
     let id = move || params.read().get("id").and_then(|s| s.parse::<i64>().ok());
     let tick = RwSignal::new(0u32);
     let cancel = ServerAction::<CancelJob>::new();
+    let retry = ServerAction::<RetryJob>::new();
     let page = Resource::new(
         move || (id(), tick.get(), cancel.version().get()),
         |(id, _, _)| async move {
@@ -390,7 +523,13 @@ pub fn JobPage() -> impl IntoView {
     });
     let live = RwSignal::new(String::new());
     follow_log(id, log, live, tick);
-    let cancel_error = move || cancel.value().get().and_then(Result::err);
+    let cancel_error = move || {
+        cancel
+            .value()
+            .get()
+            .and_then(Result::err)
+            .or_else(|| retry.value().get().and_then(Result::err))
+    };
     view! {
         <Transition fallback=|| view! { <p class="muted">"Loading the job…"</p> }>
             {move || Suspend::new(async move {
@@ -404,6 +543,12 @@ pub fn JobPage() -> impl IntoView {
                             <section class="page-head">
                                 <h1>{job.name.clone()}</h1>
                                 <span class=state_class(job.state) data-testid="job-state">{job.state.label()}</span>
+                                {(!cancellable).then(|| view! {
+                                    <ActionForm action=retry attr:class="inline-form">
+                                        <input type="hidden" name="id" value=job.id/>
+                                        <button type="submit" class="secondary" data-testid="retry">"Run again"</button>
+                                    </ActionForm>
+                                })}
                                 {cancellable.then(|| view! {
                                     <ActionForm action=cancel attr:class="inline-form">
                                         <input type="hidden" name="id" value=job.id/>

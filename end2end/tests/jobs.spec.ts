@@ -3,6 +3,11 @@
 // job waiting for the only GPU shows its place and reason; a wrong field is
 // marked on the form; the pages read without JavaScript.
 import { expect, test, type APIRequestContext, type Page } from '@playwright/test';
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 async function submitByApi(request: APIRequestContext, spec: object): Promise<number> {
   const response = await request.post('/api/trainyard/v1/jobs', { data: spec });
@@ -32,6 +37,7 @@ test('the demo template runs from the catalog and its log streams live', async (
   await form.locator('input[name="form[name]"]').fill('demo from the browser');
   await form.locator('input[name="form[hp][epochs]"]').fill('40');
   await form.locator('input[name="form[hp][delay]"]').fill('0.25');
+  await page.screenshot({ path: test.info().outputPath('submit-form.png'), fullPage: true });
   await expect(async () => {
     await form.getByRole('button', { name: 'Submit' }).click();
     await expect(page).toHaveURL(/\/jobs\/\d+$/, { timeout: 2_000 });
@@ -63,6 +69,56 @@ test('a command of its own is cancelled mid-run', async ({ page }) => {
   await page.getByTestId('cancel').click();
   await expectState(page, 'Cancelled');
   await expect(page.getByTestId('events')).toContainText('cancelled');
+
+  // Run again: a new job with the same command, on its own page.
+  const first = page.url();
+  await page.getByTestId('retry').click();
+  await expect(page).not.toHaveURL(first);
+  await expect(page).toHaveURL(/\/jobs\/\d+$/);
+  await expectState(page, 'Running');
+  await expect(page.getByTestId('events')).toContainText('a retry of job');
+  await page.getByTestId('cancel').click();
+  await expectState(page, 'Cancelled');
+});
+
+test('a project archive uploads with progress and the job runs it', async ({ page }) => {
+  const dir = mkdtempSync(join(tmpdir(), 'trainyard-project-'));
+  writeFileSync(join(dir, 'run.sh'), 'echo "project says $(cat message.txt)"\n');
+  writeFileSync(join(dir, 'message.txt'), 'hello from the archive');
+  // Some weight that does not compress, so the upload has progress to show.
+  writeFileSync(join(dir, 'weights.bin'), randomBytes(4 << 20));
+  const archive = join(dir, 'project.tar.gz');
+  execFileSync('tar', ['czf', archive, '-C', dir, 'run.sh', 'message.txt', 'weights.bin']);
+
+  await page.goto('/submit');
+  const form = page.getByTestId('submit-job');
+  await form.locator('input[name="form[name]"]').fill('from an archive');
+  await form.locator('textarea[name="form[command]"]').fill('sh run.sh');
+  // A slow link, so the progress can be seen.
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Network.enable');
+  await cdp.send('Network.emulateNetworkConditions', {
+    offline: false,
+    latency: 0,
+    downloadThroughput: -1,
+    uploadThroughput: 1 << 20,
+  });
+  await expect(async () => {
+    await page.getByTestId('project-file').setInputFiles(archive);
+    await expect(page.getByTestId('upload-progress')).toBeVisible({ timeout: 1_000 });
+  }).toPass({ timeout: 20_000 });
+  await expect(page.getByTestId('upload-progress')).toContainText('uploading');
+  await expect(page.getByTestId('upload-done')).toContainText('3 files', { timeout: 30_000 });
+  await cdp.send('Network.emulateNetworkConditions', {
+    offline: false,
+    latency: 0,
+    downloadThroughput: -1,
+    uploadThroughput: -1,
+  });
+  await form.getByRole('button', { name: 'Submit' }).click();
+  await expect(page).toHaveURL(/\/jobs\/\d+$/);
+  await expectState(page, 'Succeeded');
+  await expect(page.getByTestId('log')).toContainText('project says hello from the archive');
 });
 
 test('a job waiting for the only GPU shows its place and reason', async ({ page, request }) => {
