@@ -68,7 +68,8 @@ impl FromRef<AppState> for LeptosOptions {
 }
 
 impl AppState {
-    pub fn new(config: &Config, listen: SocketAddr, store: Store) -> AppState {
+    /// `gpus`: how many GPUs this machine offers jobs (see [`discover_gpus`]).
+    pub fn new(config: &Config, listen: SocketAddr, store: Store, gpus: u32) -> AppState {
         let leptos_options = LeptosOptions::builder()
             .output_name("trainyard")
             .site_root(config.site_dir.to_string_lossy().into_owned())
@@ -76,7 +77,7 @@ impl AppState {
             .site_addr(listen)
             .env(leptos::config::Env::PROD)
             .build();
-        let jobs = trainyard_jobs::Jobs::new(store.clone(), jobs_config(config, listen));
+        let jobs = trainyard_jobs::Jobs::new(store.clone(), jobs_config(config, listen, gpus));
         AppState {
             leptos_options,
             jobs,
@@ -92,7 +93,7 @@ impl AppState {
 
 /// The local executor's setup: this machine's CPUs and memory, the GPUs
 /// it offers, and the address jobs report to.
-fn jobs_config(config: &Config, listen: SocketAddr) -> trainyard_jobs::JobsConfig {
+fn jobs_config(config: &Config, listen: SocketAddr, gpus: u32) -> trainyard_jobs::JobsConfig {
     let mut tracking = listen;
     if tracking.ip().is_unspecified() {
         tracking.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
@@ -102,7 +103,7 @@ fn jobs_config(config: &Config, listen: SocketAddr) -> trainyard_jobs::JobsConfi
         root: config.data_dir.join("jobs"),
         shim_program: config.job_shim.clone(),
         tracking_uri: format!("http://{tracking}"),
-        gpus: config.simulated_gpus,
+        gpus,
         cpu_millis: cpus * 1000,
         memory_mib: memory_mib().unwrap_or(4096),
         stop_grace_secs: config.job_stop_grace_secs,
@@ -213,6 +214,44 @@ pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
     Ok(store)
 }
 
+/// Finds this machine's GPUs (NVML, or `simulated_gpus` without a driver),
+/// records them as its node, and returns how many jobs may use.
+pub async fn discover_gpus(config: &Config, store: &Store) -> Result<u32, ServerError> {
+    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "local".to_owned());
+    let simulated = config.simulated_gpus;
+    let name = node.clone();
+    let inventory = tokio::task::spawn_blocking(move || trainyard_nvml::discover(simulated, &name))
+        .await
+        .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
+    match inventory.source {
+        trainyard_nvml::Source::Nvml => {
+            tracing::info!(gpus = inventory.gpus.len(), node = %node, "GPUs found by NVML")
+        }
+        trainyard_nvml::Source::Simulated => tracing::info!(
+            gpus = inventory.gpus.len(),
+            node = %node,
+            why = inventory.note.as_deref().unwrap_or(""),
+            "offering simulated GPUs (simulated_gpus)"
+        ),
+    }
+    let gpus: Vec<trainyard_store::GpuInfo> = inventory
+        .gpus
+        .iter()
+        .map(|g| trainyard_store::GpuInfo {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            memory_total_bytes: g.memory_total_bytes,
+        })
+        .collect();
+    store.register_node(&node, &gpus).await?;
+    Ok(gpus.len() as u32)
+}
+
 /// Brings the catalog in line with the template files. A template that is
 /// not valid stops the start, naming its file and field.
 async fn sync_templates(config: &Config, store: &Store) -> Result<(), ServerError> {
@@ -248,6 +287,7 @@ impl Server {
     pub async fn bind(config: &Config) -> Result<Server, ServerError> {
         let store = open_store(config).await?;
         sync_templates(config, &store).await?;
+        let gpus = discover_gpus(config, &store).await?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -264,7 +304,7 @@ impl Server {
         }
         Ok(Server {
             signals: ShutdownSignals::install()?,
-            state: AppState::new(config, local, store),
+            state: AppState::new(config, local, store, gpus),
             listener,
             grace: config.shutdown_grace,
         })

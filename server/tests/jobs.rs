@@ -90,6 +90,15 @@ fn pid_alive(pid: i32) -> bool {
 #[tokio::test]
 async fn a_job_runs_with_its_environment_logs_to_its_run_and_finishes() {
     let server = TestServer::start_with(&[("TRAINYARD_SIMULATED_GPUS", "2")]).await;
+    // This machine is a node with its (simulated, without a driver) GPUs.
+    let store = trainyard_store::Store::connect(&server.db.url, 1)
+        .await
+        .unwrap();
+    let nodes = store.list_nodes().await.unwrap();
+    store.close().await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].gpus, 2);
+    assert_eq!(nodes[0].state, "ready");
     // The job talks to the tracking server itself, as the mlflow client would.
     let script = r#"
 import json, os, urllib.request

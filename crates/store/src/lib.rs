@@ -5,6 +5,7 @@ mod chunks;
 pub mod compaction;
 pub mod entity;
 pub mod jobs;
+mod nodes;
 pub mod series;
 mod sql;
 mod templates;
@@ -12,6 +13,7 @@ pub mod tracking;
 mod uploads;
 
 pub use jobs::{JobChange, JobRecord, NewJob};
+pub use nodes::GpuInfo;
 pub use tracking::{MetricIn, NewRun};
 pub use uploads::NewUpload;
 

@@ -1,0 +1,70 @@
+//! Nodes and their GPUs as the executors find them: the local executor
+//! registers this machine at start-up.
+
+use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+
+use crate::entity::{gpu, node};
+use crate::{Store, StoreError, now_millis};
+
+/// One GPU of a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub memory_total_bytes: u64,
+}
+
+impl Store {
+    /// Records a node as ready with exactly these GPUs (added, updated, or
+    /// removed to match). Returns the node's id.
+    pub async fn register_node(&self, name: &str, gpus: &[GpuInfo]) -> Result<i64, StoreError> {
+        let _turn = self.write_turn().await;
+        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let now = now_millis();
+        let existing = node::Entity::find()
+            .filter(node::Column::Name.eq(name))
+            .one(&txn)
+            .await?;
+        let node_id = match existing {
+            Some(m) => {
+                let mut active: node::ActiveModel = m.into();
+                active.state = Set("ready".to_owned());
+                active.last_seen = Set(Some(now));
+                active.update(&txn).await?.id
+            }
+            None => {
+                node::ActiveModel {
+                    name: Set(name.to_owned()),
+                    state: Set("ready".to_owned()),
+                    last_seen: Set(Some(now)),
+                    labels: Set("{}".to_owned()),
+                    created_at: Set(now),
+                    ..Default::default()
+                }
+                .insert(&txn)
+                .await?
+                .id
+            }
+        };
+        // Replaced whole: a GPU's index or UUID may change with the hardware.
+        gpu::Entity::delete_many()
+            .filter(gpu::Column::NodeId.eq(node_id))
+            .exec(&txn)
+            .await?;
+        for g in gpus {
+            gpu::ActiveModel {
+                node_id: Set(node_id),
+                index: Set(g.index as i32),
+                uuid: Set(g.uuid.clone()),
+                name: Set(g.name.clone()),
+                memory_total_bytes: Set(g.memory_total_bytes as i64),
+                ..Default::default()
+            }
+            .insert(&txn)
+            .await?;
+        }
+        txn.commit().await?;
+        Ok(node_id)
+    }
+}
