@@ -471,6 +471,7 @@ pub async fn stream_logs(
     State(state): State<AppState>,
     Path(id): Path<i64>,
     Query(q): Query<StreamQuery>,
+    headers: HeaderMap,
 ) -> Result<
     axum::response::sse::Sse<
         impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
@@ -482,8 +483,14 @@ pub async fn stream_logs(
     let attempt = record.job.attempt;
     let path = state.jobs.attempt_dir(id, attempt).join(shim::LOG_FILE);
     let jobs = state.jobs.clone();
+    // A browser that reconnects says where it got to.
+    let start = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(q.offset);
     // (offset, finished): the stream stops after the `end` event.
-    let stream = futures::stream::unfold((q.offset, false), move |(mut offset, finished)| {
+    let stream = futures::stream::unfold((start, false), move |(mut offset, finished)| {
         let jobs = jobs.clone();
         let path = path.clone();
         async move {
@@ -508,15 +515,21 @@ pub async fn stream_logs(
                     Err(_) => true,
                 };
                 if ended {
-                    // Read once more: the last lines may have come with the end.
-                    let (rest, _) = trainyard_jobs::read_from(&path, offset, 1)
+                    // The last lines may have come with the end; a character
+                    // cut off for good is sent as it is.
+                    let (rest, _) = trainyard_jobs::read_from(&path, offset, EVENT_BYTES)
                         .await
                         .unwrap_or_default();
                     if rest.is_empty() {
                         let event = Event::default().event("end").data("");
                         return Some((Ok(event), (offset, true)));
                     }
-                    continue;
+                    offset += rest.len() as u64;
+                    let event = Event::default()
+                        .event("log")
+                        .id(offset.to_string())
+                        .data(String::from_utf8_lossy(&rest));
+                    return Some((Ok(event), (offset, false)));
                 }
                 tokio::time::sleep(FOLLOW_POLL).await;
             }

@@ -780,3 +780,39 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
     assert_eq!(code, 1, "a cancelled job is not a success");
     assert!(stderr.contains("cancelled"), "{stderr}");
 }
+
+#[tokio::test]
+async fn the_log_stream_ends_even_on_a_cut_off_character() {
+    let server = TestServer::start().await;
+    // Ends in the first byte of a three-byte character, which never completes.
+    let id = submit(
+        &server,
+        json!({"name": "cut", "command": "printf 'caf\\303\\251 \\342'", "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    wait_for(&server, id, "SUCCEEDED").await;
+    let stream = tokio::time::timeout(
+        Duration::from_secs(20),
+        server.get(&format!("/api/trainyard/v1/jobs/{id}/logs/stream?offset=0")),
+    )
+    .await
+    .expect("the stream ends once the job has ended and its log is read");
+    assert_eq!(stream.header("content-type"), Some("text/event-stream"));
+    assert!(
+        stream.body.contains("event: log\nid: 6\ndata: café \n"),
+        "{}",
+        stream.body
+    );
+    assert!(
+        stream.body.contains("event: log\nid: 7\ndata: \u{fffd}\n"),
+        "{}",
+        stream.body
+    );
+    let end = stream.body.find("event: end").expect("an end event");
+    assert!(end > stream.body.find("id: 7").unwrap(), "{}", stream.body);
+    // From an offset, only what follows.
+    let rest = server
+        .get(&format!("/api/trainyard/v1/jobs/{id}/logs/stream?offset=7"))
+        .await;
+    assert!(!rest.body.contains("café"), "{}", rest.body);
+}

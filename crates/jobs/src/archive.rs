@@ -99,6 +99,7 @@ pub fn extract(archive: &Path, into: &Path, limits: Limits) -> Result<Extracted,
         root: into,
         limits,
         done: Extracted { files: 0, bytes: 0 },
+        entries: 0,
     };
     let result = match format {
         Format::Zip => unzip(archive, &mut writer),
@@ -121,10 +122,25 @@ struct Writer<'a> {
     root: &'a Path,
     limits: Limits,
     done: Extracted,
+    entries: u64,
 }
 
 impl Writer<'_> {
+    /// Every entry counts, folders too: a small archive must not make
+    /// millions of them.
+    fn count(&mut self) -> Result<(), ArchiveError> {
+        self.entries += 1;
+        if self.entries > self.limits.max_files {
+            return refuse(format!(
+                "the archive holds more than {} files and folders",
+                self.limits.max_files
+            ));
+        }
+        Ok(())
+    }
+
     fn dir(&mut self, rel: &Path) -> Result<(), ArchiveError> {
+        self.count()?;
         std::fs::create_dir_all(self.root.join(rel))?;
         Ok(())
     }
@@ -135,13 +151,8 @@ impl Writer<'_> {
         executable: bool,
         data: &mut dyn Read,
     ) -> Result<(), ArchiveError> {
+        self.count()?;
         self.done.files += 1;
-        if self.done.files > self.limits.max_files {
-            return refuse(format!(
-                "the archive holds more than {} files",
-                self.limits.max_files
-            ));
-        }
         let path = self.root.join(rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
@@ -159,7 +170,12 @@ impl Writer<'_> {
             Err(e) => return Err(e.into()),
         };
         let room = self.limits.max_bytes - self.done.bytes;
-        let written = std::io::copy(&mut data.take(room + 1), &mut file)?;
+        let written = std::io::copy(&mut data.take(room + 1), &mut file).map_err(|e| {
+            ArchiveError::Refused(format!(
+                "`{}` could not be unpacked: {e} (is the archive complete?)",
+                rel.display()
+            ))
+        })?;
         if written > room {
             return refuse(format!(
                 "the archive unpacks to more than {} bytes",
@@ -177,10 +193,11 @@ impl Writer<'_> {
 
 fn untar(reader: impl Read, writer: &mut Writer<'_>) -> Result<(), ArchiveError> {
     use tar::EntryType;
+    let damaged = |e: std::io::Error| ArchiveError::Refused(format!("the archive is damaged: {e}"));
     let mut archive = tar::Archive::new(reader);
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let name = entry.path()?.into_owned();
+    for entry in archive.entries().map_err(damaged)? {
+        let mut entry = entry.map_err(damaged)?;
+        let name = entry.path().map_err(damaged)?.into_owned();
         let kind = entry.header().entry_type();
         match kind {
             EntryType::XGlobalHeader | EntryType::XHeader => continue,
@@ -423,7 +440,7 @@ mod tests {
         let names: Vec<String> = (0..101).map(|i| format!("f{i}")).collect();
         let entries: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b""[..])).collect();
         let (result, _dir) = unpack(&zip(&entries, None));
-        assert!(refused(result).contains("more than 100 files"));
+        assert!(refused(result).contains("more than 100 files and folders"));
         let (result, _dir) = unpack(&tar_gz(&[
             (b"same", tar::EntryType::Regular, b"1", None),
             (b"same", tar::EntryType::Regular, b"2", None),
@@ -435,5 +452,29 @@ mod tests {
     fn other_uploads_are_refused() {
         let (result, _dir) = unpack(b"just some text");
         assert!(refused(result).contains("not a zip, tar or tar.gz"));
+    }
+
+    #[test]
+    fn a_cut_off_archive_is_refused_not_an_error_of_the_server() {
+        let bytes = tar_gz(&[(b"big", tar::EntryType::Regular, &[1u8; 100_000], None)]);
+        let (result, dir) = unpack(&bytes[..bytes.len() / 2]);
+        let message = refused(result);
+        assert!(
+            message.contains("could not be unpacked") || message.contains("damaged"),
+            "{message}"
+        );
+        assert!(!dir.path().join("out/project").exists());
+    }
+
+    #[test]
+    fn folders_count_against_the_limit() {
+        use tar::EntryType::Directory;
+        let names: Vec<Vec<u8>> = (0..101).map(|i| format!("d{i}/").into_bytes()).collect();
+        let entries: Vec<TarEntry<'_>> = names
+            .iter()
+            .map(|n| (n.as_slice(), Directory, &b""[..], None))
+            .collect();
+        let (result, _dir) = unpack(&tar_gz(&entries));
+        assert!(refused(result).contains("more than 100 files and folders"));
     }
 }

@@ -303,7 +303,7 @@ impl Jobs {
             .await
         {
             tracing::warn!(job = record.job.id, %message, "could not copy the job's files");
-            self.finish(&record, JobState::Failed, None, &message)
+            self.finish(&record, JobState::Failed, None, &message, false)
                 .await?;
             return Ok(self.store().get_job(record.job.id).await?);
         }
@@ -329,6 +329,7 @@ impl Jobs {
         if template.is_none() && project.is_none() {
             return Ok(());
         }
+        let marker = self.files_ready_marker(id);
         let files = self.files_dir(id);
         let template_files = template.map(|t| self.inner.config.templates_dir.join(&t.slug));
         let requirements = template
@@ -338,7 +339,7 @@ impl Jobs {
         tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&files)?;
             if let Some(source) = template_files.filter(|s| s.is_dir()) {
-                templates::copy_files(&source, &files)?;
+                templates::copy_template_files(&source, &files)?;
             }
             if !requirements.is_empty() {
                 std::fs::write(
@@ -347,13 +348,30 @@ impl Jobs {
                 )?;
             }
             if let Some(source) = project_files {
-                templates::copy_files(&source, &files)?;
+                templates::copy_tree(&source, &files)?;
             }
+            std::fs::write(&marker, b"")?;
             Ok::<_, std::io::Error>(())
         })
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("could not copy the job's files: {e}"))
+    }
+
+    /// Written once a job's files are complete; until then it is not started.
+    fn files_ready_marker(&self, id: i64) -> PathBuf {
+        self.inner
+            .config
+            .root
+            .join(id.to_string())
+            .join("files.ready")
+    }
+
+    /// Whether a queued job may start: its template's or project's files
+    /// (if it has any) are all in place.
+    fn files_ready(&self, job: &trainyard_domain::job::Job) -> bool {
+        let needs_files = job.spec.template.is_some() || job.spec.project.is_some();
+        !needs_files || self.files_ready_marker(job.id).is_file()
     }
 
     /// Where an upload's files are.
@@ -408,9 +426,36 @@ impl Jobs {
         };
         let into = self.upload_dir(&probe);
         let source = archive_file.to_path_buf();
+        let record = trainyard_store::NewUpload {
+            id,
+            kind: kind.to_owned(),
+            name: if name.is_empty() { "project" } else { name }
+                .chars()
+                .take(250)
+                .collect(),
+            owner_id: None,
+            files: 0,
+            bytes: 0,
+        };
+        // Its own task: a client that goes away mid-way does not leave a
+        // half-recorded upload behind.
+        let jobs = self.clone();
+        tokio::spawn(async move { jobs.unpack(source, into, dataset, record).await })
+            .await
+            .map_err(|e| archive::ArchiveError::Io(std::io::Error::other(e)))?
+    }
+
+    /// Unpacks and records an upload; on any failure removes what it unpacked.
+    async fn unpack(
+        &self,
+        source: PathBuf,
+        into: PathBuf,
+        dataset: bool,
+        mut record: trainyard_store::NewUpload,
+    ) -> Result<Upload, UploadError> {
         let limits = self.inner.config.upload_limits;
         let target = into.clone();
-        let done = tokio::task::spawn_blocking(move || {
+        let unpacked = tokio::task::spawn_blocking(move || {
             if let Some(parent) = target.parent() {
                 std::fs::create_dir_all(parent)?;
             }
@@ -422,24 +467,24 @@ impl Jobs {
             Ok::<_, archive::ArchiveError>(done)
         })
         .await
-        .map_err(|e| archive::ArchiveError::Io(std::io::Error::other(e)))??;
-        let display_name = if name.is_empty() { "project" } else { name };
-        let recorded = self
-            .store()
-            .create_upload(trainyard_store::NewUpload {
-                id,
-                kind: kind.to_owned(),
-                name: display_name.chars().take(250).collect(),
-                owner_id: None,
-                files: done.files,
-                bytes: done.bytes,
-            })
-            .await;
-        if recorded.is_err() {
+        .map_err(|e| archive::ArchiveError::Io(std::io::Error::other(e)))
+        .and_then(|r| r);
+        let result = match unpacked {
+            Ok(done) => {
+                record.files = done.files;
+                record.bytes = done.bytes;
+                self.store()
+                    .create_upload(record)
+                    .await
+                    .map_err(UploadError::from)
+            }
+            Err(e) => Err(e.into()),
+        };
+        if result.is_err() && into.exists() {
             let _ = make_writable(&into);
             let _ = std::fs::remove_dir_all(&into);
         }
-        Ok(recorded?)
+        result
     }
 
     /// A spec that could never run here is refused now, not queued forever.
@@ -580,11 +625,16 @@ impl Jobs {
             .await?;
         let from = self.files_dir(id);
         let to = self.files_dir(record.job.id);
+        let marker = self.files_ready_marker(record.job.id);
         let copied = tokio::task::spawn_blocking(move || {
             if from.is_dir() {
                 std::fs::create_dir_all(&to)?;
-                templates::copy_files(&from, &to)?;
+                templates::copy_tree(&from, &to)?;
             }
+            if let Some(folder) = marker.parent() {
+                std::fs::create_dir_all(folder)?;
+            }
+            std::fs::write(&marker, b"")?;
             Ok::<_, std::io::Error>(())
         })
         .await
@@ -592,7 +642,7 @@ impl Jobs {
         .and_then(|r| r.map_err(|e| e.to_string()));
         if let Err(message) = copied {
             let message = format!("could not copy the job's files: {message}");
-            self.finish(&record, JobState::Failed, None, &message)
+            self.finish(&record, JobState::Failed, None, &message, false)
                 .await?;
             return self.store().get_job(record.job.id).await;
         }
@@ -621,7 +671,7 @@ impl Jobs {
         let mut queued = Vec::new();
         for record in active {
             match record.job.state {
-                JobState::Queued => queued.push(record),
+                JobState::Queued if self.files_ready(&record.job) => queued.push(record),
                 JobState::Starting | JobState::Running if self.still_running(&record).await? => {
                     running.push(record)
                 }
@@ -735,7 +785,7 @@ impl Jobs {
             Ok(started) => started,
             Err(message) => {
                 tracing::warn!(job = job.id, %message, "job could not start");
-                self.finish(record, JobState::Failed, None, &message)
+                self.finish(record, JobState::Failed, None, &message, true)
                     .await?;
                 return Ok(());
             }
@@ -781,7 +831,7 @@ impl Jobs {
         let files = self.files_dir(job.id);
         if files.is_dir() {
             let to = work.clone();
-            tokio::task::spawn_blocking(move || templates::copy_files(&files, &to))
+            tokio::task::spawn_blocking(move || templates::copy_tree(&files, &to))
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|e| format!("cannot copy the job's files into its folder: {e}"))?;
@@ -828,6 +878,9 @@ impl Jobs {
             .stdin(std::process::Stdio::null())
             .stdout(shim_log)
             .stderr(shim_err)
+            // Nothing of the server's environment (its database URL): the
+            // job runs as the same user and could read the shim's.
+            .env_clear()
             // Its own group: a Ctrl-C to the server does not reach the job.
             .process_group(0)
             .spawn()
@@ -881,6 +934,9 @@ impl Jobs {
             .join(",");
         // An empty list hides every GPU from CUDA: a CPU job stays off them.
         env.insert("CUDA_VISIBLE_DEVICES".to_owned(), gpu_list);
+        // The indices are NVML's, in PCI bus order; CUDA's own default
+        // order (fastest first) could name another card.
+        env.insert("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned());
         env.insert(
             "MLFLOW_TRACKING_URI".to_owned(),
             self.inner.config.tracking_uri.clone(),
@@ -906,8 +962,30 @@ impl Jobs {
         }
         let alive = match (record.pid, record.pid_start) {
             (Some(pid), Some(start)) => shim::process_alive(pid, start),
-            // Starting without a process: the server stopped while starting it.
-            _ => false,
+            // Starting without a recorded process: the server stopped while
+            // starting it. The shim says who it is in its folder.
+            _ => match shim::read_pid_file(&dir) {
+                Some((pid, start)) if shim::process_alive(pid, start) => {
+                    self.store()
+                        .move_job(
+                            job.id,
+                            &[JobState::Starting],
+                            JobState::Running,
+                            JobChange {
+                                pid: Some(Some(pid)),
+                                pid_start: Some(Some(start)),
+                                event: Some((
+                                    "started".into(),
+                                    format!("running (process {pid}, found again after a restart)"),
+                                )),
+                                ..Default::default()
+                            },
+                        )
+                        .await?;
+                    return Ok(true);
+                }
+                _ => false,
+            },
         };
         if !alive {
             // It may have written its exit file just now.
@@ -957,7 +1035,7 @@ impl Jobs {
             ),
         };
         tracing::info!(job = job.id, state = %state, %message, "job ended");
-        self.finish(record, state, code, &message).await
+        self.finish(record, state, code, &message, true).await
     }
 
     async fn lost(&self, record: &JobRecord) -> Result<(), StoreError> {
@@ -970,25 +1048,38 @@ impl Jobs {
             JobState::Lost,
             None,
             "lost: its supervising process is gone and left no exit record",
+            true,
         )
         .await
     }
 
     /// Records the end of an attempt, and queues the next one when the
     /// job failed or was lost and has retries left.
+    /// `retryable`: false for failures another attempt cannot mend (the
+    /// job's files could not be prepared).
     async fn finish(
         &self,
         record: &JobRecord,
         state: JobState,
         exit_code: Option<i32>,
         message: &str,
+        retryable: bool,
     ) -> Result<(), StoreError> {
         let job = &record.job;
         // Queued too: a job whose files could not be prepared ends before it starts.
         let from = [JobState::Queued, JobState::Starting, JobState::Running];
-        let retry = matches!(state, JobState::Failed | JobState::Lost)
+        // A cancel may have come after this cycle read the job: look again.
+        let cancelled = job.cancel_requested
+            || self
+                .store()
+                .get_job(job.id)
+                .await
+                .map(|r| r.job.cancel_requested)
+                .unwrap_or(false);
+        let retry = retryable
+            && matches!(state, JobState::Failed | JobState::Lost)
             && job.attempt < job.retries
-            && !job.cancel_requested;
+            && !cancelled;
         let run_status = match state {
             JobState::Succeeded => "FINISHED",
             JobState::Cancelled => "KILLED",

@@ -68,6 +68,9 @@ pub const LAUNCH_FILE: &str = "launch.json";
 pub const EXIT_FILE: &str = "exit.json";
 pub const CANCEL_FILE: &str = "cancel";
 pub const LOG_FILE: &str = "output.log";
+/// The shim's PID and start time, written as it starts, so a server that
+/// stopped before recording them finds the shim all the same.
+pub const PID_FILE: &str = "shim.json";
 
 const POLL: Duration = Duration::from_millis(50);
 
@@ -84,8 +87,32 @@ pub fn read_exit(dir: &Path) -> Option<Exit> {
     serde_json::from_str(&text).ok()
 }
 
+/// Reads `DIR/shim.json`: (PID, start time).
+pub fn read_pid_file(dir: &Path) -> Option<(i32, i64)> {
+    let text = std::fs::read_to_string(dir.join(PID_FILE)).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((value["pid"].as_i64()? as i32, value["start"].as_i64()?))
+}
+
+fn write_pid_file(dir: &Path) -> std::io::Result<()> {
+    let pid = std::process::id() as i32;
+    let start = process_start(pid).unwrap_or(0);
+    let tmp = dir.join(".shim.json.tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::json!({"pid": pid, "start": start}).to_string(),
+    )?;
+    std::fs::rename(tmp, dir.join(PID_FILE))
+}
+
 /// The shim's main: supervises one job and returns when it has ended.
 pub fn main(dir: &Path) -> ExitCode {
+    if let Err(e) = write_pid_file(dir) {
+        eprintln!(
+            "job-shim: cannot write {}: {e}",
+            dir.join(PID_FILE).display()
+        );
+    }
     let exit = match std::fs::read_to_string(dir.join(LAUNCH_FILE))
         .map_err(|e| format!("cannot read {}: {e}", dir.join(LAUNCH_FILE).display()))
         .and_then(|text| {
@@ -303,6 +330,8 @@ fn python_env(
     install
         .args(["install", "--disable-pip-version-check", "--no-input", "-r"])
         .arg(requirements)
+        // Local paths in the file (`-e .`, `./pkg`) are the project's.
+        .current_dir(requirements.parent().unwrap_or(Path::new(".")))
         .env_clear()
         .envs(env);
     for (step, command) in [

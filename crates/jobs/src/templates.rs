@@ -66,20 +66,30 @@ pub fn load_dir(dir: &Path) -> Result<Vec<(String, TemplateSpec)>, String> {
     Ok(out)
 }
 
-/// Copies a template's files (not `template.yaml`) into a job's folder.
-/// Links are skipped: a template cannot reach outside its folder.
-pub fn copy_files(from: &Path, to: &Path) -> std::io::Result<()> {
+/// Copies a template's files into a job's folder: all but its
+/// `template.yaml`. Links are skipped: a template cannot reach outside its
+/// folder.
+pub fn copy_template_files(from: &Path, to: &Path) -> std::io::Result<()> {
+    copy(from, to, Some(TEMPLATE_FILE))
+}
+
+/// Copies a folder's files and folders (links skipped) into another.
+pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    copy(from, to, None)
+}
+
+fn copy(from: &Path, to: &Path, skip: Option<&str>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let kind = entry.file_type()?;
         let name = entry.file_name();
-        if name == TEMPLATE_FILE {
+        if skip.is_some_and(|s| name == s) {
             continue;
         }
         let target = to.join(&name);
         if kind.is_dir() {
             std::fs::create_dir_all(&target)?;
-            copy_files(&entry.path(), &target)?;
+            copy(&entry.path(), &target, None)?;
         } else if kind.is_file() {
             std::fs::copy(entry.path(), &target)?;
         }
