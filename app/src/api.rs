@@ -172,3 +172,46 @@ pub async fn submit_job(form: SubmitForm) -> Result<i64, AppError> {
     leptos_axum::redirect(&format!("/jobs/{}", record.job.id));
     Ok(record.job.id)
 }
+
+/// A template as text to edit (pretty JSON, which is YAML too), or an
+/// example for a new one; and whether it ships with Trainyard.
+#[server(endpoint = "template_text")]
+pub async fn template_text(slug: String) -> Result<Option<(bool, String)>, AppError> {
+    if slug.is_empty() {
+        return Ok(Some((false, NEW_TEMPLATE.to_owned())));
+    }
+    let Some(template) = store()?.get_template(&slug).await? else {
+        return Ok(None);
+    };
+    let text = serde_json::to_string_pretty(&template.spec)
+        .map_err(|e| AppError::Internal(e.to_string()))?;
+    Ok(Some((template.builtin, text)))
+}
+
+/// What the editor starts from for a new template.
+pub const NEW_TEMPLATE: &str = "title: My training recipe
+description: What it trains, on what data, and what it logs.
+command: python train.py --lr {lr} --epochs {epochs}
+parameters:
+  lr: {type: float, default: 0.001, min: 0.000001, max: 1, help: learning rate}
+  epochs: {type: int, default: 10, min: 1, max: 1000}
+resources: {gpus: 1, cpus: 4, memory: 16Gi}
+data: the project archive uploaded with the job
+requirements: [mlflow-skinny==3.17.*]
+max_runtime: 12h
+";
+
+/// Saves a template an admin wrote; the browser goes back to the catalog.
+#[server(endpoint = "save_template")]
+pub async fn save_template(slug: String, text: String) -> Result<String, AppError> {
+    let template = jobs()?.save_template(slug.trim(), text.as_bytes()).await?;
+    leptos_axum::redirect("/templates");
+    Ok(template.slug)
+}
+
+#[server(endpoint = "delete_template")]
+pub async fn delete_template(slug: String) -> Result<(), AppError> {
+    store()?.delete_template(&slug).await?;
+    leptos_axum::redirect("/templates");
+    Ok(())
+}

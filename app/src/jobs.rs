@@ -10,7 +10,8 @@ use trainyard_domain::template::{ParamSpec, ParamType, Template};
 use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
-    CancelJob, RetryJob, SubmitJob, get_job, get_log_tail, get_template, list_job_page,
+    CancelJob, DeleteTemplate, RetryJob, SaveTemplate, SubmitJob, get_job, get_log_tail,
+    get_template, list_job_page, template_text,
 };
 use crate::error::AppError;
 use crate::pages::{ErrorNote, state_class};
@@ -641,4 +642,64 @@ fn follow_log(
         let held = send_wrapper::SendWrapper::new((source, on_log, on_end));
         on_cleanup(move || held.take().0.close());
     });
+}
+
+/// `/templates/new` and `/templates/SLUG/edit`: a template as YAML (or
+/// JSON), checked on save with every problem named by its field. Shipped
+/// templates are shown but changed in their files.
+#[component]
+pub fn TemplateEditor() -> impl IntoView {
+    let params = use_params_map();
+    let slug = move || params.read().get("slug").unwrap_or_default();
+    let text = Resource::new(slug, template_text);
+    let save = ServerAction::<SaveTemplate>::new();
+    let delete = ServerAction::<DeleteTemplate>::new();
+    let error = move || {
+        save.value()
+            .get()
+            .and_then(Result::err)
+            .or_else(|| delete.value().get().and_then(Result::err))
+    };
+    view! {
+        <Title text="Template"/>
+        <section class="page-head">
+            <h1>{move || if slug().is_empty() { "New template".to_owned() } else { format!("Template {}", slug()) }}</h1>
+        </section>
+        {move || error().map(|e| view! { <ErrorNote error=e/> })}
+        <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match text.await {
+                    Ok(Some((builtin, body))) => {
+                        let editing = !slug().is_empty();
+                        view! {
+                            {builtin.then(|| view! {
+                                <p class="hint">"This template ships with Trainyard: change "
+                                    <code>{format!("templates/{}/template.yaml", slug())}</code>
+                                    ", or save it here under another name."</p>
+                            })}
+                            <ActionForm action=save attr:class="form" attr:data-testid="template-form">
+                                <label>"Name (a-z, 0-9 and -)"
+                                    <input type="text" name="slug" required maxlength="100"
+                                        value=if builtin { String::new() } else { slug() }
+                                        readonly=editing && !builtin pattern="[a-z0-9][a-z0-9-]*"/>
+                                </label>
+                                <label>"Template (YAML or JSON)"
+                                    <textarea name="text" rows="20" spellcheck="false">{body}</textarea>
+                                </label>
+                                <button type="submit">"Save"</button>
+                            </ActionForm>
+                            {(editing && !builtin).then(|| view! {
+                                <ActionForm action=delete attr:class="inline-form">
+                                    <input type="hidden" name="slug" value=slug()/>
+                                    <button type="submit" class="danger" data-testid="delete-template">"Delete"</button>
+                                </ActionForm>
+                            })}
+                        }.into_any()
+                    }
+                    Ok(None) => view! { <p class="error">"There is no such template. " <a href="/templates">"See the catalog"</a></p> }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
 }

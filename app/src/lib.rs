@@ -60,6 +60,8 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("jobs") view=jobs::JobsPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("jobs"), ParamSegment("id")) view=jobs::JobPage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("submit") view=jobs::SubmitPage ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("templates"), StaticSegment("new")) view=jobs::TemplateEditor ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("templates"), ParamSegment("slug"), StaticSegment("edit")) view=jobs::TemplateEditor ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("templates") view=pages::TemplatesPage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("admin") view=pages::AdminPage ssr=SsrMode::InOrder/>
                 </Routes>

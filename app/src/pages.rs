@@ -150,6 +150,7 @@ pub fn TemplatesPage() -> impl IntoView {
         <section class="page-head">
             <h1>"Templates"</h1>
             <a class="button" href="/submit">"Run your own command"</a>
+            <a class="button" href="/templates/new" data-testid="new-template">"New template"</a>
         </section>
         <Suspense fallback=|| view! { <p class="muted">"Loading templates…"</p> }>
             {move || Suspend::new(async move {
@@ -179,6 +180,9 @@ pub fn TemplatesPage() -> impl IntoView {
                                         {(!params.is_empty()).then(|| view! { <p class="hint">"Parameters: " {params.join(", ")}</p> })}
                                         {t.spec.data.clone().map(|d| view! { <p class="hint">"Data: " {d}</p> })}
                                         <a class="button" href=format!("/submit?template={}", t.slug)>"Use this template"</a>
+                                        {(!t.builtin).then(|| view! {
+                                            <a class="hint" href=format!("/templates/{}/edit", t.slug)>"Edit"</a>
+                                        })}
                                     </li>
                                 }
                             }).collect_view()}

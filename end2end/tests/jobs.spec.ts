@@ -121,6 +121,37 @@ test('a project archive uploads with progress and the job runs it', async ({ pag
   await expect(page.getByTestId('log')).toContainText('project says hello from the archive');
 });
 
+test('a template written in the browser joins the catalog and runs', async ({ page }) => {
+  await page.goto('/templates');
+  await page.getByTestId('new-template').click();
+  await expect(page).toHaveURL(/\/templates\/new$/);
+  const form = page.getByTestId('template-form');
+  await form.locator('input[name="slug"]').fill('shout');
+  // A wrong default first: the error names the field.
+  await form
+    .locator('textarea[name="text"]')
+    .fill('title: Shout\ndescription: prints a word\ncommand: echo {word}\nparameters:\n  word: {type: int, default: loud}\nresources: {memory: 64Mi}\n');
+  await expect(async () => {
+    await form.getByRole('button', { name: 'Save' }).click();
+    await expect(page.getByRole('alert')).toContainText('parameters.word.default', { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  await form
+    .locator('textarea[name="text"]')
+    .fill('title: Shout\ndescription: prints a word\ncommand: echo {word}\nparameters:\n  word: {type: string, default: loud}\nresources: {memory: 64Mi}\n');
+  await form.getByRole('button', { name: 'Save' }).click();
+  await expect(page).toHaveURL(/\/templates$/);
+  const card = page.locator('[data-template="shout"]');
+  await expect(card).toContainText('prints a word');
+  await card.getByRole('link', { name: 'Use this template' }).click();
+  const submit = page.getByTestId('submit-job');
+  await submit.locator('input[name="form[name]"]').fill('shouting');
+  await submit.locator('input[name="form[hp][word]"]').fill('HELLO');
+  await submit.getByRole('button', { name: 'Submit' }).click();
+  await expect(page).toHaveURL(/\/jobs\/\d+$/);
+  await expectState(page, 'Succeeded');
+  await expect(page.getByTestId('log')).toContainText('HELLO');
+});
+
 test('a job waiting for the only GPU shows its place and reason', async ({ page, request }) => {
   const spec = (name: string) => ({
     name,

@@ -298,6 +298,26 @@ pub async fn logs(
     Ok(response)
 }
 
+/// `PUT /api/trainyard/v1/templates/{slug}` with the template as YAML or
+/// JSON: creates or replaces a template made by an admin.
+pub async fn save_template(
+    State(state): State<AppState>,
+    Path(slug): Path<String>,
+    body: Bytes,
+) -> Result<Json<trainyard_domain::template::Template>, JobsError> {
+    let template = state.jobs.save_template(&slug, &body).await?;
+    Ok(Json(template))
+}
+
+/// `DELETE /api/trainyard/v1/templates/{slug}`
+pub async fn delete_template(
+    State(state): State<AppState>,
+    Path(slug): Path<String>,
+) -> Result<StatusCode, JobsError> {
+    state.jobs.store().delete_template(&slug).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 #[derive(Deserialize)]
 pub struct UploadQuery {
     /// `project` (the default) or `dataset`.

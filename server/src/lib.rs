@@ -164,7 +164,9 @@ pub fn router(state: AppState) -> Router {
                 .route("/api/trainyard/v1/datasets", get(jobs_api::datasets))
                 .route(
                     "/api/trainyard/v1/templates/{slug}",
-                    get(jobs_api::template),
+                    get(jobs_api::template)
+                        .put(jobs_api::save_template)
+                        .delete(jobs_api::delete_template),
                 )
                 // Every API request is authenticated in this one place.
                 .route_layer(axum::middleware::from_fn(auth::require)),

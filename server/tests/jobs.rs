@@ -816,3 +816,69 @@ async fn the_log_stream_ends_even_on_a_cut_off_character() {
         .await;
     assert!(!rest.body.contains("café"), "{}", rest.body);
 }
+
+#[tokio::test]
+async fn admins_write_templates_and_jobs_use_them() {
+    let server = TestServer::start().await;
+    let put = |slug: &str, body: &str| {
+        let path = format!("/api/trainyard/v1/templates/{slug}");
+        let body = body.to_owned();
+        let addr = server.addr;
+        async move {
+            request(
+                addr,
+                "PUT",
+                &path,
+                &[("Content-Type", "application/yaml")],
+                body.as_bytes(),
+            )
+            .await
+        }
+    };
+    let bad = put(
+        "greeter",
+        "title: Greeter\ndescription: says hello\ncommand: echo {greeting}\nparameters:\n  greeting: {type: choice, choices: [hi, hello], default: hey}\n",
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(
+        bad.json()["fields"][0]["field"],
+        "parameters.greeting.default"
+    );
+
+    let good = put(
+        "greeter",
+        "title: Greeter\ndescription: says hello\ncommand: echo \"{greeting}, $HP_NAME\"\nparameters:\n  greeting: {type: choice, choices: [hi, hello], default: hi}\n  name: {type: string, default: world}\nresources: {memory: 64Mi}\n",
+    )
+    .await;
+    assert_eq!(good.status, 200, "{}", good.body);
+    assert_eq!(good.json()["builtin"], false);
+
+    let id = submit(
+        &server,
+        json!({"name": "hello", "template": "greeter", "hyperparameters": {"greeting": "hello", "name": "you"}}),
+    )
+    .await;
+    wait_for(&server, id, "SUCCEEDED").await;
+    assert_eq!(log(&server, id).await, "hello, you\n");
+
+    // Shipped templates are changed in their files.
+    let shipped = put("cpu-demo", "title: X\ndescription: x\ncommand: x\n").await;
+    assert_eq!(shipped.status, 400);
+    assert!(
+        shipped.body.contains("is shipped with Trainyard"),
+        "{}",
+        shipped.body
+    );
+    let delete = |slug: &str| {
+        let path = format!("/api/trainyard/v1/templates/{slug}");
+        let addr = server.addr;
+        async move { request(addr, "DELETE", &path, &[], b"").await }
+    };
+    assert_eq!(delete("cpu-demo").await.status, 400);
+    assert_eq!(delete("greeter").await.status, 204);
+    assert_eq!(delete("greeter").await.status, 404);
+    let bad_slug = put("Bad_Slug", "title: X\ndescription: x\ncommand: x\n").await;
+    assert_eq!(bad_slug.status, 400);
+    assert_eq!(bad_slug.json()["fields"][0]["field"], "slug");
+}

@@ -30,15 +30,27 @@ pub struct SpecError {
 /// Reads a job spec from YAML or JSON. A field of the wrong type is
 /// reported with its path (`resources.gpus`).
 pub fn parse_spec(yaml: bool, body: &[u8]) -> Result<JobSpec, SpecError> {
+    parse_document(yaml, body, "name, command, resources …")
+}
+
+/// Reads a template from YAML or JSON (JSON is YAML too), fields by path.
+pub fn parse_template(body: &[u8]) -> Result<trainyard_domain::template::TemplateSpec, SpecError> {
+    parse_document(true, body, "title, description, command, parameters …")
+}
+
+fn parse_document<T: serde::de::DeserializeOwned>(
+    yaml: bool,
+    body: &[u8],
+    fields: &str,
+) -> Result<T, SpecError> {
     let plain = |message: String| SpecError {
         message,
         field: None,
     };
     let value: serde_json::Value = if yaml {
         let text = std::str::from_utf8(body)
-            .map_err(|_| plain("the YAML spec is not UTF-8 text".to_owned()))?;
-        serde_saphyr::from_str(text)
-            .map_err(|e| plain(format!("the spec is not valid YAML: {e}")))?
+            .map_err(|_| plain("the YAML is not UTF-8 text".to_owned()))?;
+        serde_saphyr::from_str(text).map_err(|e| plain(format!("not valid YAML: {e}")))?
     } else {
         serde_json::from_slice(body).map_err(|e| {
             plain(format!(
@@ -47,11 +59,9 @@ pub fn parse_spec(yaml: bool, body: &[u8]) -> Result<JobSpec, SpecError> {
         })?
     };
     if !value.is_object() {
-        return Err(plain(
-            "the spec must be a mapping of fields (name, command, resources …)".to_owned(),
-        ));
+        return Err(plain(format!("it must be a mapping of fields ({fields})")));
     }
-    serde_path_to_error::deserialize::<_, JobSpec>(value).map_err(|e| {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let field = if path == "." { "spec".to_owned() } else { path };
@@ -372,6 +382,29 @@ impl Jobs {
     fn files_ready(&self, job: &trainyard_domain::job::Job) -> bool {
         let needs_files = job.spec.template.is_some() || job.spec.project.is_some();
         !needs_files || self.files_ready_marker(job.id).is_file()
+    }
+
+    /// Checks and saves a template an admin wrote (YAML or JSON). Errors
+    /// name the field.
+    pub async fn save_template(
+        &self,
+        slug: &str,
+        text: &[u8],
+    ) -> Result<trainyard_domain::template::Template, SubmitError> {
+        if !templates::valid_slug(slug) {
+            return Err(SubmitError::Invalid(vec![FieldError::new(
+                "slug",
+                "use a-z, 0-9 and -, at most 100 characters, not starting with -",
+            )]));
+        }
+        let spec = parse_template(text).map_err(|e| {
+            SubmitError::Invalid(vec![
+                e.field
+                    .unwrap_or_else(|| FieldError::new("spec", e.message)),
+            ])
+        })?;
+        spec.check().map_err(SubmitError::Invalid)?;
+        Ok(self.store().save_template(slug, &spec).await?)
     }
 
     /// Where an upload's files are.

@@ -78,6 +78,77 @@ impl Store {
         Ok(changed)
     }
 
+    /// Creates or replaces a template made by an admin. Shipped templates
+    /// are changed in their files, not here.
+    pub async fn save_template(
+        &self,
+        slug: &str,
+        spec: &TemplateSpec,
+    ) -> Result<Template, StoreError> {
+        let _turn = self.write_turn().await;
+        let json = serde_json::to_string(spec)
+            .map_err(|e| StoreError::Rejected(format!("template `{slug}`: {e}")))?;
+        let now = now_millis();
+        let existing = template::Entity::find()
+            .filter(template::Column::Slug.eq(slug))
+            .one(self.connection())
+            .await?;
+        let saved = match existing {
+            Some(m) if m.builtin => {
+                return Err(StoreError::Rejected(format!(
+                    "`{slug}` is shipped with Trainyard; change templates/{slug}/template.yaml, or save this one under another name"
+                )));
+            }
+            Some(m) => {
+                let mut active: template::ActiveModel = m.into();
+                active.title = Set(spec.title.clone());
+                active.description = Set(spec.description.clone());
+                active.spec = Set(json);
+                active.updated_at = Set(now);
+                active.update(self.connection()).await?
+            }
+            None => {
+                template::ActiveModel {
+                    slug: Set(slug.to_owned()),
+                    title: Set(spec.title.clone()),
+                    description: Set(spec.description.clone()),
+                    spec: Set(json),
+                    builtin: Set(false),
+                    created_at: Set(now),
+                    updated_at: Set(now),
+                    ..Default::default()
+                }
+                .insert(self.connection())
+                .await?
+            }
+        };
+        from_model(saved)
+    }
+
+    /// Removes a template made by an admin; jobs made from it keep their
+    /// spec and files.
+    pub async fn delete_template(&self, slug: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        match template::Entity::find()
+            .filter(template::Column::Slug.eq(slug))
+            .one(self.connection())
+            .await?
+        {
+            None => Err(StoreError::NotFound(format!(
+                "there is no template `{slug}` in the catalog"
+            ))),
+            Some(m) if m.builtin => Err(StoreError::Rejected(format!(
+                "`{slug}` is shipped with Trainyard; remove templates/{slug} instead"
+            ))),
+            Some(m) => {
+                template::Entity::delete_by_id(m.id)
+                    .exec(self.connection())
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
     pub async fn get_template(&self, slug: &str) -> Result<Option<Template>, StoreError> {
         template::Entity::find()
             .filter(template::Column::Slug.eq(slug))
