@@ -43,6 +43,17 @@ impl JobsError {
     }
 }
 
+impl JobsError {
+    fn internal(message: impl Into<String>) -> JobsError {
+        JobsError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "INTERNAL_ERROR",
+            message: message.into(),
+            fields: Vec::new(),
+        }
+    }
+}
+
 impl IntoResponse for JobsError {
     fn into_response(self) -> Response {
         let mut body = json!({ "error_code": self.code, "message": self.message });
@@ -66,13 +77,7 @@ impl From<StoreError> for JobsError {
             StoreError::Invalid(e) => JobsError::invalid(e.to_string(), vec![e]),
             other => {
                 tracing::error!(error = %other, "jobs store error");
-                JobsError {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    code: "INTERNAL_ERROR",
-                    message: "the server could not read or write its database; see its log"
-                        .to_owned(),
-                    fields: Vec::new(),
-                }
+                JobsError::internal("the server could not read or write its database; see its log")
             }
         }
     }
@@ -101,6 +106,17 @@ pub fn parse_spec(content_type: Option<&str>, body: &[u8]) -> Result<JobSpec, Jo
         .map_err(|e| JobsError::invalid(e.message, e.field.into_iter().collect()))
 }
 
+fn spec_too_large() -> JobsError {
+    JobsError {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        code: "REQUEST_LIMIT_EXCEEDED",
+        message: format!(
+            "the spec is larger than {MAX_SPEC_BYTES} bytes; send files as uploads, not in the spec"
+        ),
+        fields: Vec::new(),
+    }
+}
+
 /// `POST /api/trainyard/v1/jobs`
 pub async fn submit(
     State(state): State<AppState>,
@@ -108,14 +124,7 @@ pub async fn submit(
     body: Bytes,
 ) -> Result<(StatusCode, Json<JobAnswer>), JobsError> {
     if body.len() > MAX_SPEC_BYTES {
-        return Err(JobsError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: "REQUEST_LIMIT_EXCEEDED",
-            message: format!(
-                "the spec is larger than {MAX_SPEC_BYTES} bytes; send files as uploads, not in the spec"
-            ),
-            fields: Vec::new(),
-        });
+        return Err(spec_too_large());
     }
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -279,12 +288,7 @@ pub async fn logs(
     let limit = q.limit.unwrap_or(MAX_LOG_BYTES).clamp(1, MAX_LOG_BYTES);
     let (bytes, size) = trainyard_jobs::read_from(&path, q.offset, limit)
         .await
-        .map_err(|e| JobsError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            code: "INTERNAL_ERROR",
-            message: format!("could not read the job's log: {e}"),
-            fields: Vec::new(),
-        })?;
+        .map_err(log_error)?;
     let next = q.offset.min(size) + bytes.len() as u64;
     let mut response =
         ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response();
@@ -305,6 +309,9 @@ pub async fn save_template(
     Path(slug): Path<String>,
     body: Bytes,
 ) -> Result<Json<trainyard_domain::template::Template>, JobsError> {
+    if body.len() > MAX_SPEC_BYTES {
+        return Err(spec_too_large());
+    }
     let template = state.jobs.save_template(&slug, &body).await?;
     Ok(Json(template))
 }
@@ -397,12 +404,7 @@ pub async fn upload(
                 format!("the archive was refused: {why}; nothing of it was kept"),
                 Vec::new(),
             ),
-            trainyard_jobs::UploadError::Archive(e) => JobsError {
-                status: StatusCode::INTERNAL_SERVER_ERROR,
-                code: "INTERNAL_ERROR",
-                message: e.to_string(),
-                fields: Vec::new(),
-            },
+            trainyard_jobs::UploadError::Archive(e) => JobsError::internal(e.to_string()),
             trainyard_jobs::UploadError::Store(StoreError::Conflict { what }) => JobsError {
                 status: StatusCode::CONFLICT,
                 code: "RESOURCE_ALREADY_EXISTS",
@@ -425,12 +427,7 @@ impl Drop for RemoveOnDrop {
 
 fn io_error(e: std::io::Error) -> JobsError {
     tracing::error!(error = %e, "upload could not be written");
-    JobsError {
-        status: StatusCode::INTERNAL_SERVER_ERROR,
-        code: "INTERNAL_ERROR",
-        message: format!("the server could not store the upload: {e}"),
-        fields: Vec::new(),
-    }
+    JobsError::internal(format!("the server could not store the upload: {e}"))
 }
 
 #[derive(Serialize)]
@@ -446,12 +443,7 @@ pub async fn datasets(State(state): State<AppState>) -> Result<Json<DatasetList>
 }
 
 fn log_error(e: std::io::Error) -> JobsError {
-    JobsError {
-        status: StatusCode::INTERNAL_SERVER_ERROR,
-        code: "INTERNAL_ERROR",
-        message: format!("could not read the job's log: {e}"),
-        fields: Vec::new(),
-    }
+    JobsError::internal(format!("could not read the job's log: {e}"))
 }
 
 /// The whole log, streamed from the file, as an attachment.

@@ -105,24 +105,6 @@ pub struct ExperimentSummary {
     pub last_activity: i64,
 }
 
-/// One line of the jobs list.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobSummary {
-    pub id: i64,
-    pub name: String,
-    pub state: JobState,
-    pub gpus: i32,
-    pub created_at: i64,
-}
-
-/// One entry of the template catalog.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TemplateSummary {
-    pub slug: String,
-    pub title: String,
-    pub description: String,
-}
-
 /// One GPU node as the admin pages list it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeSummary {

@@ -149,6 +149,15 @@ impl TemplateSpec {
         }
         if self.command.trim().is_empty() {
             errors.push(FieldError::new("command", "must not be empty"));
+        } else if self.command.len() > crate::job::MAX_COMMAND_LEN {
+            errors.push(FieldError::new(
+                "command",
+                format!(
+                    "is {} bytes long; the limit is {}",
+                    self.command.len(),
+                    crate::job::MAX_COMMAND_LEN
+                ),
+            ));
         }
         if self.parameters.len() > MAX_PARAMETERS {
             errors.push(FieldError::new(

@@ -823,6 +823,19 @@ impl Jobs {
                 return Ok(());
             }
         };
+        self.mark_running(job, pid, pid_start, "").await?;
+        tracing::info!(job = job.id, pid, gpus = %gpu_list, "job started");
+        Ok(())
+    }
+
+    /// Moves a starting job to RUNNING with its shim, and its run with it.
+    async fn mark_running(
+        &self,
+        job: &trainyard_domain::job::Job,
+        pid: i32,
+        pid_start: i64,
+        note: &str,
+    ) -> Result<(), StoreError> {
         self.store()
             .move_job(
                 job.id,
@@ -831,7 +844,7 @@ impl Jobs {
                 JobChange {
                     pid: Some(Some(pid)),
                     pid_start: Some(Some(pid_start)),
-                    event: Some(("started".into(), format!("running (process {pid})"))),
+                    event: Some(("started".into(), format!("running (process {pid}{note})"))),
                     ..Default::default()
                 },
             )
@@ -844,7 +857,6 @@ impl Jobs {
         {
             tracing::warn!(job = job.id, %error, "could not mark the job's run RUNNING");
         }
-        tracing::info!(job = job.id, pid, gpus = %gpu_list, "job started");
         Ok(())
     }
 
@@ -999,21 +1011,7 @@ impl Jobs {
             // starting it. The shim says who it is in its folder.
             _ => match shim::read_pid_file(&dir) {
                 Some((pid, start)) if shim::process_alive(pid, start) => {
-                    self.store()
-                        .move_job(
-                            job.id,
-                            &[JobState::Starting],
-                            JobState::Running,
-                            JobChange {
-                                pid: Some(Some(pid)),
-                                pid_start: Some(Some(start)),
-                                event: Some((
-                                    "started".into(),
-                                    format!("running (process {pid}, found again after a restart)"),
-                                )),
-                                ..Default::default()
-                            },
-                        )
+                    self.mark_running(job, pid, start, ", found again after a restart")
                         .await?;
                     return Ok(true);
                 }

@@ -26,12 +26,10 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, Database, DatabaseBackend, DatabaseConnection, DbErr,
     EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
 };
-use trainyard_domain::{
-    ExperimentSummary, FieldError, JobState, JobSummary, NodeSummary, Overview, TemplateSummary,
-};
+use trainyard_domain::{ExperimentSummary, FieldError, JobState, NodeSummary, Overview};
 use trainyard_migration::{Migrator, MigratorTrait};
 
-use entity::{experiment, gpu, job, node, run, template};
+use entity::{experiment, gpu, job, node, run};
 
 /// What can go wrong in the store, in words a caller can pass on.
 #[derive(Debug, thiserror::Error)]
@@ -368,41 +366,6 @@ impl Store {
                 },
                 other => other,
             })
-    }
-
-    /// The newest jobs first.
-    pub async fn list_jobs(&self, limit: u64) -> Result<Vec<JobSummary>, StoreError> {
-        let jobs = job::Entity::find()
-            .order_by_desc(job::Column::CreatedAt)
-            .order_by_desc(job::Column::Id)
-            .limit(limit)
-            .all(&self.db)
-            .await?;
-        Ok(jobs
-            .into_iter()
-            .map(|j| JobSummary {
-                id: j.id,
-                state: JobState::parse(&j.state).unwrap_or(JobState::Lost),
-                name: j.name,
-                gpus: j.gpus,
-                created_at: j.created_at,
-            })
-            .collect())
-    }
-
-    pub async fn list_templates(&self) -> Result<Vec<TemplateSummary>, StoreError> {
-        let templates = template::Entity::find()
-            .order_by_asc(template::Column::Title)
-            .all(&self.db)
-            .await?;
-        Ok(templates
-            .into_iter()
-            .map(|t| TemplateSummary {
-                slug: t.slug,
-                title: t.title,
-                description: t.description,
-            })
-            .collect())
     }
 
     pub async fn list_nodes(&self) -> Result<Vec<NodeSummary>, StoreError> {

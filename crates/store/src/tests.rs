@@ -67,7 +67,7 @@ async fn overview_counts_what_is_stored() {
         job::ActiveModel {
             name: Set(format!("job-{i}")),
             state: Set(state.as_str().to_owned()),
-            spec: Set("{}".to_owned()),
+            spec: Set(format!(r#"{{"name": "job-{i}", "command": "true"}}"#)),
             gpus: Set(1),
             created_at: Set(now + i as i64),
             ..Default::default()
@@ -95,10 +95,10 @@ async fn overview_counts_what_is_stored() {
         experiments[0].name, "mnist",
         "the one with the newest run comes first"
     );
-    let jobs = store.list_jobs(10).await.unwrap();
+    let jobs = store.find_jobs(&[], 10).await.unwrap();
     assert_eq!(jobs.len(), 3);
-    assert_eq!(jobs[0].name, "job-2");
-    assert_eq!(jobs[0].state, JobState::Running);
+    assert_eq!(jobs[0].job.name, "job-2");
+    assert_eq!(jobs[0].job.state, JobState::Running);
 }
 
 #[tokio::test]
