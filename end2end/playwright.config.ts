@@ -1,15 +1,32 @@
-// Playwright runs the release server (built by `make build`) on a loopback
-// port with a fresh data folder, and drives Debian's Chromium against it.
+// Playwright runs the release server (built by `make build`) on loopback
+// ports with fresh data folders, and drives Debian's Chromium against it:
+// once in the single-user mode (project `local`), and once with sign-in
+// through the test OpenID Provider of oidc/provider.mjs (project `sso`).
 import { defineConfig } from '@playwright/test';
 import { mkdtempSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
 const port = Number(process.env.E2E_PORT ?? 3917);
+const ssoPort = port + 1;
+const oidcPort = port + 13;
 const root = resolve(__dirname, '..');
 const targetDir = process.env.CARGO_TARGET_DIR ?? join(root, 'target');
 const bin = process.env.E2E_TRAINYARD_BIN ?? join(targetDir, 'release', 'trainyard');
 const dataDir = mkdtempSync(join(tmpdir(), 'trainyard-e2e-'));
+const ssoDataDir = mkdtempSync(join(tmpdir(), 'trainyard-e2e-sso-'));
+
+// What both servers share.
+const serverEnv = {
+  TRAINYARD_SITE_DIR: join(root, 'target', 'site'),
+  TRAINYARD_TEMPLATES_DIR: join(root, 'templates'),
+  // Python environments for templates are cached across runs, like a server's.
+  TRAINYARD_VENV_DIR: join(homedir(), '.cache', 'trainyard', 'job-venvs'),
+  // One GPU to queue for, on a machine without any.
+  TRAINYARD_SIMULATED_GPUS: '1',
+  TRAINYARD_JOB_STOP_GRACE_SECS: '2',
+  TRAINYARD_LOG: 'info',
+};
 
 export default defineConfig({
   testDir: './tests',
@@ -20,8 +37,16 @@ export default defineConfig({
   workers: 1,
   retries: 0,
   reporter: [['list']],
+  projects: [
+    { name: 'local', testIgnore: /auth\.spec\.ts/, use: { baseURL: `http://127.0.0.1:${port}` } },
+    {
+      name: 'sso',
+      testMatch: /auth\.spec\.ts/,
+      use: { baseURL: `http://127.0.0.1:${ssoPort}` },
+      metadata: { provider: `http://127.0.0.1:${oidcPort}` },
+    },
+  ],
   use: {
-    baseURL: `http://127.0.0.1:${port}`,
     browserName: 'chromium',
     launchOptions: {
       executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
@@ -38,24 +63,41 @@ export default defineConfig({
     screenshot: 'only-on-failure',
     trace: 'retain-on-failure',
   },
-  webServer: {
-    command: `"${bin}" serve`,
-    url: `http://127.0.0.1:${port}/readyz`,
-    reuseExistingServer: false,
-    timeout: 60_000,
-    stdout: 'pipe',
-    stderr: 'pipe',
-    env: {
-      TRAINYARD_LISTEN: `127.0.0.1:${port}`,
-      TRAINYARD_DATA_DIR: dataDir,
-      TRAINYARD_SITE_DIR: join(root, 'target', 'site'),
-      TRAINYARD_TEMPLATES_DIR: join(root, 'templates'),
-      // Python environments for templates are cached across runs, like a server's.
-      TRAINYARD_VENV_DIR: join(homedir(), '.cache', 'trainyard', 'job-venvs'),
-      // One GPU to queue for, on a machine without any.
-      TRAINYARD_SIMULATED_GPUS: '1',
-      TRAINYARD_JOB_STOP_GRACE_SECS: '2',
-      TRAINYARD_LOG: 'info',
+  webServer: [
+    {
+      command: `"${bin}" serve`,
+      url: `http://127.0.0.1:${port}/readyz`,
+      reuseExistingServer: false,
+      timeout: 60_000,
+      stdout: 'pipe',
+      stderr: 'pipe',
+      env: { ...serverEnv, TRAINYARD_LISTEN: `127.0.0.1:${port}`, TRAINYARD_DATA_DIR: dataDir },
     },
-  },
+    {
+      command: 'node oidc/provider.mjs',
+      url: `http://127.0.0.1:${oidcPort}/.well-known/openid-configuration`,
+      reuseExistingServer: false,
+      timeout: 30_000,
+      stdout: 'pipe',
+      stderr: 'pipe',
+      env: { OIDC_PORT: String(oidcPort), OIDC_APP_URL: `http://127.0.0.1:${ssoPort}` },
+    },
+    {
+      command: `"${bin}" serve`,
+      url: `http://127.0.0.1:${ssoPort}/readyz`,
+      reuseExistingServer: false,
+      timeout: 60_000,
+      stdout: 'pipe',
+      stderr: 'pipe',
+      env: {
+        ...serverEnv,
+        TRAINYARD_LISTEN: `127.0.0.1:${ssoPort}`,
+        TRAINYARD_DATA_DIR: ssoDataDir,
+        TRAINYARD_OIDC_ISSUER_URL: `http://127.0.0.1:${oidcPort}`,
+        TRAINYARD_OIDC_CLIENT_ID: 'trainyard',
+        TRAINYARD_OIDC_CLIENT_SECRET: 'trainyard-test-secret',
+        TRAINYARD_OIDC_ADMIN_GROUP: 'gpu-admins',
+      },
+    },
+  ],
 });

@@ -2,6 +2,9 @@
 //! (`/api/<name>`) so that scripts and tests can call them too.
 
 use leptos::prelude::*;
+#[cfg(feature = "ssr")]
+use trainyard_domain::identity::Via;
+use trainyard_domain::identity::{ApiToken, Me, NewApiToken, TokenRequest};
 use trainyard_domain::job::{Job, JobEvent};
 use trainyard_domain::template::Template;
 use trainyard_domain::{ExperimentSummary, NodeSummary, Overview};
@@ -12,6 +15,89 @@ use crate::error::AppError;
 fn store() -> Result<trainyard_store::Store, AppError> {
     use_context::<trainyard_store::Store>()
         .ok_or_else(|| AppError::Internal("the database is not wired into this request".to_owned()))
+}
+
+/// Who is calling: the gate in front of every request put them here.
+#[cfg(feature = "ssr")]
+pub fn caller() -> Result<trainyard_domain::identity::Principal, AppError> {
+    use_context::<http::request::Parts>()
+        .and_then(|parts| {
+            parts
+                .extensions
+                .get::<trainyard_domain::identity::Principal>()
+                .cloned()
+        })
+        .ok_or_else(|| AppError::Forbidden("sign in first".to_owned()))
+}
+
+#[cfg(feature = "ssr")]
+fn admin_only(what: &str) -> Result<trainyard_domain::identity::Principal, AppError> {
+    let principal = caller()?;
+    if principal.user.is_admin {
+        Ok(principal)
+    } else {
+        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+            response.set_status(http::StatusCode::FORBIDDEN);
+        }
+        Err(AppError::Forbidden(format!("only admins may {what}")))
+    }
+}
+
+/// Who the server takes the caller for; None when nobody is signed in.
+#[server(endpoint = "whoami")]
+pub async fn whoami() -> Result<Option<Me>, AppError> {
+    let Ok(principal) = caller() else {
+        return Ok(None);
+    };
+    let single_user = matches!(principal.via, Via::Local);
+    let csrf_token = match &principal.via {
+        Via::Session { csrf_token } => Some(csrf_token.clone()),
+        _ => None,
+    };
+    Ok(Some(Me {
+        user: principal.user,
+        single_user,
+        csrf_token,
+    }))
+}
+
+/// The caller's personal API tokens.
+#[server(endpoint = "list_tokens")]
+pub async fn list_tokens() -> Result<Vec<ApiToken>, AppError> {
+    let principal = caller()?;
+    Ok(store()?.api_tokens(principal.user.id).await?)
+}
+
+/// Makes a token; its secret is in the answer, and shown once.
+#[server(endpoint = "create_token")]
+pub async fn create_token(name: String, expires_in_days: String) -> Result<NewApiToken, AppError> {
+    let principal = caller()?;
+    let days = match expires_in_days.trim() {
+        "" | "never" => None,
+        text => Some(text.parse::<u32>().map_err(|_| {
+            AppError::Invalid(trainyard_domain::FieldError::new(
+                "expires_in_days",
+                "a whole number of days, or leave it empty for no expiry",
+            ))
+        })?),
+    };
+    let request = TokenRequest {
+        name,
+        expires_in_days: days,
+    };
+    Ok(store()?
+        .create_personal_token(principal.user.id, &request)
+        .await?)
+}
+
+#[server(endpoint = "revoke_token")]
+pub async fn revoke_token(id: i64) -> Result<(), AppError> {
+    let principal = caller()?;
+    if store()?.revoke_api_token(principal.user.id, id).await? {
+        Ok(())
+    } else {
+        Err(AppError::NotFound(format!("you have no live token {id}")))
+    }
 }
 
 #[server(endpoint = "get_overview")]
@@ -41,11 +127,14 @@ fn jobs() -> Result<trainyard_jobs::Jobs, AppError> {
     })
 }
 
-/// The newest jobs, with their state, queue position and reason.
+/// The newest jobs, with their state, queue position and reason: the
+/// caller's own, or (`all`) all they may see.
 #[server(endpoint = "list_job_page")]
-pub async fn list_job_page() -> Result<Vec<Job>, AppError> {
+pub async fn list_job_page(all: bool) -> Result<Vec<Job>, AppError> {
+    let principal = caller()?;
+    let whose = trainyard_store::JobsOf::for_user(&principal.user, all);
     Ok(store()?
-        .find_jobs(&[], 200)
+        .find_jobs(&[], 200, &whose)
         .await?
         .into_iter()
         .map(|r| r.job)
@@ -62,7 +151,9 @@ pub struct JobDetail {
 #[server(endpoint = "get_job")]
 pub async fn get_job(id: i64) -> Result<JobDetail, AppError> {
     let store = store()?;
-    let record = store.get_job(id).await?;
+    let record = store
+        .job_as(&caller()?.user, id, trainyard_store::Access::Read)
+        .await?;
     let events = store.job_events(id).await?;
     Ok(JobDetail {
         job: record.job,
@@ -85,7 +176,10 @@ pub struct LogTail {
 #[server(endpoint = "get_log_tail")]
 pub async fn get_log_tail(id: i64) -> Result<LogTail, AppError> {
     let jobs = jobs()?;
-    let record = jobs.store().get_job(id).await?;
+    let record = jobs
+        .store()
+        .job_as(&caller()?.user, id, trainyard_store::Access::Read)
+        .await?;
     let path = jobs
         .attempt_dir(id, record.job.attempt)
         .join(trainyard_jobs::shim::LOG_FILE);
@@ -97,14 +191,22 @@ pub async fn get_log_tail(id: i64) -> Result<LogTail, AppError> {
 
 #[server(endpoint = "cancel_job")]
 pub async fn cancel_job(id: i64) -> Result<(), AppError> {
-    jobs()?.cancel(id).await?;
+    let jobs = jobs()?;
+    jobs.store()
+        .job_as(&caller()?.user, id, trainyard_store::Access::Change)
+        .await?;
+    jobs.cancel(id).await?;
     Ok(())
 }
 
 /// Submits a finished job again; the browser goes to the new job's page.
 #[server(endpoint = "retry_job")]
 pub async fn retry_job(id: i64) -> Result<i64, AppError> {
-    let record = jobs()?.retry(id).await?;
+    let jobs = jobs()?;
+    jobs.store()
+        .job_as(&caller()?.user, id, trainyard_store::Access::Change)
+        .await?;
+    let record = jobs.retry(id).await?;
     leptos_axum::redirect(&format!("/jobs/{}", record.job.id));
     Ok(record.job.id)
 }
@@ -168,7 +270,7 @@ pub async fn submit_job(form: SubmitForm) -> Result<i64, AppError> {
     };
     let spec = crate::submit::spec_from_form(&form, template.as_ref().map(|t| &t.spec))
         .map_err(AppError::Fields)?;
-    let record = jobs.submit(spec).await?;
+    let record = jobs.submit(spec, &caller()?.user).await?;
     leptos_axum::redirect(&format!("/jobs/{}", record.job.id));
     Ok(record.job.id)
 }
@@ -204,6 +306,7 @@ max_runtime: 12h
 /// Saves a template an admin wrote; the browser goes back to the catalog.
 #[server(endpoint = "save_template")]
 pub async fn save_template(slug: String, text: String) -> Result<String, AppError> {
+    admin_only("write templates")?;
     let template = jobs()?.save_template(slug.trim(), text.as_bytes()).await?;
     leptos_axum::redirect("/templates");
     Ok(template.slug)
@@ -211,6 +314,7 @@ pub async fn save_template(slug: String, text: String) -> Result<String, AppErro
 
 #[server(endpoint = "delete_template")]
 pub async fn delete_template(slug: String) -> Result<(), AppError> {
+    admin_only("delete templates")?;
     store()?.delete_template(&slug).await?;
     leptos_axum::redirect("/templates");
     Ok(())

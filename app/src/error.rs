@@ -19,6 +19,9 @@ pub enum AppError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// The caller may not do this.
+    #[error("{0}")]
+    Forbidden(String),
     /// Something failed on the server; the details are in its log.
     #[error("{0}")]
     Internal(String),
@@ -72,6 +75,7 @@ impl From<trainyard_store::StoreError> for AppError {
                 StatusCode::BAD_REQUEST,
                 AppError::Invalid(FieldError::new("request", why)),
             ),
+            StoreError::Forbidden(why) => (StatusCode::FORBIDDEN, AppError::Forbidden(why)),
             StoreError::Conflict { what } => (
                 StatusCode::CONFLICT,
                 AppError::Conflict(format!("{what} already exists; choose another name")),

@@ -104,7 +104,9 @@ fn js_sys_now() -> i64 {
 #[component]
 pub fn JobsPage() -> impl IntoView {
     let tick = RwSignal::new(0u32);
-    let jobs = Resource::new(move || tick.get(), |_| list_job_page());
+    let query = use_query_map();
+    let all = move || query.read().get("all").is_some_and(|v| v == "1");
+    let jobs = Resource::new(move || (tick.get(), all()), |(_, all)| list_job_page(all));
     refresh_while(tick, move || {
         jobs.get_untracked()
             .and_then(Result::ok)
@@ -116,6 +118,10 @@ pub fn JobsPage() -> impl IntoView {
             <h1>"Jobs"</h1>
             <a class="button" href="/submit" data-testid="new-job">"Submit a job"</a>
         </section>
+        <nav class="tabs" aria-label="Whose jobs">
+            <a href="/jobs" aria-current=move || (!all()).then_some("page")>"Mine"</a>
+            <a href="/jobs?all=1" aria-current=move || all().then_some("page") data-testid="all-jobs">"All I can see"</a>
+        </nav>
         <Transition fallback=|| view! { <p class="muted">"Loading jobs…"</p> }>
             {move || Suspend::new(async move {
                 match jobs.await {

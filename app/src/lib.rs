@@ -1,6 +1,7 @@
 //! The Trainyard web UI: the page shell, navigation, routes and pages.
 //! Compiled twice: with `ssr` into the server, with `hydrate` into the wasm.
 
+mod account;
 pub mod api;
 pub mod error;
 mod jobs;
@@ -37,6 +38,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    let me = account::provide_me();
     view! {
         <Stylesheet id="trainyard" href="/pkg/trainyard.css"/>
         <Title formatter=|page: String| if page.is_empty() { "Trainyard".to_owned() } else { format!("{page} · Trainyard") }/>
@@ -47,10 +49,18 @@ pub fn App() -> impl IntoView {
                     <A href="/experiments">"Experiments"</A>
                     <A href="/jobs">"Jobs"</A>
                     <A href="/templates">"Templates"</A>
-                    <A href="/admin">"Admin"</A>
+                    <Suspense>
+                        {move || Suspend::new(async move {
+                            me.await
+                                .filter(|m| m.user.is_admin)
+                                .map(|_| view! { <A href="/admin">"Admin"</A> })
+                        })}
+                    </Suspense>
                 </nav>
+                <account::UserMenu me/>
                 <theme::ThemeToggle/>
             </header>
+            <account::SingleUserBanner me/>
             <main>
                 // In-order streaming: the data is in the HTML itself, so pages
                 // read without JavaScript, and crawlers and `curl` see it too.
@@ -64,6 +74,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("templates"), ParamSegment("slug"), StaticSegment("edit")) view=jobs::TemplateEditor ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("templates") view=pages::TemplatesPage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("admin") view=pages::AdminPage ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("settings"), StaticSegment("tokens")) view=account::TokensPage ssr=SsrMode::InOrder/>
                 </Routes>
             </main>
             <footer class="footer">"Trainyard " {env!("CARGO_PKG_VERSION")}</footer>

@@ -7,6 +7,7 @@ mod m20261129_000002_tracking;
 mod m20261129_000003_chunk_summaries;
 mod m20261130_000004_job_execution;
 mod m20261130_000005_uploads;
+mod m20261130_000006_identity;
 
 pub struct Migrator;
 
@@ -19,6 +20,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000003_chunk_summaries::Migration),
             Box::new(m20261130_000004_job_execution::Migration),
             Box::new(m20261130_000005_uploads::Migration),
+            Box::new(m20261130_000006_identity::Migration),
         ]
     }
 }

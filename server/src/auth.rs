@@ -1,47 +1,94 @@
-//! Who is calling: the one place API requests are authenticated. Until
-//! sign-in and API tokens exist (the identity issue), the server accepts
-//! anonymous requests from its own machine only, and refuses any credential,
-//! since none can be valid yet.
+//! Who is calling, decided in one place for every request: pages, server
+//! functions, the REST and MLflow APIs, streams and downloads.
+//!
+//! - `Authorization: Bearer <token>` (or the token as the password of Basic
+//!   auth, as the mlflow client sends MLFLOW_TRACKING_PASSWORD): a personal
+//!   API token, or a job's token that writes to its own run only.
+//! - The session cookie, set at sign-in (see `oidc.rs`).
+//! - Without an identity provider, the single-user mode: every caller is the
+//!   local admin. The server then listens on loopback only (unless the
+//!   loudly named `insecure_no_sign_in` says otherwise), and a request must
+//!   name a loopback host, so a web page cannot reach it by DNS rebinding.
+//!
+//! A state change carried by ambient credentials (the cookie, or the
+//! single-user mode) must come from Trainyard's own pages: browsers say
+//! where a request comes from (`Sec-Fetch-Site`, `Origin`), and a cross-site
+//! one is refused unless it carries the session's CSRF token. This is the
+//! rule of Go's `http.CrossOriginProtection`; requests with neither header
+//! do not come from a browser, which is what CSRF needs.
 
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, Request};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Redirect, Response};
+use base64::Engine as _;
+use trainyard_store::Store;
 
+use crate::config::AuthConfig;
 use crate::mlflow::ApiError;
 
-/// The caller of a request, put into the request's extensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Principal {
-    /// Someone on the server's own machine, without credentials.
-    LocalAnonymous,
+pub use trainyard_domain::identity::{Principal, Via};
+
+/// What the middleware needs: the store and how sign-in is set up.
+#[derive(Clone)]
+pub struct Auth {
+    pub store: Store,
+    pub config: AuthConfig,
+    /// The identity provider; None in the single-user mode.
+    pub oidc: Option<crate::oidc::Oidc>,
 }
 
-/// A credential as clients send it: `Bearer` (MLFLOW_TRACKING_TOKEN) or
-/// `Basic` (MLFLOW_TRACKING_USERNAME / PASSWORD).
-#[derive(Debug, PartialEq, Eq)]
-enum Credential {
-    Bearer,
-    Basic,
-}
-
-fn credential(headers: &HeaderMap) -> Result<Option<Credential>, ApiError> {
-    let Some(value) = headers.get(header::AUTHORIZATION) else {
-        return Ok(None);
-    };
-    let text = value.to_str().unwrap_or("");
-    let scheme = text.split_whitespace().next().unwrap_or("");
-    if scheme.eq_ignore_ascii_case("bearer") {
-        Ok(Some(Credential::Bearer))
-    } else if scheme.eq_ignore_ascii_case("basic") {
-        Ok(Some(Credential::Basic))
+/// The session cookie's name: with `__Host-` behind https, so that no
+/// other site (not even a subdomain) can set it.
+pub fn session_cookie_name(config: &AuthConfig) -> &'static str {
+    if config.secure_cookies() {
+        "__Host-trainyard_session"
     } else {
-        Err(unauthenticated(
-            "the Authorization header must be `Bearer <token>` or `Basic <credentials>`",
-        ))
+        "trainyard_session"
     }
+}
+
+/// The `Set-Cookie` value for a new session.
+pub fn session_cookie(config: &AuthConfig, secret: &str) -> String {
+    let secure = if config.secure_cookies() {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!(
+        "{}={secret}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{secure}",
+        session_cookie_name(config),
+        config.session_ttl.as_secs()
+    )
+}
+
+/// The `Set-Cookie` value that removes the session cookie.
+pub fn clear_session_cookie(config: &AuthConfig) -> String {
+    let secure = if config.secure_cookies() {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!(
+        "{}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0{secure}",
+        session_cookie_name(config)
+    )
+}
+
+/// The session cookie's value, if the request has one.
+pub fn session_secret(config: &AuthConfig, headers: &HeaderMap) -> Option<String> {
+    let name = session_cookie_name(config);
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
+        .filter(|v| !v.is_empty())
 }
 
 fn unauthenticated(message: &str) -> ApiError {
@@ -52,33 +99,296 @@ fn unauthenticated(message: &str) -> ApiError {
     }
 }
 
-pub fn authenticate(peer: SocketAddr, headers: &HeaderMap) -> Result<Principal, ApiError> {
-    match credential(headers)? {
-        Some(Credential::Bearer) => Err(unauthenticated(
-            "unknown token: this server issues no API tokens yet; unset MLFLOW_TRACKING_TOKEN and call from the server's machine",
-        )),
-        Some(Credential::Basic) => Err(unauthenticated(
-            "unknown user: this server has no accounts yet; unset MLFLOW_TRACKING_USERNAME/PASSWORD and call from the server's machine",
-        )),
-        None if peer.ip().is_loopback() => Ok(Principal::LocalAnonymous),
-        None => Err(unauthenticated(
-            "anonymous requests are accepted only from the server's own machine; sign-in is not configured",
-        )),
+pub fn permission_denied(message: impl Into<String>) -> ApiError {
+    ApiError {
+        status: StatusCode::FORBIDDEN,
+        code: "PERMISSION_DENIED",
+        message: message.into(),
     }
 }
 
-/// Middleware: authenticates, or answers 401 in MLflow's error form.
-pub async fn require(
+/// The token in an `Authorization` header: `Bearer T`, or Basic with T as
+/// the password. Err for any other scheme or a malformed value.
+fn bearer_or_basic(value: &str) -> Result<String, ApiError> {
+    let (scheme, rest) = value.trim().split_once(' ').unwrap_or((value.trim(), ""));
+    let rest = rest.trim();
+    if scheme.eq_ignore_ascii_case("bearer") && !rest.is_empty() {
+        return Ok(rest.to_owned());
+    }
+    if scheme.eq_ignore_ascii_case("basic") {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| unauthenticated("the Basic credentials are not valid base64"))?;
+        let (_, password) = decoded.split_once(':').unwrap_or(("", &decoded));
+        if !password.is_empty() {
+            return Ok(password.to_owned());
+        }
+    }
+    Err(unauthenticated(
+        "the Authorization header must be `Bearer <token>`, or Basic with the token as the password",
+    ))
+}
+
+/// The host a request names, without its port.
+fn request_host(headers: &HeaderMap) -> Option<String> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let without_port = if host.starts_with('[') {
+        host.split(']').next().map(|h| format!("{h}]"))?
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h).to_owned()
+    };
+    Some(without_port.to_ascii_lowercase())
+}
+
+fn is_loopback_name(host: &str) -> bool {
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Does this state change come from our own pages (or from no browser)?
+fn same_origin(config: &AuthConfig, headers: &HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        return matches!(site, "same-origin" | "none");
+    }
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let public = config.public_url.origin().ascii_serialization();
+    if origin == public {
+        return true;
+    }
+    // The address the browser used, when it is not public_url (tests,
+    // 127.0.0.1 against localhost).
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    host.is_some_and(|h| origin == format!("http://{h}") || origin == format!("https://{h}"))
+}
+
+/// Paths anyone may fetch: sign-in itself, the browser bundle and the
+/// operations endpoints.
+fn is_public(path: &str) -> bool {
+    path.starts_with("/auth/")
+        || path.starts_with("/pkg/")
+        || matches!(
+            path,
+            "/healthz" | "/readyz" | "/metrics" | "/favicon.svg" | "/favicon.ico"
+        )
+}
+
+fn is_api(path: &str) -> bool {
+    path.starts_with("/api/") || path.starts_with("/ajax-api/")
+}
+
+/// The MLflow tracking and artifact APIs.
+fn is_mlflow_api(path: &str) -> bool {
+    path.starts_with("/api/2.0/mlflow")
+        || path.starts_with("/ajax-api/2.0/mlflow")
+        || path.starts_with("/api/2.0/mlflow-artifacts")
+}
+
+/// What a job's token may call: MLflow reads, and the calls that write to
+/// a run (each handler then checks that the run is the token's own).
+fn run_token_allows(method: &Method, path: &str) -> bool {
+    if !is_mlflow_api(path) {
+        return false;
+    }
+    if matches!(*method, Method::GET | Method::HEAD) {
+        return true;
+    }
+    let artifacts = path.contains("/mlflow-artifacts/artifacts/");
+    if *method == Method::PUT {
+        return artifacts;
+    }
+    if *method != Method::POST {
+        return false;
+    }
+    const RUN_WRITES_AND_SEARCHES: [&str; 9] = [
+        "/runs/update",
+        "/runs/log-metric",
+        "/runs/log-parameter",
+        "/runs/set-tag",
+        "/runs/delete-tag",
+        "/runs/log-batch",
+        "/runs/search",
+        "/experiments/search",
+        "/logged-models/search",
+    ];
+    RUN_WRITES_AND_SEARCHES
+        .iter()
+        .any(|end| path.ends_with(end))
+}
+
+impl Auth {
+    /// Who is calling; Ok(None) for an anonymous caller where sign-in is on.
+    pub async fn identify(
+        &self,
+        peer: SocketAddr,
+        headers: &HeaderMap,
+    ) -> Result<Option<Principal>, ApiError> {
+        if let Some(value) = headers.get(header::AUTHORIZATION) {
+            let token = bearer_or_basic(value.to_str().unwrap_or(""))?;
+            let found = self
+                .store
+                .token_user(&token)
+                .await
+                .map_err(ApiError::internal)?
+                .ok_or_else(|| {
+                    unauthenticated(
+                        "unknown, revoked or expired token; make a new one under Settings → API tokens",
+                    )
+                })?;
+            let via = match found.run_id {
+                Some(run_id) => Via::RunToken { run_id },
+                None => Via::Token,
+            };
+            return Ok(Some(Principal {
+                user: found.user,
+                via,
+            }));
+        }
+        if let Some(secret) = session_secret(&self.config, headers)
+            && let Some(session) = self
+                .store
+                .session(&secret)
+                .await
+                .map_err(ApiError::internal)?
+        {
+            return Ok(Some(Principal {
+                user: session.user,
+                via: Via::Session {
+                    csrf_token: session.csrf_token,
+                },
+            }));
+        }
+        if self.config.oidc.is_some() {
+            return Ok(None);
+        }
+        if !self.config.insecure_no_sign_in {
+            if !peer.ip().is_loopback() {
+                return Err(unauthenticated(
+                    "this server has no sign-in and answers its own machine only",
+                ));
+            }
+            let host = request_host(headers).unwrap_or_default();
+            let public_host = self.config.public_url.host_str().unwrap_or("");
+            if !is_loopback_name(&host) && !host.eq_ignore_ascii_case(public_host) {
+                return Err(permission_denied(format!(
+                    "the host `{host}` is not this server's; open it as http://127.0.0.1 or http://localhost"
+                )));
+            }
+        }
+        let user = self.store.local_admin().await.map_err(ApiError::internal)?;
+        Ok(Some(Principal {
+            user,
+            via: Via::Local,
+        }))
+    }
+}
+
+/// Middleware over the whole router: identifies the caller, refuses
+/// cross-site state changes, and keeps anonymous callers to the public
+/// paths (pages send them to sign in).
+pub async fn gate(
+    State(auth): State<Auth>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    match authenticate(peer, request.headers()) {
-        Ok(principal) => {
-            request.extensions_mut().insert(principal);
-            next.run(request).await
+    let path = request.uri().path().to_owned();
+    let principal = match auth.identify(peer, request.headers()).await {
+        Ok(principal) => principal,
+        Err(err) if is_public(&path) => {
+            tracing::debug!(error = %err.message, "credentials ignored on a public path");
+            None
         }
-        Err(err) => err.into_response(),
+        Err(err) => return err.into_response(),
+    };
+    let unsafe_method = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    if unsafe_method {
+        let csrf_header = request
+            .headers()
+            .get("x-csrf-token")
+            .and_then(|v| v.to_str().ok());
+        let ambient = match principal.as_ref().map(|p| &p.via) {
+            Some(Via::Session { csrf_token }) => Some(Some(csrf_token.as_str())),
+            Some(Via::Local) => Some(None),
+            // Sign-in itself (POST /auth/logout) is ambient too.
+            None => Some(None),
+            Some(Via::Token | Via::RunToken { .. }) => None,
+        };
+        if let Some(session_csrf) = ambient {
+            let token_ok = matches!((session_csrf, csrf_header), (Some(a), Some(b)) if a == b);
+            if !token_ok && !same_origin(&auth.config, request.headers()) {
+                return permission_denied(
+                    "cross-site request refused: changes must come from Trainyard's own pages (or carry the session's X-CSRF-Token)",
+                )
+                .into_response();
+            }
+        }
+    }
+    match &principal {
+        None if is_public(&path) => {}
+        None if is_api(&path) => {
+            return unauthenticated(
+                "sign in first: send an API token (Authorization: Bearer <token>), or use the browser session",
+            )
+            .into_response();
+        }
+        None if request.method() == Method::GET => {
+            let target = request
+                .uri()
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned();
+            let query: String = form_urlencoded::Serializer::new(String::new())
+                .append_pair("return_to", &target)
+                .finish();
+            return Redirect::to(&format!("/auth/login?{query}")).into_response();
+        }
+        None => return unauthenticated("sign in first").into_response(),
+        Some(Principal {
+            via: Via::RunToken { .. },
+            ..
+        }) if !run_token_allows(request.method(), &path) => {
+            return permission_denied(
+                "a job's token may only read, and write to its own run, through the MLflow API",
+            )
+            .into_response();
+        }
+        Some(_) => {}
+    }
+    if let Some(principal) = principal {
+        request.extensions_mut().insert(principal);
+    }
+    next.run(request).await
+}
+
+/// The caller of an API request, as an extractor: 401 when there is none
+/// (the gate lets no such request through; this is the second lock).
+pub struct Caller(pub Principal);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .map(Caller)
+            .ok_or_else(|| unauthenticated("sign in first"))
     }
 }
 
@@ -87,49 +397,137 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    fn headers(auth: Option<&str>) -> HeaderMap {
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
-        if let Some(a) = auth {
-            h.insert(header::AUTHORIZATION, HeaderValue::from_str(a).unwrap());
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_str(v).unwrap());
         }
         h
     }
 
-    #[test]
-    fn loopback_callers_without_credentials_are_local() {
-        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let local6: SocketAddr = "[::1]:5000".parse().unwrap();
-        assert_eq!(
-            authenticate(local, &headers(None)).unwrap(),
-            Principal::LocalAnonymous
-        );
-        assert_eq!(
-            authenticate(local6, &headers(None)).unwrap(),
-            Principal::LocalAnonymous
-        );
+    fn config(public: &str) -> AuthConfig {
+        AuthConfig {
+            public_url: url::Url::parse(public).unwrap(),
+            public_url_set: true,
+            oidc: None,
+            session_ttl: std::time::Duration::from_secs(3600),
+            insecure_no_sign_in: false,
+        }
     }
 
     #[test]
-    fn remote_anonymous_and_any_credential_are_refused() {
-        let remote: SocketAddr = "10.1.2.3:5000".parse().unwrap();
-        let local: SocketAddr = "127.0.0.1:5000".parse().unwrap();
-        let err = authenticate(remote, &headers(None)).unwrap_err();
+    fn tokens_come_as_bearer_or_as_the_basic_password() {
+        assert_eq!(bearer_or_basic("Bearer ty_abc").unwrap(), "ty_abc");
+        assert_eq!(bearer_or_basic("bearer  ty_abc ").unwrap(), "ty_abc");
+        // base64("alice:ty_secret")
         assert_eq!(
-            (err.status, err.code),
-            (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED")
+            bearer_or_basic("Basic YWxpY2U6dHlfc2VjcmV0").unwrap(),
+            "ty_secret"
         );
-        assert!(
-            authenticate(local, &headers(Some("Bearer abc")))
-                .unwrap_err()
-                .message
-                .contains("token")
+        assert!(bearer_or_basic("Basic !!!").is_err());
+        assert!(bearer_or_basic("Digest x").is_err());
+        assert!(bearer_or_basic("Bearer").is_err());
+    }
+
+    #[test]
+    fn cross_site_requests_are_told_apart() {
+        let c = config("https://ty.example");
+        assert!(same_origin(
+            &c,
+            &headers(&[("sec-fetch-site", "same-origin")])
+        ));
+        assert!(same_origin(&c, &headers(&[("sec-fetch-site", "none")])));
+        assert!(!same_origin(
+            &c,
+            &headers(&[("sec-fetch-site", "same-site")])
+        ));
+        assert!(!same_origin(
+            &c,
+            &headers(&[("sec-fetch-site", "cross-site")])
+        ));
+        assert!(same_origin(
+            &c,
+            &headers(&[("origin", "https://ty.example")])
+        ));
+        assert!(!same_origin(
+            &c,
+            &headers(&[("origin", "https://evil.example")])
+        ));
+        assert!(same_origin(
+            &c,
+            &headers(&[
+                ("origin", "http://127.0.0.1:3000"),
+                ("host", "127.0.0.1:3000")
+            ])
+        ));
+        assert!(!same_origin(
+            &c,
+            &headers(&[
+                ("origin", "http://127.0.0.1:4000"),
+                ("host", "127.0.0.1:3000")
+            ])
+        ));
+        // Not from a browser: no CSRF possible.
+        assert!(same_origin(&c, &headers(&[])));
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others_and_hardened_behind_https() {
+        let plain = config("http://127.0.0.1:3000");
+        let h = headers(&[("cookie", "a=1; trainyard_session=s3cret; b=2")]);
+        assert_eq!(session_secret(&plain, &h).as_deref(), Some("s3cret"));
+        assert_eq!(session_secret(&plain, &headers(&[("cookie", "x=1")])), None);
+        let cookie = session_cookie(&plain, "s3cret");
+        assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Lax"));
+        assert!(!cookie.contains("Secure"));
+
+        let tls = config("https://ty.example");
+        let cookie = session_cookie(&tls, "s3cret");
+        assert!(cookie.starts_with("__Host-trainyard_session=s3cret;"));
+        assert!(cookie.contains("; Secure"));
+        assert!(clear_session_cookie(&tls).contains("Max-Age=0"));
+        // The plain name is not read behind https.
+        assert_eq!(session_secret(&tls, &h), None);
+    }
+
+    #[test]
+    fn hosts_are_read_without_ports() {
+        assert_eq!(
+            request_host(&headers(&[("host", "127.0.0.1:3000")])).as_deref(),
+            Some("127.0.0.1")
         );
-        assert!(
-            authenticate(local, &headers(Some("Basic dTpw")))
-                .unwrap_err()
-                .message
-                .contains("user")
+        assert_eq!(
+            request_host(&headers(&[("host", "[::1]:3000")])).as_deref(),
+            Some("[::1]")
         );
-        assert!(authenticate(local, &headers(Some("Digest x"))).is_err());
+        assert!(is_loopback_name("localhost") && is_loopback_name("[::1]"));
+        assert!(is_loopback_name("127.0.0.1") && !is_loopback_name("evil.example"));
+    }
+
+    #[test]
+    fn public_paths_are_few() {
+        assert!(is_public("/auth/login") && is_public("/pkg/trainyard.wasm"));
+        assert!(!is_public("/jobs") && !is_public("/api/trainyard/v1/jobs"));
+        assert!(is_mlflow_api("/api/2.0/mlflow/runs/log-batch"));
+        assert!(is_mlflow_api("/api/2.0/mlflow-artifacts/artifacts/x"));
+        assert!(!is_mlflow_api("/api/trainyard/v1/jobs"));
+        let post = Method::POST;
+        assert!(run_token_allows(&post, "/api/2.0/mlflow/runs/log-batch"));
+        assert!(run_token_allows(&Method::GET, "/api/2.0/mlflow/runs/get"));
+        assert!(!run_token_allows(&post, "/api/2.0/mlflow/runs/create"));
+        assert!(!run_token_allows(
+            &post,
+            "/api/2.0/mlflow/experiments/create"
+        ));
+        assert!(!run_token_allows(&post, "/api/2.0/mlflow/runs/delete"));
+        assert!(!run_token_allows(&Method::GET, "/api/trainyard/v1/jobs"));
+        assert!(run_token_allows(
+            &Method::PUT,
+            "/api/2.0/mlflow-artifacts/artifacts/1/abc/artifacts/model.pt"
+        ));
+        assert!(!run_token_allows(
+            &Method::DELETE,
+            "/api/2.0/mlflow-artifacts/artifacts/1/abc/artifacts/model.pt"
+        ));
     }
 }

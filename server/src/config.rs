@@ -92,6 +92,78 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "seconds a cancelled or timed-out job gets between SIGTERM and SIGKILL",
     },
     SettingDoc {
+        key: "public_url",
+        env: "TRAINYARD_PUBLIC_URL",
+        default: "http://<listen>",
+        meaning: "the address people reach Trainyard at (behind a proxy, its https URL); sign-in returns there, and only pages from it may change things",
+    },
+    SettingDoc {
+        key: "oidc_issuer_url",
+        env: "TRAINYARD_OIDC_ISSUER_URL",
+        default: "(none: single-user mode)",
+        meaning: "your institution's OpenID Connect issuer, e.g. https://keycloak.uni.example/realms/main; unset, Trainyard is a single-user tool on loopback",
+    },
+    SettingDoc {
+        key: "oidc_client_id",
+        env: "TRAINYARD_OIDC_CLIENT_ID",
+        default: "(none)",
+        meaning: "the client ID registered at the provider, with redirect URI <public_url>/auth/callback",
+    },
+    SettingDoc {
+        key: "oidc_client_secret",
+        env: "TRAINYARD_OIDC_CLIENT_SECRET",
+        default: "(none: public client)",
+        meaning: "the client's secret; best given as a file with TRAINYARD_OIDC_CLIENT_SECRET_FILE",
+    },
+    SettingDoc {
+        key: "oidc_scopes",
+        env: "TRAINYARD_OIDC_SCOPES",
+        default: "openid profile email",
+        meaning: "scopes asked for at sign-in, space-separated (add the one that releases groups, if your provider needs it)",
+    },
+    SettingDoc {
+        key: "oidc_username_claim",
+        env: "TRAINYARD_OIDC_USERNAME_CLAIM",
+        default: "preferred_username",
+        meaning: "ID token claim that becomes the username",
+    },
+    SettingDoc {
+        key: "oidc_name_claim",
+        env: "TRAINYARD_OIDC_NAME_CLAIM",
+        default: "name",
+        meaning: "ID token claim that becomes the display name",
+    },
+    SettingDoc {
+        key: "oidc_email_claim",
+        env: "TRAINYARD_OIDC_EMAIL_CLAIM",
+        default: "email",
+        meaning: "ID token claim that becomes the email address",
+    },
+    SettingDoc {
+        key: "oidc_groups_claim",
+        env: "TRAINYARD_OIDC_GROUPS_CLAIM",
+        default: "groups",
+        meaning: "ID token claim listing the user's groups; each group is a team",
+    },
+    SettingDoc {
+        key: "oidc_admin_group",
+        env: "TRAINYARD_OIDC_ADMIN_GROUP",
+        default: "(none)",
+        meaning: "members of this group are admins",
+    },
+    SettingDoc {
+        key: "session_ttl_secs",
+        env: "TRAINYARD_SESSION_TTL_SECS",
+        default: "43200",
+        meaning: "how long a sign-in lasts (seconds)",
+    },
+    SettingDoc {
+        key: "insecure_no_sign_in",
+        env: "TRAINYARD_INSECURE_NO_SIGN_IN",
+        default: "false",
+        meaning: "listen beyond loopback without sign-in, making everyone who can reach the server an admin (never on a shared network)",
+    },
+    SettingDoc {
         key: "shutdown_grace_secs",
         env: "TRAINYARD_SHUTDOWN_GRACE_SECS",
         default: "20",
@@ -117,6 +189,23 @@ pub struct Settings {
     pub venv_dir: Option<PathBuf>,
     pub simulated_gpus: u32,
     pub job_stop_grace_secs: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc_issuer_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc_client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc_client_secret: Option<String>,
+    pub oidc_scopes: String,
+    pub oidc_username_claim: String,
+    pub oidc_name_claim: String,
+    pub oidc_email_claim: String,
+    pub oidc_groups_claim: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc_admin_group: Option<String>,
+    pub session_ttl_secs: u64,
+    pub insecure_no_sign_in: bool,
     pub shutdown_grace_secs: u64,
 }
 
@@ -135,6 +224,18 @@ impl Default for Settings {
             venv_dir: None,
             simulated_gpus: 0,
             job_stop_grace_secs: 10,
+            public_url: None,
+            oidc_issuer_url: None,
+            oidc_client_id: None,
+            oidc_client_secret: None,
+            oidc_scopes: "openid profile email".to_owned(),
+            oidc_username_claim: "preferred_username".to_owned(),
+            oidc_name_claim: "name".to_owned(),
+            oidc_email_claim: "email".to_owned(),
+            oidc_groups_claim: "groups".to_owned(),
+            oidc_admin_group: None,
+            session_ttl_secs: 12 * 3600,
+            insecure_no_sign_in: false,
             shutdown_grace_secs: 20,
         }
     }
@@ -175,6 +276,42 @@ pub struct Config {
     /// binary (tests point it at the built one).
     pub job_shim: PathBuf,
     pub shutdown_grace: std::time::Duration,
+    pub auth: AuthConfig,
+}
+
+/// How people sign in.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// Where people reach the server.
+    pub public_url: url::Url,
+    /// Whether `public_url` was set; if not, it follows the bound address.
+    pub public_url_set: bool,
+    /// None: the single-user mode (everyone is the local admin).
+    pub oidc: Option<OidcConfig>,
+    pub session_ttl: std::time::Duration,
+    /// Single-user mode beyond loopback, asked for by name.
+    pub insecure_no_sign_in: bool,
+}
+
+impl AuthConfig {
+    /// Cookies get `Secure` (and the `__Host-` name) behind https.
+    pub fn secure_cookies(&self) -> bool {
+        self.public_url.scheme() == "https"
+    }
+}
+
+/// The identity provider and how its claims map to accounts.
+#[derive(Debug, Clone)]
+pub struct OidcConfig {
+    pub issuer_url: String,
+    pub client_id: String,
+    pub client_secret: Option<String>,
+    pub scopes: Vec<String>,
+    pub username_claim: String,
+    pub name_claim: String,
+    pub email_claim: String,
+    pub groups_claim: String,
+    pub admin_group: Option<String>,
 }
 
 const ENV_PREFIX: &str = "TRAINYARD_";
@@ -346,6 +483,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
     }
     tracing_subscriber::EnvFilter::try_new(&s.log)
         .map_err(|e| ConfigError(format!("log: `{}` is not a valid log filter: {e}", s.log)))?;
+    let auth = auth_config(&s)?;
     let database_url = match s.database_url {
         Some(url) => {
             let url = url.trim().to_owned();
@@ -370,6 +508,113 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         job_stop_grace_secs: s.job_stop_grace_secs,
         job_shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("trainyard")),
         shutdown_grace: std::time::Duration::from_secs(s.shutdown_grace_secs),
+        auth,
+    })
+}
+
+fn is_loopback_host(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
+fn auth_config(s: &Settings) -> Result<AuthConfig, ConfigError> {
+    fn non_empty(v: &Option<String>) -> Option<&str> {
+        v.as_deref().map(str::trim).filter(|v| !v.is_empty())
+    }
+    let public_url = match non_empty(&s.public_url) {
+        Some(text) => {
+            let url = url::Url::parse(text.trim_end_matches('/')).map_err(|e| {
+                ConfigError(format!(
+                    "public_url: `{text}` is not a URL ({e}); use e.g. https://trainyard.uni.example"
+                ))
+            })?;
+            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+                return Err(ConfigError(format!(
+                    "public_url: `{text}` must be an http:// or https:// address"
+                )));
+            }
+            if url.path() != "/" || url.query().is_some() {
+                return Err(ConfigError(format!(
+                    "public_url: `{text}` must be the server's root, without a path; Trainyard is not served under a sub-path"
+                )));
+            }
+            url
+        }
+        None if s.listen.ip().is_unspecified() && non_empty(&s.oidc_issuer_url).is_some() => {
+            return Err(ConfigError(format!(
+                "public_url: required when listening on {} with sign-in, so the provider can send people back; set it to the address people open, e.g. https://trainyard.uni.example",
+                s.listen
+            )));
+        }
+        None => url::Url::parse(&format!("http://{}", s.listen))
+            .map_err(|e| ConfigError(format!("listen: {e}")))?,
+    };
+    let oidc = match non_empty(&s.oidc_issuer_url) {
+        None => {
+            if !s.listen.ip().is_loopback() && !s.insecure_no_sign_in {
+                return Err(ConfigError(format!(
+                    "listen: {} is reachable from other machines, but sign-in is not configured, so anyone who reaches it would be an admin. \
+                     Configure your institution's single sign-on (oidc_issuer_url, oidc_client_id, oidc_client_secret; see the README's Sign-in section), \
+                     or listen on 127.0.0.1, or set insecure_no_sign_in = true to accept that risk",
+                    s.listen
+                )));
+            }
+            None
+        }
+        Some(issuer) => {
+            let url = url::Url::parse(issuer).map_err(|e| {
+                ConfigError(format!("oidc_issuer_url: `{issuer}` is not a URL ({e})"))
+            })?;
+            if url.scheme() != "https" && !(url.scheme() == "http" && is_loopback_host(&url)) {
+                return Err(ConfigError(format!(
+                    "oidc_issuer_url: `{issuer}` must use https (plain http is allowed only for a provider on loopback, in tests)"
+                )));
+            }
+            let client_id = non_empty(&s.oidc_client_id).ok_or_else(|| {
+                ConfigError(
+                    "oidc_client_id: required with oidc_issuer_url; it is the client ID registered at your provider".to_owned(),
+                )
+            })?;
+            let scopes: Vec<String> = s
+                .oidc_scopes
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect();
+            if !scopes.iter().any(|scope| scope == "openid") {
+                return Err(ConfigError(format!(
+                    "oidc_scopes: `{}` must include `openid`",
+                    s.oidc_scopes
+                )));
+            }
+            Some(OidcConfig {
+                issuer_url: issuer.to_owned(),
+                client_id: client_id.to_owned(),
+                client_secret: non_empty(&s.oidc_client_secret).map(str::to_owned),
+                scopes,
+                username_claim: s.oidc_username_claim.clone(),
+                name_claim: s.oidc_name_claim.clone(),
+                email_claim: s.oidc_email_claim.clone(),
+                groups_claim: s.oidc_groups_claim.clone(),
+                admin_group: non_empty(&s.oidc_admin_group).map(str::to_owned),
+            })
+        }
+    };
+    if s.session_ttl_secs < 60 || s.session_ttl_secs > 90 * 86_400 {
+        return Err(ConfigError(format!(
+            "session_ttl_secs: {} must be between 60 (a minute) and 7776000 (90 days)",
+            s.session_ttl_secs
+        )));
+    }
+    Ok(AuthConfig {
+        public_url_set: non_empty(&s.public_url).is_some(),
+        public_url,
+        oidc,
+        session_ttl: std::time::Duration::from_secs(s.session_ttl_secs),
+        insecure_no_sign_in: s.insecure_no_sign_in,
     })
 }
 
@@ -553,6 +798,80 @@ mod tests {
         let err = config.prepare_folders().unwrap_err();
         assert!(err.0.starts_with("database_url: the folder"), "{}", err.0);
         assert!(data_dir.is_dir(), "the data folder itself is created");
+    }
+
+    #[test]
+    fn listening_beyond_loopback_needs_sign_in_or_the_loud_flag() {
+        let err = load_env(&[("TRAINYARD_LISTEN", "0.0.0.0:3000")]).unwrap_err();
+        assert!(
+            err.0.starts_with("listen: 0.0.0.0:3000 is reachable"),
+            "{}",
+            err.0
+        );
+        assert!(err.0.contains("oidc_issuer_url") && err.0.contains("insecure_no_sign_in"));
+        let open = load_env(&[
+            ("TRAINYARD_LISTEN", "0.0.0.0:3000"),
+            ("TRAINYARD_INSECURE_NO_SIGN_IN", "true"),
+        ])
+        .unwrap();
+        assert!(open.auth.oidc.is_none() && open.auth.insecure_no_sign_in);
+
+        let sso = load_env(&[
+            ("TRAINYARD_LISTEN", "0.0.0.0:3000"),
+            ("TRAINYARD_PUBLIC_URL", "https://ty.uni.example/"),
+            (
+                "TRAINYARD_OIDC_ISSUER_URL",
+                "https://idp.uni.example/realms/main",
+            ),
+            ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
+            ("TRAINYARD_OIDC_ADMIN_GROUP", "gpu-admins"),
+        ])
+        .unwrap();
+        let oidc = sso.auth.oidc.as_ref().unwrap();
+        assert_eq!(oidc.scopes, ["openid", "profile", "email"]);
+        assert_eq!(oidc.admin_group.as_deref(), Some("gpu-admins"));
+        assert_eq!(sso.auth.public_url.as_str(), "https://ty.uni.example/");
+        assert!(sso.auth.secure_cookies());
+    }
+
+    #[test]
+    fn sign_in_settings_are_checked() {
+        let issuer = ("TRAINYARD_OIDC_ISSUER_URL", "https://idp.example");
+        let err = load_env(&[issuer]).unwrap_err();
+        assert!(err.0.starts_with("oidc_client_id: required"), "{}", err.0);
+        let err = load_env(&[
+            ("TRAINYARD_OIDC_ISSUER_URL", "http://idp.example"),
+            ("TRAINYARD_OIDC_CLIENT_ID", "x"),
+        ])
+        .unwrap_err();
+        assert!(err.0.contains("must use https"), "{}", err.0);
+        load_env(&[
+            ("TRAINYARD_OIDC_ISSUER_URL", "http://127.0.0.1:9000"),
+            ("TRAINYARD_OIDC_CLIENT_ID", "x"),
+        ])
+        .expect("plain http is fine on loopback");
+        let err = load_env(&[
+            issuer,
+            ("TRAINYARD_OIDC_CLIENT_ID", "x"),
+            ("TRAINYARD_OIDC_SCOPES", "profile email"),
+        ])
+        .unwrap_err();
+        assert!(err.0.starts_with("oidc_scopes"), "{}", err.0);
+        let err = load_env(&[
+            issuer,
+            ("TRAINYARD_OIDC_CLIENT_ID", "x"),
+            ("TRAINYARD_LISTEN", "0.0.0.0:3000"),
+        ])
+        .unwrap_err();
+        assert!(err.0.starts_with("public_url: required"), "{}", err.0);
+        let err =
+            load_env(&[("TRAINYARD_PUBLIC_URL", "https://ty.example/trainyard")]).unwrap_err();
+        assert!(err.0.contains("without a path"), "{}", err.0);
+        let err = load_env(&[("TRAINYARD_SESSION_TTL_SECS", "5")]).unwrap_err();
+        assert!(err.0.starts_with("session_ttl_secs"), "{}", err.0);
+        let local = load_env(&[]).unwrap();
+        assert_eq!(local.auth.public_url.as_str(), "http://127.0.0.1:3000/");
+        assert!(!local.auth.secure_cookies());
     }
 
     #[test]

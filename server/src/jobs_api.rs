@@ -14,7 +14,9 @@ use trainyard_domain::{FieldError, JobState};
 use trainyard_store::StoreError;
 
 use crate::AppState;
+use crate::auth::{Caller, Principal};
 use trainyard_jobs::{SubmitError, shim};
+use trainyard_store::{Access, JobRecord, JobsOf};
 
 /// Largest spec body: a spec is a few kilobytes; files go up separately.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
@@ -33,7 +35,7 @@ pub struct JobsError {
 }
 
 impl JobsError {
-    fn invalid(message: impl Into<String>, fields: Vec<FieldError>) -> JobsError {
+    pub(crate) fn invalid(message: impl Into<String>, fields: Vec<FieldError>) -> JobsError {
         JobsError {
             status: StatusCode::BAD_REQUEST,
             code: "INVALID_PARAMETER_VALUE",
@@ -44,7 +46,16 @@ impl JobsError {
 }
 
 impl JobsError {
-    fn internal(message: impl Into<String>) -> JobsError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        JobsError {
+            status,
+            code,
+            message: message.into(),
+            fields: Vec::new(),
+        }
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> JobsError {
         JobsError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: "INTERNAL_ERROR",
@@ -74,6 +85,9 @@ impl From<StoreError> for JobsError {
                 fields: Vec::new(),
             },
             StoreError::Rejected(message) => JobsError::invalid(message, Vec::new()),
+            StoreError::Forbidden(message) => {
+                JobsError::new(StatusCode::FORBIDDEN, "PERMISSION_DENIED", message)
+            }
             StoreError::Invalid(e) => JobsError::invalid(e.to_string(), vec![e]),
             other => {
                 tracing::error!(error = %other, "jobs store error");
@@ -117,9 +131,59 @@ fn spec_too_large() -> JobsError {
     }
 }
 
+/// The job, if the caller may see it; others are told it does not exist.
+async fn readable_job(
+    state: &AppState,
+    principal: &Principal,
+    id: i64,
+) -> Result<JobRecord, JobsError> {
+    Ok(state
+        .store
+        .job_as(&principal.user, id, Access::Read)
+        .await?)
+}
+
+/// The job, if the caller may change it (cancel, run again).
+async fn changeable_job(
+    state: &AppState,
+    principal: &Principal,
+    id: i64,
+) -> Result<JobRecord, JobsError> {
+    Ok(state
+        .store
+        .job_as(&principal.user, id, Access::Change)
+        .await?)
+}
+
+fn admin_only(principal: &Principal, what: &str) -> Result<(), JobsError> {
+    if principal.user.is_admin {
+        Ok(())
+    } else {
+        Err(JobsError::new(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            format!("only admins may {what}"),
+        ))
+    }
+}
+
+/// Whose jobs a list shows: `mine` (the default), or `all` the caller may
+/// see (their teams' too; everyone's for admins).
+fn jobs_of(principal: &Principal, scope: Option<&str>) -> Result<JobsOf, JobsError> {
+    match scope.unwrap_or("mine") {
+        "mine" => Ok(JobsOf::for_user(&principal.user, false)),
+        "all" => Ok(JobsOf::for_user(&principal.user, true)),
+        other => Err(JobsError::invalid(
+            format!("scope: `{other}` is not a scope; use mine or all"),
+            Vec::new(),
+        )),
+    }
+}
+
 /// `POST /api/trainyard/v1/jobs`
 pub async fn submit(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<JobAnswer>), JobsError> {
@@ -130,7 +194,7 @@ pub async fn submit(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
     let spec = parse_spec(content_type, &body)?;
-    let record = state.jobs.submit(spec).await?;
+    let record = state.jobs.submit(spec, &principal.user).await?;
     Ok((StatusCode::CREATED, Json(JobAnswer { job: record.job })))
 }
 
@@ -155,11 +219,15 @@ pub struct ListQuery {
     /// Comma-separated states, e.g. `QUEUED,RUNNING`.
     state: Option<String>,
     limit: Option<u64>,
+    /// `mine` (the default) or `all`.
+    scope: Option<String>,
 }
 
-/// `GET /api/trainyard/v1/jobs?state=QUEUED,RUNNING&limit=100`, newest first.
+/// `GET /api/trainyard/v1/jobs?state=QUEUED,RUNNING&limit=100&scope=mine`,
+/// newest first.
 pub async fn list(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<JobList>, JobsError> {
     let mut states = Vec::new();
@@ -187,7 +255,8 @@ pub async fn list(
             Vec::new(),
         ));
     }
-    let jobs = state.jobs.store().find_jobs(&states, limit).await?;
+    let whose = jobs_of(&principal, q.scope.as_deref())?;
+    let jobs = state.jobs.store().find_jobs(&states, limit, &whose).await?;
     Ok(Json(JobList {
         jobs: jobs.into_iter().map(|r| r.job).collect(),
     }))
@@ -196,9 +265,10 @@ pub async fn list(
 /// `GET /api/trainyard/v1/jobs/{id}`
 pub async fn show(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Path(id): Path<i64>,
 ) -> Result<Json<JobDetail>, JobsError> {
-    let record = state.jobs.store().get_job(id).await?;
+    let record = readable_job(&state, &principal, id).await?;
     let events = state.jobs.store().job_events(id).await?;
     Ok(Json(JobDetail {
         job: record.job,
@@ -209,8 +279,10 @@ pub async fn show(
 /// `POST /api/trainyard/v1/jobs/{id}/cancel`
 pub async fn cancel(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Path(id): Path<i64>,
 ) -> Result<Json<JobAnswer>, JobsError> {
+    changeable_job(&state, &principal, id).await?;
     let record = state.jobs.cancel(id).await?;
     Ok(Json(JobAnswer { job: record.job }))
 }
@@ -247,8 +319,10 @@ pub async fn template(
 /// and files; answers the new job.
 pub async fn retry(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Path(id): Path<i64>,
 ) -> Result<(StatusCode, Json<JobAnswer>), JobsError> {
+    changeable_job(&state, &principal, id).await?;
     let record = state.jobs.retry(id).await?;
     Ok((StatusCode::CREATED, Json(JobAnswer { job: record.job })))
 }
@@ -270,10 +344,11 @@ pub struct LogQuery {
 /// `X-Job-State` whether more can come.
 pub async fn logs(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Path(id): Path<i64>,
     Query(q): Query<LogQuery>,
 ) -> Result<Response, JobsError> {
-    let record = state.jobs.store().get_job(id).await?;
+    let record = readable_job(&state, &principal, id).await?;
     let attempt = q.attempt.unwrap_or(record.job.attempt);
     if attempt > record.job.attempt {
         return Err(JobsError::invalid(
@@ -306,9 +381,11 @@ pub async fn logs(
 /// JSON: creates or replaces a template made by an admin.
 pub async fn save_template(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Path(slug): Path<String>,
     body: Bytes,
 ) -> Result<Json<trainyard_domain::template::Template>, JobsError> {
+    admin_only(&principal, "write templates")?;
     if body.len() > MAX_SPEC_BYTES {
         return Err(spec_too_large());
     }
@@ -319,8 +396,10 @@ pub async fn save_template(
 /// `DELETE /api/trainyard/v1/templates/{slug}`
 pub async fn delete_template(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Path(slug): Path<String>,
 ) -> Result<StatusCode, JobsError> {
+    admin_only(&principal, "delete templates")?;
     state.jobs.store().delete_template(&slug).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -346,6 +425,7 @@ pub struct UploadAnswer {
 /// refused whole, and nothing of it is kept.
 pub async fn upload(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Query(q): Query<UploadQuery>,
     headers: HeaderMap,
     body: axum::body::Body,
@@ -392,7 +472,7 @@ pub async fn upload(
     let kind = q.kind.as_deref().unwrap_or("project");
     let upload = state
         .jobs
-        .upload(kind, &q.name, &temp)
+        .upload(kind, &q.name, &temp, &principal.user)
         .await
         .map_err(|e| match e {
             trainyard_jobs::UploadError::Invalid(field) => {
@@ -481,6 +561,7 @@ const EVENT_BYTES: u64 = 64 * 1024;
 /// job has ended (or moved on to another attempt) and its log is read out.
 pub async fn stream_logs(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Path(id): Path<i64>,
     Query(q): Query<StreamQuery>,
     headers: HeaderMap,
@@ -491,7 +572,7 @@ pub async fn stream_logs(
     JobsError,
 > {
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let record = state.jobs.store().get_job(id).await?;
+    let record = readable_job(&state, &principal, id).await?;
     let attempt = record.job.attempt;
     let path = state.jobs.attempt_dir(id, attempt).join(shim::LOG_FILE);
     let jobs = state.jobs.clone();

@@ -7,8 +7,10 @@ pub mod config;
 mod jobs_api;
 pub mod metrics;
 mod mlflow;
+pub mod oidc;
 mod ops;
 pub mod series;
+mod tokens_api;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,6 +61,13 @@ pub struct AppState {
     /// The data folder (uploads arrive in `<data_dir>/uploads/.incoming`).
     pub data_dir: std::path::PathBuf,
     pub jobs: trainyard_jobs::Jobs,
+    pub auth: auth::Auth,
+}
+
+impl FromRef<AppState> for auth::Auth {
+    fn from_ref(state: &AppState) -> Self {
+        state.auth.clone()
+    }
 }
 
 impl FromRef<AppState> for LeptosOptions {
@@ -69,7 +78,12 @@ impl FromRef<AppState> for LeptosOptions {
 
 impl AppState {
     /// `gpus`: how many GPUs this machine offers jobs (see [`discover_gpus`]).
-    pub fn new(config: &Config, listen: SocketAddr, store: Store, gpus: u32) -> AppState {
+    pub fn new(
+        config: &Config,
+        listen: SocketAddr,
+        store: Store,
+        gpus: u32,
+    ) -> Result<AppState, ServerError> {
         let leptos_options = LeptosOptions::builder()
             .output_name("trainyard")
             .site_root(config.site_dir.to_string_lossy().into_owned())
@@ -78,8 +92,32 @@ impl AppState {
             .env(leptos::config::Env::PROD)
             .build();
         let jobs = trainyard_jobs::Jobs::new(store.clone(), jobs_config(config, listen, gpus));
-        AppState {
+        let mut auth_config = config.auth.clone();
+        if !auth_config.public_url_set {
+            // The address actually bound (port 0 becomes the real port).
+            let mut public = listen;
+            if public.ip().is_unspecified() {
+                public.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            if let Ok(url) = url::Url::parse(&format!("http://{public}")) {
+                auth_config.public_url = url;
+            }
+        }
+        let oidc = match &auth_config.oidc {
+            Some(oidc) => Some(
+                oidc::Oidc::new(oidc.clone(), &auth_config.public_url)
+                    .map_err(|e| ServerError::Config(config::ConfigError(e)))?,
+            ),
+            None => None,
+        };
+        let auth = auth::Auth {
+            store: store.clone(),
+            config: auth_config,
+            oidc,
+        };
+        Ok(AppState {
             leptos_options,
+            auth,
             jobs,
             store,
             metrics: Arc::new(Metrics::new()),
@@ -87,7 +125,7 @@ impl AppState {
             artifact_max_bytes: config.artifact_max_bytes,
             upload_max_bytes: config.upload_max_bytes,
             data_dir: config.data_dir.clone(),
-        }
+        })
     }
 }
 
@@ -168,9 +206,20 @@ pub fn router(state: AppState) -> Router {
                         .put(jobs_api::save_template)
                         .delete(jobs_api::delete_template),
                 )
-                // Every API request is authenticated in this one place.
-                .route_layer(axum::middleware::from_fn(auth::require)),
+                .route(
+                    "/api/trainyard/v1/tokens",
+                    get(tokens_api::list).post(tokens_api::create),
+                )
+                .route(
+                    "/api/trainyard/v1/tokens/{id}",
+                    axum::routing::delete(tokens_api::revoke),
+                )
+                .route("/api/trainyard/v1/me", get(tokens_api::me)),
         )
+        .route("/auth/login", get(oidc::login))
+        .route("/auth/callback", get(oidc::callback))
+        .route("/auth/logout", axum::routing::post(oidc::logout))
+        .route("/auth/signed-out", get(oidc::signed_out))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
@@ -196,6 +245,11 @@ pub fn router(state: AppState) -> Router {
                 }
             },
             shell,
+        ))
+        // Every request passes here: who is calling, and may they.
+        .layer(axum::middleware::from_fn_with_state(
+            state.auth.clone(),
+            auth::gate,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.metrics.clone(),
@@ -306,7 +360,7 @@ impl Server {
         }
         Ok(Server {
             signals: ShutdownSignals::install()?,
-            state: AppState::new(config, local, store, gpus),
+            state: AppState::new(config, local, store, gpus)?,
             listener,
             grace: config.shutdown_grace,
         })

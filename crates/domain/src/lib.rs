@@ -1,6 +1,7 @@
 //! Types the browser and the server share: DTOs, job states, validation.
 //! Serde only: this crate is compiled to wasm too, so it holds no I/O.
 
+pub mod identity;
 pub mod job;
 pub mod query;
 pub mod template;

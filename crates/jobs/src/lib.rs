@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::job::{CheckedJob, JobSpec, Upload};
 use trainyard_domain::{FieldError, JobState};
 use trainyard_scheduler as sched;
@@ -189,7 +190,7 @@ impl Jobs {
     /// Checks a spec, creates its run and queues it. A template's command,
     /// resources, image and max runtime apply where the spec does not set
     /// them, and its parameters are checked and defaulted.
-    pub async fn submit(&self, spec: JobSpec) -> Result<JobRecord, SubmitError> {
+    pub async fn submit(&self, spec: JobSpec, owner: &User) -> Result<JobRecord, SubmitError> {
         let mut errors = spec.clone().check().err().unwrap_or_default();
         let template = match &spec.template {
             Some(slug) => match self.store().get_template(slug.trim()).await? {
@@ -287,12 +288,14 @@ impl Jobs {
             },
             Err(e) => return Err(e.into()),
         };
-        let run_id = self.new_run(&checked.spec, experiment_id, 0).await?;
+        let run_id = self
+            .new_run(&checked.spec, experiment_id, 0, owner.as_owner())
+            .await?;
         let record = store
             .create_job(NewJob {
                 spec: checked.spec.clone(),
-                owner_id: None,
-                team_id: None,
+                owner_id: Some(owner.id),
+                team_id: owner.primary_team(),
                 experiment_id,
                 run_id: run_id.clone(),
                 cpu_millis: checked.cpu_millis,
@@ -424,6 +427,7 @@ impl Jobs {
         kind: &str,
         name: &str,
         archive_file: &Path,
+        owner: &User,
     ) -> Result<Upload, UploadError> {
         let name = name.trim();
         let dataset = match kind {
@@ -466,7 +470,7 @@ impl Jobs {
                 .chars()
                 .take(250)
                 .collect(),
-            owner_id: None,
+            owner_id: Some(owner.id),
             files: 0,
             bytes: 0,
         };
@@ -572,8 +576,13 @@ impl Jobs {
         spec: &JobSpec,
         experiment_id: i64,
         attempt: u32,
+        owner: Owner,
     ) -> Result<String, StoreError> {
         let store = self.store();
+        let user_name = match owner.user_id {
+            Some(id) => store.user(id).await?.map(|u| u.username),
+            None => None,
+        };
         let name = if attempt == 0 {
             spec.name.trim().to_owned()
         } else {
@@ -582,7 +591,9 @@ impl Jobs {
         let run = store
             .create_run(NewRun {
                 experiment_id,
-                user_id: "local".to_owned(),
+                user_id: user_name.unwrap_or_else(|| "trainyard".to_owned()),
+                owner_id: owner.user_id,
+                team_id: owner.team_id,
                 run_name: Some(name),
                 start_time: None,
                 tags: vec![("trainyard.attempt".to_owned(), attempt.to_string())],
@@ -628,7 +639,7 @@ impl Jobs {
             StoreError::Rejected(format!("job {id} has no experiment left to log to"))
         })?;
         let spec = old.job.spec.clone();
-        let run_id = self.new_run(&spec, experiment_id, 0).await?;
+        let run_id = self.new_run(&spec, experiment_id, 0, old.owner()).await?;
         let record = self
             .store()
             .create_job(NewJob {
@@ -902,10 +913,20 @@ impl Jobs {
             .as_deref()
             .map(|c| render_command(c, &job.spec.hyperparameters))
             .ok_or_else(|| "the job has no command".to_owned())?;
+        // The job's token writes to its run only, and ends with it.
+        let token = match (&job.run_id, record.owner_id) {
+            (Some(run_id), Some(owner)) => Some(
+                self.store()
+                    .create_run_token(owner, run_id)
+                    .await
+                    .map_err(|e| format!("cannot make the job's tracking token: {e}"))?,
+            ),
+            _ => None,
+        };
         let launch = shim::Launch {
             command,
             cwd: work,
-            env: self.environment(job, gpus),
+            env: self.environment(job, gpus, token.as_deref()),
             deadline_ms: now + (job.max_runtime_secs as i64).saturating_mul(1000),
             stop_grace_secs: self.inner.config.stop_grace_secs,
             venv_root: Some(self.inner.config.venv_root.clone()),
@@ -953,6 +974,7 @@ impl Jobs {
         &self,
         job: &trainyard_domain::job::Job,
         gpus: &[u32],
+        token: Option<&str>,
     ) -> BTreeMap<String, String> {
         let mut env = BTreeMap::new();
         for name in [
@@ -988,6 +1010,9 @@ impl Jobs {
         );
         if let Some(run_id) = &job.run_id {
             env.insert("MLFLOW_RUN_ID".to_owned(), run_id.clone());
+        }
+        if let Some(token) = token {
+            env.insert("MLFLOW_TRACKING_TOKEN".to_owned(), token.to_owned());
         }
         if let Some(experiment_id) = job.experiment_id {
             env.insert("MLFLOW_EXPERIMENT_ID".to_owned(), experiment_id.to_string());
@@ -1122,7 +1147,10 @@ impl Jobs {
         if retry {
             let next = job.attempt + 1;
             let run_id = match job.experiment_id {
-                Some(experiment) => Some(self.new_run(&job.spec, experiment, next).await?),
+                Some(experiment) => Some(
+                    self.new_run(&job.spec, experiment, next, record.owner())
+                        .await?,
+                ),
                 None => None,
             };
             self.store()
@@ -1170,6 +1198,9 @@ impl Jobs {
     }
 
     async fn end_run(&self, run_id: &str, status: &str) {
+        if let Err(error) = self.store().revoke_run_tokens(run_id).await {
+            tracing::warn!(run = run_id, %error, "could not revoke the job's tracking token");
+        }
         if let Err(error) = self
             .store()
             .update_run(run_id, Some(status), Some(now_millis()), None)

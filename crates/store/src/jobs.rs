@@ -25,6 +25,15 @@ pub struct NewJob {
     pub max_runtime_secs: u64,
 }
 
+/// Whose jobs a list shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobsOf {
+    Everyone,
+    User(i64),
+    /// A user's own and their teams' jobs.
+    UserOrTeams(i64, Vec<i64>),
+}
+
 /// A job with what only the server needs: who owns it and the process
 /// that supervises it while it runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +46,33 @@ pub struct JobRecord {
     /// The supervising process's start time (clock ticks after boot), so a
     /// reused PID is never mistaken for it.
     pub pid_start: Option<i64>,
+}
+
+impl JobRecord {
+    pub fn owner(&self) -> trainyard_domain::identity::Owner {
+        trainyard_domain::identity::Owner::new(self.owner_id, self.team_id)
+    }
+}
+
+/// What a caller wants to do with a thing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Change,
+}
+
+impl JobsOf {
+    /// `all`: everything the user may see (their teams' too; everyone's
+    /// for admins); else their own.
+    pub fn for_user(user: &trainyard_domain::identity::User, all: bool) -> JobsOf {
+        match (all, user.is_admin) {
+            (false, _) => JobsOf::User(user.id),
+            (true, true) => JobsOf::Everyone,
+            (true, false) => {
+                JobsOf::UserOrTeams(user.id, user.teams.iter().map(|t| t.id).collect())
+            }
+        }
+    }
 }
 
 /// What a state change writes besides the state. `None` leaves a column.
@@ -176,12 +212,44 @@ impl Store {
     }
 
     /// Jobs in the given states (all when empty), newest first.
+    /// A job as the user may use it: one they may not see does not exist
+    /// for them; one they may see but not change is Forbidden.
+    pub async fn job_as(
+        &self,
+        user: &trainyard_domain::identity::User,
+        id: i64,
+        access: Access,
+    ) -> Result<JobRecord, StoreError> {
+        let record = self.get_job(id).await?;
+        if !user.can_read(record.owner()) {
+            return Err(StoreError::NotFound(format!("job {id} does not exist")));
+        }
+        if access == Access::Change && !user.can_change(record.owner()) {
+            return Err(StoreError::Forbidden(format!(
+                "job {id} is not yours: only its owner or an admin may change it"
+            )));
+        }
+        Ok(record)
+    }
+
     pub async fn find_jobs(
         &self,
         states: &[JobState],
         limit: u64,
+        whose: &JobsOf,
     ) -> Result<Vec<JobRecord>, StoreError> {
         let mut query = job::Entity::find();
+        match whose {
+            JobsOf::Everyone => {}
+            JobsOf::User(id) => query = query.filter(job::Column::OwnerId.eq(*id)),
+            JobsOf::UserOrTeams(id, teams) => {
+                query = query.filter(
+                    sea_orm::Condition::any()
+                        .add(job::Column::OwnerId.eq(*id))
+                        .add(job::Column::TeamId.is_in(teams.iter().copied())),
+                )
+            }
+        }
         if !states.is_empty() {
             query = query.filter(job::Column::State.is_in(states.iter().map(|s| s.as_str())));
         }

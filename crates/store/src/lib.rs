@@ -4,6 +4,7 @@
 mod chunks;
 pub mod compaction;
 pub mod entity;
+pub mod identity;
 pub mod jobs;
 mod nodes;
 pub mod series;
@@ -12,7 +13,8 @@ mod templates;
 pub mod tracking;
 mod uploads;
 
-pub use jobs::{JobChange, JobRecord, NewJob};
+pub use identity::{LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
+pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
 pub use nodes::GpuInfo;
 pub use tracking::{MetricIn, NewRun};
 pub use uploads::NewUpload;
@@ -52,6 +54,9 @@ pub enum StoreError {
     /// The request breaks a rule of the data (MLflow: INVALID_PARAMETER_VALUE).
     #[error("{0}")]
     Rejected(String),
+    /// The caller may see the thing but not change it (403).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("database error: {0}")]
     Db(#[from] DbErr),
 }
@@ -404,6 +409,8 @@ mod tests;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[cfg(test)]
+mod identity_tests;
 #[cfg(test)]
 mod series_tests;
 #[cfg(test)]

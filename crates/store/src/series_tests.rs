@@ -15,6 +15,8 @@ async fn store_with_run() -> (TestDb, Store, String) {
     let run = store
         .create_run(NewRun {
             experiment_id: 0,
+            owner_id: None,
+            team_id: None,
             user_id: "alice".into(),
             start_time: Some(1_000_000),
             ..NewRun::default()

@@ -55,6 +55,7 @@ async fn overview_counts_what_is_stored() {
             lifecycle_stage: Set("active".to_owned()),
             artifact_uri: Set(String::new()),
             user_name: Set("alice".to_owned()),
+            team_id: Set(None),
         }
         .insert(store.connection())
         .await
@@ -95,7 +96,7 @@ async fn overview_counts_what_is_stored() {
         experiments[0].name, "mnist",
         "the one with the newest run comes first"
     );
-    let jobs = store.find_jobs(&[], 10).await.unwrap();
+    let jobs = store.find_jobs(&[], 10, &JobsOf::Everyone).await.unwrap();
     assert_eq!(jobs.len(), 3);
     assert_eq!(jobs[0].job.name, "job-2");
     assert_eq!(jobs[0].job.state, JobState::Running);

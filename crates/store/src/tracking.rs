@@ -22,7 +22,11 @@ pub struct MetricIn {
 #[derive(Debug, Clone, Default)]
 pub struct NewRun {
     pub experiment_id: i64,
+    /// The name MLflow shows as the run's user.
     pub user_id: String,
+    /// The account that owns the run, and the team it is filed under.
+    pub owner_id: Option<i64>,
+    pub team_id: Option<i64>,
     pub run_name: Option<String>,
     pub start_time: Option<i64>,
     pub tags: Vec<(String, String)>,
@@ -331,12 +335,16 @@ impl Store {
         let start_time = new.start_time.unwrap_or_else(now_millis);
         let txn = self.connection().begin().await?;
         let mut sql = self.sql();
-        sql.push("INSERT INTO runs (id, experiment_id, name, user_name, status, start_time, lifecycle_stage, artifact_uri) VALUES (")
+        sql.push("INSERT INTO runs (id, experiment_id, name, user_id, team_id, user_name, status, start_time, lifecycle_stage, artifact_uri) VALUES (")
             .bind(run_id.clone())
             .push(", ")
             .bind(new.experiment_id)
             .push(", ")
             .bind(name.clone())
+            .push(", ")
+            .bind(new.owner_id)
+            .push(", ")
+            .bind(new.team_id)
             .push(", ")
             .bind(new.user_id.clone())
             .push(", 'RUNNING', ")

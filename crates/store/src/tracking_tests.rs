@@ -60,6 +60,8 @@ async fn runs_follow_mlflow_rules() {
     let run = store
         .create_run(NewRun {
             experiment_id: exp,
+            owner_id: None,
+            team_id: None,
             user_id: "alice".into(),
             tags: vec![kv("mlflow.source.type", "LOCAL")],
             ..NewRun::default()
@@ -188,6 +190,8 @@ async fn deleting_an_experiment_deletes_its_runs() {
         store
             .create_run(NewRun {
                 experiment_id: exp,
+                owner_id: None,
+                team_id: None,
                 ..NewRun::default()
             })
             .await

@@ -17,9 +17,10 @@ use tokio::io::AsyncWriteExt;
 use tower::ServiceExt;
 use tower_http::services::ServeFile;
 
-use super::ApiError;
 use super::request::Req;
+use super::{ApiError, may_change_run};
 use crate::AppState;
+use crate::auth::{Caller, Principal};
 
 pub fn routes(limit: usize) -> Router<AppState> {
     Router::new()
@@ -36,8 +37,21 @@ pub fn routes(limit: usize) -> Router<AppState> {
 #[derive(Clone, Copy)]
 struct UploadLimit(usize);
 
-/// Checks a path the client sent and maps it into the artifact root.
-async fn resolve(state: &AppState, raw: &str) -> Result<PathBuf, ApiError> {
+/// What a request does with the artifacts it names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Read,
+    Write,
+}
+
+/// Checks a path the client sent and maps it into the artifact root; a
+/// write must be allowed on the run.
+async fn resolve(
+    state: &AppState,
+    principal: &Principal,
+    raw: &str,
+    use_: Use,
+) -> Result<PathBuf, ApiError> {
     let path = raw.trim_start_matches('/');
     let invalid = || {
         ApiError::invalid(format!(
@@ -71,6 +85,9 @@ async fn resolve(state: &AppState, raw: &str) -> Result<PathBuf, ApiError> {
             "Run {run} does not belong to experiment {experiment}"
         )));
     }
+    if use_ == Use::Write {
+        may_change_run(state, principal, run).await?;
+    }
     let mut full = state.artifact_root.clone();
     for segment in segments {
         full.push(segment);
@@ -85,9 +102,16 @@ pub struct ListQuery {
 
 async fn list(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Req(q): Req<ListQuery>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let dir = resolve(&state, q.path.as_deref().unwrap_or("")).await?;
+    let dir = resolve(
+        &state,
+        &principal,
+        q.path.as_deref().unwrap_or(""),
+        Use::Read,
+    )
+    .await?;
     let mut files = Vec::new();
     if let Ok(mut entries) = tokio::fs::read_dir(&dir).await {
         while let Ok(Some(entry)) = entries.next_entry().await {
@@ -115,10 +139,11 @@ async fn list(
 
 async fn download(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     UrlPath(path): UrlPath<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let file = resolve(&state, &path).await?;
+    let file = resolve(&state, &principal, &path, Use::Read).await?;
     let meta = tokio::fs::metadata(&file)
         .await
         .map_err(|_| ApiError::not_found(format!("No such artifact: '{path}'")))?;
@@ -150,11 +175,12 @@ async fn download(
 
 async fn upload(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     axum::Extension(UploadLimit(limit)): axum::Extension<UploadLimit>,
     UrlPath(path): UrlPath<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let target = resolve(&state, &path).await?;
+    let target = resolve(&state, &principal, &path, Use::Write).await?;
     let parent = target
         .parent()
         .map(Path::to_path_buf)
@@ -200,9 +226,10 @@ async fn write_limited(temp: &Path, body: Body, limit: usize) -> Result<(), ApiE
 
 async fn remove(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     UrlPath(path): UrlPath<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let target = resolve(&state, &path).await?;
+    let target = resolve(&state, &principal, &path, Use::Write).await?;
     match tokio::fs::metadata(&target).await {
         Ok(meta) if meta.is_dir() => tokio::fs::remove_dir_all(&target).await.map_err(io_error)?,
         Ok(_) => tokio::fs::remove_file(&target).await.map_err(io_error)?,

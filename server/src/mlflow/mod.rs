@@ -84,6 +84,7 @@ impl From<StoreError> for ApiError {
         match err {
             StoreError::NotFound(message) => ApiError::not_found(message),
             StoreError::Rejected(message) => ApiError::invalid(message),
+            StoreError::Forbidden(message) => crate::auth::permission_denied(message),
             StoreError::Invalid(e) => ApiError::invalid(e.to_string()),
             StoreError::Conflict { what } => ApiError {
                 // MLflow answers 400 here; a 409 would be retried by nothing, but
@@ -106,6 +107,21 @@ impl From<StoreError> for ApiError {
 }
 
 pub type ApiResult = Result<axum::Json<serde_json::Value>, ApiError>;
+
+/// May the caller write to this run? A job's token writes to its own run
+/// only; everyone else must own the run (or be an admin).
+pub async fn may_change_run(
+    state: &AppState,
+    principal: &crate::auth::Principal,
+    run_id: &str,
+) -> Result<(), ApiError> {
+    if !principal.run_scope_allows(run_id) {
+        return Err(crate::auth::permission_denied(format!(
+            "this job's token writes to its own run only, not to run {run_id}"
+        )));
+    }
+    Ok(state.store.run_as(&principal.user, run_id).await?)
+}
 
 fn tracking_routes() -> Router<AppState> {
     Router::new()

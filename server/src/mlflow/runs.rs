@@ -12,11 +12,13 @@ use trainyard_domain::tracking::{Point, RUN_STATUSES};
 use trainyard_store::{MetricIn, NewRun};
 
 use super::experiments::{KeyValue, key_values, view_type};
+use super::may_change_run;
 use super::request::Req;
 use super::validate::{self, MAX_PARAM_VALUE_LEN, MAX_TAG_VALUE_LEN};
 use super::wire::{self, opt_f64, opt_i64, parse_experiment_id, required};
 use super::{ApiError, ApiResult};
 use crate::AppState;
+use crate::auth::Caller;
 
 /// `run_id`, or the older `run_uuid` that clients still send.
 #[derive(Deserialize)]
@@ -48,7 +50,11 @@ pub struct Create {
     tags: Vec<KeyValue>,
 }
 
-pub async fn create(State(state): State<AppState>, Req(req): Req<Create>) -> ApiResult {
+pub async fn create(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Create>,
+) -> ApiResult {
     let experiment_id = parse_experiment_id(req.experiment_id.as_deref().unwrap_or("0"))?;
     let tags = key_values(req.tags, "tags", MAX_TAG_VALUE_LEN)?;
     if let Some(name) = &req.run_name {
@@ -58,7 +64,12 @@ pub async fn create(State(state): State<AppState>, Req(req): Req<Create>) -> Api
         .store
         .create_run(NewRun {
             experiment_id,
-            user_id: req.user_id.unwrap_or_default(),
+            user_id: req
+                .user_id
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| principal.user.username.clone()),
+            owner_id: Some(principal.user.id),
+            team_id: principal.user.primary_team(),
             run_name: req.run_name,
             start_time: req.start_time,
             tags,
@@ -98,8 +109,13 @@ fn run_status(value: &serde_json::Value) -> Result<&'static str, ApiError> {
         })
 }
 
-pub async fn update(State(state): State<AppState>, Req(req): Req<Update>) -> ApiResult {
+pub async fn update(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Update>,
+) -> ApiResult {
     let run_id = req.run.id()?;
+    may_change_run(&state, &principal, &run_id).await?;
     let status = req.status.as_ref().map(run_status).transpose()?;
     let info = state
         .store
@@ -113,13 +129,25 @@ pub async fn get(State(state): State<AppState>, Req(req): Req<RunRef>) -> ApiRes
     Ok(Json(json!({ "run": wire::run(&run) })))
 }
 
-pub async fn delete(State(state): State<AppState>, Req(req): Req<RunRef>) -> ApiResult {
-    state.store.set_run_deleted(&req.id()?, true).await?;
+pub async fn delete(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<RunRef>,
+) -> ApiResult {
+    let run_id = req.id()?;
+    may_change_run(&state, &principal, &run_id).await?;
+    state.store.set_run_deleted(&run_id, true).await?;
     Ok(Json(json!({})))
 }
 
-pub async fn restore(State(state): State<AppState>, Req(req): Req<RunRef>) -> ApiResult {
-    state.store.set_run_deleted(&req.id()?, false).await?;
+pub async fn restore(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<RunRef>,
+) -> ApiResult {
+    let run_id = req.id()?;
+    may_change_run(&state, &principal, &run_id).await?;
+    state.store.set_run_deleted(&run_id, false).await?;
     Ok(Json(json!({})))
 }
 
@@ -214,8 +242,13 @@ pub struct LogMetric {
     metric: MetricBody,
 }
 
-pub async fn log_metric(State(state): State<AppState>, Req(req): Req<LogMetric>) -> ApiResult {
+pub async fn log_metric(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<LogMetric>,
+) -> ApiResult {
     let run_id = req.run.id()?;
+    may_change_run(&state, &principal, &run_id).await?;
     let metric = metric_in(req.metric, "")?;
     state.store.log_batch(&run_id, &[metric], &[], &[]).await?;
     Ok(Json(json!({})))
@@ -241,20 +274,35 @@ impl LogKeyValue {
     }
 }
 
-pub async fn log_parameter(State(state): State<AppState>, Req(req): Req<LogKeyValue>) -> ApiResult {
+pub async fn log_parameter(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<LogKeyValue>,
+) -> ApiResult {
     let (run_id, param) = req.checked(MAX_PARAM_VALUE_LEN, "Param")?;
+    may_change_run(&state, &principal, &run_id).await?;
     state.store.log_batch(&run_id, &[], &[param], &[]).await?;
     Ok(Json(json!({})))
 }
 
-pub async fn set_tag(State(state): State<AppState>, Req(req): Req<LogKeyValue>) -> ApiResult {
+pub async fn set_tag(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<LogKeyValue>,
+) -> ApiResult {
     let (run_id, tag) = req.checked(MAX_TAG_VALUE_LEN, "Tag")?;
+    may_change_run(&state, &principal, &run_id).await?;
     state.store.log_batch(&run_id, &[], &[], &[tag]).await?;
     Ok(Json(json!({})))
 }
 
-pub async fn delete_tag(State(state): State<AppState>, Req(req): Req<LogKeyValue>) -> ApiResult {
+pub async fn delete_tag(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<LogKeyValue>,
+) -> ApiResult {
     let run_id = req.run.id()?;
+    may_change_run(&state, &principal, &run_id).await?;
     let key = required(req.key, "key")?;
     state.store.delete_run_tag(&run_id, &key).await?;
     Ok(Json(json!({})))
@@ -273,12 +321,17 @@ pub struct LogBatch {
     tags: Vec<KeyValue>,
 }
 
-pub async fn log_batch(State(state): State<AppState>, Req(req): Req<LogBatch>) -> ApiResult {
+pub async fn log_batch(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<LogBatch>,
+) -> ApiResult {
     let run_id = RunRef {
         run_id: req.run_id,
         run_uuid: req.run_uuid,
     }
     .id()?;
+    may_change_run(&state, &principal, &run_id).await?;
     validate::batch_limits(req.metrics.len(), req.params.len(), req.tags.len())?;
     let metrics = req
         .metrics

@@ -14,6 +14,7 @@ pub struct Model {
     pub lifecycle_stage: String,
     pub artifact_uri: String,
     pub user_name: String,
+    pub team_id: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

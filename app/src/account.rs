@@ -1,0 +1,135 @@
+//! Who is signed in (the top bar's menu and the single-user banner) and
+//! the personal API tokens page.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use trainyard_domain::format_utc;
+use trainyard_domain::identity::Me;
+
+use crate::api::{CreateToken, RevokeToken, list_tokens, whoami};
+use crate::pages::ErrorNote;
+
+/// The caller, read once per page load for the top bar.
+pub fn provide_me() -> Resource<Option<Me>> {
+    Resource::new_blocking(|| (), |_| async { whoami().await.ok().flatten() })
+}
+
+/// The signed-in user's name and menu, or the single-user mode's note.
+#[component]
+pub fn UserMenu(me: Resource<Option<Me>>) -> impl IntoView {
+    view! {
+        <Suspense>
+            {move || Suspend::new(async move {
+                match me.await {
+                    Some(me) => {
+                        let teams = me.user.teams.iter().map(|t| t.name.clone()).collect::<Vec<_>>().join(", ");
+                        let title = if teams.is_empty() { me.user.username.clone() } else { format!("{} · teams: {teams}", me.user.username) };
+                        view! {
+                            <div class="user-menu" data-testid="user-menu">
+                                <span class="user-name" title=title data-testid="user-name">
+                                    {me.user.display_name.clone()}
+                                    {me.user.is_admin.then(|| view! { <span class="badge">"admin"</span> })}
+                                </span>
+                                <a href="/settings/tokens">"API tokens"</a>
+                                {(!me.single_user).then(|| view! {
+                                    <form method="post" action="/auth/logout" class="inline-form">
+                                        <button type="submit" class="link" data-testid="sign-out">"Sign out"</button>
+                                    </form>
+                                })}
+                            </div>
+                        }.into_any()
+                    }
+                    None => view! { <a class="button" href="/auth/login">"Sign in"</a> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// Says plainly when there is no sign-in.
+#[component]
+pub fn SingleUserBanner(me: Resource<Option<Me>>) -> impl IntoView {
+    view! {
+        <Suspense>
+            {move || Suspend::new(async move {
+                me.await.filter(|m| m.single_user).map(|_| view! {
+                    <p class="banner" role="note" data-testid="single-user-banner">
+                        "Single-user mode: there is no sign-in, and everyone who can reach this server acts as its admin. "
+                        "Configure your institution's single sign-on (oidc_issuer_url) before sharing it."
+                    </p>
+                })
+            })}
+        </Suspense>
+    }
+}
+
+/// `/settings/tokens`: make a token (shown once), see and revoke them.
+#[component]
+pub fn TokensPage() -> impl IntoView {
+    let create = ServerAction::<CreateToken>::new();
+    let revoke = ServerAction::<RevokeToken>::new();
+    let tokens = Resource::new(
+        move || (create.version().get(), revoke.version().get()),
+        |_| list_tokens(),
+    );
+    let made = move || create.value().get().and_then(Result::ok);
+    let create_error = move || create.value().get().and_then(Result::err);
+    view! {
+        <Title text="API tokens"/>
+        <section class="page-head"><h1>"API tokens"</h1></section>
+        <p class="muted">
+            "A token lets the command line and the mlflow client act as you: "
+            <code>"trainyard --token …"</code>", or "<code>"MLFLOW_TRACKING_TOKEN"</code>
+            " (or as the password of MLFLOW_TRACKING_USERNAME/PASSWORD). Jobs get a token of their own that writes to their run only."
+        </p>
+        {move || made().map(|made| view! {
+            <div class="notice" data-testid="new-token">
+                <p>"Your new token " <strong>{made.token.name.clone()}</strong> ". Copy it now: it is not shown again."</p>
+                <input type="text" readonly class="secret" value=made.secret.clone() data-testid="token-secret"/>
+            </div>
+        })}
+        <ActionForm action=create attr:class="form inline-fields" attr:data-testid="create-token">
+            <div class="field">
+                <label for="token-name">"Name"</label>
+                <input id="token-name" type="text" name="name" required maxlength="100" placeholder="laptop"/>
+            </div>
+            <div class="field">
+                <label for="token-days">"Expires after (days)"</label>
+                <input id="token-days" type="number" name="expires_in_days" min="1" max="366" value="90"/>
+                <small>"Leave empty for a token that lasts until revoked."</small>
+            </div>
+            <button type="submit">"Make a token"</button>
+        </ActionForm>
+        {move || create_error().map(|e| view! { <ErrorNote error=e/> })}
+        <Transition fallback=|| view! { <p class="muted">"Loading tokens…"</p> }>
+            {move || Suspend::new(async move {
+                match tokens.await {
+                    Ok(list) if list.is_empty() => view! { <p class="empty" data-testid="no-tokens">"No tokens yet."</p> }.into_any(),
+                    Ok(list) => view! {
+                        <table class="table" data-testid="tokens">
+                            <thead><tr><th>"Name"</th><th>"Starts with"</th><th>"Made"</th><th>"Last used"</th><th>"Expires"</th><th></th></tr></thead>
+                            <tbody>
+                                {list.into_iter().map(|t| view! {
+                                    <tr data-token=t.id>
+                                        <td>{t.name.clone()}</td>
+                                        <td><code>{format!("{}…", t.prefix)}</code></td>
+                                        <td>{format_utc(t.created_at)}</td>
+                                        <td>{t.last_used_at.map(format_utc).unwrap_or_else(|| "never".to_owned())}</td>
+                                        <td>{t.expires_at.map(format_utc).unwrap_or_else(|| "never".to_owned())}</td>
+                                        <td>
+                                            <ActionForm action=revoke attr:class="inline-form">
+                                                <input type="hidden" name="id" value=t.id/>
+                                                <button type="submit" class="danger" data-testid="revoke">"Revoke"</button>
+                                            </ActionForm>
+                                        </td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}

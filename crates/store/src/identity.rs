@@ -1,0 +1,605 @@
+//! Accounts, teams, sessions, sign-ins in progress and API tokens.
+//!
+//! Secrets (session cookies, tokens) are 32 random bytes. Only their SHA-256
+//! is stored, so a copy of the database lets no one in.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
+};
+use sha2::{Digest, Sha256};
+use trainyard_domain::identity::{
+    ApiToken, MAX_TOKENS_PER_USER, NewApiToken, Owner, Team, TokenRequest, User,
+};
+
+use crate::entity::{api_token, login_attempt, membership, session, team, user};
+use crate::{Store, StoreError, now_millis};
+
+/// Who the identity provider says signed in.
+#[derive(Debug, Clone)]
+pub struct SignIn {
+    /// The provider's `sub`: what ties the account to the person.
+    pub subject: String,
+    pub username: String,
+    pub display_name: String,
+    pub email: Option<String>,
+    pub is_admin: bool,
+    /// Group names; each becomes a team the user is a member of.
+    pub groups: Vec<String>,
+}
+
+/// A sign-in in progress, waiting for the provider to send the browser back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoginAttempt {
+    pub state: String,
+    pub nonce: String,
+    pub pkce_verifier: String,
+    pub return_to: String,
+}
+
+/// A session just opened: the cookie's secret and the CSRF token.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub secret: String,
+    pub csrf_token: String,
+    pub expires_at: i64,
+}
+
+/// A live session and its user.
+#[derive(Debug, Clone)]
+pub struct SessionUser {
+    pub user: User,
+    pub csrf_token: String,
+    pub expires_at: i64,
+}
+
+/// The user behind a token, and the run it is limited to, if any.
+#[derive(Debug, Clone)]
+pub struct TokenUser {
+    pub user: User,
+    pub token_id: i64,
+    pub run_id: Option<String>,
+}
+
+/// The subject of the single-user install's admin (no provider).
+pub const LOCAL_SUBJECT: &str = "trainyard:local";
+/// How long a sign-in may take at the provider.
+pub const LOGIN_MAX_AGE: Duration = Duration::from_secs(600);
+/// Most groups taken from one sign-in.
+pub const MAX_GROUPS: usize = 200;
+/// Personal tokens start with this, so leaked ones are easy to scan for.
+pub const TOKEN_PREFIX: &str = "ty_";
+/// How often a session's or token's last use is written, at most.
+const TOUCH_EVERY_MS: i64 = 60_000;
+
+/// 32 random bytes from the operating system, URL-safe base64.
+pub fn random_secret() -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the operating system's random source failed");
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// What is stored of a secret.
+pub fn secret_hash(secret: &str) -> String {
+    let digest = Sha256::digest(secret.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn clip(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
+}
+
+impl Store {
+    /// Records a sign-in: creates or updates the account tied to the
+    /// subject, and makes its teams exactly the groups given.
+    pub async fn sign_in(&self, who: SignIn) -> Result<User, StoreError> {
+        if who.subject.is_empty() || who.username.is_empty() {
+            return Err(StoreError::Rejected(
+                "the identity provider sent no subject or no username".to_owned(),
+            ));
+        }
+        let _turn = self.write_turn().await;
+        let tx = self.connection().begin().await?;
+        let now = now_millis();
+        let taken = user::Entity::find()
+            .filter(user::Column::Username.eq(clip(&who.username, 250)))
+            .one(&tx)
+            .await?;
+        if let Some(other) = &taken
+            && other.subject.as_deref() != Some(who.subject.as_str())
+        {
+            return Err(StoreError::Conflict {
+                what: format!(
+                    "the username `{}` belongs to another account; an admin must rename one of them",
+                    who.username
+                ),
+            });
+        }
+        let existing = user::Entity::find()
+            .filter(user::Column::Subject.eq(who.subject.clone()))
+            .one(&tx)
+            .await?;
+        let mut model = match existing {
+            Some(m) => m.into(),
+            None => user::ActiveModel {
+                subject: Set(Some(who.subject.clone())),
+                created_at: Set(now),
+                ..Default::default()
+            },
+        };
+        model.username = Set(clip(&who.username, 250));
+        model.display_name = Set(clip(
+            if who.display_name.is_empty() {
+                &who.username
+            } else {
+                &who.display_name
+            },
+            250,
+        ));
+        model.email = Set(who.email.map(|e| clip(&e, 320)));
+        model.is_admin = Set(who.is_admin);
+        model.last_login_at = Set(Some(now));
+        let saved = model.save(&tx).await?;
+        let user_id = saved.id.unwrap();
+
+        let mut groups: Vec<String> = who
+            .groups
+            .iter()
+            .map(|g| g.trim())
+            .filter(|g| !g.is_empty() && g.chars().count() <= 250)
+            .map(str::to_owned)
+            .collect();
+        groups.sort();
+        groups.dedup();
+        groups.truncate(MAX_GROUPS);
+        let mut team_ids = Vec::with_capacity(groups.len());
+        for name in &groups {
+            let found = team::Entity::find()
+                .filter(team::Column::Name.eq(name.clone()))
+                .one(&tx)
+                .await?;
+            let id = match found {
+                Some(t) => t.id,
+                None => {
+                    team::ActiveModel {
+                        name: Set(name.clone()),
+                        gpu_quota: Set(None),
+                        priority: Set(0),
+                        created_at: Set(now),
+                        ..Default::default()
+                    }
+                    .insert(&tx)
+                    .await?
+                    .id
+                }
+            };
+            team_ids.push(id);
+        }
+        membership::Entity::delete_many()
+            .filter(membership::Column::UserId.eq(user_id))
+            .filter(membership::Column::TeamId.is_not_in(team_ids.clone()))
+            .exec(&tx)
+            .await?;
+        let current: Vec<i64> = membership::Entity::find()
+            .filter(membership::Column::UserId.eq(user_id))
+            .all(&tx)
+            .await?
+            .into_iter()
+            .map(|m| m.team_id)
+            .collect();
+        for team_id in team_ids.into_iter().filter(|t| !current.contains(t)) {
+            membership::ActiveModel {
+                team_id: Set(team_id),
+                user_id: Set(user_id),
+                role: Set("member".to_owned()),
+            }
+            .insert(&tx)
+            .await?;
+        }
+        tx.commit().await?;
+        self.user(user_id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("user {user_id}")))
+    }
+
+    /// The admin of a single-user install (no identity provider), created
+    /// on first use.
+    pub async fn local_admin(&self) -> Result<User, StoreError> {
+        let found = user::Entity::find()
+            .filter(user::Column::Subject.eq(LOCAL_SUBJECT))
+            .one(self.connection())
+            .await?;
+        if let Some(m) = found {
+            return self.with_teams(m).await;
+        }
+        self.sign_in(SignIn {
+            subject: LOCAL_SUBJECT.to_owned(),
+            username: "local".to_owned(),
+            display_name: "Local admin".to_owned(),
+            email: None,
+            is_admin: true,
+            groups: Vec::new(),
+        })
+        .await
+    }
+
+    pub async fn user(&self, id: i64) -> Result<Option<User>, StoreError> {
+        match user::Entity::find_by_id(id).one(self.connection()).await? {
+            Some(m) => Ok(Some(self.with_teams(m).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn with_teams(&self, m: user::Model) -> Result<User, StoreError> {
+        let ids: Vec<i64> = membership::Entity::find()
+            .filter(membership::Column::UserId.eq(m.id))
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(|m| m.team_id)
+            .collect();
+        let teams = if ids.is_empty() {
+            Vec::new()
+        } else {
+            team::Entity::find()
+                .filter(team::Column::Id.is_in(ids))
+                .order_by_asc(team::Column::Name)
+                .all(self.connection())
+                .await?
+                .into_iter()
+                .map(|t| Team {
+                    id: t.id,
+                    name: t.name,
+                })
+                .collect()
+        };
+        Ok(User {
+            id: m.id,
+            username: m.username,
+            display_name: m.display_name,
+            email: m.email,
+            is_admin: m.is_admin,
+            teams,
+        })
+    }
+
+    /// Opens a session for a user.
+    pub async fn create_session(
+        &self,
+        user_id: i64,
+        ttl: Duration,
+        id_token: Option<String>,
+    ) -> Result<NewSession, StoreError> {
+        let secret = random_secret();
+        let csrf_token = random_secret();
+        let now = now_millis();
+        let expires_at = now.saturating_add(ttl.as_millis() as i64);
+        let _turn = self.write_turn().await;
+        session::ActiveModel {
+            id: Set(secret_hash(&secret)),
+            user_id: Set(user_id),
+            csrf_token: Set(csrf_token.clone()),
+            created_at: Set(now),
+            expires_at: Set(expires_at),
+            last_seen_at: Set(now),
+            revoked_at: Set(None),
+            id_token: Set(id_token),
+        }
+        .insert(self.connection())
+        .await?;
+        Ok(NewSession {
+            secret,
+            csrf_token,
+            expires_at,
+        })
+    }
+
+    /// The live session a cookie's secret opens: not expired, not revoked.
+    pub async fn session(&self, secret: &str) -> Result<Option<SessionUser>, StoreError> {
+        let Some(found) = session::Entity::find_by_id(secret_hash(secret))
+            .one(self.connection())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let now = now_millis();
+        if found.revoked_at.is_some() || found.expires_at <= now {
+            return Ok(None);
+        }
+        let Some(user) = self.user(found.user_id).await? else {
+            return Ok(None);
+        };
+        if now - found.last_seen_at > TOUCH_EVERY_MS {
+            let _turn = self.write_turn().await;
+            session::Entity::update_many()
+                .col_expr(session::Column::LastSeenAt, Expr::value(now))
+                .filter(session::Column::Id.eq(found.id.clone()))
+                .exec(self.connection())
+                .await?;
+        }
+        Ok(Some(SessionUser {
+            user,
+            csrf_token: found.csrf_token,
+            expires_at: found.expires_at,
+        }))
+    }
+
+    /// Ends a session; returns the ID token it was opened with, for the
+    /// provider's sign-out.
+    pub async fn end_session(&self, secret: &str) -> Result<Option<String>, StoreError> {
+        let id = secret_hash(secret);
+        let found = session::Entity::find_by_id(id.clone())
+            .one(self.connection())
+            .await?;
+        let _turn = self.write_turn().await;
+        session::Entity::update_many()
+            .col_expr(session::Column::RevokedAt, Expr::value(now_millis()))
+            .filter(session::Column::Id.eq(id))
+            .filter(session::Column::RevokedAt.is_null())
+            .exec(self.connection())
+            .await?;
+        Ok(found.and_then(|s| s.id_token))
+    }
+
+    /// Ends every session of a user (an admin's revocation).
+    pub async fn end_sessions_of(&self, user_id: i64) -> Result<u64, StoreError> {
+        let now = now_millis();
+        let _turn = self.write_turn().await;
+        let result = session::Entity::update_many()
+            .col_expr(session::Column::RevokedAt, Expr::value(now))
+            .filter(session::Column::UserId.eq(user_id))
+            .filter(session::Column::RevokedAt.is_null())
+            .filter(session::Column::ExpiresAt.gt(now))
+            .exec(self.connection())
+            .await?;
+        Ok(result.rows_affected)
+    }
+
+    /// Keeps a sign-in's secrets until the provider sends the browser back.
+    /// Attempts older than [`LOGIN_MAX_AGE`] are cleared on the way.
+    pub async fn begin_login(&self, attempt: LoginAttempt) -> Result<(), StoreError> {
+        let now = now_millis();
+        let _turn = self.write_turn().await;
+        login_attempt::Entity::delete_many()
+            .filter(login_attempt::Column::CreatedAt.lt(now - LOGIN_MAX_AGE.as_millis() as i64))
+            .exec(self.connection())
+            .await?;
+        login_attempt::ActiveModel {
+            state: Set(attempt.state),
+            nonce: Set(attempt.nonce),
+            pkce_verifier: Set(attempt.pkce_verifier),
+            return_to: Set(attempt.return_to),
+            created_at: Set(now),
+        }
+        .insert(self.connection())
+        .await?;
+        Ok(())
+    }
+
+    /// Takes a sign-in in progress by its state, once: a second call with
+    /// the same state, an unknown state or an old one gets None.
+    pub async fn take_login(&self, state: &str) -> Result<Option<LoginAttempt>, StoreError> {
+        let _turn = self.write_turn().await;
+        let tx = self.connection().begin().await?;
+        let Some(found) = login_attempt::Entity::find_by_id(state.to_owned())
+            .one(&tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let deleted = login_attempt::Entity::delete_by_id(state.to_owned())
+            .exec(&tx)
+            .await?;
+        tx.commit().await?;
+        let fresh = now_millis() - found.created_at <= LOGIN_MAX_AGE.as_millis() as i64;
+        Ok(
+            (deleted.rows_affected == 1 && fresh).then_some(LoginAttempt {
+                state: found.state,
+                nonce: found.nonce,
+                pkce_verifier: found.pkce_verifier,
+                return_to: found.return_to,
+            }),
+        )
+    }
+
+    async fn insert_token(
+        &self,
+        user_id: i64,
+        name: String,
+        run_id: Option<String>,
+        expires_at: Option<i64>,
+    ) -> Result<(api_token::Model, String), StoreError> {
+        let secret = format!("{TOKEN_PREFIX}{}", random_secret());
+        let _turn = self.write_turn().await;
+        let model = api_token::ActiveModel {
+            user_id: Set(user_id),
+            name: Set(name),
+            token_hash: Set(secret_hash(&secret)),
+            prefix: Set(secret.chars().take(10).collect()),
+            run_id: Set(run_id),
+            created_at: Set(now_millis()),
+            last_used_at: Set(None),
+            expires_at: Set(expires_at),
+            revoked_at: Set(None),
+            ..Default::default()
+        }
+        .insert(self.connection())
+        .await?;
+        Ok((model, secret))
+    }
+
+    /// A personal token as a person asked for it: the request checked, and
+    /// at most [`MAX_TOKENS_PER_USER`] live ones each.
+    pub async fn create_personal_token(
+        &self,
+        user_id: i64,
+        request: &TokenRequest,
+    ) -> Result<NewApiToken, StoreError> {
+        if let Err(mut fields) = request.check() {
+            return Err(StoreError::Invalid(fields.remove(0)));
+        }
+        if self.api_tokens(user_id).await?.len() >= MAX_TOKENS_PER_USER {
+            return Err(StoreError::Rejected(format!(
+                "you hold {MAX_TOKENS_PER_USER} tokens, the most one person may; revoke one you no longer use"
+            )));
+        }
+        let expires_at = request
+            .expires_in_days
+            .map(|days| now_millis() + i64::from(days) * 86_400_000);
+        self.create_api_token(user_id, request.name.trim(), expires_at)
+            .await
+    }
+
+    /// A personal API token; its secret is in the answer and nowhere else.
+    pub async fn create_api_token(
+        &self,
+        user_id: i64,
+        name: &str,
+        expires_at: Option<i64>,
+    ) -> Result<NewApiToken, StoreError> {
+        let (model, secret) = self
+            .insert_token(user_id, name.to_owned(), None, expires_at)
+            .await?;
+        Ok(NewApiToken {
+            token: token_from_model(model),
+            secret,
+        })
+    }
+
+    /// A token that writes to one run only, for the job producing it; it
+    /// stops working when [`Store::revoke_run_tokens`] is called at the
+    /// job's end.
+    pub async fn create_run_token(&self, user_id: i64, run_id: &str) -> Result<String, StoreError> {
+        let (_, secret) = self
+            .insert_token(
+                user_id,
+                format!("job run {run_id}"),
+                Some(run_id.to_owned()),
+                None,
+            )
+            .await?;
+        Ok(secret)
+    }
+
+    pub async fn revoke_run_tokens(&self, run_id: &str) -> Result<u64, StoreError> {
+        let _turn = self.write_turn().await;
+        let result = api_token::Entity::update_many()
+            .col_expr(api_token::Column::RevokedAt, Expr::value(now_millis()))
+            .filter(api_token::Column::RunId.eq(run_id))
+            .filter(api_token::Column::RevokedAt.is_null())
+            .exec(self.connection())
+            .await?;
+        Ok(result.rows_affected)
+    }
+
+    /// The user a token belongs to, if it is live: known, not revoked, not
+    /// expired. Records when it was last used.
+    pub async fn token_user(&self, secret: &str) -> Result<Option<TokenUser>, StoreError> {
+        let Some(found) = api_token::Entity::find()
+            .filter(api_token::Column::TokenHash.eq(secret_hash(secret)))
+            .one(self.connection())
+            .await?
+        else {
+            return Ok(None);
+        };
+        let now = now_millis();
+        if found.revoked_at.is_some() || found.expires_at.is_some_and(|at| at <= now) {
+            return Ok(None);
+        }
+        let Some(user) = self.user(found.user_id).await? else {
+            return Ok(None);
+        };
+        if found
+            .last_used_at
+            .is_none_or(|at| now - at > TOUCH_EVERY_MS)
+        {
+            let _turn = self.write_turn().await;
+            api_token::Entity::update_many()
+                .col_expr(api_token::Column::LastUsedAt, Expr::value(now))
+                .filter(api_token::Column::Id.eq(found.id))
+                .exec(self.connection())
+                .await?;
+        }
+        Ok(Some(TokenUser {
+            user,
+            token_id: found.id,
+            run_id: found.run_id,
+        }))
+    }
+
+    /// A user's live personal tokens, newest first.
+    pub async fn api_tokens(&self, user_id: i64) -> Result<Vec<ApiToken>, StoreError> {
+        let now = now_millis();
+        Ok(api_token::Entity::find()
+            .filter(api_token::Column::UserId.eq(user_id))
+            .filter(api_token::Column::RunId.is_null())
+            .filter(api_token::Column::RevokedAt.is_null())
+            .order_by_desc(api_token::Column::Id)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .filter(|t| t.expires_at.is_none_or(|at| at > now))
+            .map(token_from_model)
+            .collect())
+    }
+
+    /// Revokes one of a user's personal tokens; false if it is not theirs
+    /// or already revoked.
+    pub async fn revoke_api_token(&self, user_id: i64, id: i64) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let result = api_token::Entity::update_many()
+            .col_expr(api_token::Column::RevokedAt, Expr::value(now_millis()))
+            .filter(api_token::Column::Id.eq(id))
+            .filter(api_token::Column::UserId.eq(user_id))
+            .filter(api_token::Column::RunId.is_null())
+            .filter(api_token::Column::RevokedAt.is_null())
+            .exec(self.connection())
+            .await?;
+        Ok(result.rows_affected == 1)
+    }
+}
+
+impl Store {
+    /// Whose a run is: its creator, and the team it is filed under.
+    pub async fn run_owner(&self, run_id: &str) -> Result<Owner, StoreError> {
+        let run = crate::entity::run::Entity::find_by_id(run_id.to_owned())
+            .one(self.connection())
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("Run with id={run_id} not found")))?;
+        Ok(Owner::new(run.user_id, run.team_id))
+    }
+
+    /// A run the user may change: one they may not see does not exist for
+    /// them; one they may see but not change is Forbidden.
+    pub async fn run_as(&self, user: &User, run_id: &str) -> Result<(), StoreError> {
+        if user.is_admin {
+            return Ok(());
+        }
+        let owner = self.run_owner(run_id).await?;
+        if !user.can_read(owner) {
+            return Err(StoreError::NotFound(format!(
+                "Run with id={run_id} not found"
+            )));
+        }
+        if !user.can_change(owner) {
+            return Err(StoreError::Forbidden(format!(
+                "run {run_id} is not yours: only its owner or an admin may change it"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn token_from_model(m: api_token::Model) -> ApiToken {
+    ApiToken {
+        id: m.id,
+        name: m.name,
+        prefix: m.prefix,
+        created_at: m.created_at,
+        last_used_at: m.last_used_at,
+        expires_at: m.expires_at,
+    }
+}

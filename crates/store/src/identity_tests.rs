@@ -1,0 +1,246 @@
+//! Accounts, sessions, sign-ins and tokens, on SQLite and PostgreSQL.
+
+use super::*;
+use crate::identity::{LOCAL_SUBJECT, secret_hash};
+use crate::testing::TestDb;
+
+async fn migrated(db: &TestDb) -> Store {
+    let store = Store::connect(&db.url, 4).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    store
+}
+
+fn alice(groups: &[&str]) -> SignIn {
+    SignIn {
+        subject: "sub-alice".to_owned(),
+        username: "alice".to_owned(),
+        display_name: "Alice A.".to_owned(),
+        email: Some("alice@uni.example".to_owned()),
+        is_admin: false,
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    }
+}
+
+fn team_names(user: &trainyard_domain::identity::User) -> Vec<&str> {
+    user.teams.iter().map(|t| t.name.as_str()).collect()
+}
+
+#[tokio::test]
+async fn sign_in_ties_the_account_to_the_subject_and_teams_follow_groups() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let first = store
+        .sign_in(alice(&["vision", "nlp", "vision", " "]))
+        .await
+        .unwrap();
+    assert_eq!(team_names(&first), ["nlp", "vision"]);
+    assert_eq!(first.email.as_deref(), Some("alice@uni.example"));
+
+    // The next sign-in updates the same account; a group left is a team left.
+    let mut again = alice(&["vision", "robotics"]);
+    again.display_name = "Alice Anders".to_owned();
+    again.is_admin = true;
+    let second = store.sign_in(again).await.unwrap();
+    assert_eq!(second.id, first.id);
+    assert_eq!(second.display_name, "Alice Anders");
+    assert!(second.is_admin);
+    assert_eq!(team_names(&second), ["robotics", "vision"]);
+
+    // Someone else with the same team name shares the team.
+    let bob = store
+        .sign_in(SignIn {
+            subject: "sub-bob".to_owned(),
+            username: "bob".to_owned(),
+            display_name: String::new(),
+            email: None,
+            is_admin: false,
+            groups: vec!["vision".to_owned()],
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        bob.display_name, "bob",
+        "the username stands in for a missing name"
+    );
+    let vision = |u: &trainyard_domain::identity::User| {
+        u.teams.iter().find(|t| t.name == "vision").unwrap().id
+    };
+    assert_eq!(vision(&bob), vision(&second));
+
+    // Another subject claiming alice's username is refused, not merged.
+    let mut impostor = alice(&[]);
+    impostor.subject = "sub-mallory".to_owned();
+    let err = store.sign_in(impostor).await.unwrap_err();
+    assert!(
+        err.to_string().contains("belongs to another account"),
+        "{err}"
+    );
+    let mut empty = alice(&[]);
+    empty.subject.clear();
+    assert!(store.sign_in(empty).await.is_err());
+}
+
+#[tokio::test]
+async fn the_local_admin_is_created_once() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let a = store.local_admin().await.unwrap();
+    let b = store.local_admin().await.unwrap();
+    assert_eq!(a.id, b.id);
+    assert!(a.is_admin);
+    assert_eq!(a.username, "local");
+    // No provider can sign in as the local admin's subject by username.
+    let err = store
+        .sign_in(SignIn {
+            subject: "sub-x".to_owned(),
+            username: "local".to_owned(),
+            display_name: String::new(),
+            email: None,
+            is_admin: false,
+            groups: vec![],
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("another account"));
+    assert_ne!(LOCAL_SUBJECT, "sub-x");
+}
+
+#[tokio::test]
+async fn sessions_open_expire_and_end() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let user = store.sign_in(alice(&["vision"])).await.unwrap();
+    let opened = store
+        .create_session(user.id, Duration::from_secs(3600), Some("id.token".into()))
+        .await
+        .unwrap();
+    assert_ne!(opened.secret, opened.csrf_token);
+    let live = store.session(&opened.secret).await.unwrap().unwrap();
+    assert_eq!(live.user, user);
+    assert_eq!(live.csrf_token, opened.csrf_token);
+    // Only the hash is stored: the secret itself opens nothing.
+    assert!(
+        store
+            .session(&secret_hash(&opened.secret))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.session("forged").await.unwrap().is_none());
+
+    assert_eq!(
+        store.end_session(&opened.secret).await.unwrap().as_deref(),
+        Some("id.token")
+    );
+    assert!(store.session(&opened.secret).await.unwrap().is_none());
+
+    let expired = store
+        .create_session(user.id, Duration::ZERO, None)
+        .await
+        .unwrap();
+    assert!(store.session(&expired.secret).await.unwrap().is_none());
+
+    let a = store
+        .create_session(user.id, Duration::from_secs(60), None)
+        .await
+        .unwrap();
+    let b = store
+        .create_session(user.id, Duration::from_secs(60), None)
+        .await
+        .unwrap();
+    assert_eq!(store.end_sessions_of(user.id).await.unwrap(), 2);
+    assert!(store.session(&a.secret).await.unwrap().is_none());
+    assert!(store.session(&b.secret).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_sign_in_in_progress_is_taken_once() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let attempt = LoginAttempt {
+        state: "state-1".to_owned(),
+        nonce: "nonce-1".to_owned(),
+        pkce_verifier: "verifier-1".to_owned(),
+        return_to: "/jobs".to_owned(),
+    };
+    store.begin_login(attempt.clone()).await.unwrap();
+    assert!(store.take_login("state-2").await.unwrap().is_none());
+    assert_eq!(store.take_login("state-1").await.unwrap(), Some(attempt));
+    assert!(
+        store.take_login("state-1").await.unwrap().is_none(),
+        "a replayed state is refused"
+    );
+}
+
+#[tokio::test]
+async fn tokens_authenticate_until_revoked_or_expired() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let user = store.sign_in(alice(&[])).await.unwrap();
+    let made = store
+        .create_api_token(user.id, "laptop", None)
+        .await
+        .unwrap();
+    assert!(made.secret.starts_with("ty_") && made.secret.len() > 40);
+    assert!(made.secret.starts_with(&made.token.prefix));
+    let found = store.token_user(&made.secret).await.unwrap().unwrap();
+    assert_eq!((found.user.id, found.run_id), (user.id, None));
+    let listed = store.api_tokens(user.id).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].last_used_at.is_some(), "use is recorded");
+
+    // Someone else cannot revoke it; its owner can, once.
+    let bob = store
+        .sign_in(SignIn {
+            subject: "sub-bob".to_owned(),
+            username: "bob".to_owned(),
+            display_name: String::new(),
+            email: None,
+            is_admin: false,
+            groups: vec![],
+        })
+        .await
+        .unwrap();
+    assert!(!store.revoke_api_token(bob.id, made.token.id).await.unwrap());
+    assert!(
+        store
+            .revoke_api_token(user.id, made.token.id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .revoke_api_token(user.id, made.token.id)
+            .await
+            .unwrap()
+    );
+    assert!(store.token_user(&made.secret).await.unwrap().is_none());
+    assert!(store.api_tokens(user.id).await.unwrap().is_empty());
+
+    let old = store
+        .create_api_token(user.id, "old", Some(now_millis() - 1))
+        .await
+        .unwrap();
+    assert!(store.token_user(&old.secret).await.unwrap().is_none());
+
+    // A run token names its run, is not listed, and ends with the run.
+    let run = store
+        .create_run(NewRun {
+            experiment_id: 0,
+            owner_id: None,
+            team_id: None,
+            user_id: "alice".to_owned(),
+            run_name: None,
+            start_time: None,
+            tags: vec![],
+        })
+        .await
+        .unwrap();
+    let run_id = run.info.run_id.clone();
+    let run_token = store.create_run_token(user.id, &run_id).await.unwrap();
+    let found = store.token_user(&run_token).await.unwrap().unwrap();
+    assert_eq!(found.run_id.as_deref(), Some(run_id.as_str()));
+    assert!(store.api_tokens(user.id).await.unwrap().is_empty());
+    assert_eq!(store.revoke_run_tokens(&run_id).await.unwrap(), 1);
+    assert!(store.token_user(&run_token).await.unwrap().is_none());
+}

@@ -1,0 +1,160 @@
+// Sign-in with a real OpenID Provider (oidc/provider.mjs, oidc-provider on
+// loopback), driven in Chromium: the redirect, the provider's login form and
+// consent, the callback, teams from groups, sign-out at the provider; the
+// attacks that must fail; and API tokens made in the browser.
+import { expect, request as apiRequest, test, type Page } from '@playwright/test';
+
+const provider = () => test.info().project.metadata.provider as string;
+const app = () => test.info().project.use.baseURL as string;
+
+/** From the provider's login form back to Trainyard (or its error page). */
+async function throughProvider(page: Page, who: string) {
+  await expect(page).toHaveURL(new RegExp(`^${provider()}/interaction/`));
+  await page.locator('input[name="login"]').fill(who);
+  await page.locator('input[name="password"]').fill('any password will do');
+  await page.getByRole('button', { name: 'Sign-in' }).click();
+  const consent = page.getByRole('button', { name: 'Continue' });
+  const back = page.getByTestId('user-menu').or(page.getByRole('heading', { name: 'Sign-in failed' }));
+  await expect(consent.or(back)).toBeVisible();
+  if (await consent.isVisible()) await consent.click();
+  await expect(back).toBeVisible();
+}
+
+async function signIn(page: Page, who: string, path = '/jobs') {
+  await page.goto(path);
+  await throughProvider(page, who);
+  await expect(page.getByTestId('user-menu')).toBeVisible();
+}
+
+test('a person signs in at the provider with their teams, and signs out there', async ({ page, context }) => {
+  await page.goto('/jobs?all=1');
+  await throughProvider(page, 'alice');
+  // Back where they were going, signed in.
+  expect(page.url()).toBe(`${app()}/jobs?all=1`);
+  await expect(page.getByTestId('user-name')).toContainText('Alice Anders');
+  await expect(page.getByTestId('single-user-banner')).toHaveCount(0);
+  await expect(page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Admin' })).toHaveCount(0);
+  const me = await (await page.request.get('/api/trainyard/v1/me')).json();
+  expect(me.user.username).toBe('alice');
+  expect(me.user.email).toBe('alice@uni.example');
+  expect(me.user.is_admin).toBe(false);
+  expect(me.user.teams.map((t: { name: string }) => t.name)).toEqual(['vision']);
+  expect(me.single_user).toBe(false);
+
+  const [cookie] = (await context.cookies(app())).filter((c) => c.name === 'trainyard_session');
+  expect(cookie.httpOnly).toBe(true);
+  expect(cookie.sameSite).toBe('Lax');
+
+  // Signing out ends the session here and at the provider.
+  await page.getByTestId('sign-out').click();
+  await expect(page).toHaveURL(new RegExp(`^${provider()}/session/end`));
+  await page.getByRole('button', { name: 'Yes, sign me out' }).click();
+  await expect(page).toHaveURL(`${app()}/auth/signed-out`);
+  await expect(page.getByRole('heading', { name: 'Signed out' })).toBeVisible();
+  expect((await page.request.get('/api/trainyard/v1/me')).status()).toBe(401);
+  await page.goto('/jobs');
+  // The provider asks again: its session ended too.
+  await expect(page.locator('input[name="login"]')).toBeVisible();
+});
+
+test('the admin group makes admins, and groups become teams', async ({ browser }) => {
+  const admin = await browser.newPage();
+  await signIn(admin, 'root', '/');
+  await expect(admin.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Admin' })).toBeVisible();
+  expect((await (await admin.request.get('/api/trainyard/v1/me')).json()).user.is_admin).toBe(true);
+  await admin.close();
+
+  const carol = await browser.newPage();
+  await signIn(carol, 'carol', '/');
+  const me = await (await carol.request.get('/api/trainyard/v1/me')).json();
+  // Keycloak-style group paths lose their slash.
+  expect(me.user.teams.map((t: { name: string }) => t.name)).toEqual(['nlp']);
+  expect(me.user.is_admin).toBe(false);
+  await carol.close();
+});
+
+test('a callback is good once: replayed, tampered or missing state fails', async ({ page, browser }) => {
+  let callback = '';
+  page.on('request', (r) => {
+    if (r.url().startsWith(`${app()}/auth/callback`)) callback = r.url();
+  });
+  await signIn(page, 'bob');
+  expect(callback).toContain('code=');
+
+  const other = await browser.newPage();
+  const replayed = await other.goto(callback);
+  expect(replayed?.status()).toBe(400);
+  await expect(other.getByRole('heading', { name: 'Sign-in failed' })).toBeVisible();
+  await expect(other.getByText('start again')).toBeVisible();
+
+  const url = new URL(callback);
+  url.searchParams.set('state', 'tampered');
+  expect((await other.goto(url.toString()))?.status()).toBe(400);
+  url.searchParams.delete('state');
+  expect((await other.goto(url.toString()))?.status()).toBe(400);
+  expect((await other.request.get('/api/trainyard/v1/me')).status()).toBe(401);
+  await other.close();
+});
+
+for (const how of ['wrong-nonce', 'expired', 'other-audience', 'other-issuer', 'bad-signature']) {
+  test(`an ID token with ${how} is refused`, async ({ page }) => {
+    const set = await page.request.get(`${provider()}/__test/misbehave?how=${how}`);
+    expect((await set.json()).misbehave).toBe(how);
+    await page.goto('/jobs');
+    await throughProvider(page, 'alice');
+    await expect(page.getByRole('heading', { name: 'Sign-in failed' })).toBeVisible();
+    await expect(page.getByText('ID token was not accepted')).toBeVisible();
+    expect((await page.request.get('/api/trainyard/v1/me')).status()).toBe(401);
+  });
+}
+
+test('a forged session cookie is nobody', async ({ page, context }) => {
+  const { hostname } = new URL(app());
+  await context.addCookies([{ name: 'trainyard_session', value: 'forged-secret', domain: hostname, path: '/' }]);
+  await page.goto('/jobs');
+  await expect(page).toHaveURL(new RegExp(`^${provider()}/interaction/`));
+});
+
+test('a page elsewhere cannot change things with the session', async ({ page }) => {
+  await signIn(page, 'alice');
+  // A form on another origin (the provider's; same site, other port) posts
+  // to a server function and to sign-out, with the session cookie.
+  for (const [action, fields] of [
+    ['/api/create_token', '&name=evil&expires_in_days='],
+    ['/auth/logout', ''],
+  ]) {
+    const refused = page.waitForResponse((r) => r.url() === `${app()}${action}`);
+    await page.goto(`${provider()}/__test/csrf?action=${encodeURIComponent(app() + action)}${fields}`);
+    const response = await refused;
+    expect(response.status()).toBe(403);
+    expect(await response.text()).toContain('cross-site request refused');
+  }
+  const tokens = await (await page.request.get('/api/trainyard/v1/tokens')).json();
+  expect(tokens.tokens.map((t: { name: string }) => t.name)).not.toContain('evil');
+  // Still signed in: the cross-site sign-out did nothing.
+  expect((await page.request.get('/api/trainyard/v1/me')).status()).toBe(200);
+});
+
+test('API tokens are made in the browser, shown once, used and revoked', async ({ page }) => {
+  await signIn(page, 'alice', '/settings/tokens');
+  await expect(page.getByRole('heading', { name: 'API tokens' })).toBeVisible();
+  await page.getByLabel('Name').fill('laptop');
+  await page.getByRole('button', { name: 'Make a token' }).click();
+  const secret = await page.getByTestId('token-secret').inputValue();
+  expect(secret).toMatch(/^ty_[A-Za-z0-9_-]{40,}$/);
+
+  // The command line and the mlflow client send it as a Bearer token.
+  const cli = await apiRequest.newContext({ baseURL: app(), extraHTTPHeaders: { Authorization: `Bearer ${secret}` } });
+  const me = await (await cli.get('/api/trainyard/v1/me')).json();
+  expect(me.user.username).toBe('alice');
+
+  await page.reload();
+  await expect(page.getByTestId('token-secret')).toHaveCount(0);
+  const row = page.getByTestId('tokens').locator('tr', { hasText: 'laptop' });
+  await expect(row).toBeVisible();
+  await expect(row).not.toContainText(secret);
+  await row.getByTestId('revoke').click();
+  await expect(page.getByTestId('no-tokens')).toBeVisible();
+  expect((await cli.get('/api/trainyard/v1/me')).status()).toBe(401);
+  await cli.dispose();
+});

@@ -1,0 +1,682 @@
+//! Who may do what, against the real server: the single-user mode, sign-in
+//! being required, sessions and tokens, cross-site requests, and the
+//! authorization matrix (anonymous, another user, a team member, the owner,
+//! an admin) over the jobs API, the MLflow run writes and tokens.
+//!
+//! The browser sign-in with a real OpenID Provider is tested by Playwright
+//! (end2end/tests/auth.spec.ts); here people's sessions are opened in the
+//! store, as the callback would.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Response, TestServer, request};
+use serde_json::{Value, json};
+use trainyard_store::{SignIn, Store};
+
+/// A server with sign-in on. The provider is never contacted here.
+async fn sso_server() -> TestServer {
+    TestServer::start_with(&[
+        ("TRAINYARD_OIDC_ISSUER_URL", "http://127.0.0.1:9"),
+        ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
+    ])
+    .await
+}
+
+/// Someone signed in: their session cookie, its CSRF token, and an API token.
+struct Person {
+    cookie: String,
+    csrf: String,
+    token: String,
+}
+
+impl Person {
+    fn bearer(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+}
+
+struct People {
+    alice: Person,
+    /// In alice's team.
+    bob: Person,
+    /// In another team.
+    carol: Person,
+    admin: Person,
+}
+
+async fn person(store: &Store, name: &str, groups: &[&str], admin: bool) -> Person {
+    let user = store
+        .sign_in(SignIn {
+            subject: format!("sub-{name}"),
+            username: name.to_owned(),
+            display_name: name.to_uppercase(),
+            email: None,
+            is_admin: admin,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        })
+        .await
+        .unwrap();
+    let session = store
+        .create_session(user.id, Duration::from_secs(3600), None)
+        .await
+        .unwrap();
+    let token = store.create_api_token(user.id, "test", None).await.unwrap();
+    Person {
+        cookie: format!("trainyard_session={}", session.secret),
+        csrf: session.csrf_token,
+        token: token.secret,
+    }
+}
+
+async fn people(server: &TestServer) -> People {
+    let store = Store::connect(&server.db.url, 1).await.unwrap();
+    let people = People {
+        alice: person(&store, "alice", &["vision"], false).await,
+        bob: person(&store, "bob", &["vision"], false).await,
+        carol: person(&store, "carol", &["nlp"], false).await,
+        admin: person(&store, "root", &["gpu-admins"], true).await,
+    };
+    store.close().await.unwrap();
+    people
+}
+
+async fn call(
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: &Value,
+) -> Response {
+    let text = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(auth) = auth {
+        headers.push(("Authorization", auth));
+    }
+    request(server.addr, method, path, &headers, text.as_bytes()).await
+}
+
+#[tokio::test]
+async fn the_single_user_mode_is_the_local_admin_and_refuses_other_sites() {
+    let server = TestServer::start().await;
+    let me = server.get("/api/trainyard/v1/me").await;
+    assert_eq!(me.status, 200, "{}", me.body);
+    let me = me.json();
+    assert_eq!(me["single_user"], true);
+    assert_eq!(me["user"]["username"], "local");
+    assert_eq!(me["user"]["is_admin"], true);
+
+    // A page elsewhere cannot make the browser change things here.
+    let body = json!({"name": "x"}).to_string();
+    for (header, value) in [
+        ("Sec-Fetch-Site", "cross-site"),
+        ("Sec-Fetch-Site", "same-site"),
+        ("Origin", "http://evil.example"),
+    ] {
+        let answer = request(
+            server.addr,
+            "POST",
+            "/api/2.0/mlflow/experiments/create",
+            &[("Content-Type", "application/json"), (header, value)],
+            body.as_bytes(),
+        )
+        .await;
+        assert_eq!(answer.status, 403, "{header}: {value}: {}", answer.body);
+        assert!(answer.body.contains("cross-site"), "{}", answer.body);
+    }
+    // Our own pages may.
+    let own = format!("http://{}", server.addr);
+    let answer = request(
+        server.addr,
+        "POST",
+        "/api/2.0/mlflow/experiments/create",
+        &[("Content-Type", "application/json"), ("Origin", &own)],
+        json!({"name": "from our page"}).to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    // A name that is not this machine's (DNS rebinding) is refused.
+    let answer = request(
+        server.addr,
+        "GET",
+        "/api/trainyard/v1/me",
+        &[("Host", "rebound.evil.example")],
+        b"",
+    )
+    .await;
+    assert_eq!(answer.status, 403, "{}", answer.body);
+    // Credentials are checked even here: a wrong token is not waved through.
+    let answer = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/me",
+        Some("Bearer ty_nonsense"),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+}
+
+#[tokio::test]
+async fn with_sign_in_anonymous_callers_are_sent_to_sign_in() {
+    let server = sso_server().await;
+    let page = server.get("/jobs?all=1").await;
+    assert_eq!(page.status, 303, "{}", page.body);
+    assert_eq!(
+        page.header("location"),
+        Some("/auth/login?return_to=%2Fjobs%3Fall%3D1")
+    );
+    for path in [
+        "/api/trainyard/v1/jobs",
+        "/api/2.0/mlflow/experiments/search",
+        "/api/list_job_page",
+    ] {
+        let answer = server.get(path).await;
+        assert_eq!(answer.status, 401, "{path}: {}", answer.body);
+        assert_eq!(answer.json()["error_code"], "UNAUTHENTICATED");
+    }
+    // A forged or stale session cookie is nobody.
+    let forged = request(
+        server.addr,
+        "GET",
+        "/api/trainyard/v1/me",
+        &[("Cookie", "trainyard_session=forged")],
+        b"",
+    )
+    .await;
+    assert_eq!(forged.status, 401);
+    // What must stay open does.
+    assert_eq!(server.get("/healthz").await.status, 200);
+    assert_eq!(server.get("/readyz").await.status, 200);
+    assert_eq!(server.get("/auth/signed-out").await.status, 200);
+    // Sign-in starts at the provider; this one is down, and says so.
+    let login = server.get("/auth/login?return_to=/jobs").await;
+    assert_eq!(login.status, 502, "{}", login.body);
+    assert!(
+        login.body.contains("could not be reached"),
+        "{}",
+        login.body
+    );
+    // A callback that this server did not start is refused.
+    let callback = server.get("/auth/callback?code=abc&state=made-up").await;
+    assert_eq!(callback.status, 400);
+    assert!(callback.body.contains("start again"), "{}", callback.body);
+    let callback = server.get("/auth/callback?code=abc").await;
+    assert_eq!(callback.status, 400);
+}
+
+#[tokio::test]
+async fn sessions_and_tokens_authenticate_and_tokens_are_managed_from_sessions() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let me = request(
+        server.addr,
+        "GET",
+        "/api/trainyard/v1/me",
+        &[("Cookie", &p.alice.cookie)],
+        b"",
+    )
+    .await;
+    assert_eq!(me.status, 200, "{}", me.body);
+    let me = me.json();
+    assert_eq!(me["user"]["username"], "alice");
+    assert_eq!(me["single_user"], false);
+    assert_eq!(me["user"]["teams"][0]["name"], "vision");
+    assert_eq!(me["csrf_token"], p.alice.csrf.as_str());
+
+    // A token, as Bearer or as the Basic password (MLFLOW_TRACKING_PASSWORD).
+    let bearer = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/me",
+        Some(&p.alice.bearer()),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(bearer.json()["user"]["username"], "alice");
+    use base64::Engine as _;
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("alice:{}", p.alice.token))
+    );
+    let basic = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/me",
+        Some(&basic),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(basic.status, 200, "{}", basic.body);
+
+    // With the cookie, a change from another site is refused, from our
+    // pages or with the CSRF token it passes.
+    let create = |headers: Vec<(&'static str, String)>| {
+        let addr = server.addr;
+        async move {
+            let mut all: Vec<(&str, &str)> = vec![("Content-Type", "application/json")];
+            for (k, v) in &headers {
+                all.push((k, v.as_str()));
+            }
+            request(
+                addr,
+                "POST",
+                "/api/trainyard/v1/tokens",
+                &all,
+                json!({"name": "laptop", "expires_in_days": 30})
+                    .to_string()
+                    .as_bytes(),
+            )
+            .await
+        }
+    };
+    let cross = create(vec![
+        ("Cookie", p.alice.cookie.clone()),
+        ("Sec-Fetch-Site", "cross-site".to_owned()),
+    ])
+    .await;
+    assert_eq!(cross.status, 403, "{}", cross.body);
+    let wrong_token = create(vec![
+        ("Cookie", p.alice.cookie.clone()),
+        ("Origin", "http://evil.example".to_owned()),
+        ("X-CSRF-Token", "guess".to_owned()),
+    ])
+    .await;
+    assert_eq!(wrong_token.status, 403, "{}", wrong_token.body);
+    let with_token = create(vec![
+        ("Cookie", p.alice.cookie.clone()),
+        ("Origin", "http://evil.example".to_owned()),
+        ("X-CSRF-Token", p.alice.csrf.clone()),
+    ])
+    .await;
+    assert_eq!(with_token.status, 201, "{}", with_token.body);
+    let made = with_token.json();
+    let secret = made["secret"].as_str().unwrap().to_owned();
+    let id = made["token"]["id"].as_i64().unwrap();
+    let same_origin = create(vec![
+        ("Cookie", p.alice.cookie.clone()),
+        ("Sec-Fetch-Site", "same-origin".to_owned()),
+    ])
+    .await;
+    assert_eq!(same_origin.status, 201, "{}", same_origin.body);
+
+    // Bad requests name the field.
+    let bad = request(
+        server.addr,
+        "POST",
+        "/api/trainyard/v1/tokens",
+        &[
+            ("Cookie", &p.alice.cookie),
+            ("Content-Type", "application/json"),
+        ],
+        json!({"name": "", "expires_in_days": 9999})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(bad.json()["fields"][0]["field"], "name");
+
+    // A token cannot make or revoke tokens.
+    let by_token = call(
+        &server,
+        "POST",
+        "/api/trainyard/v1/tokens",
+        Some(&format!("Bearer {secret}")),
+        &json!({"name": "more"}),
+    )
+    .await;
+    assert_eq!(by_token.status, 403, "{}", by_token.body);
+
+    // Listed without secrets; someone else cannot revoke it; its owner can.
+    let listed = request(
+        server.addr,
+        "GET",
+        "/api/trainyard/v1/tokens",
+        &[("Cookie", &p.alice.cookie)],
+        b"",
+    )
+    .await;
+    assert!(!listed.body.contains(&secret));
+    assert_eq!(listed.json()["tokens"].as_array().unwrap().len(), 3);
+    let path = format!("/api/trainyard/v1/tokens/{id}");
+    let by_carol = request(
+        server.addr,
+        "DELETE",
+        &path,
+        &[("Cookie", &p.carol.cookie)],
+        b"",
+    )
+    .await;
+    assert_eq!(by_carol.status, 404);
+    let by_alice = request(
+        server.addr,
+        "DELETE",
+        &path,
+        &[("Cookie", &p.alice.cookie)],
+        b"",
+    )
+    .await;
+    assert_eq!(by_alice.status, 204, "{}", by_alice.body);
+    let revoked = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/me",
+        Some(&format!("Bearer {secret}")),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(revoked.status, 401);
+
+    // Signing out ends the session.
+    let out = request(
+        server.addr,
+        "POST",
+        "/auth/logout",
+        &[
+            ("Cookie", &p.alice.cookie),
+            ("Sec-Fetch-Site", "same-origin"),
+        ],
+        b"",
+    )
+    .await;
+    assert_eq!(out.status, 303);
+    assert!(out.header("set-cookie").unwrap().contains("Max-Age=0"));
+    let after = request(
+        server.addr,
+        "GET",
+        "/api/trainyard/v1/me",
+        &[("Cookie", &p.alice.cookie)],
+        b"",
+    )
+    .await;
+    assert_eq!(after.status, 401);
+}
+
+fn job_ids(answer: &Response) -> Vec<i64> {
+    answer.json()["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn jobs_are_seen_by_their_team_and_changed_by_their_owner() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let spec = json!({"name": "alice's", "command": "sleep 30", "resources": {"memory": "16Mi"}});
+    let submitted = call(
+        &server,
+        "POST",
+        "/api/trainyard/v1/jobs",
+        Some(&p.alice.bearer()),
+        &spec,
+    )
+    .await;
+    assert_eq!(submitted.status, 201, "{}", submitted.body);
+    let id = submitted.json()["job"]["id"].as_i64().unwrap();
+
+    let anonymous: Option<&str> = None;
+    let carol = p.carol.bearer();
+    let bob = p.bob.bearer();
+    let alice = p.alice.bearer();
+    let admin = p.admin.bearer();
+    // (who, may read, may change)
+    let matrix = [
+        (anonymous, 401, 401),
+        (Some(carol.as_str()), 404, 404),
+        (Some(bob.as_str()), 200, 403),
+        (Some(alice.as_str()), 200, 200),
+        (Some(admin.as_str()), 200, 200),
+    ];
+    for (who, read, _) in &matrix {
+        for path in [
+            format!("/api/trainyard/v1/jobs/{id}"),
+            format!("/api/trainyard/v1/jobs/{id}/logs"),
+            format!("/api/trainyard/v1/jobs/{id}/logs?download=1"),
+        ] {
+            let answer = call(&server, "GET", &path, *who, &Value::Null).await;
+            assert_eq!(answer.status, *read, "{who:?} GET {path}: {}", answer.body);
+        }
+    }
+    // Lists: mine, and all that one may see.
+    let list = |who: &str, scope: &str| {
+        let who = who.to_owned();
+        let path = format!("/api/trainyard/v1/jobs?scope={scope}");
+        let server = &server;
+        async move { job_ids(&call(server, "GET", &path, Some(&who), &Value::Null).await) }
+    };
+    assert_eq!(list(&alice, "mine").await, [id]);
+    assert!(list(&bob, "mine").await.is_empty());
+    assert_eq!(list(&bob, "all").await, [id]);
+    assert!(list(&carol, "all").await.is_empty());
+    assert_eq!(list(&admin, "all").await, [id]);
+
+    // Changing: the team may not, the owner may; a finished job may be run
+    // again by its owner and an admin only.
+    for (who, _, change) in &matrix[..3] {
+        let answer = call(
+            &server,
+            "POST",
+            &format!("/api/trainyard/v1/jobs/{id}/cancel"),
+            *who,
+            &Value::Null,
+        )
+        .await;
+        assert_eq!(answer.status, *change, "{who:?} cancel: {}", answer.body);
+    }
+    let cancelled = call(
+        &server,
+        "POST",
+        &format!("/api/trainyard/v1/jobs/{id}/cancel"),
+        Some(&alice),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    for _ in 0..100 {
+        let job = call(
+            &server,
+            "GET",
+            &format!("/api/trainyard/v1/jobs/{id}"),
+            Some(&alice),
+            &Value::Null,
+        )
+        .await;
+        if job.json()["job"]["state"] == "CANCELLED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let retry = format!("/api/trainyard/v1/jobs/{id}/retry");
+    assert_eq!(
+        call(&server, "POST", &retry, Some(&bob), &Value::Null)
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        call(&server, "POST", &retry, Some(&carol), &Value::Null)
+            .await
+            .status,
+        404
+    );
+    let again = call(&server, "POST", &retry, Some(&admin), &Value::Null).await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    let again_id = again.json()["job"]["id"].as_i64().unwrap();
+    // The run again still belongs to alice.
+    assert!(list(&alice, "mine").await.contains(&again_id));
+    let stop = format!("/api/trainyard/v1/jobs/{again_id}/cancel");
+    assert_eq!(
+        call(&server, "POST", &stop, Some(&alice), &Value::Null)
+            .await
+            .status,
+        200
+    );
+
+    // Templates are the admins'.
+    let template = "title: T\ndescription: says hi\ncommand: echo hi\n";
+    for (who, status) in [(&alice, 403), (&admin, 200)] {
+        let answer = request(
+            server.addr,
+            "PUT",
+            "/api/trainyard/v1/templates/mine",
+            &[("Authorization", who), ("Content-Type", "application/yaml")],
+            template.as_bytes(),
+        )
+        .await;
+        assert_eq!(answer.status, status, "{}", answer.body);
+    }
+    let delete = call(
+        &server,
+        "DELETE",
+        "/api/trainyard/v1/templates/mine",
+        Some(&bob),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(delete.status, 403);
+}
+
+#[tokio::test]
+async fn runs_are_written_by_their_owner_and_a_jobs_token_by_its_job_only() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let alice = p.alice.bearer();
+    let made = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/runs/create",
+        Some(&alice),
+        &json!({"experiment_id": "0"}),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let other_run = made.json()["run"]["info"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let metric =
+        |run: &str| json!({"run_id": run, "key": "m", "value": 1.0, "timestamp": 1, "step": 0});
+    for (who, status) in [
+        (p.carol.bearer(), 404),
+        (p.bob.bearer(), 403),
+        (alice.clone(), 200),
+        (p.admin.bearer(), 200),
+    ] {
+        let answer = call(
+            &server,
+            "POST",
+            "/api/2.0/mlflow/runs/log-metric",
+            Some(&who),
+            &metric(&other_run),
+        )
+        .await;
+        assert_eq!(answer.status, status, "{}", answer.body);
+    }
+
+    // A job of alice's: its token writes to its run, and nothing else.
+    let script = r#"
+import json, os, urllib.request, urllib.error
+uri = os.environ["MLFLOW_TRACKING_URI"]
+auth = {"Authorization": "Bearer " + os.environ["MLFLOW_TRACKING_TOKEN"], "Content-Type": "application/json"}
+def call(path, body):
+    req = urllib.request.Request(uri + path, json.dumps(body).encode(), auth)
+    try:
+        return urllib.request.urlopen(req).status
+    except urllib.error.HTTPError as e:
+        return e.code
+def metric(run):
+    return {"run_id": run, "key": "loss", "value": 0.5, "timestamp": 1, "step": 1}
+print("own", call("/api/2.0/mlflow/runs/log-metric", metric(os.environ["MLFLOW_RUN_ID"])))
+print("other", call("/api/2.0/mlflow/runs/log-metric", metric(os.environ["OTHER_RUN"])))
+print("create", call("/api/2.0/mlflow/runs/create", {"experiment_id": "0"}))
+print("jobs", call("/api/trainyard/v1/jobs", {"name": "x", "command": "true"}))
+"#;
+    std::fs::write(server.data_dir.path().join("job.py"), script).unwrap();
+    let spec = json!({
+        "name": "token check",
+        "command": format!("python3 {}", server.data_dir.path().join("job.py").display()),
+        "resources": {"memory": "64Mi"},
+        "env": {"OTHER_RUN": other_run},
+    });
+    let submitted = call(
+        &server,
+        "POST",
+        "/api/trainyard/v1/jobs",
+        Some(&alice),
+        &spec,
+    )
+    .await;
+    assert_eq!(submitted.status, 201, "{}", submitted.body);
+    let id = submitted.json()["job"]["id"].as_i64().unwrap();
+    let mut state = Value::Null;
+    for _ in 0..600 {
+        let job = call(
+            &server,
+            "GET",
+            &format!("/api/trainyard/v1/jobs/{id}"),
+            Some(&alice),
+            &Value::Null,
+        )
+        .await;
+        state = job.json()["job"].clone();
+        if state["state"] == "SUCCEEDED" || state["state"] == "FAILED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(state["state"], "SUCCEEDED", "{state}");
+    let log = call(
+        &server,
+        "GET",
+        &format!("/api/trainyard/v1/jobs/{id}/logs"),
+        Some(&alice),
+        &Value::Null,
+    )
+    .await;
+    assert!(log.body.contains("own 200"), "{}", log.body);
+    assert!(log.body.contains("other 403"), "{}", log.body);
+    assert!(log.body.contains("create 403"), "{}", log.body);
+    assert!(log.body.contains("jobs 403"), "{}", log.body);
+    // The run is alice's, and the token died with the job.
+    let run_id = state["run_id"].as_str().unwrap();
+    let run = call(
+        &server,
+        "GET",
+        &format!("/api/2.0/mlflow/runs/get?run_id={run_id}"),
+        Some(&alice),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(run.json()["run"]["info"]["user_id"], "alice");
+    assert_eq!(run.json()["run"]["data"]["metrics"][0]["key"], "loss");
+    let launch: Value = serde_json::from_slice(
+        &std::fs::read(
+            server
+                .data_dir
+                .path()
+                .join(format!("jobs/{id}/0/launch.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let token = launch["env"]["MLFLOW_TRACKING_TOKEN"].as_str().unwrap();
+    let late = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/runs/log-metric",
+        Some(&format!("Bearer {token}")),
+        &metric(run_id),
+    )
+    .await;
+    assert_eq!(late.status, 401, "{}", late.body);
+}
