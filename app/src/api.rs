@@ -107,12 +107,14 @@ pub async fn get_overview() -> Result<Overview, AppError> {
 
 #[server(endpoint = "list_experiments")]
 pub async fn list_experiments() -> Result<Vec<ExperimentSummary>, AppError> {
-    Ok(store()?.list_experiments().await?)
+    let viewer = trainyard_store::Viewer::of(&caller()?.user);
+    Ok(store()?.list_experiments(&viewer).await?)
 }
 
 #[server(endpoint = "create_experiment")]
 pub async fn create_experiment(name: String) -> Result<i64, AppError> {
-    Ok(store()?.create_experiment(&name).await?)
+    let owner = caller()?.user.as_owner();
+    Ok(store()?.create_experiment(&name, owner).await?)
 }
 
 #[server(endpoint = "list_nodes")]

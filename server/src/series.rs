@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use trainyard_store::series::{SeriesQuery, XAxis};
 
 use crate::AppState;
+use crate::auth::Caller;
 use crate::mlflow::ApiError;
 use crate::mlflow::request::Req;
 
@@ -35,6 +36,7 @@ pub struct SeriesRequest {
 /// `{"error_code", "message"}` answer.
 pub async fn series(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Req(req): Req<SeriesRequest>,
 ) -> Result<Json<SeriesAnswer>, ApiError> {
     if req.run_ids.is_empty() || req.run_ids.len() > MAX_RUNS {
@@ -42,6 +44,10 @@ pub async fn series(
             "run_ids: give 1 to {MAX_RUNS} runs"
         )));
     }
+    state
+        .store
+        .runs_readable(&principal.user, &req.run_ids)
+        .await?;
     if req.keys.is_empty() || req.keys.len() > MAX_KEYS {
         return Err(ApiError::invalid(format!(
             "keys: give 1 to {MAX_KEYS} metric keys"

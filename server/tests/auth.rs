@@ -680,3 +680,161 @@ print("jobs", call("/api/trainyard/v1/jobs", {"name": "x", "command": "true"}))
     .await;
     assert_eq!(late.status, 401, "{}", late.body);
 }
+
+#[tokio::test]
+async fn experiments_and_runs_are_seen_by_their_team_and_changed_by_their_owner() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let alice = p.alice.bearer();
+    let made = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/experiments/create",
+        Some(&alice),
+        &json!({"name": "alice-exp"}),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let exp = made.json()["experiment_id"].as_str().unwrap().to_owned();
+    let run = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/runs/create",
+        Some(&alice),
+        &json!({"experiment_id": exp}),
+    )
+    .await;
+    assert_eq!(run.status, 200, "{}", run.body);
+    let run_id = run.json()["run"]["info"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let logged = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/runs/log-metric",
+        Some(&alice),
+        &json!({"run_id": run_id, "key": "loss", "value": 1.0, "timestamp": 1, "step": 0}),
+    )
+    .await;
+    assert_eq!(logged.status, 200, "{}", logged.body);
+
+    let reads = [
+        format!("/api/2.0/mlflow/experiments/get?experiment_id={exp}"),
+        "/api/2.0/mlflow/experiments/get-by-name?experiment_name=alice-exp".to_owned(),
+        format!("/api/2.0/mlflow/runs/get?run_id={run_id}"),
+        format!("/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key=loss"),
+        format!(
+            "/api/2.0/mlflow/metrics/get-history-bulk-interval?run_ids={run_id}&metric_key=loss"
+        ),
+        format!("/api/2.0/mlflow-artifacts/artifacts?path={exp}/{run_id}/artifacts"),
+    ];
+    let carol = p.carol.bearer();
+    let bob = p.bob.bearer();
+    let admin = p.admin.bearer();
+    for (who, status) in [(&carol, 404), (&bob, 200), (&alice, 200), (&admin, 200)] {
+        for path in &reads {
+            let answer = call(&server, "GET", path, Some(who), &Value::Null).await;
+            assert_eq!(answer.status, status, "{who} GET {path}: {}", answer.body);
+        }
+        let series = call(
+            &server,
+            "POST",
+            "/api/trainyard/v1/series",
+            Some(who),
+            &json!({"run_ids": [run_id], "keys": ["loss"]}),
+        )
+        .await;
+        assert_eq!(series.status, status, "{}", series.body);
+    }
+    // Searches return only what one may see.
+    let search = |who: &str| {
+        let who = who.to_owned();
+        let body = json!({"experiment_ids": [exp.clone(), "0"]});
+        let server = &server;
+        async move {
+            let runs = call(
+                server,
+                "POST",
+                "/api/2.0/mlflow/runs/search",
+                Some(&who),
+                &body,
+            )
+            .await
+            .json();
+            let exps = call(
+                server,
+                "POST",
+                "/api/2.0/mlflow/experiments/search",
+                Some(&who),
+                &json!({}),
+            )
+            .await
+            .json();
+            let names: Vec<String> = exps["experiments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["name"].as_str().unwrap().to_owned())
+                .collect();
+            (runs["runs"].as_array().map_or(0, Vec::len), names)
+        }
+    };
+    assert_eq!(search(&carol).await, (0, vec!["Default".to_owned()]));
+    let (runs, names) = search(&bob).await;
+    assert_eq!(runs, 1);
+    assert!(names.contains(&"alice-exp".to_owned()), "{names:?}");
+
+    // Changes: only the owner (or an admin).
+    let rename = |name: &str| json!({"experiment_id": exp, "new_name": name});
+    for (who, status) in [(&carol, 404), (&bob, 403), (&alice, 200)] {
+        let answer = call(
+            &server,
+            "POST",
+            "/api/2.0/mlflow/experiments/update",
+            Some(who),
+            &rename("renamed"),
+        )
+        .await;
+        assert_eq!(answer.status, status, "{}", answer.body);
+        let answer = call(
+            &server,
+            "POST",
+            "/api/2.0/mlflow/runs/create",
+            Some(who),
+            &json!({"experiment_id": exp}),
+        )
+        .await;
+        assert_eq!(answer.status, status, "{}", answer.body);
+    }
+    // Default is everyone's to log into, and no one's to change.
+    let in_default = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/runs/create",
+        Some(&carol),
+        &json!({"experiment_id": "0"}),
+    )
+    .await;
+    assert_eq!(in_default.status, 200, "{}", in_default.body);
+    let rename_default = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/experiments/update",
+        Some(&carol),
+        &json!({"experiment_id": "0", "new_name": "mine"}),
+    )
+    .await;
+    assert_eq!(rename_default.status, 403);
+    // A job of carol's cannot log into alice's experiment.
+    let job = call(
+        &server,
+        "POST",
+        "/api/trainyard/v1/jobs",
+        Some(&carol),
+        &json!({"name": "x", "experiment": "renamed", "command": "true"}),
+    )
+    .await;
+    assert_eq!(job.status, 400, "{}", job.body);
+    assert_eq!(job.json()["fields"][0]["field"], "experiment");
+}

@@ -278,16 +278,36 @@ impl Jobs {
                     ),
                 )]));
             }
-            Err(StoreError::NotFound(_)) => match store.create_experiment(&experiment_name).await {
-                Ok(id) => id,
-                // Created by someone else in between.
-                Err(StoreError::Conflict { .. }) => {
-                    store.get_experiment_by_name(&experiment_name).await?.id
+            Err(StoreError::NotFound(_)) => {
+                match store
+                    .create_experiment(&experiment_name, owner.as_owner())
+                    .await
+                {
+                    Ok(id) => id,
+                    // Created by someone else in between.
+                    Err(StoreError::Conflict { .. }) => {
+                        store.get_experiment_by_name(&experiment_name).await?.id
+                    }
+                    Err(e) => return Err(e.into()),
                 }
-                Err(e) => return Err(e.into()),
-            },
+            }
             Err(e) => return Err(e.into()),
         };
+        // The job's runs go into the experiment: it must be the submitter's
+        // (or the shared Default).
+        if let Err(e) = store.may_add_runs(owner, experiment_id).await {
+            return Err(match e {
+                StoreError::NotFound(_) | StoreError::Forbidden(_) => {
+                    SubmitError::Invalid(vec![FieldError::new(
+                        "experiment",
+                        format!(
+                            "the experiment `{experiment_name}` belongs to someone else; choose another name"
+                        ),
+                    )])
+                }
+                other => other.into(),
+            });
+        }
         let run_id = self
             .new_run(&checked.spec, experiment_id, 0, owner.as_owner())
             .await?;

@@ -572,9 +572,15 @@ impl Store {
         Ok(Owner::new(run.user_id, run.team_id))
     }
 
-    /// A run the user may change: one they may not see does not exist for
-    /// them; one they may see but not change is Forbidden.
-    pub async fn run_as(&self, user: &User, run_id: &str) -> Result<(), StoreError> {
+    /// May the user see (Read) or change (Change) the run? One they may not
+    /// see does not exist for them; one they may see but not change is
+    /// Forbidden.
+    pub async fn run_as(
+        &self,
+        user: &User,
+        run_id: &str,
+        access: crate::Access,
+    ) -> Result<(), StoreError> {
         if user.is_admin {
             return Ok(());
         }
@@ -584,12 +590,37 @@ impl Store {
                 "Run with id={run_id} not found"
             )));
         }
-        if !user.can_change(owner) {
+        if access == crate::Access::Change && !user.can_change(owner) {
             return Err(StoreError::Forbidden(format!(
                 "run {run_id} is not yours: only its owner or an admin may change it"
             )));
         }
         Ok(())
+    }
+}
+
+impl Store {
+    /// Checks that the user may see every one of the runs (one query); the
+    /// first they may not see is reported as not found.
+    pub async fn runs_readable(&self, user: &User, run_ids: &[String]) -> Result<(), StoreError> {
+        if user.is_admin || run_ids.is_empty() {
+            return Ok(());
+        }
+        let mut sql = self.sql();
+        sql.push("SELECT r.id FROM runs r WHERE r.id IN ")
+            .bind_list(run_ids.iter().cloned());
+        crate::Viewer::of(user).restrict(&mut sql, "r.user_id", "r.team_id", None);
+        let rows = sea_orm::ConnectionTrait::query_all_raw(self.connection(), sql.build()).await?;
+        let seen: std::collections::HashSet<String> = rows
+            .iter()
+            .filter_map(|row| row.try_get::<String>("", "id").ok())
+            .collect();
+        match run_ids.iter().find(|id| !seen.contains(*id)) {
+            Some(missing) => Err(StoreError::NotFound(format!(
+                "Run with id={missing} not found"
+            ))),
+            None => Ok(()),
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 use super::*;
 use crate::identity::{LOCAL_SUBJECT, secret_hash};
 use crate::testing::TestDb;
+use trainyard_domain::identity::User;
 
 async fn migrated(db: &TestDb) -> Store {
     let store = Store::connect(&db.url, 4).await.expect("connect");
@@ -243,4 +244,132 @@ async fn tokens_authenticate_until_revoked_or_expired() {
     assert!(store.api_tokens(user.id).await.unwrap().is_empty());
     assert_eq!(store.revoke_run_tokens(&run_id).await.unwrap(), 1);
     assert!(store.token_user(&run_token).await.unwrap().is_none());
+}
+
+async fn member(store: &Store, name: &str, groups: &[&str], admin: bool) -> User {
+    store
+        .sign_in(SignIn {
+            subject: format!("sub-{name}"),
+            username: name.to_owned(),
+            display_name: String::new(),
+            email: None,
+            is_admin: admin,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        })
+        .await
+        .unwrap()
+}
+
+async fn run_in(store: &Store, experiment_id: i64, who: &User) -> String {
+    store
+        .create_run(NewRun {
+            experiment_id,
+            user_id: who.username.clone(),
+            owner_id: Some(who.id),
+            team_id: who.primary_team(),
+            ..NewRun::default()
+        })
+        .await
+        .unwrap()
+        .info
+        .run_id
+}
+
+#[tokio::test]
+async fn people_see_their_own_and_their_teams_experiments_and_runs() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let alice = member(&store, "alice", &["vision"], false).await;
+    let bob = member(&store, "bob", &["vision"], false).await;
+    let carol = member(&store, "carol", &["nlp"], false).await;
+    let admin = member(&store, "root", &[], true).await;
+
+    let exp_a = store
+        .create_experiment("a", alice.as_owner())
+        .await
+        .unwrap();
+    let run_a = run_in(&store, exp_a, &alice).await;
+    let run_c = run_in(&store, DEFAULT_EXPERIMENT, &carol).await;
+
+    let names = |list: Vec<trainyard_domain::ExperimentSummary>| {
+        let mut names: Vec<String> = list.into_iter().map(|e| e.name).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names(store.list_experiments(&Viewer::of(&bob)).await.unwrap()),
+        ["Default", "a"]
+    );
+    assert_eq!(
+        names(store.list_experiments(&Viewer::of(&carol)).await.unwrap()),
+        ["Default"]
+    );
+    let runs = |viewer: Viewer| {
+        let store = store.clone();
+        async move {
+            let mut ids: Vec<String> = store
+                .search_runs(
+                    &[DEFAULT_EXPERIMENT, exp_a],
+                    None,
+                    &[],
+                    trainyard_domain::tracking::ViewType::ActiveOnly,
+                    100,
+                    0,
+                    &viewer,
+                )
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.info.run_id)
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(runs(Viewer::of(&bob)).await, [run_a.clone()]);
+    assert_eq!(runs(Viewer::of(&carol)).await, [run_c.clone()]);
+    let mut both = vec![run_a.clone(), run_c.clone()];
+    both.sort();
+    assert_eq!(runs(Viewer::of(&admin)).await, both);
+
+    assert!(store.runs_readable(&bob, &[run_a.clone()]).await.is_ok());
+    assert!(matches!(
+        store.runs_readable(&bob, &[run_a.clone(), run_c.clone()]).await,
+        Err(StoreError::NotFound(m)) if m.contains(&run_c)
+    ));
+    assert!(store.runs_readable(&admin, &[run_c.clone()]).await.is_ok());
+
+    use crate::Access::{Change, Read};
+    assert!(matches!(
+        store.experiment_as(&carol, exp_a, Read).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(store.experiment_as(&bob, exp_a, Read).await.is_ok());
+    assert!(matches!(
+        store.experiment_as(&bob, exp_a, Change).await,
+        Err(StoreError::Forbidden(_))
+    ));
+    assert!(store.experiment_as(&alice, exp_a, Change).await.is_ok());
+    assert!(
+        store
+            .experiment_as(&carol, DEFAULT_EXPERIMENT, Read)
+            .await
+            .is_ok()
+    );
+    assert!(matches!(
+        store
+            .experiment_as(&carol, DEFAULT_EXPERIMENT, Change)
+            .await,
+        Err(StoreError::Forbidden(_))
+    ));
+    assert!(store.may_add_runs(&carol, DEFAULT_EXPERIMENT).await.is_ok());
+    assert!(matches!(
+        store.may_add_runs(&bob, exp_a).await,
+        Err(StoreError::Forbidden(_))
+    ));
+    assert!(matches!(
+        store.run_as(&bob, &run_a, Change).await,
+        Err(StoreError::Forbidden(_))
+    ));
+    assert!(store.run_as(&alice, &run_a, Change).await.is_ok());
 }

@@ -16,7 +16,7 @@ mod uploads;
 pub use identity::{LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
 pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
 pub use nodes::GpuInfo;
-pub use tracking::{MetricIn, NewRun};
+pub use tracking::{DEFAULT_EXPERIMENT, MetricIn, NewRun, Viewer};
 pub use uploads::NewUpload;
 
 use std::collections::HashMap;
@@ -25,8 +25,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sea_orm::sea_query::{Expr, Func};
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, Database, DatabaseBackend, DatabaseConnection, DbErr,
-    EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Statement,
+    ColumnTrait, ConnectionTrait, Database, DatabaseConnection, DbErr, EntityTrait,
+    FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
 };
 use trainyard_domain::{ExperimentSummary, FieldError, JobState, NodeSummary, Overview};
 use trainyard_migration::{Migrator, MigratorTrait};
@@ -327,7 +327,10 @@ impl Store {
     }
 
     /// Active experiments with their run counts and last activity, newest first.
-    pub async fn list_experiments(&self) -> Result<Vec<ExperimentSummary>, StoreError> {
+    pub async fn list_experiments(
+        &self,
+        viewer: &Viewer,
+    ) -> Result<Vec<ExperimentSummary>, StoreError> {
         #[derive(FromQueryResult)]
         struct Row {
             id: i64,
@@ -337,15 +340,19 @@ impl Store {
             runs: i64,
             last_run_start: Option<i64>,
         }
-        let sql = "SELECT e.id, e.name, e.lifecycle_stage, e.last_update_time, \
-                   COUNT(r.id) AS runs, MAX(r.start_time) AS last_run_start \
-                   FROM experiments e LEFT JOIN runs r \
-                   ON r.experiment_id = e.id AND r.lifecycle_stage = 'active' \
-                   WHERE e.lifecycle_stage = 'active' \
-                   GROUP BY e.id, e.name, e.lifecycle_stage, e.last_update_time";
-        let rows = Row::find_by_statement(Statement::from_string(self.backend(), sql))
-            .all(&self.db)
-            .await?;
+        // Run counts are of the runs the viewer sees (Default is shared).
+        let mut sql = self.sql();
+        sql.push(
+            "SELECT e.id, e.name, e.lifecycle_stage, e.last_update_time, \
+             COUNT(r.id) AS runs, MAX(r.start_time) AS last_run_start \
+             FROM experiments e LEFT JOIN runs r \
+             ON r.experiment_id = e.id AND r.lifecycle_stage = 'active'",
+        );
+        viewer.restrict(&mut sql, "r.user_id", "r.team_id", None);
+        sql.push(" WHERE e.lifecycle_stage = 'active'");
+        viewer.restrict(&mut sql, "e.owner_id", "e.team_id", Some("e.id = 0"));
+        sql.push(" GROUP BY e.id, e.name, e.lifecycle_stage, e.last_update_time");
+        let rows = Row::find_by_statement(sql.build()).all(&self.db).await?;
         let mut list: Vec<ExperimentSummary> = rows
             .into_iter()
             .map(|row| ExperimentSummary {
@@ -361,9 +368,13 @@ impl Store {
     }
 
     /// Creates an experiment whose artifacts the server itself stores.
-    pub async fn create_experiment(&self, name: &str) -> Result<i64, StoreError> {
+    pub async fn create_experiment(
+        &self,
+        name: &str,
+        owner: trainyard_domain::identity::Owner,
+    ) -> Result<i64, StoreError> {
         let name = trainyard_domain::validate_experiment_name(name)?;
-        self.create_experiment_with(&name, None, &[])
+        self.create_experiment_with(&name, None, &[], owner)
             .await
             .map_err(|err| match err {
                 StoreError::Conflict { .. } => StoreError::Conflict {
@@ -396,10 +407,6 @@ impl Store {
                 last_seen: n.last_seen,
             })
             .collect())
-    }
-
-    fn backend(&self) -> DatabaseBackend {
-        self.db.get_database_backend()
     }
 }
 

@@ -3,6 +3,7 @@
 use super::*;
 use crate::testing::TestDb;
 use sea_orm::{ActiveModelTrait, Set};
+use trainyard_domain::identity::Owner;
 
 async fn migrated(db: &TestDb) -> Store {
     let store = Store::connect(&db.url, 4).await.expect("connect");
@@ -40,8 +41,14 @@ async fn overview_counts_what_is_stored() {
     assert_eq!(empty.jobs_total(), 0);
     assert_eq!(empty.jobs_by_state.len(), JobState::ALL.len());
 
-    let first = store.create_experiment("mnist").await.unwrap();
-    store.create_experiment("cifar").await.unwrap();
+    let first = store
+        .create_experiment("mnist", Owner::default())
+        .await
+        .unwrap();
+    store
+        .create_experiment("cifar", Owner::default())
+        .await
+        .unwrap();
     let now = now_millis();
     for (i, status) in ["RUNNING", "FINISHED", "RUNNING"].into_iter().enumerate() {
         run::ActiveModel {
@@ -89,7 +96,7 @@ async fn overview_counts_what_is_stored() {
         .find(|(s, _)| *s == JobState::Queued);
     assert_eq!(queued, Some(&(JobState::Queued, 2)));
 
-    let experiments = store.list_experiments().await.unwrap();
+    let experiments = store.list_experiments(&Viewer::Everyone).await.unwrap();
     let mnist = experiments.iter().find(|e| e.name == "mnist").unwrap();
     assert_eq!(mnist.runs, 3);
     assert_eq!(
@@ -106,7 +113,10 @@ async fn overview_counts_what_is_stored() {
 async fn experiment_names_are_unique_and_validated() {
     let db = TestDb::new().await;
     let store = migrated(&db).await;
-    let id = store.create_experiment("  sweep  ").await.unwrap();
+    let id = store
+        .create_experiment("  sweep  ", Owner::default())
+        .await
+        .unwrap();
     let saved = experiment::Entity::find_by_id(id)
         .one(store.connection())
         .await
@@ -114,16 +124,20 @@ async fn experiment_names_are_unique_and_validated() {
         .unwrap();
     assert_eq!(saved.name, "sweep");
     assert_eq!(saved.artifact_location, format!("mlflow-artifacts:/{id}"));
-    match store.create_experiment("sweep").await {
+    match store.create_experiment("sweep", Owner::default()).await {
         Err(StoreError::Conflict { what }) => assert!(what.contains("sweep")),
         other => panic!("expected a conflict, got {other:?}"),
     }
-    match store.create_experiment("").await {
+    match store.create_experiment("", Owner::default()).await {
         Err(StoreError::Invalid(e)) => assert_eq!(e.field, "name"),
         other => panic!("expected a field error, got {other:?}"),
     }
     assert_eq!(
-        store.list_experiments().await.unwrap().len(),
+        store
+            .list_experiments(&Viewer::Everyone)
+            .await
+            .unwrap()
+            .len(),
         2,
         "Default and sweep"
     );

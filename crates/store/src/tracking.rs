@@ -4,12 +4,56 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult, TransactionTrait, Value};
+use sea_orm::{
+    ConnectionTrait, DatabaseTransaction, EntityTrait, QueryResult, TransactionTrait, Value,
+};
 use trainyard_domain::query::{Attribute, Expr, Field, OrderBy, Scope};
 use trainyard_domain::tracking::{Experiment, LatestMetric, Point, Run, RunInfo, ViewType};
 
 use crate::sql::{Sql, filter};
 use crate::{Store, StoreError, chunks, now_millis};
+use trainyard_domain::identity::{Owner, User};
+
+/// Whose experiments and runs a read may return.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Viewer {
+    /// An admin: everything.
+    Everyone,
+    /// A user: their own things and their teams'.
+    Member { user_id: i64, teams: Vec<i64> },
+}
+
+impl Viewer {
+    pub fn of(user: &User) -> Viewer {
+        if user.is_admin {
+            Viewer::Everyone
+        } else {
+            Viewer::Member {
+                user_id: user.id,
+                teams: user.teams.iter().map(|t| t.id).collect(),
+            }
+        }
+    }
+
+    /// Adds ` AND (owner = me OR team IN my teams [OR also])`.
+    pub(crate) fn restrict(&self, sql: &mut Sql, owner: &str, team: &str, also: Option<&str>) {
+        let Viewer::Member { user_id, teams } = self else {
+            return;
+        };
+        sql.push(&format!(" AND ({owner} = ")).bind(*user_id);
+        if !teams.is_empty() {
+            sql.push(&format!(" OR {team} IN "))
+                .bind_list(teams.iter().copied());
+        }
+        if let Some(also) = also {
+            sql.push(" OR ").push(also);
+        }
+        sql.push(")");
+    }
+}
+
+/// MLflow's Default experiment: shared by everyone, its runs each their own.
+pub const DEFAULT_EXPERIMENT: i64 = 0;
 
 /// A metric point as logged: key and point.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,15 +103,20 @@ impl Store {
         name: &str,
         artifact_location: Option<&str>,
         tags: &[(String, String)],
+        owner: Owner,
     ) -> Result<i64, StoreError> {
         let _turn = self.write_turn().await;
         let now = now_millis();
         let txn = self.connection().begin().await?;
         let mut sql = self.sql();
-        sql.push("INSERT INTO experiments (name, artifact_location, lifecycle_stage, creation_time, last_update_time) VALUES (")
+        sql.push("INSERT INTO experiments (name, artifact_location, owner_id, team_id, lifecycle_stage, creation_time, last_update_time) VALUES (")
             .bind(name.to_owned())
             .push(", ")
             .bind(artifact_location.unwrap_or("").to_owned())
+            .push(", ")
+            .bind(owner.user_id)
+            .push(", ")
+            .bind(owner.team_id)
             .push(", 'active', ")
             .bind(now)
             .push(", ")
@@ -166,10 +215,12 @@ impl Store {
         view: ViewType,
         limit: u64,
         offset: u64,
+        viewer: &Viewer,
     ) -> Result<Vec<Experiment>, StoreError> {
         let mut sql = self.sql();
         sql.push("SELECT e.* FROM experiments e WHERE e.lifecycle_stage IN ")
             .bind_list(view.stages().iter().map(|s| s.to_string()));
+        viewer.restrict(&mut sql, "e.owner_id", "e.team_id", Some("e.id = 0"));
         if let Some(expr) = filter_expr {
             sql.push(" AND ");
             filter(&mut sql, expr, Scope::Experiments);
@@ -296,6 +347,49 @@ impl Store {
         Ok(())
     }
 
+    /// Whose an experiment is.
+    pub async fn experiment_owner(&self, id: i64) -> Result<Owner, StoreError> {
+        let found = crate::entity::experiment::Entity::find_by_id(id)
+            .one(self.connection())
+            .await?
+            .ok_or_else(|| not_found_experiment(id))?;
+        Ok(Owner::new(found.owner_id, found.team_id))
+    }
+
+    /// May the user see (Read) or change (Change) the experiment? One they
+    /// may not see does not exist for them. Everyone sees Default; only
+    /// admins change it.
+    pub async fn experiment_as(
+        &self,
+        user: &User,
+        id: i64,
+        access: crate::Access,
+    ) -> Result<(), StoreError> {
+        if user.is_admin {
+            return Ok(());
+        }
+        let owner = self.experiment_owner(id).await?;
+        let shared = id == DEFAULT_EXPERIMENT;
+        if !shared && !user.can_read(owner) {
+            return Err(not_found_experiment(id));
+        }
+        if access == crate::Access::Change && !user.can_change(owner) {
+            return Err(StoreError::Forbidden(format!(
+                "experiment {id} is not yours: only its owner or an admin may change it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// May the user create runs in the experiment: their own, or Default.
+    pub async fn may_add_runs(&self, user: &User, id: i64) -> Result<(), StoreError> {
+        if id == DEFAULT_EXPERIMENT {
+            self.experiment_owner(id).await?;
+            return Ok(());
+        }
+        self.experiment_as(user, id, crate::Access::Change).await
+    }
+
     async fn require_active_experiment(&self, id: i64) -> Result<Experiment, StoreError> {
         let experiment = self.get_experiment(id).await?;
         if experiment.lifecycle_stage != "active" {
@@ -312,6 +406,13 @@ impl Store {
     pub async fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
         let _turn = self.write_turn().await;
         let experiment = self.require_active_experiment(new.experiment_id).await?;
+        // A run is filed under its experiment's team, so that whoever sees
+        // the experiment sees its runs; in Default, under its creator's.
+        let team_id = self
+            .experiment_owner(new.experiment_id)
+            .await?
+            .team_id
+            .or(new.team_id);
         let tag_name = new
             .tags
             .iter()
@@ -344,7 +445,7 @@ impl Store {
             .push(", ")
             .bind(new.owner_id)
             .push(", ")
-            .bind(new.team_id)
+            .bind(team_id)
             .push(", ")
             .bind(new.user_id.clone())
             .push(", 'RUNNING', ")
@@ -750,6 +851,7 @@ impl Store {
 
     /// Runs of the given experiments that match, in order. Returns up to
     /// `limit` runs after skipping `offset`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn search_runs(
         &self,
         experiment_ids: &[i64],
@@ -758,6 +860,7 @@ impl Store {
         view: ViewType,
         limit: u64,
         offset: u64,
+        viewer: &Viewer,
     ) -> Result<Vec<Run>, StoreError> {
         if experiment_ids.is_empty() {
             return Ok(Vec::new());
@@ -818,6 +921,7 @@ impl Store {
             .bind_list(experiment_ids.iter().copied())
             .push(" AND r.lifecycle_stage IN ")
             .bind_list(view.stages().iter().map(|s| s.to_string()));
+        viewer.restrict(&mut sql, "r.user_id", "r.team_id", None);
         if let Some(expr) = filter_expr {
             sql.push(" AND ");
             filter(&mut sql, expr, Scope::Runs);

@@ -1,7 +1,8 @@
 //! Tracking store tests, on SQLite and (with TEST_DATABASE_URL) PostgreSQL.
 
 use crate::testing::TestDb;
-use crate::{MetricIn, NewRun, Store, StoreError};
+use crate::{MetricIn, NewRun, Store, StoreError, Viewer};
+use trainyard_domain::identity::Owner;
 use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
 use trainyard_domain::tracking::{Point, ViewType};
 
@@ -47,7 +48,7 @@ async fn runs_follow_mlflow_rules() {
     let default = store.get_experiment(0).await.unwrap();
     assert_eq!(default.name, "Default");
     let exp = store
-        .create_experiment_with("vision", None, &[kv("team", "cv")])
+        .create_experiment_with("vision", None, &[kv("team", "cv")], Owner::default())
         .await
         .unwrap();
     let experiment = store.get_experiment_by_name("vision").await.unwrap();
@@ -177,7 +178,7 @@ async fn runs_follow_mlflow_rules() {
 async fn deleting_an_experiment_deletes_its_runs() {
     let (_db, store) = store().await;
     let exp = store
-        .create_experiment_with("temp", None, &[])
+        .create_experiment_with("temp", None, &[], Owner::default())
         .await
         .unwrap();
     let run = new_run(&store, exp, "r").await;
@@ -207,7 +208,9 @@ async fn deleting_an_experiment_deletes_its_runs() {
         "active"
     );
     assert!(matches!(
-        store.create_experiment_with("temp", None, &[]).await,
+        store
+            .create_experiment_with("temp", None, &[], Owner::default())
+            .await,
         Err(StoreError::Conflict { .. })
     ));
 }
@@ -216,7 +219,7 @@ async fn deleting_an_experiment_deletes_its_runs() {
 async fn search_runs_with_or_parentheses_ranges_and_order() {
     let (_db, store) = store().await;
     let exp = store
-        .create_experiment_with("sweep", None, &[])
+        .create_experiment_with("sweep", None, &[], Owner::default())
         .await
         .unwrap();
     let mut ids = Vec::new();
@@ -252,7 +255,15 @@ async fn search_runs_with_or_parentheses_ranges_and_order() {
                 .map(|o| parse_order_by(o, Scope::Runs).unwrap())
                 .collect();
             store
-                .search_runs(&[exp], expr.as_ref(), &order, ViewType::ActiveOnly, 100, 0)
+                .search_runs(
+                    &[exp],
+                    expr.as_ref(),
+                    &order,
+                    ViewType::ActiveOnly,
+                    100,
+                    0,
+                    &Viewer::Everyone,
+                )
                 .await
                 .unwrap()
                 .into_iter()
@@ -306,7 +317,15 @@ async fn search_runs_with_or_parentheses_ranges_and_order() {
     let desc = search("", &["metrics.acc DESC"]).await;
     assert_eq!(desc, ["run-0", "run-1", "run-2", "run-3", "bare"]);
     let page = store
-        .search_runs(&[exp], None, &[], ViewType::ActiveOnly, 2, 4)
+        .search_runs(
+            &[exp],
+            None,
+            &[],
+            ViewType::ActiveOnly,
+            2,
+            4,
+            &Viewer::Everyone,
+        )
         .await
         .unwrap();
     assert_eq!(page.len(), 1, "offset paging");
@@ -314,7 +333,15 @@ async fn search_runs_with_or_parentheses_ranges_and_order() {
     let expr = parse_filter(&id_filter, Scope::Runs).unwrap();
     assert_eq!(
         store
-            .search_runs(&[exp], expr.as_ref(), &[], ViewType::ActiveOnly, 10, 0)
+            .search_runs(
+                &[exp],
+                expr.as_ref(),
+                &[],
+                ViewType::ActiveOnly,
+                10,
+                0,
+                &Viewer::Everyone
+            )
             .await
             .unwrap()
             .len(),
@@ -331,7 +358,7 @@ async fn search_experiments_filters_and_orders() {
         ("bert", "nlp"),
     ] {
         store
-            .create_experiment_with(name, None, &[kv("team", team)])
+            .create_experiment_with(name, None, &[kv("team", team)], Owner::default())
             .await
             .unwrap();
     }
@@ -341,7 +368,7 @@ async fn search_experiments_filters_and_orders() {
             let expr = parse_filter(filter, Scope::Experiments).unwrap();
             let order = [parse_order_by("name ASC", Scope::Experiments).unwrap()];
             store
-                .search_experiments(expr.as_ref(), &order, view, 100, 0)
+                .search_experiments(expr.as_ref(), &order, view, 100, 0, &Viewer::Everyone)
                 .await
                 .unwrap()
                 .into_iter()
@@ -372,7 +399,7 @@ async fn search_experiments_filters_and_orders() {
     .unwrap();
     assert_eq!(
         store
-            .search_experiments(expr.as_ref(), &[], ViewType::All, 10, 0)
+            .search_experiments(expr.as_ref(), &[], ViewType::All, 10, 0, &Viewer::Everyone)
             .await
             .unwrap()[0]
             .name,

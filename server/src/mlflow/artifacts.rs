@@ -85,8 +85,14 @@ async fn resolve(
             "Run {run} does not belong to experiment {experiment}"
         )));
     }
-    if use_ == Use::Write {
-        may_change_run(state, principal, run).await?;
+    match use_ {
+        Use::Write => may_change_run(state, principal, run).await?,
+        Use::Read => {
+            state
+                .store
+                .run_as(&principal.user, run, trainyard_store::Access::Read)
+                .await?
+        }
     }
     let mut full = state.artifact_root.clone();
     for segment in segments {

@@ -12,6 +12,8 @@ use super::validate::{self, MAX_EXPERIMENT_TAG_VALUE_LEN};
 use super::wire::{self, opt_i64, parse_experiment_id, required};
 use super::{ApiError, ApiResult};
 use crate::AppState;
+use crate::auth::Caller;
+use trainyard_store::{Access, Viewer};
 
 #[derive(Deserialize)]
 pub struct KeyValue {
@@ -64,7 +66,11 @@ pub struct Create {
     tags: Vec<KeyValue>,
 }
 
-pub async fn create(State(state): State<AppState>, Req(req): Req<Create>) -> ApiResult {
+pub async fn create(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Create>,
+) -> ApiResult {
     let name = experiment_name(req.name, "name")?;
     let tags = key_values(req.tags, "tags", MAX_EXPERIMENT_TAG_VALUE_LEN)?;
     let location = req.artifact_location.filter(|l| !l.is_empty());
@@ -79,7 +85,7 @@ pub async fn create(State(state): State<AppState>, Req(req): Req<Create>) -> Api
     }
     let id = state
         .store
-        .create_experiment_with(&name, location.as_deref(), &tags)
+        .create_experiment_with(&name, location.as_deref(), &tags, principal.user.as_owner())
         .await?;
     Ok(Json(json!({ "experiment_id": id.to_string() })))
 }
@@ -90,8 +96,16 @@ pub struct ById {
     experiment_id: Option<String>,
 }
 
-pub async fn get(State(state): State<AppState>, Req(req): Req<ById>) -> ApiResult {
+pub async fn get(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<ById>,
+) -> ApiResult {
     let id = parse_experiment_id(&required(req.experiment_id, "experiment_id")?)?;
+    state
+        .store
+        .experiment_as(&principal.user, id, Access::Read)
+        .await?;
     let experiment = state.store.get_experiment(id).await?;
     Ok(Json(json!({ "experiment": wire::experiment(&experiment) })))
 }
@@ -101,9 +115,20 @@ pub struct ByName {
     experiment_name: Option<String>,
 }
 
-pub async fn get_by_name(State(state): State<AppState>, Req(req): Req<ByName>) -> ApiResult {
+pub async fn get_by_name(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<ByName>,
+) -> ApiResult {
     let name = required(req.experiment_name, "experiment_name")?;
     let experiment = state.store.get_experiment_by_name(&name).await?;
+    state
+        .store
+        .experiment_as(&principal.user, experiment.id, Access::Read)
+        .await
+        .map_err(|_| {
+            ApiError::not_found(format!("Could not find experiment with name '{name}'"))
+        })?;
     Ok(Json(json!({ "experiment": wire::experiment(&experiment) })))
 }
 
@@ -139,7 +164,11 @@ pub fn view_type(
     }
 }
 
-pub async fn search(State(state): State<AppState>, Req(req): Req<Search>) -> ApiResult {
+pub async fn search(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Search>,
+) -> ApiResult {
     let limit = wire::max_results(req.max_results, 1000, 50_000)?;
     let offset = wire::parse_page_token(req.page_token.as_deref())?;
     let filter = parse_filter(req.filter.as_deref().unwrap_or(""), Scope::Experiments)
@@ -153,7 +182,14 @@ pub async fn search(State(state): State<AppState>, Req(req): Req<Search>) -> Api
     let view = view_type(req.view_type.as_ref())?;
     let found = state
         .store
-        .search_experiments(filter.as_ref(), &order, view, limit + 1, offset)
+        .search_experiments(
+            filter.as_ref(),
+            &order,
+            view,
+            limit + 1,
+            offset,
+            &Viewer::of(&principal.user),
+        )
         .await?;
     Ok(Json(wire::page(
         found,
@@ -171,21 +207,45 @@ pub struct Update {
     new_name: Option<String>,
 }
 
-pub async fn update(State(state): State<AppState>, Req(req): Req<Update>) -> ApiResult {
+pub async fn update(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Update>,
+) -> ApiResult {
     let id = parse_experiment_id(&required(req.experiment_id, "experiment_id")?)?;
+    state
+        .store
+        .experiment_as(&principal.user, id, Access::Change)
+        .await?;
     let name = experiment_name(req.new_name, "new_name")?;
     state.store.rename_experiment(id, &name).await?;
     Ok(Json(json!({})))
 }
 
-pub async fn delete(State(state): State<AppState>, Req(req): Req<ById>) -> ApiResult {
+pub async fn delete(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<ById>,
+) -> ApiResult {
     let id = parse_experiment_id(&required(req.experiment_id, "experiment_id")?)?;
+    state
+        .store
+        .experiment_as(&principal.user, id, Access::Change)
+        .await?;
     state.store.set_experiment_deleted(id, true).await?;
     Ok(Json(json!({})))
 }
 
-pub async fn restore(State(state): State<AppState>, Req(req): Req<ById>) -> ApiResult {
+pub async fn restore(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<ById>,
+) -> ApiResult {
     let id = parse_experiment_id(&required(req.experiment_id, "experiment_id")?)?;
+    state
+        .store
+        .experiment_as(&principal.user, id, Access::Change)
+        .await?;
     state.store.set_experiment_deleted(id, false).await?;
     Ok(Json(json!({})))
 }
@@ -198,8 +258,16 @@ pub struct Tag {
     value: Option<String>,
 }
 
-pub async fn set_tag(State(state): State<AppState>, Req(req): Req<Tag>) -> ApiResult {
+pub async fn set_tag(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Tag>,
+) -> ApiResult {
     let id = parse_experiment_id(&required(req.experiment_id, "experiment_id")?)?;
+    state
+        .store
+        .experiment_as(&principal.user, id, Access::Change)
+        .await?;
     let key = required(req.key, "key")?;
     validate::key(&key, "key")?;
     let value = req.value.unwrap_or_default();
@@ -208,8 +276,16 @@ pub async fn set_tag(State(state): State<AppState>, Req(req): Req<Tag>) -> ApiRe
     Ok(Json(json!({})))
 }
 
-pub async fn delete_tag(State(state): State<AppState>, Req(req): Req<Tag>) -> ApiResult {
+pub async fn delete_tag(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Tag>,
+) -> ApiResult {
     let id = parse_experiment_id(&required(req.experiment_id, "experiment_id")?)?;
+    state
+        .store
+        .experiment_as(&principal.user, id, Access::Change)
+        .await?;
     let key = required(req.key, "key")?;
     state.store.delete_experiment_tag(id, &key).await?;
     Ok(Json(json!({})))

@@ -12,6 +12,7 @@ use super::request::Req;
 use super::wire::{self, opt_i64, required};
 use super::{ApiError, ApiResult};
 use crate::AppState;
+use crate::auth::Caller;
 
 #[derive(Deserialize)]
 pub struct History {
@@ -25,12 +26,17 @@ pub struct History {
 
 pub async fn get_history(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Req(req): Req<History>,
 ) -> Result<Json<HistoryAnswer>, ApiError> {
     let run_id = required(
         req.run_id.filter(|s| !s.is_empty()).or(req.run_uuid),
         "run_id",
     )?;
+    state
+        .store
+        .runs_readable(&principal.user, std::slice::from_ref(&run_id))
+        .await?;
     let key = required(req.metric_key, "metric_key")?;
     let after = parse_history_token(req.page_token.as_deref())?;
     let limit = match req.max_results {
@@ -133,6 +139,7 @@ pub const MAX_RESULTS_PER_RUN: i64 = 2500;
 
 pub async fn get_history_bulk_interval(
     State(state): State<AppState>,
+    Caller(principal): Caller,
     Req(req): Req<BulkInterval>,
 ) -> ApiResult {
     let key = required(req.metric_key, "metric_key")?;
@@ -167,6 +174,10 @@ pub async fn get_history_bulk_interval(
             ));
         }
     };
+    state
+        .store
+        .runs_readable(&principal.user, &req.run_ids)
+        .await?;
     let mut metrics = Vec::new();
     for run_id in &req.run_ids {
         let mut points = state.store.metric_history(run_id, &key).await?;

@@ -120,7 +120,10 @@ pub async fn may_change_run(
             "this job's token writes to its own run only, not to run {run_id}"
         )));
     }
-    Ok(state.store.run_as(&principal.user, run_id).await?)
+    Ok(state
+        .store
+        .run_as(&principal.user, run_id, trainyard_store::Access::Change)
+        .await?)
 }
 
 fn tracking_routes() -> Router<AppState> {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
 use trainyard_domain::tracking::{Point, RUN_STATUSES};
-use trainyard_store::{MetricIn, NewRun};
+use trainyard_store::{Access, MetricIn, NewRun, Viewer};
 
 use super::experiments::{KeyValue, key_values, view_type};
 use super::may_change_run;
@@ -56,6 +56,10 @@ pub async fn create(
     Req(req): Req<Create>,
 ) -> ApiResult {
     let experiment_id = parse_experiment_id(req.experiment_id.as_deref().unwrap_or("0"))?;
+    state
+        .store
+        .may_add_runs(&principal.user, experiment_id)
+        .await?;
     let tags = key_values(req.tags, "tags", MAX_TAG_VALUE_LEN)?;
     if let Some(name) = &req.run_name {
         validate::value(name, MAX_TAG_VALUE_LEN, "Run name", "run_name")?;
@@ -124,8 +128,17 @@ pub async fn update(
     Ok(Json(json!({ "run_info": wire::run_info(&info) })))
 }
 
-pub async fn get(State(state): State<AppState>, Req(req): Req<RunRef>) -> ApiResult {
-    let run = state.store.get_run(&req.id()?).await?;
+pub async fn get(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<RunRef>,
+) -> ApiResult {
+    let run_id = req.id()?;
+    state
+        .store
+        .run_as(&principal.user, &run_id, Access::Read)
+        .await?;
+    let run = state.store.get_run(&run_id).await?;
     Ok(Json(json!({ "run": wire::run(&run) })))
 }
 
@@ -164,7 +177,11 @@ pub struct Search {
     page_token: Option<String>,
 }
 
-pub async fn search(State(state): State<AppState>, Req(req): Req<Search>) -> ApiResult {
+pub async fn search(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Search>,
+) -> ApiResult {
     let experiment_ids = req
         .experiment_ids
         .iter()
@@ -198,6 +215,7 @@ pub async fn search(State(state): State<AppState>, Req(req): Req<Search>) -> Api
             view,
             limit + 1,
             offset,
+            &Viewer::of(&principal.user),
         )
         .await?;
     Ok(Json(wire::page(runs, limit, offset, "runs", wire::run)))
