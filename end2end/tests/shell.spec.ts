@@ -70,6 +70,33 @@ test('the page hydrates: a click handled in the browser changes it', async ({ pa
   expect(errors).toEqual([]);
 });
 
+test('pages run under their content security policy without a violation', async ({ page }) => {
+  // Violations are reported to the page as events; collect them from the start.
+  await page.addInitScript(() => {
+    (window as unknown as { violations: string[] }).violations = [];
+    document.addEventListener('securitypolicyviolation', (e) =>
+      (window as unknown as { violations: string[] }).violations.push(`${e.violatedDirective} ${e.blockedURI}`),
+    );
+  });
+  for (const path of ['/', '/jobs', '/templates', '/submit', '/settings/tokens']) {
+    const response = await page.goto(path);
+    const policy = response?.headers()['content-security-policy'] ?? '';
+    expect(policy).toMatch(/script-src 'self' 'nonce-[A-Za-z0-9_-]{16,}' 'wasm-unsafe-eval'/);
+    expect(response?.headers()['x-content-type-options']).toBe('nosniff');
+    await clickWhenHydrated(page, 'theme-toggle', 'Theme: light');
+    await page.getByTestId('theme-toggle').click();
+    expect(await page.evaluate(() => (window as unknown as { violations: string[] }).violations)).toEqual([]);
+  }
+  // An inline script without the nonce is refused.
+  const ran = await page.evaluate(() => {
+    const s = document.createElement('script');
+    s.textContent = 'window.injected = true';
+    document.body.appendChild(s);
+    return (window as unknown as { injected?: boolean }).injected === true;
+  });
+  expect(ran).toBe(false);
+});
+
 test('a server function round-trips to the database', async ({ page }) => {
   const errors = watchErrors(page, [409]);
   await page.goto('/');

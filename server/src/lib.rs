@@ -9,6 +9,7 @@ pub mod metrics;
 mod mlflow;
 pub mod oidc;
 mod ops;
+pub mod security;
 pub mod series;
 mod tokens_api;
 
@@ -169,6 +170,8 @@ pub fn router(state: AppState) -> Router {
     let store = state.store.clone();
     let jobs = state.jobs.clone();
     let options = state.leptos_options.clone();
+    let provider = security::provider_origin(&state.auth.config);
+    let https = state.auth.config.secure_cookies();
     Router::new()
         .merge(
             mlflow::routes(state.artifact_max_bytes)
@@ -226,9 +229,13 @@ pub fn router(state: AppState) -> Router {
         .leptos_routes_with_context(
             &state,
             routes,
-            move || {
-                provide_context(store.clone());
-                provide_context(jobs.clone());
+            {
+                let provider = provider.clone();
+                move || {
+                    provide_context(store.clone());
+                    provide_context(jobs.clone());
+                    security::set_page_policy(provider.as_deref());
+                }
             },
             move || shell(options.clone()),
         )
@@ -242,6 +249,7 @@ pub fn router(state: AppState) -> Router {
                 move || {
                     provide_context(store.clone());
                     provide_context(jobs.clone());
+                    security::set_page_policy(provider.as_deref());
                 }
             },
             shell,
@@ -250,6 +258,14 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),
             auth::gate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            security::Limits::default(),
+            security::limit,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            https,
+            security::headers,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.metrics.clone(),

@@ -838,3 +838,100 @@ async fn experiments_and_runs_are_seen_by_their_team_and_changed_by_their_owner(
     assert_eq!(job.status, 400, "{}", job.body);
     assert_eq!(job.json()["fields"][0]["field"], "experiment");
 }
+
+#[tokio::test]
+async fn pages_carry_a_nonced_policy_and_every_answer_the_safety_headers() {
+    let server = TestServer::start().await;
+    let page = server.get("/jobs").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let policy = page.header("content-security-policy").unwrap().to_owned();
+    let nonce = policy
+        .split("'nonce-")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .expect("the page policy has a nonce")
+        .to_owned();
+    assert!(nonce.len() >= 16, "{policy}");
+    assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
+    assert!(
+        !policy.contains("script-src 'self' 'unsafe-inline'"),
+        "{policy}"
+    );
+    // Every script of the page carries it.
+    let tags: Vec<&str> = page
+        .body
+        .split("<script")
+        .skip(1)
+        .map(|rest| rest.split('>').next().unwrap_or(""))
+        .collect();
+    assert!(!tags.is_empty(), "{}", page.body);
+    for tag in tags {
+        assert!(tag.contains(&format!("nonce=\"{nonce}\"")), "<script{tag}>");
+    }
+    // A second page gets another nonce.
+    let again = server.get("/jobs").await;
+    assert!(
+        !again
+            .header("content-security-policy")
+            .unwrap()
+            .contains(&nonce)
+    );
+
+    for path in [
+        "/jobs",
+        "/api/trainyard/v1/me",
+        "/healthz",
+        "/auth/signed-out",
+    ] {
+        let answer = server.get(path).await;
+        assert_eq!(
+            answer.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(answer.header("x-frame-options"), Some("DENY"), "{path}");
+        assert!(
+            answer
+                .header("content-security-policy")
+                .is_some_and(|p| p.contains("frame-ancestors 'none'")),
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sign_in_and_token_making_are_rate_limited() {
+    let server = sso_server().await;
+    let mut statuses = Vec::new();
+    for _ in 0..trainyard::security::SIGN_IN_PER_MINUTE + 5 {
+        statuses.push(server.get("/auth/callback?code=x&state=y").await);
+    }
+    let limited = statuses
+        .iter()
+        .find(|r| r.status == 429)
+        .expect("a 429 past the limit");
+    assert!(limited.header("retry-after").is_some());
+    assert_eq!(limited.json()["error_code"], "REQUEST_LIMIT_EXCEEDED");
+    assert!(statuses[0].status == 400, "{}", statuses[0].body);
+
+    let p = people(&server).await;
+    let mut made = Vec::new();
+    for i in 0..trainyard::security::TOKENS_PER_MINUTE + 2 {
+        made.push(
+            request(
+                server.addr,
+                "POST",
+                "/api/trainyard/v1/tokens",
+                &[
+                    ("Cookie", &p.bob.cookie),
+                    ("Content-Type", "application/json"),
+                ],
+                json!({"name": format!("t{i}")}).to_string().as_bytes(),
+            )
+            .await
+            .status,
+        );
+    }
+    assert_eq!(made[0], 201);
+    assert_eq!(*made.last().unwrap(), 429, "{made:?}");
+}

@@ -326,18 +326,28 @@ async fn people_see_their_own_and_their_teams_experiments_and_runs() {
             ids
         }
     };
-    assert_eq!(runs(Viewer::of(&bob)).await, [run_a.clone()]);
-    assert_eq!(runs(Viewer::of(&carol)).await, [run_c.clone()]);
+    assert_eq!(runs(Viewer::of(&bob)).await, std::slice::from_ref(&run_a));
+    assert_eq!(runs(Viewer::of(&carol)).await, std::slice::from_ref(&run_c));
     let mut both = vec![run_a.clone(), run_c.clone()];
     both.sort();
     assert_eq!(runs(Viewer::of(&admin)).await, both);
 
-    assert!(store.runs_readable(&bob, &[run_a.clone()]).await.is_ok());
+    assert!(
+        store
+            .runs_readable(&bob, std::slice::from_ref(&run_a))
+            .await
+            .is_ok()
+    );
     assert!(matches!(
         store.runs_readable(&bob, &[run_a.clone(), run_c.clone()]).await,
         Err(StoreError::NotFound(m)) if m.contains(&run_c)
     ));
-    assert!(store.runs_readable(&admin, &[run_c.clone()]).await.is_ok());
+    assert!(
+        store
+            .runs_readable(&admin, std::slice::from_ref(&run_c))
+            .await
+            .is_ok()
+    );
 
     use crate::Access::{Change, Read};
     assert!(matches!(
