@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 #[cfg(feature = "ssr")]
 use trainyard_domain::identity::Via;
-use trainyard_domain::identity::{ApiToken, Me, NewApiToken, TokenRequest};
+use trainyard_domain::identity::{ApiToken, Me, NewApiToken, TokenRequest, UserSummary};
 use trainyard_domain::job::{Job, JobEvent};
 use trainyard_domain::template::Template;
 use trainyard_domain::{ExperimentSummary, NodeSummary, Overview};
@@ -98,6 +98,20 @@ pub async fn revoke_token(id: i64) -> Result<(), AppError> {
     } else {
         Err(AppError::NotFound(format!("you have no live token {id}")))
     }
+}
+
+/// Every account, for admins.
+#[server(endpoint = "list_users")]
+pub async fn list_users() -> Result<Vec<UserSummary>, AppError> {
+    admin_only("list users")?;
+    Ok(store()?.users().await?)
+}
+
+/// Ends every session of a user (they must sign in again); for admins.
+#[server(endpoint = "end_sessions")]
+pub async fn end_sessions(user_id: i64) -> Result<u64, AppError> {
+    admin_only("end other people's sessions")?;
+    Ok(store()?.end_sessions_of(user_id).await?)
 }
 
 #[server(endpoint = "get_overview")]

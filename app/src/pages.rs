@@ -5,7 +5,8 @@ use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
-    CreateExperiment, get_overview, list_experiments, list_nodes, list_template_specs,
+    CreateExperiment, EndSessions, get_overview, list_experiments, list_nodes, list_template_specs,
+    list_users,
 };
 use crate::error::AppError;
 
@@ -201,6 +202,7 @@ pub fn AdminPage() -> impl IntoView {
     view! {
         <Title text="Admin"/>
         <section class="page-head"><h1>"Admin"</h1></section>
+        <Users/>
         <h2>"GPU nodes"</h2>
         <Suspense fallback=|| view! { <p class="muted">"Loading nodes…"</p> }>
             {move || Suspend::new(async move {
@@ -221,6 +223,52 @@ pub fn AdminPage() -> impl IntoView {
                                         <td class="num">{n.gpus}</td>
                                         <td>{n.last_seen.map(format_utc).unwrap_or_else(|| "never".to_owned())}</td>
                                     </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// The accounts, their teams and sessions; an admin ends someone's sessions.
+#[component]
+fn Users() -> impl IntoView {
+    let end = ServerAction::<EndSessions>::new();
+    let users = Resource::new(move || end.version().get(), |_| list_users());
+    view! {
+        <h2>"People"</h2>
+        <Suspense fallback=|| view! { <p class="muted">"Loading people…"</p> }>
+            {move || Suspend::new(async move {
+                match users.await {
+                    Ok(list) => view! {
+                        <table class="table" data-testid="users">
+                            <thead><tr><th>"User"</th><th>"Teams"</th><th>"Last sign-in"</th><th class="num">"Sessions"</th><th></th></tr></thead>
+                            <tbody>
+                                {list.into_iter().map(|u| {
+                                    let teams = u.user.teams.iter().map(|t| t.name.clone()).collect::<Vec<_>>().join(", ");
+                                    view! {
+                                        <tr data-user=u.user.username.clone()>
+                                            <td>
+                                                {u.user.display_name.clone()} " " <span class="muted">{format!("({})", u.user.username)}</span>
+                                                {u.user.is_admin.then(|| view! { " " <span class="badge">"admin"</span> })}
+                                            </td>
+                                            <td>{teams}</td>
+                                            <td>{u.last_login_at.map(format_utc).unwrap_or_else(|| "never".to_owned())}</td>
+                                            <td class="num" data-testid="sessions">{u.live_sessions}</td>
+                                            <td>
+                                                {(u.live_sessions > 0).then(|| view! {
+                                                    <ActionForm action=end attr:class="inline-form">
+                                                        <input type="hidden" name="user_id" value=u.user.id/>
+                                                        <button type="submit" class="danger" data-testid="end-sessions">"End sessions"</button>
+                                                    </ActionForm>
+                                                })}
+                                            </td>
+                                        </tr>
+                                    }
                                 }).collect_view()}
                             </tbody>
                         </table>

@@ -447,6 +447,28 @@ async fn jobs_are_seen_by_their_team_and_changed_by_their_owner() {
             assert_eq!(answer.status, *read, "{who:?} GET {path}: {}", answer.body);
         }
     }
+    // The live log stream, and the pages' server functions, ask the same.
+    for (who, status) in [(None, 401), (Some(carol.as_str()), 404)] {
+        let path = format!("/api/trainyard/v1/jobs/{id}/logs/stream");
+        assert_eq!(
+            call(&server, "GET", &path, who, &Value::Null).await.status,
+            status
+        );
+    }
+    for (who, status) in [(&carol, 404), (&bob, 200)] {
+        let answer = request(
+            server.addr,
+            "POST",
+            "/api/get_job",
+            &[
+                ("Authorization", who),
+                ("Content-Type", "application/x-www-form-urlencoded"),
+            ],
+            format!("id={id}").as_bytes(),
+        )
+        .await;
+        assert_eq!(answer.status, status, "{}", answer.body);
+    }
     // Lists: mine, and all that one may see.
     let list = |who: &str, scope: &str| {
         let who = who.to_owned();
@@ -934,4 +956,64 @@ async fn sign_in_and_token_making_are_rate_limited() {
     }
     assert_eq!(made[0], 201);
     assert_eq!(*made.last().unwrap(), 429, "{made:?}");
+}
+
+#[tokio::test]
+async fn admins_alone_list_people_and_end_their_sessions() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let form = |auth: &str, path: &'static str, body: &str| {
+        let auth = auth.to_owned();
+        let body = body.to_owned();
+        let addr = server.addr;
+        async move {
+            request(
+                addr,
+                "POST",
+                path,
+                &[
+                    ("Authorization", &auth),
+                    ("Content-Type", "application/x-www-form-urlencoded"),
+                    ("Accept", "application/json"),
+                ],
+                body.as_bytes(),
+            )
+            .await
+        }
+    };
+    let refused = form(&p.alice.bearer(), "/api/list_users", "").await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let refused = form(&p.alice.bearer(), "/api/end_sessions", "user_id=1").await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+
+    let listed = form(&p.admin.bearer(), "/api/list_users", "").await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let users = listed.json();
+    let bob = users
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["user"]["username"] == "bob")
+        .unwrap();
+    assert_eq!(bob["live_sessions"], 1);
+    assert_eq!(bob["user"]["teams"][0]["name"], "vision");
+    let bob_id = bob["user"]["id"].as_i64().unwrap();
+
+    let ended = form(
+        &p.admin.bearer(),
+        "/api/end_sessions",
+        &format!("user_id={bob_id}"),
+    )
+    .await;
+    assert_eq!(ended.status, 200, "{}", ended.body);
+    assert_eq!(ended.body, "1");
+    let after = request(
+        server.addr,
+        "GET",
+        "/api/trainyard/v1/me",
+        &[("Cookie", &p.bob.cookie)],
+        b"",
+    )
+    .await;
+    assert_eq!(after.status, 401, "bob must sign in again");
 }

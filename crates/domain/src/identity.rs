@@ -170,6 +170,15 @@ impl TokenRequest {
     }
 }
 
+/// A user as admins see them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserSummary {
+    pub user: User,
+    pub last_login_at: Option<i64>,
+    /// Sessions not expired nor ended.
+    pub live_sessions: u64,
+}
+
 /// Who the server says you are, and how sign-in works here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Me {

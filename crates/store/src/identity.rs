@@ -12,7 +12,7 @@ use sea_orm::{
 };
 use sha2::{Digest, Sha256};
 use trainyard_domain::identity::{
-    ApiToken, MAX_TOKENS_PER_USER, NewApiToken, Owner, Team, TokenRequest, User,
+    ApiToken, MAX_TOKENS_PER_USER, NewApiToken, Owner, Team, TokenRequest, User, UserSummary,
 };
 
 use crate::entity::{api_token, login_attempt, membership, session, team, user};
@@ -342,6 +342,59 @@ impl Store {
             .exec(self.connection())
             .await?;
         Ok(found.and_then(|s| s.id_token))
+    }
+
+    /// Every account, by username, with its teams and live sessions (for
+    /// admins).
+    pub async fn users(&self) -> Result<Vec<UserSummary>, StoreError> {
+        let now = now_millis();
+        let users = user::Entity::find()
+            .order_by_asc(user::Column::Username)
+            .all(self.connection())
+            .await?;
+        let teams: std::collections::HashMap<i64, String> = team::Entity::find()
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(|t| (t.id, t.name))
+            .collect();
+        let mut memberships: std::collections::HashMap<i64, Vec<Team>> = Default::default();
+        for m in membership::Entity::find().all(self.connection()).await? {
+            if let Some(name) = teams.get(&m.team_id) {
+                memberships.entry(m.user_id).or_default().push(Team {
+                    id: m.team_id,
+                    name: name.clone(),
+                });
+            }
+        }
+        let mut live: std::collections::HashMap<i64, u64> = Default::default();
+        for s in session::Entity::find()
+            .filter(session::Column::RevokedAt.is_null())
+            .filter(session::Column::ExpiresAt.gt(now))
+            .all(self.connection())
+            .await?
+        {
+            *live.entry(s.user_id).or_default() += 1;
+        }
+        Ok(users
+            .into_iter()
+            .map(|m| {
+                let mut teams = memberships.remove(&m.id).unwrap_or_default();
+                teams.sort_by(|a, b| a.name.cmp(&b.name));
+                UserSummary {
+                    live_sessions: live.get(&m.id).copied().unwrap_or(0),
+                    last_login_at: m.last_login_at,
+                    user: User {
+                        id: m.id,
+                        username: m.username,
+                        display_name: m.display_name,
+                        email: m.email,
+                        is_admin: m.is_admin,
+                        teams,
+                    },
+                }
+            })
+            .collect())
     }
 
     /// Ends every session of a user (an admin's revocation).

@@ -149,6 +149,14 @@ async fn sessions_open_expire_and_end() {
         .create_session(user.id, Duration::from_secs(60), None)
         .await
         .unwrap();
+    let listed = store.users().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].user.username, "alice");
+    assert_eq!(
+        listed[0].live_sessions, 2,
+        "the ended and the expired ones do not count"
+    );
+    assert!(listed[0].last_login_at.is_some());
     assert_eq!(store.end_sessions_of(user.id).await.unwrap(), 2);
     assert!(store.session(&a.secret).await.unwrap().is_none());
     assert!(store.session(&b.secret).await.unwrap().is_none());
