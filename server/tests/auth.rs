@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Response, TestServer, request};
+use common::{Response, TestServer, request, tar_gz};
 use serde_json::{Value, json};
 use trainyard_store::{SignIn, Store};
 
@@ -543,6 +543,42 @@ async fn jobs_are_seen_by_their_team_and_changed_by_their_owner() {
             .status,
         200
     );
+
+    // A project upload is its uploader's to use.
+    let archive = tar_gz(&[("train.py", "print('hi')\n")]);
+    let uploaded = request(
+        server.addr,
+        "POST",
+        "/api/trainyard/v1/uploads?kind=project&name=bobs.tar.gz",
+        &[
+            ("Authorization", &bob),
+            ("Content-Type", "application/gzip"),
+        ],
+        &archive,
+    )
+    .await;
+    assert_eq!(uploaded.status, 201, "{}", uploaded.body);
+    let project = uploaded.json()["upload"]["id"].as_str().unwrap().to_owned();
+    let with = |name: &str| json!({"name": name, "command": "python3 train.py", "project": project, "resources": {"memory": "16Mi"}});
+    let taken = call(
+        &server,
+        "POST",
+        "/api/trainyard/v1/jobs",
+        Some(&alice),
+        &with("not mine"),
+    )
+    .await;
+    assert_eq!(taken.status, 400, "{}", taken.body);
+    assert_eq!(taken.json()["fields"][0]["field"], "project");
+    let own = call(
+        &server,
+        "POST",
+        "/api/trainyard/v1/jobs",
+        Some(&bob),
+        &with("mine"),
+    )
+    .await;
+    assert_eq!(own.status, 201, "{}", own.body);
 
     // Templates are the admins'.
     let template = "title: T\ndescription: says hi\ncommand: echo hi\n";

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestServer, post_json, request};
+use common::{TestServer, post_json, request, tar_gz};
 use serde_json::{Value, json};
 
 async fn submit_yaml(server: &TestServer, yaml: &str) -> common::Response {
@@ -545,24 +545,6 @@ async fn the_demo_template_trains_and_logs_its_curves() {
         .collect();
     assert_eq!(losses.len(), 25);
     assert!(losses[24] < losses[0], "the loss falls: {losses:?}");
-}
-
-/// A tar.gz of (path, content, executable) files.
-fn tar_gz(files: &[(&str, &str)]) -> Vec<u8> {
-    let mut builder = tar::Builder::new(Vec::new());
-    for (path, content) in files {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(content.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        builder
-            .append_data(&mut header, path, content.as_bytes())
-            .unwrap();
-    }
-    let tar = builder.into_inner().unwrap();
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    std::io::Write::write_all(&mut gz, &tar).unwrap();
-    gz.finish().unwrap()
 }
 
 async fn upload(server: &TestServer, query: &str, body: &[u8]) -> common::Response {

@@ -220,9 +220,9 @@ impl Jobs {
             None => None,
         };
         let project = match &spec.project {
-            Some(id) => match self.store().get_upload(id).await? {
-                Some(upload) if upload.kind == "project" => Some(upload),
-                _ => {
+            Some(id) => match self.store().project_for(owner, id).await? {
+                Some(upload) => Some(upload),
+                None => {
                     errors.push(FieldError::new(
                         "project",
                         format!("there is no uploaded project `{id}`; upload the archive first"),

@@ -60,10 +60,17 @@ impl Store {
         Ok(from_model(model))
     }
 
-    pub async fn get_upload(&self, id: &str) -> Result<Option<Upload>, StoreError> {
+    /// An uploaded project the user may use: their own (any, for admins).
+    pub async fn project_for(
+        &self,
+        user: &trainyard_domain::identity::User,
+        id: &str,
+    ) -> Result<Option<Upload>, StoreError> {
         Ok(upload::Entity::find_by_id(id.to_owned())
+            .filter(upload::Column::Kind.eq("project"))
             .one(self.connection())
             .await?
+            .filter(|m| user.is_admin || m.owner_id == Some(user.id))
             .map(from_model))
     }
 
