@@ -2,9 +2,9 @@
 //! (`/api/<name>`) so that scripts and tests can call them too.
 
 use leptos::prelude::*;
+use trainyard_domain::identity::{ApiToken, Me, NewApiToken, UserSummary};
 #[cfg(feature = "ssr")]
-use trainyard_domain::identity::Via;
-use trainyard_domain::identity::{ApiToken, Me, NewApiToken, TokenRequest, UserSummary};
+use trainyard_domain::identity::{TokenRequest, Via};
 use trainyard_domain::job::{Job, JobEvent};
 use trainyard_domain::template::Template;
 use trainyard_domain::{ExperimentSummary, NodeSummary, Overview};
