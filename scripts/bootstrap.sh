@@ -11,6 +11,12 @@ what="${1:-run}"
 need_cmd() { command -v "$1" >/dev/null 2>&1 || die "$1 is required ($2)"; }
 need_cmd cargo "install Rust with rustup"
 need_cmd npm "install Node.js 20 or newer with npm"
+if [ "$what" = "test" ]; then
+  # The test cluster (end2end/k8s) is built from Go modules.
+  command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] \
+    || die "Go 1.26 or newer is required to build the Kubernetes test cluster (https://go.dev/dl/)"
+  need_cmd openssl "install openssl (the test cluster's certificates)"
+fi
 
 apt_updated=0
 ensure_deb() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: fmt, clippy, the release build, unit and
-# integration tests on SQLite and on a throwaway PostgreSQL, then the browser
-# tests in headless Chromium against the release server.
+# integration tests on SQLite and on a throwaway PostgreSQL, the browser tests
+# in headless Chromium against the release server, and the smoke test of the
+# Kubernetes control plane built for tests (end2end/k8s).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
@@ -10,11 +11,21 @@ cd "$ROOT"
 log="$(mktemp)"
 work="$(mktemp -d)"
 chmod 755 "$work"
+k8s_build=""
 cleanup() {
+  [ -z "$k8s_build" ] || kill "$k8s_build" 2>/dev/null || true
   "$ROOT/scripts/postgres.sh" stop "$work/pg" || true
   rm -rf "$work" "$log"
 }
 trap cleanup EXIT
+
+# The test cluster's binaries (etcd, the Kubernetes control plane, kwok, …)
+# are built from Go modules the first time on a machine (about 12 minutes),
+# then cached in ~/.cache/trainyard/k8s. The build runs in the background at
+# the lowest priority, using the cores whenever the Rust work leaves them idle;
+# the smoke test at the end waits for it.
+"$ROOT/end2end/k8s/build.sh" >"$work/k8s-build.log" 2>&1 &
+k8s_build=$!
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -47,9 +58,19 @@ MLFLOW_TEST_DATABASE_URL="${TEST_DATABASE_URL%/*}/mlflow_client" mlflow_suite 2>
 step "browser tests (Playwright, headless Chromium)"
 (cd "$ROOT/end2end" && E2E_TRAINYARD_BIN="$CARGO_TARGET_DIR/release/trainyard" npx playwright test) 2>&1 | tee -a "$log"
 
+step "Kubernetes test cluster: smoke test (end2end/k8s/smoke.sh)"
+if ! wait "$k8s_build"; then
+  k8s_build=""
+  cat "$work/k8s-build.log"
+  die "building the test cluster's binaries failed (log above)"
+fi
+k8s_build=""
+"$ROOT/end2end/k8s/smoke.sh" 2>&1 | tee -a "$log"
+
 cargo_passed=$(grep -oE 'test result: ok\. [0-9]+ passed' "$log" | awk '{ s += $4 } END { print s + 0 }')
 browser_passed=$(grep -oE '^ +[0-9]+ passed' "$log" | awk '{ s += $1 } END { print s + 0 }')
 mlflow_passed=$(grep -oE '^[0-9]+ passed' "$log" | awk '{ s += $1 } END { print s + 0 }')
 echo
-echo "cargo: $cargo_passed passed; mlflow client: $mlflow_passed passed; browser: $browser_passed passed"
-echo "$((cargo_passed + mlflow_passed + browser_passed)) passed, 0 failed"
+k8s_passed=$(grep -oE '^smoke: [0-9]+ passed' "$log" | awk '{ s += $2 } END { print s + 0 }')
+echo "cargo: $cargo_passed passed; mlflow client: $mlflow_passed passed; browser: $browser_passed passed; Kubernetes smoke: $k8s_passed passed"
+echo "$((cargo_passed + mlflow_passed + browser_passed + k8s_passed)) passed, 0 failed"
