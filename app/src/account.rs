@@ -96,7 +96,7 @@ pub fn TokensPage() -> impl IntoView {
             <div class="field">
                 <label for="token-days">"Expires after (days)"</label>
                 <input id="token-days" type="number" name="expires_in_days" min="1" max="366" value="90"/>
-                <small>"Leave empty for a token that lasts until revoked."</small>
+                <small>"1 to 366 days; every token expires."</small>
             </div>
             <button type="submit">"Make a token"</button>
         </ActionForm>

@@ -43,6 +43,24 @@ fn admin_only(what: &str) -> Result<trainyard_domain::identity::Principal, AppEr
     }
 }
 
+/// The caller, if they came with a browser session (or the single-user
+/// mode): a token cannot make or revoke tokens.
+#[cfg(feature = "ssr")]
+fn from_a_session() -> Result<trainyard_domain::identity::Principal, AppError> {
+    let principal = caller()?;
+    match principal.via {
+        Via::Session { .. } | Via::Local => Ok(principal),
+        Via::Token | Via::RunToken { .. } => {
+            if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+                response.set_status(http::StatusCode::FORBIDDEN);
+            }
+            Err(AppError::Forbidden(
+                "tokens are made and revoked in the browser, not with a token".to_owned(),
+            ))
+        }
+    }
+}
+
 /// Who the server takes the caller for; None when nobody is signed in.
 #[server(endpoint = "whoami")]
 pub async fn whoami() -> Result<Option<Me>, AppError> {
@@ -71,13 +89,13 @@ pub async fn list_tokens() -> Result<Vec<ApiToken>, AppError> {
 /// Makes a token; its secret is in the answer, and shown once.
 #[server(endpoint = "create_token")]
 pub async fn create_token(name: String, expires_in_days: String) -> Result<NewApiToken, AppError> {
-    let principal = caller()?;
+    let principal = from_a_session()?;
     let days = match expires_in_days.trim() {
-        "" | "never" => None,
+        "" => None,
         text => Some(text.parse::<u32>().map_err(|_| {
             AppError::Invalid(trainyard_domain::FieldError::new(
                 "expires_in_days",
-                "a whole number of days, or leave it empty for no expiry",
+                "a whole number of days, 1 to 366 (left empty: 90)",
             ))
         })?),
     };
@@ -92,7 +110,7 @@ pub async fn create_token(name: String, expires_in_days: String) -> Result<NewAp
 
 #[server(endpoint = "revoke_token")]
 pub async fn revoke_token(id: i64) -> Result<(), AppError> {
-    let principal = caller()?;
+    let principal = from_a_session()?;
     if store()?.revoke_api_token(principal.user.id, id).await? {
         Ok(())
     } else {

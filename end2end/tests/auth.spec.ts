@@ -96,6 +96,32 @@ test('a callback is good once: replayed, tampered or missing state fails', async
   await other.close();
 });
 
+test('a sign-in finished by someone else cannot be slipped to another browser', async ({ browser }) => {
+  // The attacker signs in at the provider as themselves and keeps the
+  // callback link instead of following it.
+  const attacker = await browser.newPage();
+  let link = '';
+  await attacker.route(`${app()}/auth/callback**`, async (route) => {
+    link = route.request().url();
+    await route.abort();
+  });
+  await attacker.goto('/jobs');
+  await attacker.locator('input[name="login"]').fill('carol');
+  await attacker.locator('input[name="password"]').fill('any password will do');
+  await attacker.getByRole('button', { name: 'Sign-in' }).click();
+  await attacker.getByRole('button', { name: 'Continue' }).click();
+  await expect.poll(() => link).toContain('code=');
+
+  // The victim's browser opens it: refused, and nobody is signed in.
+  const victim = await browser.newPage();
+  const response = await victim.goto(link);
+  expect(response?.status()).toBe(400);
+  await expect(victim.getByText('started in another browser')).toBeVisible();
+  expect((await victim.request.get('/api/trainyard/v1/me')).status()).toBe(401);
+  await attacker.close();
+  await victim.close();
+});
+
 for (const how of ['wrong-nonce', 'expired', 'other-audience', 'other-issuer', 'bad-signature']) {
   test(`an ID token with ${how} is refused`, async ({ page }) => {
     const set = await page.request.get(`${provider()}/__test/misbehave?how=${how}`);

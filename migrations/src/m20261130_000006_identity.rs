@@ -112,6 +112,13 @@ impl MigrationTrait for Migration {
                         .string_len(64)
                         .not_null(),
                 )
+                // The SHA-256 of a secret in a cookie of the browser that
+                // started the sign-in: only that browser may finish it.
+                .col(
+                    ColumnDef::new(LoginAttempts::Browser)
+                        .string_len(64)
+                        .not_null(),
+                )
                 .col(
                     ColumnDef::new(LoginAttempts::PkceVerifier)
                         .string_len(128)
@@ -196,6 +203,7 @@ enum LoginAttempts {
     Table,
     State,
     Nonce,
+    Browser,
     PkceVerifier,
     ReturnTo,
     CreatedAt,

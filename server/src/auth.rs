@@ -79,7 +79,11 @@ pub fn clear_session_cookie(config: &AuthConfig) -> String {
 
 /// The session cookie's value, if the request has one.
 pub fn session_secret(config: &AuthConfig, headers: &HeaderMap) -> Option<String> {
-    let name = session_cookie_name(config);
+    cookie_value(headers, session_cookie_name(config))
+}
+
+/// A cookie's value, if the request has it (and it is not empty).
+pub fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -238,6 +242,8 @@ impl Auth {
                 .token_user(&token)
                 .await
                 .map_err(ApiError::internal)?
+                // The single-user mode's tokens end when sign-in starts.
+                .filter(|found| !(found.local && self.config.oidc.is_some()))
                 .ok_or_else(|| {
                     unauthenticated(
                         "unknown, revoked or expired token; make a new one under Settings → API tokens",
@@ -258,6 +264,7 @@ impl Auth {
                 .session(&secret)
                 .await
                 .map_err(ApiError::internal)?
+            && !(session.local && self.config.oidc.is_some())
         {
             return Ok(Some(Principal {
                 user: session.user,
@@ -270,9 +277,13 @@ impl Auth {
             return Ok(None);
         }
         if !self.config.insecure_no_sign_in {
-            if !peer.ip().is_loopback() {
+            // A proxy on this machine would make every caller local.
+            let forwarded = ["forwarded", "x-forwarded-for", "x-real-ip"]
+                .iter()
+                .any(|h| headers.contains_key(*h));
+            if !peer.ip().is_loopback() || forwarded {
                 return Err(unauthenticated(
-                    "this server has no sign-in and answers its own machine only",
+                    "this server has no sign-in and answers its own machine only, not through a proxy; configure sign-in (oidc_issuer_url) to share it",
                 ));
             }
             let host = request_host(headers).unwrap_or_default();
@@ -307,7 +318,7 @@ pub async fn gate(
             tracing::debug!(error = %err.message, "credentials ignored on a public path");
             None
         }
-        Err(err) => return err.into_response(),
+        Err(err) => return challenge(err.into_response()),
     };
     let unsafe_method = !matches!(
         *request.method(),
@@ -338,10 +349,12 @@ pub async fn gate(
     match &principal {
         None if is_public(&path) => {}
         None if is_api(&path) => {
-            return unauthenticated(
-                "sign in first: send an API token (Authorization: Bearer <token>), or use the browser session",
-            )
-            .into_response();
+            return challenge(
+                unauthenticated(
+                    "sign in first: send an API token (Authorization: Bearer <token>), or use the browser session",
+                )
+                .into_response(),
+            );
         }
         None if request.method() == Method::GET => {
             let target = request
@@ -354,7 +367,7 @@ pub async fn gate(
                 .finish();
             return Redirect::to(&format!("/auth/login?{query}")).into_response();
         }
-        None => return unauthenticated("sign in first").into_response(),
+        None => return challenge(unauthenticated("sign in first").into_response()),
         Some(Principal {
             via: Via::RunToken { .. },
             ..
@@ -370,6 +383,17 @@ pub async fn gate(
         request.extensions_mut().insert(principal);
     }
     next.run(request).await
+}
+
+/// A 401 says how to authenticate.
+fn challenge(mut response: Response) -> Response {
+    if response.status() == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer realm=\"trainyard\""),
+        );
+    }
+    response
 }
 
 /// The caller of an API request, as an extractor: 401 when there is none

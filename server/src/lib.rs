@@ -368,6 +368,11 @@ impl Server {
                     source,
                 })?;
         let local = listener.local_addr()?;
+        if config.auth.oidc.is_some() {
+            tracing::warn!(
+                "jobs of the local executor run as this server's own user and can read its data folder; with sign-in on, share this machine only among people who trust each other (see docs/identity.md)"
+            );
+        }
         if !config.site_dir.join("pkg").is_dir() {
             tracing::warn!(
                 site_dir = %config.site_dir.display(),

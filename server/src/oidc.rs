@@ -25,8 +25,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use trainyard_store::{LoginAttempt, SignIn};
 
-use crate::auth::{Auth, clear_session_cookie, session_cookie, session_secret};
+use crate::auth::{Auth, clear_session_cookie, cookie_value, session_cookie, session_secret};
 use crate::config::OidcConfig;
+use trainyard_store::identity::{LOGIN_MAX_AGE, random_secret, secret_hash};
 
 /// How long the provider's metadata and keys are kept before asking again.
 const METADATA_TTL: Duration = Duration::from_secs(300);
@@ -65,6 +66,8 @@ pub enum SignInError {
     Provider(String),
     #[error("this sign-in has expired, was already used, or did not start here; start again")]
     UnknownState,
+    #[error("this sign-in was started in another browser; start again in this one")]
+    OtherBrowser,
     #[error("the identity provider refused the sign-in: {0}")]
     Refused(String),
     #[error("the identity provider's ID token was not accepted: {0}")]
@@ -134,7 +137,13 @@ impl Oidc {
     }
 
     /// Starts a sign-in: the provider's address to send the browser to.
-    pub async fn begin(&self, auth: &Auth, return_to: &str) -> Result<String, SignInError> {
+    /// `browser`: the hash of the secret in the browser's sign-in cookie.
+    pub async fn begin(
+        &self,
+        auth: &Auth,
+        return_to: &str,
+        browser: String,
+    ) -> Result<String, SignInError> {
         let metadata = self.metadata().await?;
         let client = self.client(metadata);
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
@@ -151,6 +160,7 @@ impl Oidc {
             .begin_login(LoginAttempt {
                 state: state.secret().clone(),
                 nonce: nonce.secret().clone(),
+                browser,
                 pkce_verifier: verifier.secret().clone(),
                 return_to: return_to.to_owned(),
             })
@@ -163,12 +173,16 @@ impl Oidc {
     }
 
     /// Finishes a sign-in: checks everything, and returns the account and
-    /// the ID token (kept for sign-out) with where to go next.
+    /// the ID token (kept for sign-out) with where to go next. `browser`:
+    /// the secret in this browser's sign-in cookie, which must be the one
+    /// the sign-in started with (else someone else's finished sign-in could
+    /// be slipped to this browser).
     pub async fn finish(
         &self,
         auth: &Auth,
         code: &str,
         state: &str,
+        browser: Option<&str>,
     ) -> Result<(SignIn, String, String), SignInError> {
         let attempt = auth
             .store
@@ -179,6 +193,9 @@ impl Oidc {
                 SignInError::Internal
             })?
             .ok_or(SignInError::UnknownState)?;
+        if browser.map(secret_hash).as_deref() != Some(attempt.browser.as_str()) {
+            return Err(SignInError::OtherBrowser);
+        }
         let metadata = self.metadata().await?;
         let client = self.client(metadata);
         let response = client
@@ -301,11 +318,41 @@ pub fn map_claims(
 }
 
 /// `return_to` is kept only if it is a path on this server.
+/// Browsers drop tabs and newlines from URLs and read `\\` as `/`, so
+/// `/\t/evil.example` would leave the site.
 fn local_path(return_to: Option<&str>) -> String {
     match return_to {
-        Some(p) if p.starts_with('/') && !p.starts_with("//") && !p.contains('\\') => p.to_owned(),
+        Some(p)
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && !p.contains('\\')
+                && !p.chars().any(|c| c.is_control() || c.is_whitespace()) =>
+        {
+            p.to_owned()
+        }
         _ => "/".to_owned(),
     }
+}
+
+/// The cookie that ties a sign-in to the browser that started it.
+fn login_cookie_name(auth: &Auth) -> &'static str {
+    if auth.config.secure_cookies() {
+        "__Host-trainyard_login"
+    } else {
+        "trainyard_login"
+    }
+}
+
+fn login_cookie(auth: &Auth, value: &str, max_age: u64) -> String {
+    let secure = if auth.config.secure_cookies() {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!(
+        "{}={value}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}",
+        login_cookie_name(auth)
+    )
 }
 
 #[derive(Deserialize)]
@@ -343,8 +390,16 @@ pub async fn login(State(auth): State<Auth>, Query(q): Query<LoginQuery>) -> Res
         // Single-user mode: everyone is signed in already.
         return Redirect::to(&return_to).into_response();
     };
-    match oidc.begin(&auth, &return_to).await {
-        Ok(url) => Redirect::to(&url).into_response(),
+    let browser = random_secret();
+    match oidc.begin(&auth, &return_to, secret_hash(&browser)).await {
+        Ok(url) => (
+            [(
+                header::SET_COOKIE,
+                login_cookie(&auth, &browser, LOGIN_MAX_AGE.as_secs()),
+            )],
+            Redirect::to(&url),
+        )
+            .into_response(),
         Err(err) => {
             tracing::warn!(error = %err, issuer = oidc.issuer(), "sign-in could not start");
             message_page(
@@ -367,18 +422,29 @@ pub struct CallbackQuery {
 
 /// `GET /auth/callback?code=…&state=…`: the provider sends the browser
 /// back; on success a session starts.
-pub async fn callback(State(auth): State<Auth>, Query(q): Query<CallbackQuery>) -> Response {
+pub async fn callback(
+    State(auth): State<Auth>,
+    headers: HeaderMap,
+    Query(q): Query<CallbackQuery>,
+) -> Response {
     let Some(oidc) = auth.oidc.clone() else {
         return Redirect::to("/").into_response();
     };
+    // The sign-in cookie is spent whatever happens.
+    let spent = login_cookie(&auth, "", 0);
     let failed = |status: StatusCode, message: &str| {
-        message_page(
+        let mut page = message_page(
             status,
             "Sign-in failed",
             message,
             ("/auth/login", "Sign in again"),
-        )
+        );
+        if let Ok(value) = axum::http::HeaderValue::from_str(&spent) {
+            page.headers_mut().append(header::SET_COOKIE, value);
+        }
+        page
     };
+    let browser = cookie_value(&headers, login_cookie_name(&auth));
     if let Some(error) = q.error {
         // The attempt is spent either way.
         if let Some(state) = &q.state {
@@ -396,18 +462,19 @@ pub async fn callback(State(auth): State<Auth>, Query(q): Query<CallbackQuery>) 
             &SignInError::UnknownState.to_string(),
         );
     };
-    let (who, id_token, return_to) = match oidc.finish(&auth, &code, &state).await {
-        Ok(done) => done,
-        Err(err) => {
-            tracing::warn!(error = %err, "sign-in refused");
-            let status = match err {
-                SignInError::Provider(_) => StatusCode::BAD_GATEWAY,
-                SignInError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            return failed(status, &err.to_string());
-        }
-    };
+    let (who, id_token, return_to) =
+        match oidc.finish(&auth, &code, &state, browser.as_deref()).await {
+            Ok(done) => done,
+            Err(err) => {
+                tracing::warn!(error = %err, "sign-in refused");
+                let status = match err {
+                    SignInError::Provider(_) => StatusCode::BAD_GATEWAY,
+                    SignInError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                return failed(status, &err.to_string());
+            }
+        };
     let user = match auth.store.sign_in(who).await {
         Ok(user) => user,
         Err(err @ trainyard_store::StoreError::Conflict { .. }) => {
@@ -437,10 +504,13 @@ pub async fn callback(State(auth): State<Auth>, Query(q): Query<CallbackQuery>) 
     };
     tracing::info!(user = %user.username, admin = user.is_admin, teams = user.teams.len(), "signed in");
     (
-        [(
-            header::SET_COOKIE,
-            session_cookie(&auth.config, &session.secret),
-        )],
+        axum::response::AppendHeaders([
+            (
+                header::SET_COOKIE,
+                session_cookie(&auth.config, &session.secret),
+            ),
+            (header::SET_COOKIE, login_cookie(&auth, "", 0)),
+        ]),
         Redirect::to(&local_path(Some(&return_to))),
     )
         .into_response()
@@ -545,6 +615,9 @@ mod tests {
         assert_eq!(local_path(Some("//evil.example")), "/");
         assert_eq!(local_path(Some("https://evil.example")), "/");
         assert_eq!(local_path(Some("/\\evil.example")), "/");
+        assert_eq!(local_path(Some("/\t/evil.example")), "/");
+        assert_eq!(local_path(Some("/\n/evil.example")), "/");
+        assert_eq!(local_path(Some("/ /evil.example")), "/");
         assert_eq!(local_path(None), "/");
     }
 

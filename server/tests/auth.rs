@@ -151,6 +151,16 @@ async fn the_single_user_mode_is_the_local_admin_and_refuses_other_sites() {
     )
     .await;
     assert_eq!(answer.status, 403, "{}", answer.body);
+    // Through a proxy on this machine, callers are not local.
+    let proxied = request(
+        server.addr,
+        "GET",
+        "/api/trainyard/v1/me",
+        &[("X-Forwarded-For", "203.0.113.9")],
+        b"",
+    )
+    .await;
+    assert_eq!(proxied.status, 401, "{}", proxied.body);
     // Credentials are checked even here: a wrong token is not waved through.
     let answer = call(
         &server,
@@ -180,6 +190,10 @@ async fn with_sign_in_anonymous_callers_are_sent_to_sign_in() {
         let answer = server.get(path).await;
         assert_eq!(answer.status, 401, "{path}: {}", answer.body);
         assert_eq!(answer.json()["error_code"], "UNAUTHENTICATED");
+        assert_eq!(
+            answer.header("www-authenticate"),
+            Some("Bearer realm=\"trainyard\"")
+        );
     }
     // A forged or stale session cookie is nobody.
     let forged = request(
@@ -333,6 +347,23 @@ async fn sessions_and_tokens_authenticate_and_tokens_are_managed_from_sessions()
     )
     .await;
     assert_eq!(by_token.status, 403, "{}", by_token.body);
+    let by_token = request(
+        server.addr,
+        "POST",
+        "/api/create_token",
+        &[
+            ("Authorization", &format!("Bearer {secret}")),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        b"name=more&expires_in_days=",
+    )
+    .await;
+    assert_eq!(by_token.status, 403, "{}", by_token.body);
+    // The lifetime asked for is kept.
+    let days = (made["token"]["expires_at"].as_i64().unwrap()
+        - made["token"]["created_at"].as_i64().unwrap())
+        / 86_400_000;
+    assert_eq!(days, 30);
 
     // Listed without secrets; someone else cannot revoke it; its owner can.
     let listed = request(
@@ -759,10 +790,15 @@ async fn experiments_and_runs_are_seen_by_their_team_and_changed_by_their_owner(
         "POST",
         "/api/2.0/mlflow/runs/create",
         Some(&alice),
-        &json!({"experiment_id": exp}),
+        &json!({"experiment_id": exp, "user_id": "root"}),
     )
     .await;
     assert_eq!(run.status, 200, "{}", run.body);
+    assert_eq!(
+        run.json()["run"]["info"]["user_id"],
+        "alice",
+        "a run is its caller's"
+    );
     let run_id = run.json()["run"]["info"]["run_id"]
         .as_str()
         .unwrap()
@@ -1052,4 +1088,97 @@ async fn admins_alone_list_people_and_end_their_sessions() {
     )
     .await;
     assert_eq!(after.status, 401, "bob must sign in again");
+    let token = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/me",
+        Some(&p.bob.bearer()),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(token.status, 401, "bob's tokens are revoked too");
+}
+
+#[tokio::test]
+async fn a_sign_in_is_finished_only_by_the_browser_that_started_it() {
+    let server = sso_server().await;
+    let store = Store::connect(&server.db.url, 1).await.unwrap();
+    for state in ["started-here", "started-elsewhere"] {
+        store
+            .begin_login(trainyard_store::LoginAttempt {
+                state: state.to_owned(),
+                nonce: "n".to_owned(),
+                browser: trainyard_store::identity::secret_hash("browser-secret"),
+                pkce_verifier: "v".repeat(43),
+                return_to: "/".to_owned(),
+            })
+            .await
+            .unwrap();
+    }
+    store.close().await.unwrap();
+    // Someone else's callback link, opened in a browser without the cookie.
+    let elsewhere = server
+        .get("/auth/callback?code=attackers-code&state=started-elsewhere")
+        .await;
+    assert_eq!(elsewhere.status, 400, "{}", elsewhere.body);
+    assert!(
+        elsewhere.body.contains("another browser"),
+        "{}",
+        elsewhere.body
+    );
+    // The browser that started it gets as far as the provider (down here).
+    let here = request(
+        server.addr,
+        "GET",
+        "/auth/callback?code=code&state=started-here",
+        &[("Cookie", "trainyard_login=browser-secret")],
+        b"",
+    )
+    .await;
+    assert_eq!(here.status, 502, "{}", here.body);
+    assert!(
+        here.headers.iter().any(
+            |(k, v)| k.eq_ignore_ascii_case("set-cookie") && v.starts_with("trainyard_login=;")
+        ),
+        "the sign-in cookie is cleared: {:?}",
+        here.headers
+    );
+}
+
+#[tokio::test]
+async fn the_single_user_admin_stops_working_once_sign_in_is_configured() {
+    let server = TestServer::start().await;
+    let store = Store::connect(&server.db.url, 1).await.unwrap();
+    let local = store.local_admin().await.unwrap();
+    let token = store.create_api_token(local.id, "old", None).await.unwrap();
+    store.close().await.unwrap();
+    let bearer = format!("Bearer {}", token.secret);
+    let before = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/me",
+        Some(&bearer),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(before.status, 200, "{}", before.body);
+    let (db, data_dir) = server.crash().await;
+    let server = TestServer::start_in(
+        db,
+        data_dir,
+        &[
+            ("TRAINYARD_OIDC_ISSUER_URL", "http://127.0.0.1:9"),
+            ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
+        ],
+    )
+    .await;
+    let after = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/me",
+        Some(&bearer),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(after.status, 401, "{}", after.body);
 }

@@ -121,8 +121,11 @@ pub struct NewApiToken {
 
 /// Longest token name, in characters.
 pub const MAX_TOKEN_NAME: usize = 100;
-/// Longest token lifetime, in days.
+/// Longest token lifetime, in days: every token expires, so one that
+/// outlives its owner's access does not last for ever.
 pub const MAX_TOKEN_DAYS: u32 = 366;
+/// A token's lifetime when none is asked for.
+pub const DEFAULT_TOKEN_DAYS: u32 = 90;
 /// Most live personal tokens one user may hold.
 pub const MAX_TOKENS_PER_USER: usize = 50;
 
@@ -131,7 +134,7 @@ pub const MAX_TOKENS_PER_USER: usize = 50;
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
     pub name: String,
-    /// None: the token lasts until revoked.
+    /// None: [`DEFAULT_TOKEN_DAYS`].
     #[serde(default)]
     pub expires_in_days: Option<u32>,
 }
@@ -159,7 +162,7 @@ impl TokenRequest {
         {
             errors.push(FieldError::new(
                 "expires_in_days",
-                format!("between 1 and {MAX_TOKEN_DAYS} days, or leave it out for no expiry"),
+                format!("between 1 and {MAX_TOKEN_DAYS} days (left out: {DEFAULT_TOKEN_DAYS})"),
             ));
         }
         if errors.is_empty() {

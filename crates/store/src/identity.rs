@@ -12,7 +12,8 @@ use sea_orm::{
 };
 use sha2::{Digest, Sha256};
 use trainyard_domain::identity::{
-    ApiToken, MAX_TOKENS_PER_USER, NewApiToken, Owner, Team, TokenRequest, User, UserSummary,
+    ApiToken, DEFAULT_TOKEN_DAYS, MAX_TOKENS_PER_USER, NewApiToken, Owner, Team, TokenRequest,
+    User, UserSummary,
 };
 
 use crate::entity::{api_token, login_attempt, membership, session, team, user};
@@ -36,6 +37,8 @@ pub struct SignIn {
 pub struct LoginAttempt {
     pub state: String,
     pub nonce: String,
+    /// The hash of the secret in the starting browser's sign-in cookie.
+    pub browser: String,
     pub pkce_verifier: String,
     pub return_to: String,
 }
@@ -52,6 +55,8 @@ pub struct NewSession {
 #[derive(Debug, Clone)]
 pub struct SessionUser {
     pub user: User,
+    /// The single-user mode's admin, not an account of the provider.
+    pub local: bool,
     pub csrf_token: String,
     pub expires_at: i64,
 }
@@ -60,6 +65,8 @@ pub struct SessionUser {
 #[derive(Debug, Clone)]
 pub struct TokenUser {
     pub user: User,
+    /// The single-user mode's admin, not an account of the provider.
+    pub local: bool,
     pub token_id: i64,
     pub run_id: Option<String>,
 }
@@ -227,8 +234,16 @@ impl Store {
     }
 
     pub async fn user(&self, id: i64) -> Result<Option<User>, StoreError> {
+        Ok(self.user_and_origin(id).await?.map(|(user, _)| user))
+    }
+
+    /// The user, and whether it is the single-user mode's admin.
+    async fn user_and_origin(&self, id: i64) -> Result<Option<(User, bool)>, StoreError> {
         match user::Entity::find_by_id(id).one(self.connection()).await? {
-            Some(m) => Ok(Some(self.with_teams(m).await?)),
+            Some(m) => {
+                let local = m.subject.as_deref() == Some(LOCAL_SUBJECT);
+                Ok(Some((self.with_teams(m).await?, local)))
+            }
             None => Ok(None),
         }
     }
@@ -309,7 +324,7 @@ impl Store {
         if found.revoked_at.is_some() || found.expires_at <= now {
             return Ok(None);
         }
-        let Some(user) = self.user(found.user_id).await? else {
+        let Some((user, local)) = self.user_and_origin(found.user_id).await? else {
             return Ok(None);
         };
         if now - found.last_seen_at > TOUCH_EVERY_MS {
@@ -322,6 +337,7 @@ impl Store {
         }
         Ok(Some(SessionUser {
             user,
+            local,
             csrf_token: found.csrf_token,
             expires_at: found.expires_at,
         }))
@@ -397,10 +413,19 @@ impl Store {
             .collect())
     }
 
-    /// Ends every session of a user (an admin's revocation).
+    /// Signs a user out everywhere (an admin's revocation): ends their
+    /// sessions and revokes their personal tokens. Returns the sessions
+    /// ended.
     pub async fn end_sessions_of(&self, user_id: i64) -> Result<u64, StoreError> {
         let now = now_millis();
         let _turn = self.write_turn().await;
+        api_token::Entity::update_many()
+            .col_expr(api_token::Column::RevokedAt, Expr::value(now))
+            .filter(api_token::Column::UserId.eq(user_id))
+            .filter(api_token::Column::RunId.is_null())
+            .filter(api_token::Column::RevokedAt.is_null())
+            .exec(self.connection())
+            .await?;
         let result = session::Entity::update_many()
             .col_expr(session::Column::RevokedAt, Expr::value(now))
             .filter(session::Column::UserId.eq(user_id))
@@ -423,6 +448,7 @@ impl Store {
         login_attempt::ActiveModel {
             state: Set(attempt.state),
             nonce: Set(attempt.nonce),
+            browser: Set(attempt.browser),
             pkce_verifier: Set(attempt.pkce_verifier),
             return_to: Set(attempt.return_to),
             created_at: Set(now),
@@ -452,6 +478,7 @@ impl Store {
             (deleted.rows_affected == 1 && fresh).then_some(LoginAttempt {
                 state: found.state,
                 nonce: found.nonce,
+                browser: found.browser,
                 pkce_verifier: found.pkce_verifier,
                 return_to: found.return_to,
             }),
@@ -499,10 +526,9 @@ impl Store {
                 "you hold {MAX_TOKENS_PER_USER} tokens, the most one person may; revoke one you no longer use"
             )));
         }
-        let expires_at = request
-            .expires_in_days
-            .map(|days| now_millis() + i64::from(days) * 86_400_000);
-        self.create_api_token(user_id, request.name.trim(), expires_at)
+        let days = request.expires_in_days.unwrap_or(DEFAULT_TOKEN_DAYS);
+        let expires_at = now_millis() + i64::from(days) * 86_400_000;
+        self.create_api_token(user_id, request.name.trim(), Some(expires_at))
             .await
     }
 
@@ -562,7 +588,7 @@ impl Store {
         if found.revoked_at.is_some() || found.expires_at.is_some_and(|at| at <= now) {
             return Ok(None);
         }
-        let Some(user) = self.user(found.user_id).await? else {
+        let Some((user, local)) = self.user_and_origin(found.user_id).await? else {
             return Ok(None);
         };
         if found
@@ -578,6 +604,7 @@ impl Store {
         }
         Ok(Some(TokenUser {
             user,
+            local,
             token_id: found.id,
             run_id: found.run_id,
         }))

@@ -169,6 +169,7 @@ async fn a_sign_in_in_progress_is_taken_once() {
     let attempt = LoginAttempt {
         state: "state-1".to_owned(),
         nonce: "nonce-1".to_owned(),
+        browser: "browser-1".to_owned(),
         pkce_verifier: "verifier-1".to_owned(),
         return_to: "/jobs".to_owned(),
     };
@@ -231,6 +232,38 @@ async fn tokens_authenticate_until_revoked_or_expired() {
         .await
         .unwrap();
     assert!(store.token_user(&old.secret).await.unwrap().is_none());
+
+    // A personal token always expires: after 90 days when not asked.
+    let personal = store
+        .create_personal_token(
+            user.id,
+            &trainyard_domain::identity::TokenRequest {
+                name: "cli".to_owned(),
+                expires_in_days: None,
+            },
+        )
+        .await
+        .unwrap();
+    let days = (personal.token.expires_at.unwrap() - personal.token.created_at) / 86_400_000;
+    assert_eq!(days, 90);
+    assert!(
+        store
+            .create_personal_token(
+                user.id,
+                &trainyard_domain::identity::TokenRequest {
+                    name: "forever".to_owned(),
+                    expires_in_days: Some(10_000),
+                },
+            )
+            .await
+            .is_err()
+    );
+    assert!(
+        store
+            .revoke_api_token(user.id, personal.token.id)
+            .await
+            .unwrap()
+    );
 
     // A run token names its run, is not listed, and ends with the run.
     let run = store

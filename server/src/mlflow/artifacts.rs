@@ -75,6 +75,16 @@ async fn resolve(
     if folder != "artifacts" {
         return Err(invalid());
     }
+    // Whether the run may be used, before anything about it is told.
+    match use_ {
+        Use::Write => may_change_run(state, principal, run).await?,
+        Use::Read => {
+            state
+                .store
+                .run_as(&principal.user, run, trainyard_store::Access::Read)
+                .await?
+        }
+    }
     let run_experiment = state
         .store
         .run_experiment(run)
@@ -84,15 +94,6 @@ async fn resolve(
         return Err(ApiError::not_found(format!(
             "Run {run} does not belong to experiment {experiment}"
         )));
-    }
-    match use_ {
-        Use::Write => may_change_run(state, principal, run).await?,
-        Use::Read => {
-            state
-                .store
-                .run_as(&principal.user, run, trainyard_store::Access::Read)
-                .await?
-        }
     }
     let mut full = state.artifact_root.clone();
     for segment in segments {

@@ -68,9 +68,10 @@ pub async fn create(
         .store
         .create_run(NewRun {
             experiment_id,
+            // The run's user is the caller (an admin may name another).
             user_id: req
                 .user_id
-                .filter(|u| !u.is_empty())
+                .filter(|u| !u.is_empty() && principal.user.is_admin)
                 .unwrap_or_else(|| principal.user.username.clone()),
             owner_id: Some(principal.user.id),
             team_id: principal.user.primary_team(),

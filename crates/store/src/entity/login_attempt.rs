@@ -6,6 +6,7 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub state: String,
     pub nonce: String,
+    pub browser: String,
     pub pkce_verifier: String,
     pub return_to: String,
     pub created_at: i64,
