@@ -1182,3 +1182,207 @@ async fn the_single_user_admin_stops_working_once_sign_in_is_configured() {
     .await;
     assert_eq!(after.status, 401, "{}", after.body);
 }
+
+/// One call of the matrix: what, where, and the answer for the owner's team
+/// (reads: 200; changes: 403).
+struct Probe {
+    method: &'static str,
+    path: String,
+    body: Vec<u8>,
+    changes: bool,
+}
+
+impl Probe {
+    fn json(method: &'static str, path: &str, body: Value, changes: bool) -> Probe {
+        Probe {
+            method,
+            path: path.to_owned(),
+            body: body.to_string().into_bytes(),
+            changes,
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_mlflow_endpoint_answers_the_matrix() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let alice = p.alice.bearer();
+    let made = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/experiments/create",
+        Some(&alice),
+        &json!({"name": "matrix"}),
+    )
+    .await;
+    let exp = made.json()["experiment_id"].as_str().unwrap().to_owned();
+    let run = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/runs/create",
+        Some(&alice),
+        &json!({"experiment_id": exp}),
+    )
+    .await;
+    let run_id = run.json()["run"]["info"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let artifact =
+        format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/{run_id}/artifacts/notes.txt");
+    let mlflow = |rest: &str| format!("/api/2.0/mlflow/{rest}");
+    // Each person runs the whole list in this order, so deletes are undone
+    // and writes are repeatable.
+    let probes = vec![
+        Probe::json(
+            "POST",
+            &mlflow("experiments/set-experiment-tag"),
+            json!({"experiment_id": exp, "key": "k", "value": "v"}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("experiments/delete-experiment-tag"),
+            json!({"experiment_id": exp, "key": "k"}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("experiments/delete"),
+            json!({"experiment_id": exp}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("experiments/restore"),
+            json!({"experiment_id": exp}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("runs/update"),
+            json!({"run_id": run_id, "status": "RUNNING"}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("runs/log-parameter"),
+            json!({"run_id": run_id, "key": "lr", "value": "0.1"}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("runs/set-tag"),
+            json!({"run_id": run_id, "key": "t", "value": "v"}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("runs/delete-tag"),
+            json!({"run_id": run_id, "key": "t"}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("runs/log-batch"),
+            json!({"run_id": run_id, "metrics": [{"key": "m", "value": 1.0, "timestamp": 1, "step": 0}]}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("runs/delete"),
+            json!({"run_id": run_id}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("runs/restore"),
+            json!({"run_id": run_id}),
+            true,
+        ),
+        Probe {
+            method: "PUT",
+            path: artifact.clone(),
+            body: b"hello".to_vec(),
+            changes: true,
+        },
+        Probe::json("GET", &artifact, Value::Null, false),
+        Probe::json(
+            "GET",
+            &mlflow(&format!("runs/get?run_id={run_id}")),
+            Value::Null,
+            false,
+        ),
+        Probe::json(
+            "GET",
+            &mlflow(&format!("experiments/get?experiment_id={exp}")),
+            Value::Null,
+            false,
+        ),
+        Probe {
+            method: "DELETE",
+            path: artifact.clone(),
+            body: Vec::new(),
+            changes: true,
+        },
+    ];
+    let carol = p.carol.bearer();
+    let bob = p.bob.bearer();
+    let admin = p.admin.bearer();
+    // (who, a read, a change)
+    let people = [
+        (None, 401, 401),
+        (Some(carol.as_str()), 404, 404),
+        (Some(bob.as_str()), 200, 403),
+        (Some(alice.as_str()), 200, 200),
+        (Some(admin.as_str()), 200, 200),
+    ];
+    for (who, read, change) in people {
+        for probe in &probes {
+            // The artifact exists for the read only after a permitted PUT.
+            if probe.method == "GET" && probe.path == artifact && change != 200 {
+                continue;
+            }
+            let mut headers = vec![("Content-Type", "application/json")];
+            if let Some(who) = who {
+                headers.push(("Authorization", who));
+            }
+            let answer = request(
+                server.addr,
+                probe.method,
+                &probe.path,
+                &headers,
+                &probe.body,
+            )
+            .await;
+            let expected = if probe.changes { change } else { read };
+            assert_eq!(
+                answer.status, expected,
+                "{who:?} {} {}: {}",
+                probe.method, probe.path, answer.body
+            );
+        }
+    }
+    // The team reads the artifact alice put there.
+    let put = request(
+        server.addr,
+        "PUT",
+        &artifact,
+        &[("Authorization", &alice)],
+        b"hello",
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    for (who, status) in [(&bob, 200), (&carol, 404)] {
+        let got = request(
+            server.addr,
+            "GET",
+            &artifact,
+            &[("Authorization", who)],
+            b"",
+        )
+        .await;
+        assert_eq!(got.status, status, "{}", got.body);
+    }
+}
