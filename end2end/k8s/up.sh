@@ -129,7 +129,17 @@ load_cluster_env
 start() {
   local name="$1" bin="$2"; shift 2
   nohup "$K8S_BIN/$bin" "$@" >"$S/logs/$name.log" 2>&1 </dev/null &
-  echo $! >"$S/pids/$name.pid"
+  local pid=$!
+  echo "$pid" >"$S/pids/$name.pid"
+  # Until the child has exec'd, its command line is this script's, and
+  # component_pid would take it for dead: wait (at most 5 s) until it names
+  # the state folder, or has exited.
+  local i
+  for (( i = 0; i < 100; i++ )); do
+    tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$S/" && return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.05
+  done
 }
 # wait_until NAME TIMEOUT_S COMMAND...: poll COMMAND; fail early if NAME died.
 wait_until() {
