@@ -165,9 +165,23 @@ pub async fn request(
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(body).await.unwrap();
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
+    // A server that never finishes its answer fails the test with what it
+    // sent so far, rather than hanging the whole run.
+    let read = tokio::time::timeout(ANSWER_TIMEOUT, stream.read_to_end(&mut raw)).await;
+    match read {
+        Ok(result) => {
+            result.unwrap();
+        }
+        Err(_) => panic!(
+            "{method} {path}: no complete answer after {ANSWER_TIMEOUT:?}; received so far: {}",
+            String::from_utf8_lossy(&raw)
+        ),
+    }
     parse_response(&raw)
 }
+
+/// Longest a test waits for one answer (streams included).
+const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// POSTs a JSON body.
 pub async fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> Response {
