@@ -48,17 +48,15 @@ fn admin_only(what: &str) -> Result<trainyard_domain::identity::Principal, AppEr
 #[cfg(feature = "ssr")]
 fn from_a_session() -> Result<trainyard_domain::identity::Principal, AppError> {
     let principal = caller()?;
-    match principal.via {
-        Via::Session { .. } | Via::Local => Ok(principal),
-        Via::Token | Via::RunToken { .. } => {
-            if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-                response.set_status(http::StatusCode::FORBIDDEN);
-            }
-            Err(AppError::Forbidden(
-                "tokens are made and revoked in the browser, not with a token".to_owned(),
-            ))
-        }
+    if principal.has_session() {
+        return Ok(principal);
     }
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        response.set_status(http::StatusCode::FORBIDDEN);
+    }
+    Err(AppError::Forbidden(
+        "tokens are made and revoked in the browser, not with a token".to_owned(),
+    ))
 }
 
 /// Who the server takes the caller for; None when nobody is signed in.
@@ -67,16 +65,8 @@ pub async fn whoami() -> Result<Option<Me>, AppError> {
     let Ok(principal) = caller() else {
         return Ok(None);
     };
-    let single_user = matches!(principal.via, Via::Local);
-    let csrf_token = match &principal.via {
-        Via::Session { csrf_token } => Some(csrf_token.clone()),
-        _ => None,
-    };
-    Ok(Some(Me {
-        user: principal.user,
-        single_user,
-        csrf_token,
-    }))
+    let single_user = principal.via == Via::Local;
+    Ok(Some(Me::of(&principal, single_user)))
 }
 
 /// The caller's personal API tokens.

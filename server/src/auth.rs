@@ -38,6 +38,9 @@ pub struct Auth {
     pub config: AuthConfig,
     /// The identity provider; None in the single-user mode.
     pub oidc: Option<crate::oidc::Oidc>,
+    /// The single-user mode's admin, read once: every request of that
+    /// mode (metric ingest among them) is theirs.
+    pub local_admin: std::sync::Arc<tokio::sync::OnceCell<trainyard_domain::identity::User>>,
 }
 
 /// The session cookie's name: with `__Host-` behind https, so that no
@@ -294,7 +297,12 @@ impl Auth {
                 )));
             }
         }
-        let user = self.store.local_admin().await.map_err(ApiError::internal)?;
+        let user = self
+            .local_admin
+            .get_or_try_init(|| self.store.local_admin())
+            .await
+            .map_err(ApiError::internal)?
+            .clone();
         Ok(Some(Principal {
             user,
             via: Via::Local,

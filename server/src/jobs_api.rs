@@ -131,28 +131,14 @@ fn spec_too_large() -> JobsError {
     }
 }
 
-/// The job, if the caller may see it; others are told it does not exist.
-async fn readable_job(
+/// The job, if the caller may use it so (see `Store::job_as`).
+async fn job_as(
     state: &AppState,
     principal: &Principal,
     id: i64,
+    access: Access,
 ) -> Result<JobRecord, JobsError> {
-    Ok(state
-        .store
-        .job_as(&principal.user, id, Access::Read)
-        .await?)
-}
-
-/// The job, if the caller may change it (cancel, run again).
-async fn changeable_job(
-    state: &AppState,
-    principal: &Principal,
-    id: i64,
-) -> Result<JobRecord, JobsError> {
-    Ok(state
-        .store
-        .job_as(&principal.user, id, Access::Change)
-        .await?)
+    Ok(state.store.job_as(&principal.user, id, access).await?)
 }
 
 fn admin_only(principal: &Principal, what: &str) -> Result<(), JobsError> {
@@ -268,7 +254,7 @@ pub async fn show(
     Caller(principal): Caller,
     Path(id): Path<i64>,
 ) -> Result<Json<JobDetail>, JobsError> {
-    let record = readable_job(&state, &principal, id).await?;
+    let record = job_as(&state, &principal, id, Access::Read).await?;
     let events = state.jobs.store().job_events(id).await?;
     Ok(Json(JobDetail {
         job: record.job,
@@ -282,7 +268,7 @@ pub async fn cancel(
     Caller(principal): Caller,
     Path(id): Path<i64>,
 ) -> Result<Json<JobAnswer>, JobsError> {
-    changeable_job(&state, &principal, id).await?;
+    job_as(&state, &principal, id, Access::Change).await?;
     let record = state.jobs.cancel(id).await?;
     Ok(Json(JobAnswer { job: record.job }))
 }
@@ -322,7 +308,7 @@ pub async fn retry(
     Caller(principal): Caller,
     Path(id): Path<i64>,
 ) -> Result<(StatusCode, Json<JobAnswer>), JobsError> {
-    changeable_job(&state, &principal, id).await?;
+    job_as(&state, &principal, id, Access::Change).await?;
     let record = state.jobs.retry(id).await?;
     Ok((StatusCode::CREATED, Json(JobAnswer { job: record.job })))
 }
@@ -348,7 +334,7 @@ pub async fn logs(
     Path(id): Path<i64>,
     Query(q): Query<LogQuery>,
 ) -> Result<Response, JobsError> {
-    let record = readable_job(&state, &principal, id).await?;
+    let record = job_as(&state, &principal, id, Access::Read).await?;
     let attempt = q.attempt.unwrap_or(record.job.attempt);
     if attempt > record.job.attempt {
         return Err(JobsError::invalid(
@@ -572,7 +558,7 @@ pub async fn stream_logs(
     JobsError,
 > {
     use axum::response::sse::{Event, KeepAlive, Sse};
-    let record = readable_job(&state, &principal, id).await?;
+    let record = job_as(&state, &principal, id, Access::Read).await?;
     let attempt = record.job.attempt;
     let path = state.jobs.attempt_dir(id, attempt).join(shim::LOG_FILE);
     let jobs = state.jobs.clone();

@@ -115,6 +115,7 @@ impl AppState {
             store: store.clone(),
             config: auth_config,
             oidc,
+            local_admin: Default::default(),
         };
         Ok(AppState {
             leptos_options,

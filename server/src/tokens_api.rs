@@ -11,17 +11,18 @@ use axum::response::{IntoResponse, Response};
 use trainyard_domain::identity::{Me, TokenRequest};
 
 use crate::AppState;
-use crate::auth::{Caller, Principal, Via};
+use crate::auth::{Caller, Principal};
 use crate::jobs_api::JobsError;
 
 fn from_a_session(principal: &Principal) -> Result<(), JobsError> {
-    match principal.via {
-        Via::Session { .. } | Via::Local => Ok(()),
-        Via::Token | Via::RunToken { .. } => Err(JobsError::new(
+    if principal.has_session() {
+        Ok(())
+    } else {
+        Err(JobsError::new(
             StatusCode::FORBIDDEN,
             "PERMISSION_DENIED",
             "tokens are made and revoked in the browser (Settings → API tokens), not with a token",
-        )),
+        ))
     }
 }
 
@@ -75,16 +76,5 @@ pub async fn revoke(
 
 /// `GET /me`: who the server takes the caller for.
 pub async fn me(State(state): State<AppState>, Caller(principal): Caller) -> Json<Me> {
-    Json(me_of(&state, &principal))
-}
-
-pub fn me_of(state: &AppState, principal: &Principal) -> Me {
-    Me {
-        user: principal.user.clone(),
-        single_user: state.auth.oidc.is_none(),
-        csrf_token: match &principal.via {
-            Via::Session { csrf_token } => Some(csrf_token.clone()),
-            _ => None,
-        },
-    }
+    Json(Me::of(&principal, state.auth.oidc.is_none()))
 }

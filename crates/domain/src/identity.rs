@@ -90,6 +90,12 @@ pub enum Via {
 }
 
 impl Principal {
+    /// Came with a browser session (or the single-user mode), not a token:
+    /// what making and revoking tokens requires.
+    pub fn has_session(&self) -> bool {
+        matches!(self.via, Via::Session { .. } | Via::Local)
+    }
+
     /// Job tokens change their own run only; everyone else is held to the
     /// owner rules.
     pub fn run_scope_allows(&self, run_id: &str) -> bool {
@@ -180,6 +186,19 @@ pub struct UserSummary {
     pub last_login_at: Option<i64>,
     /// Sessions not expired nor ended.
     pub live_sessions: u64,
+}
+
+impl Me {
+    pub fn of(principal: &Principal, single_user: bool) -> Me {
+        Me {
+            user: principal.user.clone(),
+            single_user,
+            csrf_token: match &principal.via {
+                Via::Session { csrf_token } => Some(csrf_token.clone()),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// Who the server says you are, and how sign-in works here.
