@@ -7,12 +7,12 @@ use trainyard_domain::identity::{ApiToken, Me, NewApiToken, UserSummary};
 use trainyard_domain::identity::{TokenRequest, Via};
 use trainyard_domain::job::{Job, JobEvent};
 use trainyard_domain::template::Template;
-use trainyard_domain::{ExperimentSummary, NodeSummary, Overview};
+use trainyard_domain::{NodeSummary, Overview};
 
 use crate::error::AppError;
 
 #[cfg(feature = "ssr")]
-fn store() -> Result<trainyard_store::Store, AppError> {
+pub(crate) fn store() -> Result<trainyard_store::Store, AppError> {
     use_context::<trainyard_store::Store>()
         .ok_or_else(|| AppError::Internal("the database is not wired into this request".to_owned()))
 }
@@ -125,18 +125,6 @@ pub async fn end_sessions(user_id: i64) -> Result<u64, AppError> {
 #[server(endpoint = "get_overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
     Ok(store()?.overview().await?)
-}
-
-#[server(endpoint = "list_experiments")]
-pub async fn list_experiments() -> Result<Vec<ExperimentSummary>, AppError> {
-    let viewer = trainyard_store::Viewer::of(&caller()?.user);
-    Ok(store()?.list_experiments(&viewer).await?)
-}
-
-#[server(endpoint = "create_experiment")]
-pub async fn create_experiment(name: String) -> Result<i64, AppError> {
-    let owner = caller()?.user.as_owner();
-    Ok(store()?.create_experiment(&name, owner).await?)
 }
 
 #[server(endpoint = "list_nodes")]

@@ -14,6 +14,9 @@ pub enum AppError {
     /// A form with several wrong fields (a job spec).
     #[error("{}", .0.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; "))]
     Fields(Vec<FieldError>),
+    /// A run query that does not parse, with where it went wrong.
+    #[error("{0}")]
+    Query(trainyard_domain::query::QueryError),
     /// What was asked for does not exist.
     #[error("{0}")]
     NotFound(String),

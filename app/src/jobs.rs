@@ -575,7 +575,12 @@ pub fn JobPage() -> impl IntoView {
                                 <dt>"Attempt"</dt><dd>{job.attempt + 1} " of " {job.retries + 1}</dd>
                                 <dt>"Ran for"</dt><dd>{ran_for(&job, now)}</dd>
                                 <dt>"Exit code"</dt><dd>{job.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "–".to_owned())}</dd>
-                                <dt>"Run"</dt><dd><code>{job.run_id.clone().unwrap_or_default()}</code></dd>
+                                <dt>"Run"</dt><dd>{match (job.experiment_id, job.run_id.clone()) {
+                                    (Some(exp), Some(run)) => view! {
+                                        <a href=format!("/experiments/{exp}/runs/{run}") data-testid="job-run"><code>{run.clone()}</code></a>
+                                    }.into_any(),
+                                    (_, run) => view! { <code>{run.unwrap_or_default()}</code> }.into_any(),
+                                }}</dd>
                                 <dt>"Submitted"</dt><dd>{format_utc(job.created_at)}</dd>
                             </dl>
                             <h2>"Timeline"</h2>

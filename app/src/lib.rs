@@ -4,6 +4,7 @@
 mod account;
 pub mod api;
 pub mod error;
+pub mod explorer;
 mod jobs;
 mod pages;
 #[cfg(any(feature = "ssr", test))]
@@ -66,7 +67,10 @@ pub fn App() -> impl IntoView {
                 // read without JavaScript, and crawlers and `curl` see it too.
                 <Routes fallback=pages::NotFound>
                     <Route path=StaticSegment("") view=pages::HomePage ssr=SsrMode::InOrder/>
-                    <Route path=StaticSegment("experiments") view=pages::ExperimentsPage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("experiments") view=explorer::ExperimentsPage ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("experiments"), ParamSegment("id")) view=explorer::ExperimentPage ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("runs"), ParamSegment("run")) view=explorer::RunPage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("compare") view=explorer::ComparePage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("jobs") view=jobs::JobsPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("jobs"), ParamSegment("id")) view=jobs::JobPage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("submit") view=jobs::SubmitPage ssr=SsrMode::InOrder/>

@@ -4,10 +4,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
-use crate::api::{
-    CreateExperiment, EndSessions, get_overview, list_experiments, list_nodes, list_template_specs,
-    list_users,
-};
+use crate::api::{EndSessions, get_overview, list_nodes, list_template_specs, list_users};
 use crate::error::AppError;
 
 /// An error as the pages show it: what happened and what to do.
@@ -31,9 +28,32 @@ pub(crate) fn state_class(state: JobState) -> &'static str {
     }
 }
 
+/// The mlflow client prints `<tracking URI>/#/experiments/1/runs/ID` (its
+/// UI's hash routes); in the browser, those open our pages of the same path.
+fn follow_mlflow_link() {
+    #[cfg(feature = "hydrate")]
+    {
+        let navigate = leptos_router::hooks::use_navigate();
+        Effect::new(move |_| {
+            let hash = window().location().hash().unwrap_or_default();
+            if let Some(path) = hash.strip_prefix("#/experiments/") {
+                let path = path.split(['?', '#']).next().unwrap_or_default();
+                navigate(
+                    &format!("/experiments/{path}"),
+                    leptos_router::NavigateOptions {
+                        replace: true,
+                        ..Default::default()
+                    },
+                );
+            }
+        });
+    }
+}
+
 #[component]
 pub fn HomePage() -> impl IntoView {
     let overview = Resource::new(|| (), |_| get_overview());
+    follow_mlflow_link();
     view! {
         <Title text=""/>
         <section class="page-head">
@@ -92,54 +112,6 @@ pub fn HomePage() -> impl IntoView {
                 }
             })}
         </Suspense>
-    }
-}
-
-#[component]
-pub fn ExperimentsPage() -> impl IntoView {
-    let create = ServerAction::<CreateExperiment>::new();
-    let experiments = Resource::new(move || create.version().get(), |_| list_experiments());
-    let error = move || create.value().get().and_then(Result::err);
-    view! {
-        <Title text="Experiments"/>
-        <section class="page-head">
-            <h1>"Experiments"</h1>
-        </section>
-        <ActionForm action=create attr:class="inline-form" attr:data-testid="create-experiment">
-            <label for="experiment-name">"New experiment"</label>
-            <input id="experiment-name" type="text" name="name" required maxlength="250"
-                placeholder="e.g. resnet-cifar10" autocomplete="off"
-                aria-invalid=move || error().and_then(|e| e.field().map(|_| "true"))/>
-            <button type="submit">"Create"</button>
-        </ActionForm>
-        {move || error().map(|e| view! { <ErrorNote error=e/> })}
-        <Transition fallback=|| view! { <p class="muted">"Loading experiments…"</p> }>
-            {move || Suspend::new(async move {
-                match experiments.await {
-                    Ok(list) if list.is_empty() => view! {
-                        <p class="empty" data-testid="experiments-empty">
-                            "No experiments yet. Create one above, or let the mlflow client create it: "
-                            <code>"mlflow.set_experiment(\"my-experiment\")"</code>
-                        </p>
-                    }.into_any(),
-                    Ok(list) => view! {
-                        <table class="table" data-testid="experiments">
-                            <thead><tr><th>"Name"</th><th class="num">"Runs"</th><th>"Last activity"</th></tr></thead>
-                            <tbody>
-                                {list.into_iter().map(|e| view! {
-                                    <tr>
-                                        <td>{e.name}</td>
-                                        <td class="num">{e.runs}</td>
-                                        <td>{format_utc(e.last_activity)}</td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    }.into_any(),
-                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
-                }
-            })}
-        </Transition>
     }
 }
 

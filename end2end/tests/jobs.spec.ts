@@ -35,7 +35,7 @@ test('the demo template runs from the catalog and its log streams live', async (
 
   const form = page.getByTestId('submit-job');
   await form.locator('input[name="form[name]"]').fill('demo from the browser');
-  await form.locator('input[name="form[hp][epochs]"]').fill('40');
+  await form.locator('input[name="form[hp][epochs]"]').fill('80');
   await form.locator('input[name="form[hp][delay]"]').fill('0.25');
   await page.screenshot({ path: test.info().outputPath('submit-form.png'), fullPage: true });
   await expect(async () => {
@@ -47,10 +47,23 @@ test('the demo template runs from the catalog and its log streams live', async (
   // Running, with the log arriving while it runs, then finished.
   await expectState(page, 'Running', 240_000);
   const log = page.getByTestId('log');
-  await expect(log).toContainText(/epoch \d+\/40/, { timeout: 60_000 });
+  await expect(log).toContainText(/epoch \d+\/80/, { timeout: 60_000 });
   await expect(page.getByTestId('job-state')).toHaveText('Running');
+
+  // Its run, in another tab: the loss curve draws, and grows by the server's pushes.
+  const runPage = await page.context().newPage();
+  await runPage.goto((await page.getByTestId('job-run').getAttribute('href'))!);
+  const lossChart = runPage.locator('figure.chart[data-metric="loss"]');
+  await lossChart.scrollIntoViewIfNeeded({ timeout: 30_000 });
+  await expect(lossChart).toHaveAttribute('data-series', '1', { timeout: 30_000 });
+  await expect(lossChart.locator('.chart-svg svg polyline')).toHaveCount(1);
+  await expect.poll(async () => Number(await lossChart.getAttribute('data-loads')), { timeout: 30_000 }).toBeGreaterThan(1);
+  await expect(runPage.getByTestId('run-job')).toHaveAttribute('href', new RegExp(`${new URL(page.url()).pathname}$`));
+  await expect(runPage.getByTestId('run-status')).toHaveText('FINISHED', { timeout: 60_000 });
+  await runPage.screenshot({ path: test.info().outputPath('demo-run.png'), fullPage: true });
+  await runPage.close();
   await expectState(page, 'Succeeded', 60_000);
-  await expect(log).toContainText('epoch 40/40');
+  await expect(log).toContainText('epoch 80/80');
   await expect(page.getByTestId('events')).toContainText('exited with code 0');
   await page.screenshot({ path: test.info().outputPath('demo-job.png'), fullPage: true });
 });

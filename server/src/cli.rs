@@ -153,7 +153,10 @@ async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Resu
             sent += bytes.len() as u64;
             if shown {
                 let percent = (sent * 100).checked_div(total).unwrap_or(100);
-                eprint!("\ruploading {label}: {percent}% of {}", human_bytes(total));
+                eprint!(
+                    "\ruploading {label}: {percent}% of {}",
+                    trainyard_domain::format_bytes(total)
+                );
                 let _ = std::io::stderr().flush();
             }
         }
@@ -175,24 +178,9 @@ async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Resu
         "uploaded {}: {} files, {} unpacked",
         archive.display(),
         upload["files"],
-        human_bytes(upload["bytes"].as_u64().unwrap_or(0))
+        trainyard_domain::format_bytes(upload["bytes"].as_u64().unwrap_or(0))
     );
     Ok(upload)
-}
-
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = n as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
 }
 
 /// `trainyard upload-dataset NAME ARCHIVE`

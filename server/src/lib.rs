@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod cli;
 pub mod config;
+mod explorer;
 mod jobs_api;
 pub mod metrics;
 mod mlflow;
@@ -165,11 +166,26 @@ fn memory_mib() -> Option<u64> {
     Some(kib / 1024)
 }
 
+/// What pages and server functions find in their context: the store, the
+/// job service, where artifacts live, and the page's security policy.
+fn page_context(
+    state: &AppState,
+    provider: Option<String>,
+) -> impl Fn() + Clone + Send + Sync + 'static {
+    let store = state.store.clone();
+    let jobs = state.jobs.clone();
+    let artifacts = trainyard_app::explorer::api::ArtifactRoot(state.artifact_root.clone());
+    move || {
+        provide_context(store.clone());
+        provide_context(jobs.clone());
+        provide_context(artifacts.clone());
+        security::set_page_policy(provider.as_deref());
+    }
+}
+
 /// The whole HTTP surface.
 pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(App);
-    let store = state.store.clone();
-    let jobs = state.jobs.clone();
     let options = state.leptos_options.clone();
     let provider = security::provider_origin(&state.auth.config);
     let https = state.auth.config.secure_cookies();
@@ -183,6 +199,11 @@ pub fn router(state: AppState) -> Router {
                 .route(
                     "/api/trainyard/v1/jobs",
                     axum::routing::post(jobs_api::submit).get(jobs_api::list),
+                )
+                .route("/api/trainyard/v1/chart", get(explorer::chart))
+                .route(
+                    "/api/trainyard/v1/runs/{id}/events",
+                    get(explorer::run_events),
                 )
                 .route("/api/trainyard/v1/jobs/{id}", get(jobs_api::show))
                 .route(
@@ -230,31 +251,13 @@ pub fn router(state: AppState) -> Router {
         .leptos_routes_with_context(
             &state,
             routes,
-            {
-                let provider = provider.clone();
-                move || {
-                    provide_context(store.clone());
-                    provide_context(jobs.clone());
-                    security::set_page_policy(provider.as_deref());
-                }
-            },
+            page_context(&state, provider.clone()),
             move || shell(options.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler_with_context::<
             AppState,
             _,
-        >(
-            {
-                let store = state.store.clone();
-                let jobs = state.jobs.clone();
-                move || {
-                    provide_context(store.clone());
-                    provide_context(jobs.clone());
-                    security::set_page_policy(provider.as_deref());
-                }
-            },
-            shell,
-        ))
+        >(page_context(&state, provider), shell))
         // Every request passes here: who is calling, and may they.
         .layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),

@@ -1,6 +1,7 @@
 //! Types the browser and the server share: DTOs, job states, validation.
 //! Serde only: this crate is compiled to wasm too, so it holds no I/O.
 
+pub mod explorer;
 pub mod identity;
 pub mod job;
 pub mod query;
@@ -247,7 +248,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod time_tests {
-    use super::format_utc;
+    use super::{format_bytes, format_utc};
 
     #[test]
     fn formats_known_instants() {
@@ -255,6 +256,25 @@ mod time_tests {
         assert_eq!(format_utc(951_782_400_000), "2000-02-29 00:00 UTC");
         assert_eq!(format_utc(1_795_900_000_000), "2026-11-28 21:06 UTC");
         assert_eq!(format_utc(-60_000), "1969-12-31 23:59 UTC");
+        assert_eq!(format_bytes(10), "10 B");
+        assert_eq!(format_bytes(1536), "1.5 KiB");
+        assert_eq!(format_bytes(5 << 30), "5.0 GiB");
+    }
+}
+
+/// A size in bytes for people: 512 B, 1.5 KiB, 3.2 GiB.
+pub fn format_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
     }
 }
 

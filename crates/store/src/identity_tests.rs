@@ -338,11 +338,21 @@ async fn people_see_their_own_and_their_teams_experiments_and_runs() {
         names
     };
     assert_eq!(
-        names(store.list_experiments(&Viewer::of(&bob)).await.unwrap()),
+        names(
+            store
+                .list_experiments(&Viewer::of(&bob), false)
+                .await
+                .unwrap()
+        ),
         ["Default", "a"]
     );
     assert_eq!(
-        names(store.list_experiments(&Viewer::of(&carol)).await.unwrap()),
+        names(
+            store
+                .list_experiments(&Viewer::of(&carol), false)
+                .await
+                .unwrap()
+        ),
         ["Default"]
     );
     let runs = |viewer: Viewer| {

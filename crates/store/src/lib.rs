@@ -118,6 +118,9 @@ pub struct Store {
     write_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// Series written since the last compaction pass.
     dirty: compaction::Dirty,
+    /// The id of every run just changed (status, metrics, params, tags), for
+    /// pages that follow a run live.
+    run_changes: tokio::sync::broadcast::Sender<std::sync::Arc<str>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -154,6 +157,9 @@ pub fn now_millis() -> i64 {
 /// just under 2 GiB). Address space only: the pages are the kernel's page
 /// cache, shared by the connections.
 const MMAP_BYTES: u64 = 2 << 30;
+
+/// Run changes kept for followers that are slow to read.
+const RUN_CHANGES_BACKLOG: usize = 1024;
 
 impl Store {
     /// Opens a pool. SQLite files are created when missing, in WAL mode with
@@ -197,6 +203,7 @@ impl Store {
             engine,
             write_lock: Default::default(),
             dirty: Default::default(),
+            run_changes: tokio::sync::broadcast::channel(RUN_CHANGES_BACKLOG).0,
         })
     }
 
@@ -206,6 +213,19 @@ impl Store {
         match self.engine {
             Engine::Sqlite => Some(self.write_lock.lock().await),
             Engine::Postgres => None,
+        }
+    }
+
+    /// Follows run changes: each message is the id of a run that changed. A
+    /// receiver that falls behind gets `Lagged` and should reread what it shows.
+    pub fn run_changes(&self) -> tokio::sync::broadcast::Receiver<std::sync::Arc<str>> {
+        self.run_changes.subscribe()
+    }
+
+    /// Tells followers that a run changed (nobody listening costs nothing).
+    pub(crate) fn run_changed(&self, run_id: &str) {
+        if self.run_changes.receiver_count() > 0 {
+            let _ = self.run_changes.send(run_id.into());
         }
     }
 
@@ -326,10 +346,12 @@ impl Store {
         })
     }
 
-    /// Active experiments with their run counts and last activity, newest first.
+    /// Experiments with their run counts and last activity, newest first:
+    /// the active ones, or (`archived`) the deleted ones.
     pub async fn list_experiments(
         &self,
         viewer: &Viewer,
+        archived: bool,
     ) -> Result<Vec<ExperimentSummary>, StoreError> {
         #[derive(FromQueryResult)]
         struct Row {
@@ -346,10 +368,11 @@ impl Store {
             "SELECT e.id, e.name, e.lifecycle_stage, e.last_update_time, \
              COUNT(r.id) AS runs, MAX(r.start_time) AS last_run_start \
              FROM experiments e LEFT JOIN runs r \
-             ON r.experiment_id = e.id AND r.lifecycle_stage = 'active'",
+             ON r.experiment_id = e.id AND r.lifecycle_stage = e.lifecycle_stage",
         );
         viewer.restrict(&mut sql, "r.user_id", "r.team_id", None);
-        sql.push(" WHERE e.lifecycle_stage = 'active'");
+        sql.push(" WHERE e.lifecycle_stage = ")
+            .bind(if archived { "deleted" } else { "active" });
         viewer.restrict(&mut sql, "e.owner_id", "e.team_id", Some("e.id = 0"));
         sql.push(" GROUP BY e.id, e.name, e.lifecycle_stage, e.last_update_time");
         let rows = Row::find_by_statement(sql.build()).all(&self.db).await?;

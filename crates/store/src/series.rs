@@ -35,17 +35,10 @@ pub struct HistoryPage {
     pub more: bool,
 }
 
-/// The x-axis of a chart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum XAxis {
-    #[default]
-    Step,
-    /// Milliseconds since the Unix epoch.
-    Wall,
-    /// Milliseconds since `origin` (the run's start).
-    Relative,
-}
+pub use trainyard_domain::explorer::XAxis;
+
+/// Series read at once by one chart request.
+const PARALLEL_SERIES: usize = 4;
 
 /// What a chart asks of one series.
 #[derive(Debug, Clone, Copy)]
@@ -400,6 +393,83 @@ impl Store {
                 overflow = true;
             }
         }
+    }
+
+    /// Every (run, key) series of a chart request, downsampled, in the order
+    /// asked: runs, then keys. Series are read a few at a time, each in its
+    /// own task, so decoding uses every core. Runs that do not exist are
+    /// skipped; the caller checks who may read them.
+    pub async fn downsample_many(
+        &self,
+        run_ids: &[String],
+        keys: &[String],
+        axis: XAxis,
+        x_min: Option<f64>,
+        x_max: Option<f64>,
+        budget: usize,
+    ) -> Result<Vec<(String, String, Downsampled)>, StoreError> {
+        use futures::StreamExt;
+        let runs = self.load_runs(run_ids).await?;
+        let mut wanted = Vec::with_capacity(runs.len() * keys.len());
+        for run in &runs {
+            let query = SeriesQuery {
+                axis,
+                origin: run.info.start_time,
+                x_min,
+                x_max,
+                budget,
+            };
+            for key in keys {
+                wanted.push((run.info.run_id.clone(), key.clone(), query));
+            }
+        }
+        let tasks = wanted.into_iter().map(|(run_id, key, query)| {
+            let store = self.clone();
+            tokio::spawn(async move {
+                let series = store.downsample_series(&run_id, &key, query).await;
+                (run_id, key, series)
+            })
+        });
+        let mut results = futures::stream::iter(tasks).buffered(PARALLEL_SERIES);
+        let mut out = Vec::new();
+        while let Some(joined) = results.next().await {
+            let (run_id, key, series) = joined
+                .map_err(|e| StoreError::Rejected(format!("reading a series failed: {e}")))?;
+            out.push((run_id, key, series?));
+        }
+        Ok(out)
+    }
+
+    /// A chart request answered in the explorer's form.
+    pub async fn chart_series(
+        &self,
+        request: &trainyard_domain::explorer::SeriesRequest,
+    ) -> Result<Vec<trainyard_domain::explorer::SeriesData>, StoreError> {
+        let budget = request.check().map_err(StoreError::Rejected)?;
+        let series = self
+            .downsample_many(
+                &request.run_ids,
+                &request.keys,
+                request.x_axis,
+                request.x_min,
+                request.x_max,
+                budget,
+            )
+            .await?;
+        let finite = |v: Option<f64>| v.filter(|v| v.is_finite());
+        Ok(series
+            .into_iter()
+            .map(|(run_id, key, s)| trainyard_domain::explorer::SeriesData {
+                run_id,
+                key,
+                total_points: s.total_points,
+                in_range: s.in_range,
+                x: s.buckets.iter().map(|b| b.x).collect(),
+                y: s.buckets.iter().map(|b| finite(b.y)).collect(),
+                min: s.buckets.iter().map(|b| finite(b.min)).collect(),
+                max: s.buckets.iter().map(|b| finite(b.max)).collect(),
+            })
+            .collect())
     }
 
     /// One series downsampled for a chart. Chunks outside the range are

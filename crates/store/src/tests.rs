@@ -96,7 +96,10 @@ async fn overview_counts_what_is_stored() {
         .find(|(s, _)| *s == JobState::Queued);
     assert_eq!(queued, Some(&(JobState::Queued, 2)));
 
-    let experiments = store.list_experiments(&Viewer::Everyone).await.unwrap();
+    let experiments = store
+        .list_experiments(&Viewer::Everyone, false)
+        .await
+        .unwrap();
     let mnist = experiments.iter().find(|e| e.name == "mnist").unwrap();
     assert_eq!(mnist.runs, 3);
     assert_eq!(
@@ -134,7 +137,7 @@ async fn experiment_names_are_unique_and_validated() {
     }
     assert_eq!(
         store
-            .list_experiments(&Viewer::Everyone)
+            .list_experiments(&Viewer::Everyone, false)
             .await
             .unwrap()
             .len(),

@@ -635,6 +635,7 @@ impl Store {
             .await?;
         }
         txn.commit().await?;
+        self.run_changed(run_id);
         Ok(self.get_run(run_id).await?.info)
     }
 
@@ -647,6 +648,7 @@ impl Store {
             .push(" WHERE id = ")
             .bind(run_id.to_owned());
         self.connection().execute_raw(sql.build()).await?;
+        self.run_changed(run_id);
         Ok(())
     }
 
@@ -676,6 +678,7 @@ impl Store {
         if !metrics.is_empty() {
             self.mark_small_chunks(run_id, metrics);
         }
+        self.run_changed(run_id);
         Ok(())
     }
 
@@ -829,6 +832,7 @@ impl Store {
                 "No tag with name: {key} in run with id {run_id}"
             )));
         }
+        self.run_changed(run_id);
         Ok(())
     }
 
@@ -917,15 +921,7 @@ impl Store {
                 ));
             }
         }
-        sql.push(" WHERE r.experiment_id IN ")
-            .bind_list(experiment_ids.iter().copied())
-            .push(" AND r.lifecycle_stage IN ")
-            .bind_list(view.stages().iter().map(|s| s.to_string()));
-        viewer.restrict(&mut sql, "r.user_id", "r.team_id", None);
-        if let Some(expr) = filter_expr {
-            sql.push(" AND ");
-            filter(&mut sql, expr, Scope::Runs);
-        }
+        runs_where(&mut sql, experiment_ids, filter_expr, view, viewer);
         if !orders_start_time {
             terms.push("r.start_time DESC".to_owned());
         }
@@ -941,6 +937,88 @@ impl Store {
             .map(|row| get(row, "id"))
             .collect::<Result<_, _>>()?;
         self.load_runs(&ids).await
+    }
+
+    /// How many runs a search with this filter finds (for the explorer's
+    /// scroll bar and "N runs").
+    pub async fn count_runs(
+        &self,
+        experiment_ids: &[i64],
+        filter_expr: Option<&Expr>,
+        view: ViewType,
+        viewer: &Viewer,
+    ) -> Result<u64, StoreError> {
+        if experiment_ids.is_empty() {
+            return Ok(0);
+        }
+        let mut sql = self.sql();
+        sql.push("SELECT COUNT(*) AS n FROM runs r");
+        runs_where(&mut sql, experiment_ids, filter_expr, view, viewer);
+        let row = self.connection().query_one_raw(sql.build()).await?;
+        let n: i64 = match row {
+            Some(row) => get(&row, "n")?,
+            None => 0,
+        };
+        Ok(n.max(0) as u64)
+    }
+
+    /// The metric, param and tag keys that the runs of an experiment use
+    /// (those the viewer sees), sorted; at most `limit` of each kind. The
+    /// explorer offers them as columns.
+    pub async fn run_keys(
+        &self,
+        experiment_id: i64,
+        viewer: &Viewer,
+        limit: u64,
+    ) -> Result<RunKeys, StoreError> {
+        let mut keys = RunKeys::default();
+        for (table, out) in [
+            ("latest_metrics", &mut keys.metrics),
+            ("params", &mut keys.params),
+            ("tags", &mut keys.tags),
+        ] {
+            let mut sql = self.sql();
+            sql.push(&format!(
+                "SELECT DISTINCT k.key FROM {table} k JOIN runs r ON r.id = k.run_id \
+                 WHERE r.experiment_id = "
+            ))
+            .bind(experiment_id)
+            .push(" AND r.lifecycle_stage = 'active'");
+            viewer.restrict(&mut sql, "r.user_id", "r.team_id", None);
+            sql.push(" ORDER BY k.key LIMIT ").bind(limit as i64);
+            for row in self.connection().query_all_raw(sql.build()).await? {
+                out.push(get(&row, "key")?);
+            }
+        }
+        Ok(keys)
+    }
+}
+
+/// The keys the runs of an experiment use, by kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunKeys {
+    pub metrics: Vec<String>,
+    pub params: Vec<String>,
+    pub tags: Vec<String>,
+}
+
+/// The condition of a run search: experiments, lifecycle stages, what the
+/// viewer may see, and the filter.
+fn runs_where(
+    sql: &mut Sql,
+    experiment_ids: &[i64],
+    filter_expr: Option<&Expr>,
+    view: ViewType,
+    viewer: &Viewer,
+) {
+    sql.push(" WHERE r.experiment_id IN ")
+        .bind_list(experiment_ids.iter().copied())
+        .push(" AND r.lifecycle_stage IN ")
+        .bind_list(view.stages().iter().map(|s| s.to_string()));
+    viewer.restrict(sql, "r.user_id", "r.team_id", None);
+    if let Some(expr) = filter_expr {
+        sql.push(" AND ");
+        filter(sql, expr, Scope::Runs);
     }
 }
 

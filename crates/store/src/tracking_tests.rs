@@ -431,3 +431,85 @@ async fn the_default_experiment_is_dated_when_created() {
     );
     assert_eq!(default.creation_time, default.last_update_time);
 }
+
+#[tokio::test]
+async fn runs_are_counted_keyed_and_followed() {
+    let (_db, store) = store().await;
+    let exp = store
+        .create_experiment_with("counted", None, &[], Owner::default())
+        .await
+        .unwrap();
+    let mut changes = store.run_changes();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let id = new_run(&store, exp, &format!("r{i}")).await;
+        let lr = if i % 2 == 0 { "0.1" } else { "0.01" };
+        store
+            .log_batch(
+                &id,
+                &[metric("loss", 0, 1, i as f64)],
+                &[kv("lr", lr)],
+                &[kv("team", "cv")],
+            )
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    // Each logged batch told the followers which run changed.
+    for id in &ids {
+        assert_eq!(&*changes.try_recv().unwrap(), id.as_str());
+    }
+    assert!(
+        changes.try_recv().is_err(),
+        "creating a run is no change to follow"
+    );
+    store
+        .update_run(&ids[0], Some("FINISHED"), Some(5), None)
+        .await
+        .unwrap();
+    assert_eq!(&*changes.try_recv().unwrap(), ids[0].as_str());
+
+    let everything = store
+        .count_runs(&[exp], None, ViewType::ActiveOnly, &Viewer::Everyone)
+        .await
+        .unwrap();
+    assert_eq!(everything, 5);
+    let filter = parse_filter("params.lr = '0.1' OR metrics.loss >= 3", Scope::Runs)
+        .unwrap()
+        .unwrap();
+    let matched = store
+        .count_runs(
+            &[exp],
+            Some(&filter),
+            ViewType::ActiveOnly,
+            &Viewer::Everyone,
+        )
+        .await
+        .unwrap();
+    assert_eq!(matched, 4, "r0, r2, r4 by lr and r3 by loss");
+    let stranger = Viewer::Member {
+        user_id: 999,
+        teams: vec![],
+    };
+    assert_eq!(
+        store
+            .count_runs(&[exp], None, ViewType::ActiveOnly, &stranger)
+            .await
+            .unwrap(),
+        0,
+        "runs the viewer may not see are not counted"
+    );
+
+    let keys = store.run_keys(exp, &Viewer::Everyone, 10).await.unwrap();
+    assert_eq!(keys.metrics, ["loss"]);
+    assert_eq!(keys.params, ["lr"]);
+    assert!(keys.tags.contains(&"team".to_owned()));
+    assert!(
+        store
+            .run_keys(exp, &stranger, 10)
+            .await
+            .unwrap()
+            .params
+            .is_empty()
+    );
+}

@@ -1,0 +1,440 @@
+//! The explorer's server functions: experiments, pages of runs, a run's
+//! details, comparisons and chart series. Every one checks who may see what
+//! through the store's helpers, like the MLflow API does.
+
+use leptos::prelude::*;
+use leptos::server_fn::codec::Json;
+use trainyard_domain::ExperimentSummary;
+use trainyard_domain::explorer::{
+    CompareRun, ExperimentView, RunDetail, RunsPage, SeriesData, SeriesRequest,
+};
+
+use crate::error::AppError;
+
+#[cfg(feature = "ssr")]
+use crate::api::{caller, store};
+
+/// Where the server keeps artifacts (`<root>/<experiment>/<run>/artifacts`).
+#[cfg(feature = "ssr")]
+#[derive(Debug, Clone)]
+pub struct ArtifactRoot(pub std::path::PathBuf);
+
+/// Answers 400: the request was wrong.
+#[cfg(feature = "ssr")]
+fn bad_request() {
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        response.set_status(http::StatusCode::BAD_REQUEST);
+    }
+}
+
+/// Input that breaks a rule: a 400 naming the field.
+#[cfg(feature = "ssr")]
+fn invalid(field: &str, message: impl Into<String>) -> AppError {
+    bad_request();
+    AppError::Invalid(trainyard_domain::FieldError::new(field, message))
+}
+
+/// Most artifacts the run page lists.
+#[cfg(feature = "ssr")]
+const MAX_ARTIFACTS: usize = 1000;
+
+/// Experiments the caller sees: the active ones, or the archived ones.
+#[server(endpoint = "list_experiments")]
+pub async fn list_experiments(
+    #[server(default)] archived: bool,
+) -> Result<Vec<ExperimentSummary>, AppError> {
+    let viewer = trainyard_store::Viewer::of(&caller()?.user);
+    Ok(store()?.list_experiments(&viewer, archived).await?)
+}
+
+#[server(endpoint = "create_experiment")]
+pub async fn create_experiment(name: String) -> Result<i64, AppError> {
+    let owner = caller()?.user.as_owner();
+    Ok(store()?.create_experiment(&name, owner).await?)
+}
+
+#[server(endpoint = "rename_experiment")]
+pub async fn rename_experiment(id: i64, name: String) -> Result<(), AppError> {
+    let user = caller()?.user;
+    let store = store()?;
+    store
+        .experiment_as(&user, id, trainyard_store::Access::Change)
+        .await?;
+    let name = trainyard_domain::validate_experiment_name(&name)
+        .map_err(|e| invalid(&e.field, e.message))?;
+    Ok(store.rename_experiment(id, &name).await?)
+}
+
+/// Archives an experiment with its runs (MLflow's delete), or restores it.
+#[server(endpoint = "archive_experiment")]
+pub async fn archive_experiment(id: i64, archived: bool) -> Result<(), AppError> {
+    let user = caller()?.user;
+    let store = store()?;
+    store
+        .experiment_as(&user, id, trainyard_store::Access::Change)
+        .await?;
+    if id == trainyard_store::DEFAULT_EXPERIMENT {
+        return Err(invalid(
+            "id",
+            "the Default experiment holds everyone's unfiled runs; it cannot be archived",
+        ));
+    }
+    Ok(store.set_experiment_deleted(id, archived).await?)
+}
+
+/// An experiment with its run count, and the keys its runs use.
+#[server(endpoint = "get_experiment_view")]
+pub async fn get_experiment_view(id: i64) -> Result<ExperimentView, AppError> {
+    use trainyard_domain::explorer::{Keys, MAX_KEYS};
+    use trainyard_domain::tracking::ViewType;
+    let user = caller()?.user;
+    let store = store()?;
+    store
+        .experiment_as(&user, id, trainyard_store::Access::Read)
+        .await?;
+    let experiment = store.get_experiment(id).await?;
+    let viewer = trainyard_store::Viewer::of(&user);
+    let view = if experiment.lifecycle_stage == "active" {
+        ViewType::ActiveOnly
+    } else {
+        ViewType::DeletedOnly
+    };
+    let runs = store.count_runs(&[id], None, view, &viewer).await?;
+    let keys = store.run_keys(id, &viewer, MAX_KEYS).await?;
+    let may_change = store
+        .experiment_as(&user, id, trainyard_store::Access::Change)
+        .await
+        .is_ok()
+        && id != trainyard_store::DEFAULT_EXPERIMENT;
+    Ok(ExperimentView {
+        summary: ExperimentSummary {
+            id,
+            name: experiment.name,
+            lifecycle_stage: experiment.lifecycle_stage,
+            runs,
+            last_activity: experiment.last_update_time,
+        },
+        may_change,
+        keys: Keys {
+            metrics: keys.metrics,
+            params: keys.params,
+            tags: keys.tags,
+        },
+    })
+}
+
+/// Rows `offset..offset + PAGE_ROWS` of an experiment's runs that match the
+/// query, sorted, with the cells of the columns asked for. A query that does
+/// not parse answers where it went wrong.
+#[server(endpoint = "list_runs_page", input = Json)]
+pub async fn list_runs_page(
+    experiment_id: i64,
+    query: String,
+    sort: Option<String>,
+    columns: Option<Vec<String>>,
+    offset: u64,
+) -> Result<RunsPage, AppError> {
+    use trainyard_domain::explorer::{Cell, Column, MAX_COLUMNS, PAGE_ROWS, RunRow, Sort};
+    use trainyard_domain::query::{Scope, parse_filter};
+    use trainyard_domain::tracking::ViewType;
+    let user = caller()?.user;
+    let store = store()?;
+    store
+        .experiment_as(&user, experiment_id, trainyard_store::Access::Read)
+        .await?;
+    if query.chars().count() > trainyard_domain::explorer::MAX_QUERY_CHARS {
+        bad_request();
+        return Err(AppError::Query(trainyard_domain::query::QueryError {
+            position: trainyard_domain::explorer::MAX_QUERY_CHARS,
+            message: format!(
+                "the query is longer than {} characters; shorten it",
+                trainyard_domain::explorer::MAX_QUERY_CHARS
+            ),
+        }));
+    }
+    let filter = parse_filter(&query, Scope::Runs).map_err(|e| {
+        bad_request();
+        AppError::Query(e)
+    })?;
+    let viewer = trainyard_store::Viewer::of(&user);
+    let columns: Vec<String> = match columns {
+        Some(list) => list.into_iter().filter(|c| !c.is_empty()).collect(),
+        None => {
+            use trainyard_domain::explorer::{DEFAULT_METRIC_COLUMNS, DEFAULT_PARAM_COLUMNS};
+            let keys = store
+                .run_keys(
+                    experiment_id,
+                    &viewer,
+                    DEFAULT_METRIC_COLUMNS.max(DEFAULT_PARAM_COLUMNS) as u64,
+                )
+                .await?;
+            let metrics = keys.metrics.into_iter().take(DEFAULT_METRIC_COLUMNS);
+            let params = keys.params.into_iter().take(DEFAULT_PARAM_COLUMNS);
+            metrics
+                .map(|k| Column::Metric(k).name())
+                .chain(params.map(|k| Column::Param(k).name()))
+                .collect()
+        }
+    };
+    if columns.len() > MAX_COLUMNS {
+        return Err(invalid(
+            "columns",
+            format!("at most {MAX_COLUMNS} columns; hide some"),
+        ));
+    }
+    let parsed: Vec<Column> = columns
+        .iter()
+        .map(|c| {
+            Column::parse(c).ok_or_else(|| {
+                invalid(
+                    "columns",
+                    format!("`{c}` is not a column; use metrics.KEY, params.KEY or tags.KEY"),
+                )
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let order = match sort.as_deref().filter(|s| !s.is_empty()) {
+        Some(text) => vec![
+            Sort::parse(text)
+                .and_then(|s| s.order_by())
+                .ok_or_else(|| invalid("sort", format!("cannot sort by `{text}`")))?,
+        ],
+        None => Vec::new(),
+    };
+    let experiment = store.get_experiment(experiment_id).await?;
+    let view = if experiment.lifecycle_stage == "active" {
+        ViewType::ActiveOnly
+    } else {
+        ViewType::DeletedOnly
+    };
+    let total = store
+        .count_runs(&[experiment_id], filter.as_ref(), view, &viewer)
+        .await?;
+    let runs = store
+        .search_runs(
+            &[experiment_id],
+            filter.as_ref(),
+            &order,
+            view,
+            PAGE_ROWS,
+            offset,
+            &viewer,
+        )
+        .await?;
+    let rows = runs
+        .into_iter()
+        .map(|run| {
+            let cells = parsed
+                .iter()
+                .map(|column| match column {
+                    Column::Metric(k) => run
+                        .metrics
+                        .iter()
+                        .find(|m| &m.key == k)
+                        .map(|m| Cell::metric(m.point.value)),
+                    Column::Param(k) => run
+                        .params
+                        .iter()
+                        .find(|(key, _)| key == k)
+                        .map(|(_, v)| Cell::Text(v.clone())),
+                    Column::Tag(k) => run
+                        .tags
+                        .iter()
+                        .find(|(key, _)| key == k)
+                        .map(|(_, v)| Cell::Text(v.clone())),
+                })
+                .collect();
+            RunRow {
+                run_id: run.info.run_id,
+                experiment_id: run.info.experiment_id,
+                name: run.info.run_name,
+                status: run.info.status,
+                user: run.info.user_id,
+                start_time: run.info.start_time,
+                end_time: run.info.end_time,
+                cells,
+            }
+        })
+        .collect();
+    Ok(RunsPage {
+        total,
+        offset,
+        columns,
+        rows,
+    })
+}
+
+/// A run with its latest metric values, params, tags and artifacts.
+#[server(endpoint = "get_run_detail")]
+pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
+    use trainyard_domain::explorer::{Cell, LatestValue};
+    let user = caller()?.user;
+    let store = store()?;
+    store
+        .run_as(&user, &run_id, trainyard_store::Access::Read)
+        .await?;
+    let run = store.get_run(&run_id).await?;
+    let experiment = store.get_experiment(run.info.experiment_id).await?;
+    let job_id = run
+        .tags
+        .iter()
+        .find(|(k, _)| k == "trainyard.job_id")
+        .and_then(|(_, v)| v.parse().ok());
+    let root = use_context::<ArtifactRoot>()
+        .ok_or_else(|| AppError::Internal("the artifact folder is not wired in".to_owned()))?;
+    let folder = root
+        .0
+        .join(run.info.experiment_id.to_string())
+        .join(&run.info.run_id)
+        .join("artifacts");
+    let (artifacts, artifacts_truncated) = list_artifacts(folder).await;
+    let mut metrics: Vec<LatestValue> = run
+        .metrics
+        .iter()
+        .map(|m| LatestValue {
+            key: m.key.clone(),
+            value: Cell::metric(m.point.value),
+            step: m.point.step,
+            timestamp: m.point.timestamp,
+        })
+        .collect();
+    metrics.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut params = run.params;
+    params.sort();
+    let tags = user_tags(run.tags);
+    Ok(RunDetail {
+        run_id: run.info.run_id,
+        experiment_id: run.info.experiment_id,
+        experiment_name: experiment.name,
+        name: run.info.run_name,
+        status: run.info.status,
+        user: run.info.user_id,
+        start_time: run.info.start_time,
+        end_time: run.info.end_time,
+        lifecycle_stage: run.info.lifecycle_stage,
+        job_id,
+        metrics,
+        params,
+        tags,
+        artifacts,
+        artifacts_truncated,
+    })
+}
+
+/// A run's own tags, sorted: without MLflow's (`mlflow.*`) and ours
+/// (`trainyard.*`), which the pages show in their own places.
+#[cfg(feature = "ssr")]
+fn user_tags(tags: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut tags: Vec<(String, String)> = tags
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("mlflow.") && !k.starts_with("trainyard."))
+        .collect();
+    tags.sort();
+    tags
+}
+
+/// The files under a run's artifact folder, depth first, sorted; folders
+/// are listed too. Stops at [`MAX_ARTIFACTS`] entries.
+#[cfg(feature = "ssr")]
+async fn list_artifacts(
+    folder: std::path::PathBuf,
+) -> (Vec<trainyard_domain::explorer::Artifact>, bool) {
+    use trainyard_domain::explorer::Artifact;
+    let mut out = Vec::new();
+    let mut stack = vec![(folder.clone(), String::new())];
+    let mut truncated = false;
+    while let Some((dir, prefix)) = stack.pop() {
+        let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
+            continue;
+        };
+        let mut here = Vec::new();
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".upload-") {
+                continue;
+            }
+            // Links are not followed: an artifact stays inside its folder.
+            let Ok(meta) = tokio::fs::symlink_metadata(entry.path()).await else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                continue;
+            }
+            here.push((name, meta.is_dir(), meta.len(), entry.path()));
+        }
+        here.sort_by(|a, b| b.0.cmp(&a.0));
+        for (name, is_dir, size, path) in here.into_iter().rev() {
+            if out.len() >= MAX_ARTIFACTS {
+                truncated = true;
+                break;
+            }
+            let rel = format!("{prefix}{name}");
+            if is_dir {
+                stack.push((path, format!("{rel}/")));
+            }
+            out.push(Artifact {
+                path: rel,
+                is_dir,
+                size: if is_dir { 0 } else { size },
+            });
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    (out, truncated)
+}
+
+/// Runs to compare, in the order asked, with their params, tags and latest
+/// metric values.
+#[server(endpoint = "compare_runs", input = Json)]
+pub async fn compare_runs(run_ids: Vec<String>) -> Result<Vec<CompareRun>, AppError> {
+    use trainyard_domain::explorer::{Cell, MAX_COMPARE};
+    if run_ids.is_empty() || run_ids.len() > MAX_COMPARE {
+        return Err(invalid(
+            "runs",
+            format!("select 1 to {MAX_COMPARE} runs to compare"),
+        ));
+    }
+    let user = caller()?.user;
+    let store = store()?;
+    store.runs_readable(&user, &run_ids).await?;
+    let runs = store.load_runs(&run_ids).await?;
+    Ok(runs
+        .into_iter()
+        .map(|run| {
+            let mut metrics: Vec<(String, Cell)> = run
+                .metrics
+                .iter()
+                .map(|m| (m.key.clone(), Cell::metric(m.point.value)))
+                .collect();
+            metrics.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut params = run.params;
+            params.sort();
+            let tags = user_tags(run.tags);
+            CompareRun {
+                run_id: run.info.run_id,
+                experiment_id: run.info.experiment_id,
+                name: run.info.run_name,
+                status: run.info.status,
+                start_time: run.info.start_time,
+                metrics,
+                params,
+                tags,
+            }
+        })
+        .collect())
+}
+
+/// Chart series, downsampled on the server (see `/api/trainyard/v1/series`).
+#[server(endpoint = "chart_series", input = Json)]
+pub async fn chart_series(request: SeriesRequest) -> Result<Vec<SeriesData>, AppError> {
+    let user = caller()?.user;
+    let store = store()?;
+    if request.run_ids.len() > trainyard_domain::explorer::SERIES_MAX_RUNS {
+        return Err(invalid(
+            "run_ids",
+            request.check().err().unwrap_or_default(),
+        ));
+    }
+    store.runs_readable(&user, &request.run_ids).await?;
+    Ok(store.chart_series(&request).await?)
+}

@@ -1,0 +1,710 @@
+//! `/compare?run=A&run=B…`: selected runs side by side. An overlay chart
+//! per chosen metric (axis, smoothing, log scale, zoom, hover readout,
+//! legend to hide runs, grouping by a param or tag with the group's mean and
+//! min–max band), the params that differ, parallel coordinates and a
+//! param-vs-metric scatter. The view is in the URL.
+
+use std::collections::HashSet;
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::NavigateOptions;
+use leptos_router::hooks::{use_navigate, use_query_map};
+use leptos_router::params::ParamsMap;
+use trainyard_domain::explorer::{Column, CompareRun, XAxis, group_runs};
+
+use super::api::compare_runs;
+use super::chart::{ChartOptions, Groups, Line, MetricChart, swatch, themed};
+use super::run::ChartControls;
+use super::{query_string, toggled};
+use crate::error::AppError;
+use crate::pages::ErrorNote;
+
+/// Charts shown when the URL names no metric.
+const DEFAULT_METRICS: usize = 4;
+/// Params on the parallel coordinates when the URL names none.
+const DEFAULT_AXES: usize = 6;
+
+/// The comparison's view as the URL holds it.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct CompareState {
+    runs: Vec<String>,
+    /// None: the first few metrics.
+    metrics: Option<Vec<String>>,
+    options: ChartOptions,
+    group: Option<String>,
+    hide_identical: bool,
+    /// Params on the parallel coordinates; None: those that differ.
+    axes: Option<Vec<String>>,
+    /// The metric of the parallel coordinates and the scatter.
+    metric: Option<String>,
+    /// The scatter's param.
+    scatter: Option<String>,
+}
+
+impl CompareState {
+    fn from_query(map: &ParamsMap) -> CompareState {
+        let list = |key: &str| -> Option<Vec<String>> {
+            map.get_all(key)
+                .map(|l| l.into_iter().filter(|v| !v.is_empty()).collect())
+        };
+        let mut runs: Vec<String> = Vec::new();
+        for r in list("run").unwrap_or_default() {
+            if !runs.contains(&r) {
+                runs.push(r);
+            }
+        }
+        CompareState {
+            runs,
+            metrics: list("metric"),
+            options: ChartOptions {
+                x_axis: map
+                    .get("x")
+                    .and_then(|x| XAxis::parse(&x))
+                    .unwrap_or_default(),
+                smoothing: map
+                    .get("smooth")
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .filter(|s| s.is_finite())
+                    .unwrap_or(0.0)
+                    .clamp(0.0, 0.99),
+                log_y: map.get("log").is_some_and(|v| v == "1"),
+            },
+            group: map.get("group").filter(|g| Column::parse(g).is_some()),
+            hide_identical: map.get("same").is_some_and(|v| v == "hide"),
+            axes: list("axis"),
+            metric: map.get("m").filter(|m| !m.is_empty()),
+            scatter: map.get("sx").filter(|m| !m.is_empty()),
+        }
+    }
+
+    fn to_query(&self) -> String {
+        let smooth = format!("{:.2}", self.options.smoothing);
+        let mut pairs: Vec<(&str, &str)> = self.runs.iter().map(|r| ("run", r.as_str())).collect();
+        if let Some(metrics) = &self.metrics {
+            if metrics.is_empty() {
+                pairs.push(("metric", ""));
+            }
+            pairs.extend(metrics.iter().map(|m| ("metric", m.as_str())));
+        }
+        if self.options.x_axis != XAxis::Step {
+            pairs.push(("x", self.options.x_axis.as_str()));
+        }
+        if self.options.smoothing > 0.0 {
+            pairs.push(("smooth", &smooth));
+        }
+        if self.options.log_y {
+            pairs.push(("log", "1"));
+        }
+        if let Some(g) = &self.group {
+            pairs.push(("group", g));
+        }
+        if self.hide_identical {
+            pairs.push(("same", "hide"));
+        }
+        if let Some(axes) = &self.axes {
+            if axes.is_empty() {
+                pairs.push(("axis", ""));
+            }
+            pairs.extend(axes.iter().map(|a| ("axis", a.as_str())));
+        }
+        if let Some(m) = &self.metric {
+            pairs.push(("m", m));
+        }
+        if let Some(s) = &self.scatter {
+            pairs.push(("sx", s));
+        }
+        format!("/compare{}", query_string(pairs))
+    }
+}
+
+fn union_keys<'a>(lists: impl Iterator<Item = &'a [(String, impl Sized + 'a)]>) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for list in lists {
+        for (k, _) in list {
+            if !keys.contains(k) {
+                keys.push(k.clone());
+            }
+        }
+    }
+    keys.sort();
+    keys
+}
+
+/// Params whose value is not the same in every run.
+fn differing_params(runs: &[CompareRun], keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .filter(|k| {
+            let column = Column::Param((*k).clone());
+            let first = runs.first().and_then(|r| r.value_of(&column));
+            runs.iter().any(|r| r.value_of(&column) != first)
+        })
+        .cloned()
+        .collect()
+}
+
+#[component]
+pub fn ComparePage() -> impl IntoView {
+    let query = use_query_map();
+    let state = Memo::new(move |_| CompareState::from_query(&query.read()));
+    let runs_key = Memo::new(move |_| state.get().runs);
+    let runs = Resource::new(
+        move || runs_key.get(),
+        |ids| async move {
+            if ids.is_empty() {
+                Err(AppError::NotFound(
+                    "no runs chosen: select runs in an experiment's table, then Compare".to_owned(),
+                ))
+            } else {
+                compare_runs(ids).await
+            }
+        },
+    );
+    view! {
+        <Title text="Compare runs"/>
+        <section class="page-head"><h1>"Compare runs"</h1></section>
+        <Suspense fallback=|| view! { <p class="muted">"Loading runs…"</p> }>
+            {move || Suspend::new(async move {
+                match runs.await {
+                    Ok(list) => view! { <Comparison runs=list state/> }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn Comparison(runs: Vec<CompareRun>, state: Memo<CompareState>) -> impl IntoView {
+    let navigate = use_navigate();
+    let go = move |next: CompareState| {
+        navigate(
+            &next.to_query(),
+            NavigateOptions {
+                replace: true,
+                scroll: false,
+                ..Default::default()
+            },
+        );
+    };
+    let metric_keys = union_keys(runs.iter().map(|r| r.metrics.as_slice()));
+    let param_keys = union_keys(runs.iter().map(|r| r.params.as_slice()));
+    let tag_keys = union_keys(runs.iter().map(|r| r.tags.as_slice()));
+    let differing = differing_params(&runs, &param_keys);
+    let runs = StoredValue::new(runs);
+    let hidden: RwSignal<HashSet<String>> = RwSignal::new(HashSet::new());
+
+    // Controls edit a signal; the URL follows it.
+    let options = RwSignal::new(state.get_untracked().options);
+    {
+        let go = go.clone();
+        Effect::new(move |_| {
+            let o = options.get();
+            let s = state.get_untracked();
+            if s.options != o {
+                go(CompareState { options: o, ..s });
+            }
+        });
+    }
+
+    let lines = Signal::derive(move || {
+        let hidden = hidden.get();
+        runs.with_value(|runs| {
+            runs.iter()
+                .enumerate()
+                .filter(|(_, r)| !hidden.contains(&r.run_id))
+                .map(|(i, r)| Line {
+                    run_id: r.run_id.clone(),
+                    label: r.name.clone(),
+                    color: i,
+                })
+                .collect::<Vec<_>>()
+        })
+    });
+    let group = Signal::derive(move || {
+        let by = state.get().group?;
+        let column = Column::parse(&by)?;
+        let groups: Groups = runs.with_value(|r| group_runs(r, &column));
+        Some((by, groups))
+    });
+    let chosen_metrics = {
+        let metric_keys = metric_keys.clone();
+        Memo::new(move |_| {
+            state
+                .get()
+                .metrics
+                .unwrap_or_else(|| metric_keys.iter().take(DEFAULT_METRICS).cloned().collect())
+        })
+    };
+
+    let toggle_metric = {
+        let go = go.clone();
+        move |key: String| {
+            let list = toggled(chosen_metrics.get_untracked(), key);
+            go(CompareState {
+                metrics: Some(list),
+                ..state.get_untracked()
+            });
+        }
+    };
+    let set_group = {
+        let go = go.clone();
+        move |value: String| {
+            let s = state.get_untracked();
+            go(CompareState {
+                group: Some(value).filter(|v| !v.is_empty()),
+                ..s
+            });
+        }
+    };
+
+    let group_choices: Vec<String> = param_keys
+        .iter()
+        .map(|k| Column::Param(k.clone()).name())
+        .chain(tag_keys.iter().map(|k| Column::Tag(k.clone()).name()))
+        .collect();
+
+    view! {
+        <ul class="legend" data-testid="legend" aria-label="Runs; click one to hide or show it">
+            {runs.with_value(|runs| runs.iter().enumerate().map(|(i, r)| {
+                let id = r.run_id.clone();
+                let shown = {
+                    let id = id.clone();
+                    Signal::derive(move || !hidden.with(|h| h.contains(&id)))
+                };
+                view! {
+                    <li>
+                        <button type="button" class="legend-entry" aria-pressed=move || shown.get().to_string()
+                            data-run=id.clone() class:off=move || !shown.get()
+                            on:click={
+                                let id = id.clone();
+                                move |_| hidden.update(|h| { if !h.remove(&id) { h.insert(id.clone()); } })
+                            }>
+                            <span class="swatch" style=format!("background:{}", swatch(i))></span>
+                            {r.name.clone()}
+                        </button>
+                        " "
+                        <a class="muted" href=format!("/experiments/{}/runs/{}", r.experiment_id, r.run_id)>"open"</a>
+                    </li>
+                }
+            }).collect_view())}
+        </ul>
+        <div class="compare-controls">
+            <ChartControls options/>
+            <label>"group by "
+                <select data-testid="group-by" on:change=move |ev| set_group(event_target_value(&ev))>
+                    <option value="" selected=move || state.get().group.is_none()>"(no grouping)"</option>
+                    {group_choices.into_iter().map(|c| {
+                        let value = c.clone();
+                        let label = c.clone();
+                        view! { <option value=c selected=move || state.get().group.as_deref() == Some(value.as_str())>{label}</option> }
+                    }).collect_view()}
+                </select>
+            </label>
+            <details class="metric-picker">
+                <summary>"Metrics"</summary>
+                {metric_keys.iter().map(|k| {
+                    let key = k.clone();
+                    let checked = {
+                        let key = key.clone();
+                        move || chosen_metrics.get().contains(&key)
+                    };
+                    let toggle_metric = toggle_metric.clone();
+                    view! {
+                        <label class="check">
+                            <input type="checkbox" data-metric=key.clone() prop:checked=checked
+                                on:change={
+                                    let key = key.clone();
+                                    move |_| toggle_metric(key.clone())
+                                }/>
+                            {key.clone()}
+                        </label>
+                    }
+                }).collect_view()}
+            </details>
+        </div>
+        {metric_keys.is_empty().then(|| view! {
+            <p class="empty">"These runs have logged no metrics."</p>
+        })}
+        <div class="charts" data-testid="compare-charts">
+            <For each=move || chosen_metrics.get() key=|k| k.clone() let:key>
+                <MetricChart key lines group options=Signal::from(options) tick=Signal::derive(|| 0)/>
+            </For>
+        </div>
+        <ParamDiff runs param_keys=param_keys.clone() state go=go.clone()/>
+        <ParallelView runs param_keys differing metric_keys=metric_keys.clone() state go=go.clone()/>
+        <ScatterView runs metric_keys state go/>
+    }
+    .into_any()
+}
+
+/// The params of the runs side by side; differing rows stand out, and
+/// identical ones can be hidden.
+#[component]
+fn ParamDiff(
+    runs: StoredValue<Vec<CompareRun>>,
+    param_keys: Vec<String>,
+    state: Memo<CompareState>,
+    go: impl Fn(CompareState) + Clone + Send + Sync + 'static,
+) -> impl IntoView {
+    let rows: Vec<(String, Vec<Option<String>>, bool)> = runs.with_value(|runs| {
+        param_keys
+            .iter()
+            .map(|k| {
+                let column = Column::Param(k.clone());
+                let values: Vec<Option<String>> = runs
+                    .iter()
+                    .map(|r| r.value_of(&column).map(|c| c.display()))
+                    .collect();
+                let same = values.iter().all(|v| *v == values[0]);
+                (k.clone(), values, same)
+            })
+            .collect()
+    });
+    let identical = rows.iter().filter(|(_, _, same)| *same).count();
+    view! {
+        <section class="param-diff">
+            <div class="section-head">
+                <h2>"Parameters"</h2>
+                <label class="check">
+                    <input type="checkbox" data-testid="hide-identical" prop:checked=move || state.get().hide_identical
+                        on:change=move |ev| {
+                            let on = event_target_checked(&ev);
+                            go(CompareState { hide_identical: on, ..state.get_untracked() });
+                        }/>
+                    {format!("hide identical ({identical})")}
+                </label>
+            </div>
+            {if rows.is_empty() {
+                view! { <p class="muted">"These runs have no parameters."</p> }.into_any()
+            } else {
+                view! {
+                    <div class="table-wrap">
+                        <table class="table" data-testid="param-diff">
+                            <thead><tr>
+                                <th>"Param"</th>
+                                {runs.with_value(|runs| runs.iter().enumerate().map(|(i, r)| view! {
+                                    <th><span class="swatch" style=format!("background:{}", swatch(i))></span>{r.name.clone()}</th>
+                                }).collect_view())}
+                            </tr></thead>
+                            <tbody>
+                                {rows.into_iter().map(|(key, values, same)| view! {
+                                    <tr data-param=key.clone() class:differs=!same
+                                        class:hidden=move || same && state.get().hide_identical>
+                                        <th scope="row">{key.clone()}</th>
+                                        {values.into_iter().map(|v| view! {
+                                            <td>{v.unwrap_or_else(|| "–".to_owned())}</td>
+                                        }).collect_view()}
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }.into_any()
+            }}
+        </section>
+    }
+    .into_any()
+}
+
+/// Parallel coordinates over chosen params and one metric.
+#[component]
+fn ParallelView(
+    runs: StoredValue<Vec<CompareRun>>,
+    param_keys: Vec<String>,
+    differing: Vec<String>,
+    metric_keys: Vec<String>,
+    state: Memo<CompareState>,
+    go: impl Fn(CompareState) + Clone + Send + Sync + 'static,
+) -> impl IntoView {
+    let axes = {
+        let differing = differing.clone();
+        Memo::new(move |_| {
+            state
+                .get()
+                .axes
+                .unwrap_or_else(|| differing.iter().take(DEFAULT_AXES).cloned().collect())
+        })
+    };
+    let metric = {
+        let first = metric_keys.first().cloned();
+        Memo::new(move |_| state.get().metric.or_else(|| first.clone()))
+    };
+    let svg = Memo::new(move |_| {
+        let axes = axes.get();
+        let metric = metric.get();
+        runs.with_value(|runs| {
+            let mut columns: Vec<trainyard_charts::Column> = axes
+                .iter()
+                .map(|k| trainyard_charts::Column {
+                    name: k.clone(),
+                    values: runs
+                        .iter()
+                        .map(|r| r.value_of(&Column::Param(k.clone())).map(|c| c.display()))
+                        .collect(),
+                })
+                .collect();
+            if let Some(m) = &metric {
+                columns.push(trainyard_charts::Column {
+                    name: m.clone(),
+                    values: runs
+                        .iter()
+                        .map(|r| {
+                            r.value_of(&Column::Metric(m.clone()))
+                                .and_then(|c| c.as_number())
+                                .map(|v| v.to_string())
+                        })
+                        .collect(),
+                });
+            }
+            if columns.len() < 2 {
+                return None;
+            }
+            let lines = runs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| trainyard_charts::Line {
+                    label: r.name.clone(),
+                    color: i,
+                })
+                .collect();
+            Some(
+                trainyard_charts::parallel_svg(&trainyard_charts::Parallel {
+                    columns,
+                    lines,
+                    width: 900,
+                    height: 320,
+                })
+                .map(themed)
+                .map_err(|e| e.to_string()),
+            )
+        })
+    });
+    let toggle_axis = {
+        let go = go.clone();
+        move |key: String| {
+            let list = toggled(axes.get_untracked(), key);
+            go(CompareState {
+                axes: Some(list),
+                ..state.get_untracked()
+            });
+        }
+    };
+    let set_metric = move |m: String| {
+        go(CompareState {
+            metric: Some(m).filter(|m| !m.is_empty()),
+            ..state.get_untracked()
+        });
+    };
+    view! {
+        <section class="parallel">
+            <div class="section-head">
+                <h2>"Parallel coordinates"</h2>
+                <details class="axis-picker">
+                    <summary>"Params"</summary>
+                    {param_keys.iter().map(|k| {
+                        let key = k.clone();
+                        let checked = {
+                            let key = key.clone();
+                            move || axes.get().contains(&key)
+                        };
+                        let toggle_axis = toggle_axis.clone();
+                        view! {
+                            <label class="check">
+                                <input type="checkbox" prop:checked=checked on:change={
+                                    let key = key.clone();
+                                    move |_| toggle_axis(key.clone())
+                                }/>
+                                {key.clone()}
+                            </label>
+                        }
+                    }).collect_view()}
+                </details>
+                <MetricSelect metric_keys=metric_keys.clone() current=metric on_pick=set_metric testid="parallel-metric"/>
+            </div>
+            {move || match svg.get() {
+                Some(Ok(svg)) => view! { <div class="wide-chart" data-testid="parallel" inner_html=svg></div> }.into_any(),
+                Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+                None => view! {
+                    <p class="muted">"Choose at least two axes (params, or a param and the metric). Runs whose params are all the same have nothing to draw here."</p>
+                }.into_any(),
+            }}
+        </section>
+    }
+    .into_any()
+}
+
+/// One numeric param against one metric.
+#[component]
+fn ScatterView(
+    runs: StoredValue<Vec<CompareRun>>,
+    metric_keys: Vec<String>,
+    state: Memo<CompareState>,
+    go: impl Fn(CompareState) + Clone + Send + Sync + 'static,
+) -> impl IntoView {
+    // Params that are numbers in at least two runs.
+    let numeric: Vec<String> = runs.with_value(|runs| {
+        let keys = union_keys(runs.iter().map(|r| r.params.as_slice()));
+        keys.into_iter()
+            .filter(|k| {
+                runs.iter()
+                    .filter_map(|r| r.value_of(&Column::Param(k.clone())))
+                    .filter(|c| c.as_number().is_some())
+                    .count()
+                    >= 2
+            })
+            .collect()
+    });
+    let param = {
+        let first = numeric.first().cloned();
+        Memo::new(move |_| state.get().scatter.or_else(|| first.clone()))
+    };
+    let metric = {
+        let first = metric_keys.first().cloned();
+        Memo::new(move |_| state.get().metric.or_else(|| first.clone()))
+    };
+    let svg = Memo::new(move |_| {
+        let (Some(p), Some(m)) = (param.get(), metric.get()) else {
+            return None;
+        };
+        let log_y = state.get().options.log_y;
+        runs.with_value(|runs| {
+            let points = runs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    let x = r.value_of(&Column::Param(p.clone()))?.as_number()?;
+                    let y = r.value_of(&Column::Metric(m.clone()))?.as_number()?;
+                    Some(trainyard_charts::ScatterPoint {
+                        label: r.name.clone(),
+                        color: i,
+                        x,
+                        y,
+                    })
+                })
+                .collect();
+            Some(
+                trainyard_charts::scatter_svg(&trainyard_charts::Scatter {
+                    title: format!("{m} vs {p}"),
+                    x_label: p.clone(),
+                    y_label: m.clone(),
+                    points,
+                    log_y,
+                    width: 560,
+                    height: 320,
+                })
+                .map(themed)
+                .map_err(|e| e.to_string()),
+            )
+        })
+    });
+    let set_param = {
+        let go = go.clone();
+        move |p: String| {
+            go(CompareState {
+                scatter: Some(p).filter(|p| !p.is_empty()),
+                ..state.get_untracked()
+            })
+        }
+    };
+    let set_metric = move |m: String| {
+        go(CompareState {
+            metric: Some(m).filter(|m| !m.is_empty()),
+            ..state.get_untracked()
+        })
+    };
+    view! {
+        <section class="scatter">
+            <div class="section-head">
+                <h2>"Param vs metric"</h2>
+                <label>"param "
+                    <select data-testid="scatter-param" on:change=move |ev| set_param(event_target_value(&ev))>
+                        {numeric.iter().map(|k| {
+                            let key = k.clone();
+                            view! { <option value=k.clone() selected=move || param.get().as_deref() == Some(key.as_str())>{k.clone()}</option> }
+                        }).collect_view()}
+                    </select>
+                </label>
+                <MetricSelect metric_keys current=metric on_pick=set_metric testid="scatter-metric"/>
+            </div>
+            {move || match svg.get() {
+                Some(Ok(svg)) => view! { <div class="wide-chart" data-testid="scatter" inner_html=svg></div> }.into_any(),
+                Some(Err(e)) => view! { <p class="error">{e}</p> }.into_any(),
+                None => view! { <p class="muted">"A scatter needs a param that is a number in at least two runs, and a metric."</p> }.into_any(),
+            }}
+        </section>
+    }
+    .into_any()
+}
+
+#[component]
+fn MetricSelect(
+    metric_keys: Vec<String>,
+    current: Memo<Option<String>>,
+    on_pick: impl Fn(String) + Send + Sync + 'static,
+    testid: &'static str,
+) -> impl IntoView {
+    view! {
+        <label>"metric "
+            <select data-testid=testid on:change=move |ev| on_pick(event_target_value(&ev))>
+                {metric_keys.into_iter().map(|k| {
+                    let key = k.clone();
+                    let label = k.clone();
+                    view! { <option value=k selected=move || current.get().as_deref() == Some(key.as_str())>{label}</option> }
+                }).collect_view()}
+            </select>
+        </label>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_holds_the_whole_view() {
+        let state = CompareState {
+            runs: vec!["a".to_owned(), "b".to_owned()],
+            metrics: Some(vec!["loss".to_owned()]),
+            options: ChartOptions {
+                x_axis: XAxis::Relative,
+                smoothing: 0.6,
+                log_y: true,
+            },
+            group: Some("params.lr".to_owned()),
+            hide_identical: true,
+            axes: Some(vec!["lr".to_owned(), "batch".to_owned()]),
+            metric: Some("acc".to_owned()),
+            scatter: Some("lr".to_owned()),
+        };
+        let url = state.to_query();
+        let query = url.strip_prefix("/compare").unwrap();
+        let mut map = ParamsMap::new();
+        for pair in query.trim_start_matches('?').split('&') {
+            let (k, v) = pair.split_once('=').unwrap();
+            map.insert(k.to_owned(), v.to_owned());
+        }
+        assert_eq!(CompareState::from_query(&map), state, "{url}");
+    }
+
+    #[test]
+    fn only_params_that_differ_are_axes_by_default() {
+        let run = |id: &str, lr: &str| CompareRun {
+            run_id: id.to_owned(),
+            experiment_id: 1,
+            name: id.to_owned(),
+            status: "FINISHED".to_owned(),
+            start_time: 0,
+            metrics: vec![],
+            params: vec![
+                ("lr".to_owned(), lr.to_owned()),
+                ("seed".to_owned(), "1".to_owned()),
+            ],
+            tags: vec![],
+        };
+        let runs = [run("a", "0.1"), run("b", "0.2")];
+        let keys = union_keys(runs.iter().map(|r| r.params.as_slice()));
+        assert_eq!(keys, ["lr", "seed"]);
+        assert_eq!(differing_params(&runs, &keys), ["lr"]);
+    }
+}

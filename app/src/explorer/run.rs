@@ -1,0 +1,302 @@
+//! `/experiments/EID/runs/RID`: one run. Its status, owner, timings and
+//! job; params and tags; a chart per metric (mounted as they scroll into
+//! view); its artifacts. While the run is live, the server pushes a line
+//! when it changes (`/api/trainyard/v1/runs/RID/events`), and the page and
+//! its visible charts read again; nothing polls.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_params_map;
+use trainyard_domain::explorer::{RunDetail, XAxis};
+use trainyard_domain::format_utc;
+
+use super::api::get_run_detail;
+use super::chart::{ChartOptions, Line, MetricChart};
+use super::status_class;
+use crate::error::AppError;
+use crate::jobs::duration_text;
+use crate::pages::ErrorNote;
+
+/// Whether a run may still change.
+fn is_live(status: &str) -> bool {
+    matches!(status, "RUNNING" | "SCHEDULED")
+}
+
+#[component]
+pub fn RunPage() -> impl IntoView {
+    let params = use_params_map();
+    let run_id = Memo::new(move |_| params.read().get("run").unwrap_or_default());
+    // Bumped by the server's pushes: fresh figures and chart data.
+    let tick = RwSignal::new(0u32);
+    // Bumped when the run logs a metric it had not logged before.
+    let keys_tick = RwSignal::new(0u32);
+    let detail = Resource::new(
+        move || (run_id.get(), tick.get()),
+        |(id, _)| get_run_detail(id),
+    );
+    let metric_keys = Resource::new(
+        move || (run_id.get(), keys_tick.get()),
+        |(id, _)| async move {
+            get_run_detail(id).await.map(|d| {
+                (
+                    d.name,
+                    d.metrics.into_iter().map(|m| m.key).collect::<Vec<_>>(),
+                )
+            })
+        },
+    );
+    follow_run(run_id, detail, tick, keys_tick);
+    let options = RwSignal::new(ChartOptions::default());
+    view! {
+        <Transition fallback=|| view! { <p class="muted">"Loading the run…"</p> }>
+            {move || Suspend::new(async move {
+                match detail.await {
+                    Ok(d) => view! { <RunFacts detail=d/> }.into_any(),
+                    Err(e) => view! { <Title text="Run"/><ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Transition>
+        <section class="charts-section">
+            <div class="section-head">
+                <h2>"Metrics"</h2>
+                <ChartControls options/>
+            </div>
+            <Suspense fallback=|| view! { <p class="muted">"Loading charts…"</p> }>
+                {move || Suspend::new(async move {
+                    match metric_keys.await {
+                        Ok((_, keys)) if keys.is_empty() => view! {
+                            <p class="empty" data-testid="no-metrics">
+                                "This run has logged no metrics yet. "
+                                <code>"mlflow.log_metric(\"loss\", value, step=step)"</code>
+                                " draws one here."
+                            </p>
+                        }.into_any(),
+                        Ok((name, keys)) => {
+                            let line = Line { run_id: run_id.get_untracked(), label: name, color: 0 };
+                            let lines = Signal::derive(move || vec![line.clone()]);
+                            view! {
+                                <div class="charts" data-testid="charts">
+                                    {keys.into_iter().map(|key| view! {
+                                        <MetricChart key lines group=Signal::derive(|| None)
+                                            options=Signal::from(options) tick=Signal::from(tick)/>
+                                    }).collect_view()}
+                                </div>
+                            }.into_any()
+                        }
+                        Err(_) => ().into_any(),
+                    }
+                })}
+            </Suspense>
+        </section>
+    }
+    .into_any()
+}
+
+/// The axis, smoothing and scale of every chart on a page.
+#[component]
+pub(crate) fn ChartControls(options: RwSignal<ChartOptions>) -> impl IntoView {
+    view! {
+        <div class="chart-controls" data-testid="chart-controls">
+            <label>"x-axis "
+                <select data-testid="x-axis" on:change=move |ev| {
+                    let axis = XAxis::parse(&event_target_value(&ev)).unwrap_or_default();
+                    options.update(|o| o.x_axis = axis);
+                }>
+                    <option value="step" selected=move || options.get().x_axis == XAxis::Step>"step"</option>
+                    <option value="relative" selected=move || options.get().x_axis == XAxis::Relative>"relative time"</option>
+                    <option value="wall" selected=move || options.get().x_axis == XAxis::Wall>"wall time"</option>
+                </select>
+            </label>
+            <label>"smoothing "
+                <input type="range" min="0" max="0.99" step="0.01" data-testid="smoothing"
+                    prop:value=move || options.get().smoothing.to_string()
+                    on:input=move |ev| {
+                        let v: f64 = event_target_value(&ev).parse().unwrap_or(0.0);
+                        options.update(|o| o.smoothing = v.clamp(0.0, 0.99));
+                    }/>
+                <output>{move || format!("{:.2}", options.get().smoothing)}</output>
+            </label>
+            <label class="check">
+                <input type="checkbox" data-testid="log-scale" prop:checked=move || options.get().log_y
+                    on:change=move |ev| {
+                        let on = event_target_checked(&ev);
+                        options.update(|o| o.log_y = on);
+                    }/>
+                "log scale"
+            </label>
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+fn RunFacts(detail: RunDetail) -> impl IntoView {
+    let d = detail;
+    let duration = d
+        .end_time
+        .map(|end| duration_text(end - d.start_time))
+        .unwrap_or_else(|| {
+            if is_live(&d.status) {
+                "running".to_owned()
+            } else {
+                "–".to_owned()
+            }
+        });
+    let artifact_base = format!(
+        "/api/2.0/mlflow-artifacts/artifacts/{}/{}/artifacts/",
+        d.experiment_id, d.run_id
+    );
+    view! {
+        <Title text=d.name.clone()/>
+        <nav class="crumbs" aria-label="Breadcrumbs">
+            <a href="/experiments">"Experiments"</a> " / "
+            <a href=format!("/experiments/{}", d.experiment_id)>{d.experiment_name.clone()}</a> " / "
+        </nav>
+        <section class="page-head">
+            <h1 data-testid="run-name">{d.name.clone()}</h1>
+            <span class=status_class(&d.status) data-testid="run-status">{d.status.clone()}</span>
+            {(d.lifecycle_stage != "active").then(|| view! { <span class="badge badge-off">"deleted"</span> })}
+        </section>
+        <dl class="facts" data-testid="run-facts">
+            <dt>"Run ID"</dt><dd><code>{d.run_id.clone()}</code></dd>
+            <dt>"Owner"</dt><dd>{d.user.clone()}</dd>
+            <dt>"Started"</dt><dd>{format_utc(d.start_time)}</dd>
+            <dt>"Ended"</dt><dd>{d.end_time.map(format_utc).unwrap_or_else(|| "–".to_owned())}</dd>
+            <dt>"Duration"</dt><dd>{duration}</dd>
+            <dt>"Job"</dt>
+            <dd>{match d.job_id {
+                Some(id) => view! { <a href=format!("/jobs/{id}") data-testid="run-job">{format!("job {id}")}</a> }.into_any(),
+                None => view! { <span class="muted">"logged from outside (no job)"</span> }.into_any(),
+            }}</dd>
+        </dl>
+        <div class="two-col">
+            <section>
+                <h2>"Parameters"</h2>
+                {if d.params.is_empty() {
+                    view! { <p class="muted">"No parameters. " <code>"mlflow.log_param(\"lr\", 0.01)"</code> " records one."</p> }.into_any()
+                } else {
+                    view! { <KeyValues rows=d.params.clone() testid="params"/> }.into_any()
+                }}
+                <h2>"Latest values"</h2>
+                {if d.metrics.is_empty() {
+                    view! { <p class="muted">"No metrics yet."</p> }.into_any()
+                } else {
+                    view! {
+                        <table class="table narrow" data-testid="latest">
+                            <thead><tr><th>"Metric"</th><th class="num">"Value"</th><th class="num">"Step"</th></tr></thead>
+                            <tbody>
+                                {d.metrics.iter().map(|m| view! {
+                                    <tr data-metric=m.key.clone()>
+                                        <td>{m.key.clone()}</td>
+                                        <td class="num">{m.value.display()}</td>
+                                        <td class="num">{m.step}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any()
+                }}
+            </section>
+            <section>
+                <h2>"Tags"</h2>
+                {if d.tags.is_empty() {
+                    view! { <p class="muted">"No tags."</p> }.into_any()
+                } else {
+                    view! { <KeyValues rows=d.tags.clone() testid="tags"/> }.into_any()
+                }}
+                <h2>"Artifacts"</h2>
+                {if d.artifacts.is_empty() {
+                    view! { <p class="muted" data-testid="no-artifacts">"No artifacts. " <code>"mlflow.log_artifact(\"model.pt\")"</code> " stores one here."</p> }.into_any()
+                } else {
+                    view! {
+                        <ul class="artifacts" data-testid="artifacts">
+                            {d.artifacts.iter().map(|a| {
+                                let depth = a.path.matches('/').count();
+                                let name = a.path.rsplit('/').next().unwrap_or(&a.path).to_owned();
+                                let style = format!("padding-left:{}rem", depth as f64 * 1.2);
+                                if a.is_dir {
+                                    view! { <li style=style class="dir">{name} "/"</li> }.into_any()
+                                } else {
+                                    view! {
+                                        <li style=style>
+                                            <a href=format!("{artifact_base}{}", a.path) download=name.clone()>{name.clone()}</a>
+                                            " " <span class="muted">{trainyard_domain::format_bytes(a.size)}</span>
+                                        </li>
+                                    }.into_any()
+                                }
+                            }).collect_view()}
+                            {d.artifacts_truncated.then(|| view! { <li class="muted">"… and more (the list stops at 1,000)"</li> })}
+                        </ul>
+                    }.into_any()
+                }}
+            </section>
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+fn KeyValues(rows: Vec<(String, String)>, testid: &'static str) -> impl IntoView {
+    view! {
+        <table class="table narrow kv" data-testid=testid>
+            <tbody>
+                {rows.into_iter().map(|(k, v)| view! {
+                    <tr><th scope="row">{k}</th><td>{v}</td></tr>
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
+}
+
+/// In the browser, while the run is live: the server's pushes. Each `run`
+/// event carries `STATUS KEYS` (its status and how many metric keys it has).
+#[allow(unused_variables)]
+fn follow_run(
+    run_id: Memo<String>,
+    detail: Resource<Result<RunDetail, AppError>>,
+    tick: RwSignal<u32>,
+    keys_tick: RwSignal<u32>,
+) {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        use wasm_bindgen::closure::Closure;
+        // Live or not is known once the first answer came.
+        let live = Memo::new(move |_| {
+            detail
+                .get()
+                .and_then(|d| d.ok())
+                .map(|d| (is_live(&d.status), d.metrics.len()))
+        });
+        Effect::new(move |_| {
+            let Some((true, keys)) = live.get() else {
+                return;
+            };
+            let known = StoredValue::new(keys);
+            let url = format!("/api/trainyard/v1/runs/{}/events", run_id.get());
+            let Ok(source) = web_sys::EventSource::new(&url) else {
+                return;
+            };
+            let closer = source.clone();
+            let on_run = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
+                move |e: web_sys::MessageEvent| {
+                    let text = e.data().as_string().unwrap_or_default();
+                    let mut parts = text.split(' ');
+                    let status = parts.next().unwrap_or_default().to_owned();
+                    let keys: usize = parts.next().and_then(|k| k.parse().ok()).unwrap_or(0);
+                    if keys != known.get_value() {
+                        known.set_value(keys);
+                        keys_tick.update(|t| *t += 1);
+                    }
+                    if !is_live(&status) {
+                        closer.close();
+                    }
+                    tick.update(|t| *t += 1);
+                },
+            );
+            let _ = source.add_event_listener_with_callback("run", on_run.as_ref().unchecked_ref());
+            let held = send_wrapper::SendWrapper::new((source, on_run));
+            on_cleanup(move || held.take().0.close());
+        });
+    }
+}

@@ -1,0 +1,531 @@
+//! What the experiment explorer shows (pages of runs, a run's details, chart
+//! series) and the view state it keeps in the URL, so that a view can be
+//! shared by its link.
+//!
+//! Values travel as JSON, which has no NaN or infinity: metric values that
+//! are not finite travel as text, chart points as `null`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ExperimentSummary;
+use crate::query::{Attribute, Field, OrderBy};
+
+/// Rows fetched at once by the runs table.
+pub const PAGE_ROWS: u64 = 100;
+/// Most columns a runs table shows beside its fixed ones.
+pub const MAX_COLUMNS: usize = 50;
+/// Most runs a comparison holds.
+pub const MAX_COMPARE: usize = 100;
+/// Longest run query, in characters.
+pub const MAX_QUERY_CHARS: usize = 4000;
+/// Metric columns shown when the URL names none.
+pub const DEFAULT_METRIC_COLUMNS: usize = 5;
+/// Param columns shown when the URL names none.
+pub const DEFAULT_PARAM_COLUMNS: usize = 3;
+/// Keys of each kind offered as columns.
+pub const MAX_KEYS: u64 = 1000;
+
+/// A column of the runs table beyond the fixed ones (status, name, start,
+/// duration, user): a metric's latest value, a param or a tag.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Column {
+    Metric(String),
+    Param(String),
+    Tag(String),
+}
+
+impl Column {
+    /// Reads `metrics.loss`, `params.lr` or `tags.team` (the query language's
+    /// names, also the URL's).
+    pub fn parse(text: &str) -> Option<Column> {
+        let (kind, key) = text.split_once('.')?;
+        if key.is_empty() {
+            return None;
+        }
+        let key = key.to_owned();
+        match kind {
+            "metrics" | "metric" => Some(Column::Metric(key)),
+            "params" | "param" => Some(Column::Param(key)),
+            "tags" | "tag" => Some(Column::Tag(key)),
+            _ => None,
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Column::Metric(k) => format!("metrics.{k}"),
+            Column::Param(k) => format!("params.{k}"),
+            Column::Tag(k) => format!("tags.{k}"),
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        match self {
+            Column::Metric(k) | Column::Param(k) | Column::Tag(k) => k,
+        }
+    }
+
+    pub fn field(&self) -> Field {
+        match self {
+            Column::Metric(k) => Field::Metric(k.clone()),
+            Column::Param(k) => Field::Param(k.clone()),
+            Column::Tag(k) => Field::Tag(k.clone()),
+        }
+    }
+}
+
+/// What the table is sorted by: a column, or one of the run's attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sort {
+    /// `start_time`, `run_name`, `status`, `user_id`, `end_time`, or a
+    /// column's name (`metrics.loss`).
+    pub by: String,
+    pub descending: bool,
+}
+
+impl Sort {
+    /// The URL form: the name, with a leading `-` for descending.
+    pub fn parse(text: &str) -> Option<Sort> {
+        let (descending, by) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let sort = Sort {
+            by: by.to_owned(),
+            descending,
+        };
+        sort.order_by().map(|_| sort)
+    }
+
+    pub fn to_url(&self) -> String {
+        if self.descending {
+            format!("-{}", self.by)
+        } else {
+            self.by.clone()
+        }
+    }
+
+    /// The search's order, or None for a name that is not sortable.
+    pub fn order_by(&self) -> Option<OrderBy> {
+        let field = match self.by.as_str() {
+            "start_time" => Field::Attr(Attribute::StartTime),
+            "end_time" => Field::Attr(Attribute::EndTime),
+            "run_name" => Field::Attr(Attribute::RunName),
+            "status" => Field::Attr(Attribute::Status),
+            "user_id" => Field::Attr(Attribute::UserId),
+            other => Column::parse(other)?.field(),
+        };
+        Some(OrderBy {
+            field,
+            ascending: !self.descending,
+        })
+    }
+}
+
+/// One value in a table cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Cell {
+    Num(f64),
+    Text(String),
+}
+
+impl Cell {
+    /// A metric value: a number, or its name when it is not finite.
+    pub fn metric(value: f64) -> Cell {
+        if value.is_finite() {
+            Cell::Num(value)
+        } else if value.is_nan() {
+            Cell::Text("NaN".to_owned())
+        } else if value > 0.0 {
+            Cell::Text("∞".to_owned())
+        } else {
+            Cell::Text("-∞".to_owned())
+        }
+    }
+
+    /// As a table shows it: numbers with up to 6 significant digits.
+    pub fn display(&self) -> String {
+        match self {
+            Cell::Num(v) => format_number(*v),
+            Cell::Text(t) => t.clone(),
+        }
+    }
+
+    pub fn as_number(&self) -> Option<f64> {
+        match self {
+            Cell::Num(v) => Some(*v),
+            Cell::Text(t) => t.trim().parse().ok().filter(|v: &f64| v.is_finite()),
+        }
+    }
+}
+
+/// A number in at most 6 significant digits: 0.000123457, 1.23457e+08, 42.
+pub fn format_number(v: f64) -> String {
+    if !v.is_finite() {
+        return Cell::metric(v).display();
+    }
+    if v == 0.0 {
+        return "0".to_owned();
+    }
+    let magnitude = v.abs().log10().floor() as i32;
+    if !(-4..9).contains(&magnitude) {
+        let text = format!("{v:.5e}");
+        // 1.50000e8 → 1.5e+08 (the mantissa without trailing zeros)
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+        let exponent: i32 = exponent.parse().unwrap_or(0);
+        return format!(
+            "{mantissa}e{}{:02}",
+            if exponent < 0 { '-' } else { '+' },
+            exponent.abs()
+        );
+    }
+    let decimals = (5 - magnitude).max(0) as usize;
+    let text = format!("{v:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        text
+    }
+}
+
+/// One row of the runs table: the fixed attributes and one cell per column
+/// asked for, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRow {
+    pub run_id: String,
+    pub experiment_id: i64,
+    pub name: String,
+    pub status: String,
+    pub user: String,
+    pub start_time: i64,
+    pub end_time: Option<i64>,
+    pub cells: Vec<Option<Cell>>,
+}
+
+/// Rows `offset..offset + rows.len()` of `total` matching runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunsPage {
+    pub total: u64,
+    pub offset: u64,
+    /// The columns of `RunRow::cells`: those asked for, or the default ones.
+    pub columns: Vec<String>,
+    pub rows: Vec<RunRow>,
+}
+
+/// The keys that the runs of an experiment use, which the table offers as
+/// columns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Keys {
+    pub metrics: Vec<String>,
+    pub params: Vec<String>,
+    pub tags: Vec<String>,
+}
+
+/// An experiment as its page shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentView {
+    pub summary: ExperimentSummary,
+    /// Whether the caller may rename or archive it.
+    pub may_change: bool,
+    pub keys: Keys,
+}
+
+/// A metric's latest value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatestValue {
+    pub key: String,
+    pub value: Cell,
+    pub step: i64,
+    pub timestamp: i64,
+}
+
+/// A file or folder among a run's artifacts; `path` is relative to the
+/// run's artifact root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    pub path: String,
+    pub is_dir: bool,
+    pub size: u64,
+}
+
+/// Everything the run page shows but its charts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunDetail {
+    pub run_id: String,
+    pub experiment_id: i64,
+    pub experiment_name: String,
+    pub name: String,
+    pub status: String,
+    pub user: String,
+    pub start_time: i64,
+    pub end_time: Option<i64>,
+    pub lifecycle_stage: String,
+    /// The job whose attempt made this run.
+    pub job_id: Option<i64>,
+    pub metrics: Vec<LatestValue>,
+    pub params: Vec<(String, String)>,
+    /// Without MLflow's and Trainyard's own (`mlflow.*`, `trainyard.*`).
+    pub tags: Vec<(String, String)>,
+    pub artifacts: Vec<Artifact>,
+    /// True when the list stopped at its limit.
+    pub artifacts_truncated: bool,
+}
+
+/// A run as a comparison needs it: its name, params, tags and latest
+/// metric values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompareRun {
+    pub run_id: String,
+    pub experiment_id: i64,
+    pub name: String,
+    pub status: String,
+    pub start_time: i64,
+    pub metrics: Vec<(String, Cell)>,
+    pub params: Vec<(String, String)>,
+    pub tags: Vec<(String, String)>,
+}
+
+impl CompareRun {
+    /// The value of `params.x`, `tags.x` or `metrics.x`.
+    pub fn value_of(&self, column: &Column) -> Option<Cell> {
+        let find = |list: &[(String, String)], key: &str| {
+            list.iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| Cell::Text(v.clone()))
+        };
+        match column {
+            Column::Param(k) => find(&self.params, k),
+            Column::Tag(k) => find(&self.tags, k),
+            Column::Metric(k) => self
+                .metrics
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone()),
+        }
+    }
+}
+
+/// Runs grouped by their value of a column (a param or tag, usually): one
+/// group per value, labelled `key=value`, ordered by value (numerically
+/// when every value is a number); runs without the value form `key=(none)`,
+/// last. Answers (label, run ids).
+pub fn group_runs(runs: &[CompareRun], by: &Column) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(Option<Cell>, Vec<String>)> = Vec::new();
+    for run in runs {
+        let value = run.value_of(by);
+        match groups.iter_mut().find(|(v, _)| *v == value) {
+            Some((_, ids)) => ids.push(run.run_id.clone()),
+            None => groups.push((value, vec![run.run_id.clone()])),
+        }
+    }
+    let numeric = groups
+        .iter()
+        .all(|(v, _)| v.as_ref().is_none_or(|c| c.as_number().is_some()));
+    groups.sort_by(|(a, _), (b, _)| match (a, b) {
+        (None, None) => std::cmp::Ordering::Equal,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (Some(a), Some(b)) if numeric => a
+            .as_number()
+            .partial_cmp(&b.as_number())
+            .unwrap_or(std::cmp::Ordering::Equal),
+        (Some(a), Some(b)) => a.display().cmp(&b.display()),
+    });
+    groups
+        .into_iter()
+        .map(|(value, ids)| {
+            let shown = value.map_or_else(|| "(none)".to_owned(), |v| v.display());
+            (format!("{}={shown}", by.key()), ids)
+        })
+        .collect()
+}
+
+/// The x-axis of a chart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XAxis {
+    #[default]
+    Step,
+    /// Milliseconds since the run's start.
+    Relative,
+    /// Milliseconds since the Unix epoch.
+    Wall,
+}
+
+impl XAxis {
+    pub fn parse(text: &str) -> Option<XAxis> {
+        match text {
+            "step" => Some(XAxis::Step),
+            "relative" => Some(XAxis::Relative),
+            "wall" => Some(XAxis::Wall),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            XAxis::Step => "step",
+            XAxis::Relative => "relative",
+            XAxis::Wall => "wall",
+        }
+    }
+}
+
+/// What a chart asks the server for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesRequest {
+    pub run_ids: Vec<String>,
+    pub keys: Vec<String>,
+    #[serde(default)]
+    pub x_axis: XAxis,
+    pub x_min: Option<f64>,
+    pub x_max: Option<f64>,
+    pub points: Option<usize>,
+}
+
+/// Most runs one chart request reads.
+pub const SERIES_MAX_RUNS: usize = 100;
+/// Most metric keys one chart request reads.
+pub const SERIES_MAX_KEYS: usize = 20;
+/// Most buckets per series.
+pub const SERIES_MAX_POINTS: usize = 2000;
+/// Buckets per series when the request does not say.
+pub const SERIES_DEFAULT_POINTS: usize = 1000;
+
+impl SeriesRequest {
+    /// Checks the limits; answers the point budget, or what is wrong.
+    pub fn check(&self) -> Result<usize, String> {
+        if self.run_ids.is_empty() || self.run_ids.len() > SERIES_MAX_RUNS {
+            return Err(format!("run_ids: give 1 to {SERIES_MAX_RUNS} runs"));
+        }
+        if self.keys.is_empty() || self.keys.len() > SERIES_MAX_KEYS {
+            return Err(format!("keys: give 1 to {SERIES_MAX_KEYS} metric keys"));
+        }
+        let budget = self.points.unwrap_or(SERIES_DEFAULT_POINTS);
+        if budget == 0 || budget > SERIES_MAX_POINTS {
+            return Err(format!(
+                "points: the budget per series is 1 to {SERIES_MAX_POINTS}"
+            ));
+        }
+        for bound in [self.x_min, self.x_max].into_iter().flatten() {
+            if !bound.is_finite() {
+                return Err("x_min and x_max must be finite numbers".to_owned());
+            }
+        }
+        if let (Some(lo), Some(hi)) = (self.x_min, self.x_max)
+            && lo > hi
+        {
+            return Err("x_min must not be greater than x_max".to_owned());
+        }
+        Ok(budget)
+    }
+}
+
+/// One downsampled series: bucket i is `x[i]`, its mean `y[i]` and the
+/// `min[i]..max[i]` of the points in it (`None`: no finite value).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesData {
+    pub run_id: String,
+    pub key: String,
+    pub total_points: usize,
+    pub in_range: usize,
+    pub x: Vec<f64>,
+    pub y: Vec<Option<f64>>,
+    pub min: Vec<Option<f64>>,
+    pub max: Vec<Option<f64>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_and_sorts_read_their_url_form() {
+        assert_eq!(
+            Column::parse("metrics.val loss"),
+            Some(Column::Metric("val loss".to_owned()))
+        );
+        assert_eq!(Column::parse("params.lr").unwrap().name(), "params.lr");
+        assert_eq!(Column::parse("params."), None);
+        assert_eq!(Column::parse("status"), None);
+        let sort = Sort::parse("-metrics.loss").unwrap();
+        assert!(sort.descending);
+        assert_eq!(
+            sort.order_by().unwrap().field,
+            Field::Metric("loss".to_owned())
+        );
+        assert_eq!(sort.to_url(), "-metrics.loss");
+        assert_eq!(
+            Sort::parse("start_time").unwrap().order_by().unwrap().field,
+            Field::Attr(Attribute::StartTime)
+        );
+        assert_eq!(Sort::parse("-duration"), None, "not sortable");
+    }
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(format_number(0.0), "0");
+        assert_eq!(format_number(42.0), "42");
+        assert_eq!(format_number(0.123456789), "0.123457");
+        assert_eq!(format_number(-1234.5), "-1234.5");
+        assert_eq!(format_number(0.000123456789), "0.000123457");
+        assert_eq!(format_number(1.5e8), "150000000");
+        assert_eq!(format_number(1.5e9), "1.5e+09");
+        assert_eq!(format_number(2.5e-7), "2.5e-07");
+        assert_eq!(format_number(f64::NAN), "NaN");
+        assert_eq!(Cell::metric(f64::NEG_INFINITY), Cell::Text("-∞".to_owned()));
+    }
+
+    #[test]
+    fn compare_runs_answer_by_column() {
+        let run = CompareRun {
+            run_id: "r".to_owned(),
+            experiment_id: 1,
+            name: "a".to_owned(),
+            status: "FINISHED".to_owned(),
+            start_time: 0,
+            metrics: vec![("loss".to_owned(), Cell::Num(0.5))],
+            params: vec![("lr".to_owned(), "0.01".to_owned())],
+            tags: vec![],
+        };
+        assert_eq!(
+            run.value_of(&Column::Param("lr".to_owned()))
+                .unwrap()
+                .as_number(),
+            Some(0.01)
+        );
+        assert_eq!(
+            run.value_of(&Column::Metric("loss".to_owned())),
+            Some(Cell::Num(0.5))
+        );
+        assert_eq!(run.value_of(&Column::Tag("x".to_owned())), None);
+    }
+
+    #[test]
+    fn runs_group_by_value_in_numeric_order() {
+        let run = |id: &str, lr: Option<&str>| CompareRun {
+            run_id: id.to_owned(),
+            experiment_id: 1,
+            name: id.to_owned(),
+            status: "FINISHED".to_owned(),
+            start_time: 0,
+            metrics: vec![],
+            params: lr
+                .map(|v| vec![("lr".to_owned(), v.to_owned())])
+                .unwrap_or_default(),
+            tags: vec![],
+        };
+        let runs = [
+            run("a", Some("0.1")),
+            run("b", Some("0.01")),
+            run("c", None),
+            run("d", Some("0.1")),
+            run("e", Some("1e-3")),
+        ];
+        let groups = group_runs(&runs, &Column::Param("lr".to_owned()));
+        let labels: Vec<&str> = groups.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["lr=1e-3", "lr=0.01", "lr=0.1", "lr=(none)"]);
+        assert_eq!(groups[2].1, ["a", "d"]);
+    }
+}

@@ -1,0 +1,244 @@
+// The experiment explorer in Chromium, on runs logged by the official mlflow
+// client: filter with an OR query (and see a bad one explained in place),
+// select with the keyboard, compare, toggle smoothing and log scale, zoom,
+// hover, hide a run, group, hide identical params; a run's page mounts its
+// charts as they scroll into view and follows a live run through the
+// server's push; the pages read without JavaScript. Screenshots are kept as
+// test artifacts.
+import { expect, test, type Page } from '@playwright/test';
+import { execFileSync } from 'node:child_process';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
+const python = join(
+  process.env.MLFLOW_VENV ?? join(homedir(), '.cache', 'trainyard', 'mlflow-venv'),
+  'bin',
+  'python',
+);
+
+type Seeded = { experiment_id: string; runs: string[]; printed: string };
+
+/** Logs runs with the mlflow client; see explorer/seed.py. */
+function seed(baseURL: string, name: string, runs: number, steps: number, ...flags: string[]): Seeded {
+  const out = execFileSync(
+    python,
+    [join(__dirname, '..', 'explorer', 'seed.py'), baseURL, name, String(runs), String(steps), ...flags],
+    { encoding: 'utf8', timeout: 120_000 },
+  );
+  const lines = out.trim().split('\n');
+  return { ...JSON.parse(lines[lines.length - 1]), printed: lines.slice(0, -1).join('\n') };
+}
+
+/** Waits until the wasm has hydrated the page (the theme toggle answers). */
+async function hydrated(page: Page) {
+  const toggle = page.getByTestId('theme-toggle');
+  await expect(async () => {
+    const before = await toggle.textContent();
+    await toggle.click();
+    await expect(toggle).not.toHaveText(before ?? '', { timeout: 1_000 });
+  }).toPass({ timeout: 20_000 });
+}
+
+/** A chart, once drawn in the browser with `n` lines. */
+function chart(page: Page, metric: string) {
+  return page.locator(`figure.chart[data-metric="${metric}"]`);
+}
+
+test('filter, select, compare, smooth, log scale, zoom, hover, hide, group', async ({ page, baseURL }) => {
+  test.setTimeout(120_000);
+  const seeded = seed(baseURL!, `explore-${Date.now()}`, 12, 300);
+  await page.goto(`/experiments/${seeded.experiment_id}`);
+  await hydrated(page);
+  await expect(page.getByTestId('match-count')).toHaveText('12 runs');
+  await expect(page.locator('[data-testid="runs"] tbody tr[data-run]')).toHaveCount(12);
+
+  // A query that does not parse is explained where it broke.
+  const query = page.getByTestId('query');
+  await query.fill("params.lr = '0.1' OR OR params.lr = '0.01'");
+  await query.press('Enter');
+  const error = page.getByTestId('query-error');
+  await expect(error).toBeVisible();
+  await expect(error.locator('.caret')).toHaveText(/^ {21}\^$/);
+
+  // OR and parentheses: lr 0.1 or 0.01 → 8 of 12.
+  await query.fill("params.lr = '0.1' OR (params.lr = '0.01' AND params.batch = '64')");
+  await query.press('Enter');
+  await expect(page.getByTestId('match-count')).toHaveText('6 runs match');
+  await query.fill("params.lr = '0.1' OR params.lr = '0.01'");
+  await query.press('Enter');
+  await expect(page.getByTestId('match-count')).toHaveText('8 runs match');
+  await expect(page).toHaveURL(/q=params\.lr/);
+
+  // Sort by a column header; the URL keeps it.
+  await page.locator('th a[data-sort="metrics.loss"]').click();
+  await expect(page).toHaveURL(/sort=metrics\.loss/);
+  await expect(page.locator('th[aria-sort="ascending"]')).toContainText('loss');
+
+  // Select four runs with the keyboard: arrows move, space selects.
+  const grid = page.getByTestId('runs');
+  await grid.focus();
+  for (let i = 0; i < 4; i++) {
+    await grid.press('ArrowDown');
+    await grid.press(' ');
+    await expect(page.getByTestId('selected-count')).toHaveText(`${i + 1} selected`);
+  }
+  await expect(page).toHaveURL(/(sel=[0-9a-f]+.*){4}/);
+  await page.screenshot({ path: test.info().outputPath('runs-table.png'), fullPage: true });
+
+  // The selection survives a reload: it is in the URL.
+  await page.reload();
+  await expect(page.getByTestId('selected-count')).toHaveText('4 selected');
+
+  await page.getByTestId('compare').click();
+  await expect(page).toHaveURL(/\/compare\?(run=[0-9a-f]+&?){4}/);
+  await hydrated(page);
+  const loss = chart(page, 'loss');
+  await expect(loss).toHaveAttribute('data-series', '4');
+  await expect(page.locator('figure.chart')).toHaveCount(4);
+  const svg = loss.locator('.chart-svg svg');
+  await expect(svg.locator('polyline')).toHaveCount(4);
+  await expect(svg).toContainText('step');
+
+  // Smoothing: each line twice (the raw one faint behind).
+  await page.getByTestId('smoothing').fill('0.8');
+  await expect(svg.locator('polyline')).toHaveCount(8);
+  await expect(page).toHaveURL(/smooth=0\.80/);
+  await page.getByTestId('smoothing').fill('0');
+  await expect(svg.locator('polyline')).toHaveCount(4);
+
+  // Log scale: the y ticks become powers of ten.
+  const linear = await svg.innerHTML();
+  await page.getByTestId('log-scale').check();
+  await expect(page).toHaveURL(/log=1/);
+  await expect.poll(async () => (await svg.innerHTML()) !== linear).toBe(true);
+  await page.getByTestId('log-scale').uncheck();
+
+  // Hover: a readout with each run's value.
+  const area = loss.locator('.chart-area');
+  const box = (await area.boundingBox())!;
+  await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
+  await expect(loss.getByTestId('readout')).toContainText('step');
+  await expect(loss.getByTestId('readout').locator('strong')).toHaveCount(4);
+
+  // Zoom: drag across the middle; the server is asked again for that range.
+  const asked = page.waitForRequest((r) => r.url().endsWith('/api/chart_series') && (r.postData() ?? '').includes('"x_min"'));
+  await page.mouse.move(box.x + box.width * 0.4, box.y + box.height * 0.5);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.6, box.y + box.height * 0.5, { steps: 5 });
+  await page.mouse.up();
+  await asked;
+  await expect(loss).toHaveAttribute('data-zoomed', 'true');
+  await page.screenshot({ path: test.info().outputPath('compare-zoomed.png'), fullPage: true });
+  await loss.getByTestId('reset-zoom').click();
+  await expect(loss).toHaveAttribute('data-zoomed', 'false');
+
+  // Hide a run from the legend.
+  await page.getByTestId('legend').locator('button').first().click();
+  await expect(loss).toHaveAttribute('data-series', '3');
+  await page.getByTestId('legend').locator('button').first().click();
+  await expect(loss).toHaveAttribute('data-series', '4');
+
+  // Group by lr: a mean line per value, with its min–max band.
+  await page.getByTestId('group-by').selectOption('params.lr');
+  await expect(page).toHaveURL(/group=params\.lr/);
+  await expect(loss).toHaveAttribute('data-series', '2');
+  await expect(loss.locator('.chart-legend')).toContainText('lr=0.01');
+  await expect(svg.locator('polygon').first()).toBeVisible();
+
+  // Params: seed is the same everywhere and can be hidden.
+  const seedRow = page.locator('[data-testid="param-diff"] tr[data-param="seed"]');
+  await expect(seedRow).toBeVisible();
+  await page.getByTestId('hide-identical').check();
+  await expect(seedRow).toBeHidden();
+  await expect(page.locator('[data-testid="param-diff"] tr[data-param="lr"]')).toBeVisible();
+
+  // Parallel coordinates (lr and batch differ) and the scatter.
+  await expect(page.getByTestId('parallel').locator('polyline')).toHaveCount(4);
+  await expect(page.getByTestId('scatter')).toContainText('lr');
+  await page.screenshot({ path: test.info().outputPath('compare-grouped.png'), fullPage: true });
+
+  // The whole view comes back from its link.
+  const link = page.url();
+  await page.goto('/');
+  await page.goto(link);
+  await hydrated(page);
+  await expect(chart(page, 'loss')).toHaveAttribute('data-series', '2');
+  await expect(page.getByTestId('hide-identical')).toBeChecked();
+});
+
+test('a run page mounts charts as they scroll in and follows a live run', async ({ page, baseURL, request }) => {
+  test.setTimeout(120_000);
+  const seeded = seed(baseURL!, `live-${Date.now()}`, 2, 50, '--keys', '40', '--live');
+  const [many, live] = seeded.runs;
+
+  // 44 metrics: only the charts near the viewport are drawn at first.
+  await page.goto(`/experiments/${seeded.experiment_id}/runs/${many}`);
+  await hydrated(page);
+  const charts = page.locator('figure.chart');
+  await expect(charts).toHaveCount(44);
+  // Far below the fold (44 latest values come first), nothing is drawn yet.
+  await page.waitForTimeout(500);
+  expect(await page.locator('figure.chart[data-series]').count()).toBe(0);
+  await charts.first().scrollIntoViewIfNeeded();
+  await expect(page.locator('figure.chart[data-series]').first()).toBeVisible();
+  const drawnAtFirst = await page.locator('figure.chart[data-series]').count();
+  expect(drawnAtFirst).toBeGreaterThan(0);
+  expect(drawnAtFirst).toBeLessThan(44);
+  await charts.last().scrollIntoViewIfNeeded();
+  await expect(charts.last()).toHaveAttribute('data-series', '1');
+
+  // A live run: what it logs arrives by push, and its end too.
+  let polls = 0;
+  page.on('request', (r) => {
+    if (r.url().includes('/api/get_run_detail')) polls++;
+  });
+  await page.goto(`/experiments/${seeded.experiment_id}/runs/${live}`);
+  await hydrated(page);
+  await expect(page.getByTestId('run-status')).toHaveText('RUNNING');
+  await page.waitForTimeout(3_000);
+  const idle = polls;
+  const logged = await request.post('/api/2.0/mlflow/runs/log-batch', {
+    data: { run_id: live, metrics: [{ key: 'loss', value: 0.0123, timestamp: Date.now(), step: 10_000 }] },
+  });
+  expect(logged.status()).toBe(200);
+  await expect(page.locator('[data-testid="latest"] tr[data-metric="loss"]')).toContainText('0.0123');
+  const ended = await request.post('/api/2.0/mlflow/runs/update', {
+    data: { run_id: live, status: 'FINISHED', end_time: Date.now() },
+  });
+  expect(ended.status()).toBe(200);
+  await expect(page.getByTestId('run-status')).toHaveText('FINISHED');
+  // While nothing happened, nothing was asked: the page waits for pushes.
+  expect(idle).toBeLessThanOrEqual(2);
+});
+
+test('the links the mlflow client prints open the run', async ({ page, baseURL }) => {
+  const seeded = seed(baseURL!, `links-${Date.now()}`, 1, 5);
+  const link = seeded.printed.match(/View run \S+ at: (\S+)/)?.[1];
+  expect(link, seeded.printed).toMatch(/\/#\/experiments\/\d+\/runs\/[0-9a-f]+$/);
+  await page.goto(link!);
+  await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}/runs/${seeded.runs[0]}$`));
+  await expect(page.getByTestId('run-name')).toHaveText(/lr0\.1-b32-00/);
+});
+
+test.describe('without JavaScript', () => {
+  test.use({ javaScriptEnabled: false });
+
+  test('the explorer pages show their data from the server', async ({ page, baseURL }) => {
+    const seeded = seed(baseURL!, `nojs-${Date.now()}`, 3, 20);
+    await page.goto('/experiments');
+    await expect(page.locator(`[data-testid="experiments"] a[href="/experiments/${seeded.experiment_id}"]`)).toBeVisible();
+    await page.goto(`/experiments/${seeded.experiment_id}`);
+    await expect(page.getByTestId('match-count')).toHaveText('3 runs');
+    await page.getByTestId('query').fill("params.batch = '64'");
+    await page.getByTestId('query').press('Enter');
+    await expect(page.getByTestId('match-count')).toHaveText('1 run matches');
+    await page.locator('[data-testid="runs"] tbody tr[data-run] td.name a').first().click();
+    await expect(page.getByTestId('params')).toContainText('batch');
+    // Each chart is the server's drawing of it, the same code as the browser's.
+    const image = page.locator('figure.chart[data-metric="loss"] img');
+    await expect(image).toHaveAttribute('src', /\/api\/trainyard\/v1\/chart\?key=loss/);
+    await image.scrollIntoViewIfNeeded();
+    await expect.poll(() => image.evaluate((img: HTMLImageElement) => img.naturalWidth)).toBeGreaterThan(0);
+    await page.screenshot({ path: test.info().outputPath('run-no-js.png'), fullPage: true });
+  });
+});

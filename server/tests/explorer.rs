@@ -1,0 +1,389 @@
+//! The experiment explorer through its server functions, its pages as the
+//! server renders them (what a browser without JavaScript gets), the chart
+//! download endpoint and the live push of run changes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{TestServer, post_json, request};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn mlflow(server: &TestServer, path: &str, body: Value) -> Value {
+    let answer = post_json(server.addr, &format!("/api/2.0/mlflow/{path}"), &body).await;
+    assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    answer.json()
+}
+
+async fn new_run(server: &TestServer, experiment: &str, name: &str) -> String {
+    let run = mlflow(
+        server,
+        "runs/create",
+        json!({"experiment_id": experiment, "run_name": name, "start_time": 1_000}),
+    )
+    .await;
+    run["run"]["info"]["run_id"].as_str().unwrap().to_owned()
+}
+
+async fn server_fn(server: &TestServer, name: &str, body: Value) -> common::Response {
+    post_json(server.addr, &format!("/api/{name}"), &body).await
+}
+
+#[tokio::test]
+async fn experiments_are_renamed_archived_and_restored() {
+    let server = TestServer::start().await;
+    let id = server
+        .post_form("/api/create_experiment", "name=sweep")
+        .await
+        .json()
+        .as_i64()
+        .unwrap();
+    new_run(&server, &id.to_string(), "a").await;
+
+    let renamed = server
+        .post_form("/api/rename_experiment", &format!("id={id}&name=sweep%202"))
+        .await;
+    assert_eq!(renamed.status, 200, "{}", renamed.body);
+    let empty = server
+        .post_form("/api/rename_experiment", &format!("id={id}&name=%20"))
+        .await;
+    assert_eq!(empty.status, 400);
+    assert_eq!(empty.json()["Invalid"]["field"], "name");
+
+    let archived = server
+        .post_form("/api/archive_experiment", &format!("id={id}&archived=true"))
+        .await;
+    assert_eq!(archived.status, 200, "{}", archived.body);
+    let active = server.post_form("/api/list_experiments", "").await.json();
+    assert!(
+        active.as_array().unwrap().iter().all(|e| e["id"] != id),
+        "{active}"
+    );
+    let gone = server
+        .post_form("/api/list_experiments", "archived=true")
+        .await
+        .json();
+    assert_eq!(gone[0]["name"], "sweep 2");
+    assert_eq!(gone[0]["runs"], 1, "its runs were archived with it");
+    let page = server.get("/experiments?archived=1").await;
+    assert!(page.body.contains("sweep 2") && page.body.contains("Restore"));
+
+    let restored = server
+        .post_form(
+            "/api/archive_experiment",
+            &format!("id={id}&archived=false"),
+        )
+        .await;
+    assert_eq!(restored.status, 200);
+    let active = server.post_form("/api/list_experiments", "").await.json();
+    let back = active
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id)
+        .expect("restored");
+    assert_eq!(back["runs"], 1);
+
+    let default = server
+        .post_form("/api/archive_experiment", "id=0&archived=true")
+        .await;
+    assert_eq!(default.status, 400, "{}", default.body);
+}
+
+/// 250 runs: lr cycles through three values, loss is the run's number.
+async fn seeded(server: &TestServer) -> (i64, Vec<String>) {
+    let id = server
+        .post_form("/api/create_experiment", "name=grid")
+        .await
+        .json()
+        .as_i64()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..250 {
+        let run = new_run(server, &id.to_string(), &format!("run-{i:03}")).await;
+        let lr = ["0.1", "0.01", "0.001"][i % 3];
+        mlflow(
+            server,
+            "runs/log-batch",
+            json!({
+                "run_id": run,
+                "params": [{"key": "lr", "value": lr}, {"key": "seed", "value": "7"}],
+                "metrics": [{"key": "loss", "value": i as f64, "timestamp": 2_000, "step": 1}],
+                "tags": [{"key": "team", "value": "vision"}],
+            }),
+        )
+        .await;
+        ids.push(run);
+    }
+    (id, ids)
+}
+
+#[tokio::test]
+async fn the_runs_table_pages_filters_sorts_and_picks_columns() {
+    let server = TestServer::start().await;
+    let (id, _) = seeded(&server).await;
+    let page = |query: &str, sort: Value, columns: Value, offset: u64| {
+        let body = json!({"experiment_id": id, "query": query, "sort": sort, "columns": columns, "offset": offset});
+        let server = &server;
+        async move { server_fn(server, "list_runs_page", body).await }
+    };
+
+    let first = page("", Value::Null, Value::Null, 0).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let first = first.json();
+    assert_eq!(first["total"], 250);
+    assert_eq!(first["rows"].as_array().unwrap().len(), 100);
+    assert_eq!(
+        first["columns"],
+        json!(["metrics.loss", "params.lr", "params.seed"]),
+        "the defaults: the first metrics, then the first params"
+    );
+    let last = page("", Value::Null, Value::Null, 200).await.json();
+    assert_eq!(last["rows"].as_array().unwrap().len(), 50);
+
+    // OR, parentheses, ranges; sorted by a metric, descending.
+    let found = page(
+        "(params.lr = '0.1' OR params.lr = '0.01') AND metrics.loss BETWEEN 10 AND 19",
+        json!("-metrics.loss"),
+        json!(["metrics.loss", "tags.team"]),
+        0,
+    )
+    .await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    let found = found.json();
+    let losses: Vec<f64> = found["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["cells"][0]["Num"].as_f64().unwrap())
+        .collect();
+    // Of 10..=19, those with i % 3 != 2 (lr 0.001): 19 18 16 15 13 12 10.
+    assert_eq!(losses, [19.0, 18.0, 16.0, 15.0, 13.0, 12.0, 10.0]);
+    assert_eq!(found["total"], 7);
+    assert_eq!(found["rows"][0]["cells"][1]["Text"], "vision");
+
+    // A query that does not parse says where.
+    let bad = page(
+        "metrics.loss < 5 AND (params.lr = ",
+        Value::Null,
+        Value::Null,
+        0,
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let error = &bad.json()["Query"];
+    assert_eq!(error["position"], 34, "{error}");
+    let bad_sort = page("", json!("-nonsense"), Value::Null, 0).await;
+    assert_eq!(bad_sort.status, 400);
+    let bad_column = page("", Value::Null, json!(["loss"]), 0).await;
+    assert_eq!(bad_column.json()["Invalid"]["field"], "columns");
+
+    // The page as the server renders it: rows, and the caret under an error.
+    let html = server
+        .get(&format!(
+            "/experiments/{id}?q=params.lr%20%3D%20%270.001%27&sort=-metrics.loss"
+        ))
+        .await;
+    assert_eq!(html.status, 200);
+    assert!(html.body.contains("83 runs match"), "250 / 3 rounded down");
+    assert!(
+        html.body.contains("run-248"),
+        "the biggest loss with lr 0.001 comes first"
+    );
+    assert!(!html.body.contains("run-249"));
+    assert!(html.body.contains(r#"aria-sort="descending""#));
+    let html = server
+        .get(&format!("/experiments/{id}?q=metrics.loss%20%3C%3C%205"))
+        .await;
+    assert!(
+        html.body.contains(r#"data-testid="query-error""#),
+        "{}",
+        html.body
+    );
+    assert!(
+        html.body.contains("              ^"),
+        "a caret under position 14"
+    );
+}
+
+#[tokio::test]
+async fn the_run_page_shows_facts_params_charts_and_artifacts() {
+    let server = TestServer::start().await;
+    let run = new_run(&server, "0", "baseline").await;
+    mlflow(
+        &server,
+        "runs/log-batch",
+        json!({
+            "run_id": run,
+            "params": [{"key": "optimizer", "value": "adam"}],
+            "metrics": [
+                {"key": "loss", "value": 0.5, "timestamp": 2_000, "step": 1},
+                {"key": "accuracy", "value": 0.75, "timestamp": 2_000, "step": 1}
+            ],
+            "tags": [{"key": "note", "value": "first try"}],
+        }),
+    )
+    .await;
+    let put = request(
+        server.addr,
+        "PUT",
+        &format!("/api/2.0/mlflow-artifacts/artifacts/0/{run}/artifacts/model/weights.bin"),
+        &[],
+        b"0123456789",
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.body);
+
+    let detail = server
+        .post_form("/api/get_run_detail", &format!("run_id={run}"))
+        .await;
+    assert_eq!(detail.status, 200, "{}", detail.body);
+    let detail = detail.json();
+    assert_eq!(detail["name"], "baseline");
+    assert_eq!(detail["params"], json!([["optimizer", "adam"]]));
+    assert_eq!(
+        detail["tags"],
+        json!([["note", "first try"]]),
+        "mlflow.* tags left out"
+    );
+    assert_eq!(detail["metrics"][0]["key"], "accuracy");
+    assert_eq!(
+        detail["artifacts"],
+        json!([
+            {"path": "model", "is_dir": true, "size": 0},
+            {"path": "model/weights.bin", "is_dir": false, "size": 10}
+        ])
+    );
+
+    let html = server.get(&format!("/experiments/0/runs/{run}")).await;
+    assert_eq!(html.status, 200);
+    for expected in [
+        "baseline",
+        "optimizer",
+        "first try",
+        "weights.bin",
+        &format!("/api/2.0/mlflow-artifacts/artifacts/0/{run}/artifacts/model/weights.bin"),
+        // Without JavaScript, each chart is the server's drawing.
+        &format!("/api/trainyard/v1/chart?key=loss&amp;run={run}"),
+        &format!("/api/trainyard/v1/chart?key=accuracy&amp;run={run}"),
+    ] {
+        assert!(html.body.contains(expected), "missing {expected}");
+    }
+
+    let missing = server.post_form("/api/get_run_detail", "run_id=nope").await;
+    assert_eq!(missing.status, 404);
+}
+
+#[tokio::test]
+async fn charts_download_as_svg_and_png_with_groups() {
+    let server = TestServer::start().await;
+    let mut runs = Vec::new();
+    for (i, lr) in ["0.1", "0.1", "0.01"].iter().enumerate() {
+        let run = new_run(&server, "0", &format!("r{i}")).await;
+        let metrics: Vec<Value> = (0..50)
+            .map(|step| json!({"key": "loss", "value": 1.0 / (step + 1 + i) as f64, "timestamp": 1_000 + step, "step": step}))
+            .collect();
+        mlflow(
+            &server,
+            "runs/log-batch",
+            json!({"run_id": run, "metrics": metrics, "params": [{"key": "lr", "value": lr}]}),
+        )
+        .await;
+        runs.push(run);
+    }
+    let runs_query: String = runs.iter().map(|r| format!("&run={r}")).collect();
+
+    let svg = server
+        .get(&format!(
+            "/api/trainyard/v1/chart?key=loss{runs_query}&format=svg"
+        ))
+        .await;
+    assert_eq!(svg.status, 200, "{}", svg.body);
+    assert_eq!(svg.header("content-type"), Some("image/svg+xml"));
+    assert_eq!(svg.body.matches("<polyline").count(), 3, "a line per run");
+    assert!(svg.body.contains("r2"), "the legend names the runs");
+
+    let grouped = server
+        .get(&format!(
+            "/api/trainyard/v1/chart?key=loss{runs_query}&group=params.lr&log=1&smooth=0.5"
+        ))
+        .await;
+    assert_eq!(grouped.status, 200, "{}", grouped.body);
+    assert_eq!(
+        grouped.body.matches("<polyline").count(),
+        4,
+        "two groups, each raw (faint) and smoothed"
+    );
+    assert!(grouped.body.contains("lr=0.1 (2)"));
+
+    let png = server
+        .get(&format!(
+            "/api/trainyard/v1/chart?key=loss{runs_query}&format=png&width=400&height=200"
+        ))
+        .await;
+    assert_eq!(png.status, 200);
+    assert_eq!(png.header("content-type"), Some("image/png"));
+    assert!(png.body.contains("PNG") && png.body.contains("IHDR"));
+
+    for bad in [
+        "/api/trainyard/v1/chart?key=loss",
+        &format!("/api/trainyard/v1/chart?key=loss{runs_query}&format=gif"),
+        &format!("/api/trainyard/v1/chart?key=loss{runs_query}&width=0"),
+    ] {
+        let answer = server.get(bad).await;
+        assert_eq!(answer.status, 400, "{bad}: {}", answer.body);
+    }
+    let unknown = server
+        .get("/api/trainyard/v1/chart?key=loss&run=nope")
+        .await;
+    assert_eq!(unknown.status, 404);
+}
+
+/// Reads a server-sent event stream until `count` events came.
+async fn read_events(stream: &mut tokio::net::TcpStream, seen: &mut String, count: usize) {
+    let mut buf = [0u8; 4096];
+    while seen.matches("event: run").count() < count {
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut buf))
+            .await
+            .expect("an event within 30 s")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}
+
+#[tokio::test]
+async fn a_live_run_pushes_its_changes_until_it_ends() {
+    let server = TestServer::start().await;
+    let run = new_run(&server, "0", "live").await;
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "GET /api/trainyard/v1/runs/{run}/events HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
+        server.addr
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut seen = String::new();
+    read_events(&mut stream, &mut seen, 1).await;
+    assert!(seen.contains("data: RUNNING 0"), "{seen}");
+
+    mlflow(
+        &server,
+        "runs/log-batch",
+        json!({"run_id": run, "metrics": [{"key": "loss", "value": 1.0, "timestamp": 2_000, "step": 0}]}),
+    )
+    .await;
+    read_events(&mut stream, &mut seen, 2).await;
+    assert!(seen.contains("data: RUNNING 1"), "{seen}");
+
+    mlflow(
+        &server,
+        "runs/update",
+        json!({"run_id": run, "status": "FINISHED", "end_time": 3_000}),
+    )
+    .await;
+    read_events(&mut stream, &mut seen, 3).await;
+    assert!(seen.contains("data: FINISHED 1"), "{seen}");
+}
