@@ -207,7 +207,7 @@ pub(crate) fn MetricChart(
                 .map(|l| (l.run_id.clone(), l.label.clone(), l.color))
                 .collect();
             let group = group.get();
-            let chart = build_chart(
+            let mut chart = build_chart(
                 &key,
                 &data,
                 &wire,
@@ -216,6 +216,8 @@ pub(crate) fn MetricChart(
                 zoom.get(),
                 (CHART_WIDTH, CHART_HEIGHT),
             );
+            // The card's caption names the metric; the plot gets the room.
+            chart.title.clear();
             Some(match trainyard_charts::line_svg(&chart) {
                 Ok((svg, frame)) => Ok((themed(svg), frame, chart)),
                 Err(e) => Err(e.to_string()),
