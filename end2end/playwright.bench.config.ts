@@ -35,7 +35,8 @@ export default defineConfig({
     stderr: 'pipe',
     env: {
       TRAINYARD_LISTEN: `127.0.0.1:${port}`,
-      TRAINYARD_DATA_DIR: mkdtempSync(join(tmpdir(), 'trainyard-bench-')),
+      // scripts/bench-explorer.sh passes a folder it removes afterwards.
+      TRAINYARD_DATA_DIR: process.env.BENCH_DATA_DIR ?? mkdtempSync(join(tmpdir(), 'trainyard-bench-')),
       TRAINYARD_SITE_DIR: join(root, 'target', 'site'),
       TRAINYARD_TEMPLATES_DIR: join(root, 'templates'),
       TRAINYARD_LOG: 'warn',
