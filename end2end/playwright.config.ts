@@ -16,12 +16,21 @@ const bin = process.env.E2E_TRAINYARD_BIN ?? join(targetDir, 'release', 'trainya
 const dataDir = mkdtempSync(join(tmpdir(), 'trainyard-e2e-'));
 const ssoDataDir = mkdtempSync(join(tmpdir(), 'trainyard-e2e-sso-'));
 
+// As root, as on CI, each job runs as a uid of its own: the servers get
+// ranges of their own (a job's end stops every process of its uid), and
+// the environment cache lies where those uids can reach it (not in a
+// root's home, which they cannot pass through).
+const asRoot = process.getuid?.() === 0;
+const jobUids = (first: number) => (asRoot ? `${first}-${first + 49}` : 'none');
+
 // What both servers share.
 const serverEnv = {
   TRAINYARD_SITE_DIR: join(root, 'target', 'site'),
   TRAINYARD_TEMPLATES_DIR: join(root, 'templates'),
   // Python environments for templates are cached across runs, like a server's.
-  TRAINYARD_VENV_DIR: join(homedir(), '.cache', 'trainyard', 'job-venvs'),
+  TRAINYARD_VENV_DIR: asRoot
+    ? '/var/cache/trainyard-test/job-venvs'
+    : join(homedir(), '.cache', 'trainyard', 'job-venvs'),
   // One GPU to queue for, on a machine without any.
   TRAINYARD_SIMULATED_GPUS: '1',
   TRAINYARD_JOB_STOP_GRACE_SECS: '2',
@@ -71,7 +80,12 @@ export default defineConfig({
       timeout: 60_000,
       stdout: 'pipe',
       stderr: 'pipe',
-      env: { ...serverEnv, TRAINYARD_LISTEN: `127.0.0.1:${port}`, TRAINYARD_DATA_DIR: dataDir },
+      env: {
+        ...serverEnv,
+        TRAINYARD_LISTEN: `127.0.0.1:${port}`,
+        TRAINYARD_DATA_DIR: dataDir,
+        TRAINYARD_JOB_UIDS: jobUids(61_000),
+      },
     },
     {
       command: 'node oidc/provider.mjs',
@@ -93,6 +107,7 @@ export default defineConfig({
         ...serverEnv,
         TRAINYARD_LISTEN: `127.0.0.1:${ssoPort}`,
         TRAINYARD_DATA_DIR: ssoDataDir,
+        TRAINYARD_JOB_UIDS: jobUids(61_050),
         TRAINYARD_OIDC_ISSUER_URL: `http://127.0.0.1:${oidcPort}`,
         TRAINYARD_OIDC_CLIENT_ID: 'trainyard',
         TRAINYARD_OIDC_CLIENT_SECRET: 'trainyard-test-secret',

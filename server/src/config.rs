@@ -92,6 +92,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "seconds a cancelled or timed-out job gets between SIGTERM and SIGKILL",
     },
     SettingDoc {
+        key: "job_uids",
+        env: "TRAINYARD_JOB_UIDS",
+        default: "auto",
+        meaning: "uids the local executor runs jobs as, one per running job (`FIRST-LAST`, needs root), so a job cannot read the server's data or other jobs' files; `none` runs them as the server's user; `auto` is 60000-60999 when the server runs as root, else none",
+    },
+    SettingDoc {
         key: "public_url",
         env: "TRAINYARD_PUBLIC_URL",
         default: "http://<listen>",
@@ -189,6 +195,7 @@ pub struct Settings {
     pub venv_dir: Option<PathBuf>,
     pub simulated_gpus: u32,
     pub job_stop_grace_secs: u64,
+    pub job_uids: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -224,6 +231,7 @@ impl Default for Settings {
             venv_dir: None,
             simulated_gpus: 0,
             job_stop_grace_secs: 10,
+            job_uids: "auto".to_owned(),
             public_url: None,
             oidc_issuer_url: None,
             oidc_client_id: None,
@@ -272,11 +280,24 @@ pub struct Config {
     pub venv_dir: PathBuf,
     pub simulated_gpus: u32,
     pub job_stop_grace_secs: u64,
+    pub job_uids: JobUids,
     /// The program started as `PROGRAM job-shim DIR` for each job: this
     /// binary (tests point it at the built one).
     pub job_shim: PathBuf,
     pub shutdown_grace: std::time::Duration,
     pub auth: AuthConfig,
+}
+
+/// Who the local executor's jobs run as (`job_uids`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobUids {
+    /// A uid of the range per job when the server runs as root, and the
+    /// data folder can be laid out for it; otherwise as the server's user.
+    Auto,
+    /// As the server's own user.
+    ServerUser,
+    /// A uid of this range per job; the server must run as root.
+    Range(trainyard_jobs::users::UidRange),
 }
 
 /// How people sign in.
@@ -493,6 +514,14 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         None => format!("sqlite://{}", s.data_dir.join("trainyard.db").display()),
     };
     let venv_dir = s.venv_dir.unwrap_or_else(|| s.data_dir.join("venvs"));
+    let job_uids = match s.job_uids.trim() {
+        "auto" => JobUids::Auto,
+        "none" => JobUids::ServerUser,
+        range => JobUids::Range(
+            trainyard_jobs::users::UidRange::parse(range)
+                .map_err(|e| ConfigError(format!("job_uids: {e}; or write `auto` or `none`")))?,
+        ),
+    };
     Ok(Config {
         listen: s.listen,
         data_dir: s.data_dir,
@@ -506,6 +535,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         venv_dir,
         simulated_gpus: s.simulated_gpus,
         job_stop_grace_secs: s.job_stop_grace_secs,
+        job_uids,
         job_shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("trainyard")),
         shutdown_grace: std::time::Duration::from_secs(s.shutdown_grace_secs),
         auth,
@@ -649,7 +679,7 @@ impl Config {
 }
 
 /// The file of an `sqlite://` URL, if it names one (not `:memory:`).
-fn sqlite_path(url: &str) -> Option<PathBuf> {
+pub(crate) fn sqlite_path(url: &str) -> Option<PathBuf> {
     let rest = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))?;
@@ -776,6 +806,23 @@ mod tests {
         assert!(err.0.starts_with("database_max_connections"), "{}", err.0);
         let err = load_env(&[("TRAINYARD_LOG", "trainyard=loud")]).unwrap_err();
         assert!(err.0.starts_with("log:"), "{}", err.0);
+        let err = load_env(&[("TRAINYARD_JOB_UIDS", "everyone")]).unwrap_err();
+        assert!(
+            err.0.starts_with("job_uids: `everyone` is not a range"),
+            "{}",
+            err.0
+        );
+        let err = load_env(&[("TRAINYARD_JOB_UIDS", "0-100")]).unwrap_err();
+        assert!(err.0.contains("root"), "{}", err.0);
+        let config = load_env(&[("TRAINYARD_JOB_UIDS", "70000-70099")]).unwrap();
+        assert_eq!(
+            config.job_uids,
+            JobUids::Range(trainyard_jobs::users::UidRange {
+                first: 70_000,
+                last: 70_099
+            })
+        );
+        assert_eq!(load_env(&[]).unwrap().job_uids, JobUids::Auto);
         let err = load_from(
             Some(Path::new("/nonexistent.toml")),
             &Overrides::default(),

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 mod explorer;
+mod job_users;
 mod jobs_api;
 pub mod metrics;
 mod mlflow;
@@ -85,6 +86,7 @@ impl AppState {
         listen: SocketAddr,
         store: Store,
         gpus: u32,
+        job_users: Option<trainyard_jobs::users::UidRange>,
     ) -> Result<AppState, ServerError> {
         let leptos_options = LeptosOptions::builder()
             .output_name("trainyard")
@@ -93,7 +95,8 @@ impl AppState {
             .site_addr(listen)
             .env(leptos::config::Env::PROD)
             .build();
-        let jobs = trainyard_jobs::Jobs::new(store.clone(), jobs_config(config, listen, gpus));
+        let jobs =
+            trainyard_jobs::Jobs::new(store.clone(), jobs_config(config, listen, gpus, job_users));
         let mut auth_config = config.auth.clone();
         if !auth_config.public_url_set {
             // The address actually bound (port 0 becomes the real port).
@@ -134,7 +137,12 @@ impl AppState {
 
 /// The local executor's setup: this machine's CPUs and memory, the GPUs
 /// it offers, and the address jobs report to.
-fn jobs_config(config: &Config, listen: SocketAddr, gpus: u32) -> trainyard_jobs::JobsConfig {
+fn jobs_config(
+    config: &Config,
+    listen: SocketAddr,
+    gpus: u32,
+    job_users: Option<trainyard_jobs::users::UidRange>,
+) -> trainyard_jobs::JobsConfig {
     let mut tracking = listen;
     if tracking.ip().is_unspecified() {
         tracking.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
@@ -155,6 +163,7 @@ fn jobs_config(config: &Config, listen: SocketAddr, gpus: u32) -> trainyard_jobs
             max_bytes: config.upload_max_bytes.saturating_mul(4),
             max_files: 100_000,
         },
+        job_users,
     }
 }
 
@@ -362,6 +371,10 @@ pub struct Server {
 impl Server {
     pub async fn bind(config: &Config) -> Result<Server, ServerError> {
         let store = open_store(config).await?;
+        let job_users = job_users::decide(config)?;
+        if job_users.is_some() {
+            job_users::close_data_folder(config)?;
+        }
         sync_templates(config, &store).await?;
         let gpus = discover_gpus(config, &store).await?;
         let listener =
@@ -372,11 +385,6 @@ impl Server {
                     source,
                 })?;
         let local = listener.local_addr()?;
-        if config.auth.oidc.is_some() {
-            tracing::warn!(
-                "jobs of the local executor run as this server's own user and can read its data folder; with sign-in on, share this machine only among people who trust each other (see docs/identity.md)"
-            );
-        }
         if !config.site_dir.join("pkg").is_dir() {
             tracing::warn!(
                 site_dir = %config.site_dir.display(),
@@ -385,7 +393,15 @@ impl Server {
         }
         Ok(Server {
             signals: ShutdownSignals::install()?,
-            state: AppState::new(config, local, store, gpus)?,
+            state: {
+                let state = AppState::new(config, local, store, gpus, job_users)?;
+                state
+                    .jobs
+                    .prepare_folders()
+                    .await
+                    .map_err(|e| config::ConfigError(format!("job_uids: {e}")))?;
+                state
+            },
             listener,
             grace: config.shutdown_grace,
         })

@@ -467,9 +467,7 @@ async fn a_restarted_server_finds_its_running_jobs_again() {
 #[tokio::test]
 async fn the_demo_template_trains_and_logs_its_curves() {
     // Environments are cached across runs of the suite, like a server's.
-    let venvs = std::env::var("HOME")
-        .map(|home| format!("{home}/.cache/trainyard/job-venvs"))
-        .unwrap_or_else(|_| "/tmp/trainyard-job-venvs".to_owned());
+    let venvs = common::job_venvs();
     let server = TestServer::start_with(&[("TRAINYARD_VENV_DIR", venvs.as_str())]).await;
     let catalog = server.get("/api/trainyard/v1/templates").await.json();
     let slugs: Vec<&str> = catalog["templates"]
@@ -657,11 +655,19 @@ async fn hostile_and_oversized_uploads_are_refused_and_leave_nothing() {
     );
     let uploads = server.data_dir.path().join("uploads");
     assert!(!uploads.join("escaped").exists());
-    let left: Vec<_> = std::fs::read_dir(&uploads)
+    let mut left: Vec<_> = std::fs::read_dir(&uploads)
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
+    // `datasets` is made at start where jobs run as uids of their own.
+    if left.contains(&"datasets".to_owned()) {
+        assert_eq!(
+            std::fs::read_dir(uploads.join("datasets")).unwrap().count(),
+            0
+        );
+        left.retain(|name| name != "datasets");
+    }
     assert_eq!(left, [".incoming"], "nothing of the archive is kept");
     assert_eq!(
         std::fs::read_dir(uploads.join(".incoming"))
@@ -863,4 +869,118 @@ async fn admins_write_templates_and_jobs_use_them() {
     let bad_slug = put("Bad_Slug", "title: X\ndescription: x\ncommand: x\n").await;
     assert_eq!(bad_slug.status, 400);
     assert_eq!(bad_slug.json()["fields"][0]["field"], "slug");
+}
+
+/// Needs root, as the server does to run jobs as other users.
+#[tokio::test]
+async fn each_job_runs_as_a_uid_of_its_own_and_reaches_nothing_else() {
+    if !trainyard_jobs::users::is_root() {
+        eprintln!("skipped: running jobs as other users needs root");
+        return;
+    }
+    let server = TestServer::start().await;
+    let data = server.data_dir.path().display().to_string();
+    let first = submit(
+        &server,
+        json!({"name": "holder", "command": "id -u; echo secret > mine.txt; touch ready; sleep 60",
+               "max_runtime": "2m"}),
+    )
+    .await;
+    wait_for(&server, first, "RUNNING").await;
+    let ready = server
+        .data_dir
+        .path()
+        .join(format!("jobs/{first}/0/work/ready"));
+    for _ in 0..100 {
+        if ready.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready.exists(), "{}", log(&server, first).await);
+    let snoop = r#"
+id -u
+cat "$DATA/jobs/$OTHER/0/work/mine.txt" || echo "cannot read the other job's files"
+cat "$DATA/jobs/$OTHER/0/launch.json" || echo "cannot read the other job's token"
+cat "$DATA/jobs/$OTHER/0/output.log" || echo "cannot read the other job's log"
+ls "$DATA" || echo "cannot list the data folder"
+ls "$DATA/artifacts" || echo "cannot list the artifacts"
+head -c 16 "$DB" || echo "cannot read the database"
+kill -9 "$(cat "/proc/$OTHER_PID/task/$OTHER_PID/children" 2>/dev/null)" 2>/dev/null || echo "cannot stop the other job"
+echo kept > "$HOME/note" && echo "home: $(cat "$HOME/note")"
+echo kept > "$TMPDIR/note" && echo "tmp: $(cat "$TMPDIR/note")"
+echo kept > note && echo "work: $(cat note)"
+"#;
+    let holder = job(&server, first).await;
+    let other_pid = holder["job"]["pid"].to_string();
+    // Here the test's SQLite file lies outside the data folder: what counts
+    // is its mode, which the server closed wherever it is.
+    let db = server
+        .db
+        .url
+        .strip_prefix("sqlite://")
+        .map(|path| path.split('?').next().unwrap_or(path).to_owned());
+    if let Some(db) = &db {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(db).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{db}");
+    }
+    let second = submit(
+        &server,
+        json!({"name": "snoop", "command": snoop,
+               "env": {"DATA": data, "OTHER": first.to_string(), "OTHER_PID": other_pid,
+                       "DB": db.clone().unwrap_or_default()}}),
+    )
+    .await;
+    wait_for(&server, second, "SUCCEEDED").await;
+    let text = log(&server, second).await;
+    let uids: Vec<u32> = [log(&server, first).await, text.clone()]
+        .iter()
+        .map(|l| l.lines().next().unwrap().trim().parse().unwrap())
+        .collect();
+    assert_ne!(uids[0], uids[1], "two running jobs, two uids: {text}");
+    for uid in &uids {
+        assert!(
+            *uid >= 1_000_000,
+            "a uid of the test server's range: {uids:?}"
+        );
+    }
+    for refused in [
+        "cannot read the other job's files",
+        "cannot read the other job's token",
+        "cannot read the other job's log",
+        "cannot list the data folder",
+        "cannot list the artifacts",
+        "cannot stop the other job",
+    ] {
+        assert!(text.contains(refused), "{refused}: {text}");
+    }
+    assert!(!text.contains("secret"), "{text}");
+    if db.is_some() {
+        assert!(text.contains("cannot read the database"), "{text}");
+        assert!(!text.contains("SQLite format"), "{text}");
+    }
+    for kept in ["home: kept", "tmp: kept", "work: kept"] {
+        assert!(text.contains(kept), "{kept}: {text}");
+    }
+    assert_eq!(
+        job(&server, first).await["job"]["state"],
+        "RUNNING",
+        "the other job could not stop it"
+    );
+
+    // Cancelled, the holder's processes are all gone and its folder is closed.
+    let answer = post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{first}/cancel"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    wait_for(&server, first, "CANCELLED").await;
+    assert!(trainyard_jobs::users::processes_of(uids[0]).is_empty());
+    use std::os::unix::fs::PermissionsExt;
+    let folder = server.data_dir.path().join(format!("jobs/{first}"));
+    let mode = std::fs::metadata(&folder).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{}", folder.display());
 }

@@ -6,8 +6,9 @@
 pub mod archive;
 pub mod shim;
 pub mod templates;
+pub mod users;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -96,6 +97,9 @@ pub struct JobsConfig {
     pub uploads_root: PathBuf,
     /// What one upload may unpack to.
     pub upload_limits: archive::Limits,
+    /// The uids jobs run as, one per running job; None: as the server's
+    /// own user. Set only where the server may switch users (root).
+    pub job_users: Option<users::UidRange>,
 }
 
 /// Why an upload was refused.
@@ -155,6 +159,57 @@ impl Jobs {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// With job users: lays out the folders jobs reach so that a job's
+    /// user may pass through to its own folder and the shared datasets and
+    /// Python environments, and read nothing else: the folders of jobs that
+    /// ended, project uploads and uploads in progress are closed (0700).
+    /// Err names a folder on the way that other users cannot pass through.
+    pub async fn prepare_folders(&self) -> Result<(), String> {
+        if self.inner.config.job_users.is_none() {
+            return Ok(());
+        }
+        let active: HashSet<String> = self
+            .store()
+            .active_jobs()
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .map(|r| r.job.id.to_string())
+            .collect();
+        let config = self.inner.config.clone();
+        tokio::task::spawn_blocking(move || {
+            let datasets = config.uploads_root.join("datasets");
+            for (folder, mode) in [
+                (&config.root, 0o711),
+                (&config.uploads_root, 0o711),
+                (&datasets, 0o711),
+                (&config.venv_root, 0o711),
+            ] {
+                std::fs::create_dir_all(folder)
+                    .and_then(|()| users::set_mode(folder, mode))
+                    .map_err(|e| format!("{}: {e}", folder.display()))?;
+                users::check_reachable(folder)?;
+            }
+            let close_all_but = |folder: &Path, keep: &dyn Fn(&str) -> bool| {
+                let entries =
+                    std::fs::read_dir(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
+                for entry in entries.flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if !keep(&name) && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                        users::set_mode(&entry.path(), 0o700)
+                            .map_err(|e| format!("{}: {e}", entry.path().display()))?;
+                    }
+                }
+                Ok::<_, String>(())
+            };
+            close_all_but(&config.root, &|name| active.contains(name))?;
+            close_all_but(&config.uploads_root, &|name| name == "datasets")?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?
     }
 
     pub fn config(&self) -> &JobsConfig {
@@ -520,6 +575,9 @@ impl Jobs {
             if dataset {
                 // Shared by every job that names it: nobody writes to it by accident.
                 read_only(&target)?;
+            } else {
+                // Its owner's alone: jobs get a copy in their own folder.
+                users::set_mode(&target, 0o700)?;
             }
             Ok::<_, archive::ArchiveError>(done)
         })
@@ -779,9 +837,19 @@ impl Jobs {
         };
         let decision = sched::schedule(&state, &sched::Policy::default());
         let by_id: HashMap<i64, &JobRecord> = queued.iter().map(|r| (r.job.id, r)).collect();
+        let mut taken_uids = HashSet::new();
+        if self.inner.config.job_users.is_some() && !decision.starts.is_empty() {
+            for record in &running {
+                let dir = self.attempt_dir(record.job.id, record.job.attempt);
+                if let Some(user) = job_user(&dir) {
+                    taken_uids.insert(user.uid);
+                }
+            }
+        }
         for placement in &decision.starts {
             if let Some(record) = by_id.get(&(placement.job as i64)) {
-                self.launch(record, &placement.gpus).await?;
+                self.launch(record, &placement.gpus, &mut taken_uids)
+                    .await?;
             }
         }
         self.write_positions(&decision.waiting).await
@@ -811,8 +879,32 @@ impl Jobs {
     }
 
     /// Starts a queued job on the GPUs the scheduler chose.
-    async fn launch(&self, record: &JobRecord, gpus: &[u32]) -> Result<(), StoreError> {
+    /// `taken_uids`: the job users of running jobs; the one this job gets is added.
+    async fn launch(
+        &self,
+        record: &JobRecord,
+        gpus: &[u32],
+        taken_uids: &mut HashSet<u32>,
+    ) -> Result<(), StoreError> {
         let job = &record.job;
+        let user = match self.inner.config.job_users {
+            Some(range) => match range.free(taken_uids) {
+                Some(uid) => {
+                    taken_uids.insert(uid);
+                    Some(users::JobUser::new(uid))
+                }
+                None => {
+                    // It stays queued and starts when a running job ends.
+                    tracing::warn!(
+                        job = job.id,
+                        "all {} job uids ({range}) are in use; widen job_uids to run more jobs at once",
+                        range.count()
+                    );
+                    return Ok(());
+                }
+            },
+            None => None,
+        };
         let dir = self.attempt_dir(job.id, job.attempt);
         let now = now_millis();
         let gpu_list = gpus
@@ -844,7 +936,7 @@ impl Jobs {
         if !moved {
             return Ok(()); // cancelled in between
         }
-        let started = self.spawn_shim(record, &dir, gpus, now).await;
+        let started = self.spawn_shim(record, &dir, gpus, now, user).await;
         let (pid, pid_start) = match started {
             Ok(started) => started,
             Err(message) => {
@@ -898,12 +990,28 @@ impl Jobs {
         dir: &Path,
         gpus: &[u32],
         now: i64,
+        user: Option<users::JobUser>,
     ) -> Result<(i32, i64), String> {
         let job = &record.job;
         let work = dir.join("work");
         tokio::fs::create_dir_all(&work)
             .await
             .map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+        if user.is_some() {
+            let files = self.files_dir(job.id);
+            if files.is_dir() {
+                // The project's files are copied into the work folder; the
+                // originals are not for other jobs passing through.
+                users::set_mode(&files, 0o700)
+                    .map_err(|e| format!("cannot close {}: {e}", files.display()))?;
+            }
+            // The job's user passes through to its own folders, and reads
+            // nothing else here: the files below are the server's (0600).
+            for folder in [dir.parent().unwrap_or(dir), dir] {
+                users::set_mode(folder, 0o711)
+                    .map_err(|e| format!("cannot open {} to the job: {e}", folder.display()))?;
+            }
+        }
         let files = self.files_dir(job.id);
         if files.is_dir() {
             let to = work.clone();
@@ -943,19 +1051,57 @@ impl Jobs {
             ),
             _ => None,
         };
+        let mut env = self.environment(job, gpus, token.as_deref());
+        if let Some(user) = user {
+            // A home and a temporary folder of its own: the server's are
+            // not the job's to read or write.
+            let to = work.clone();
+            let folders = [dir.join("home"), dir.join("tmp")];
+            let made = folders.clone();
+            tokio::task::spawn_blocking(move || {
+                for folder in &made {
+                    std::fs::create_dir_all(folder)?;
+                    users::set_mode(folder, 0o700)?;
+                }
+                for path in made.iter().chain([&to]) {
+                    users::chown_tree(path, user.uid, user.gid)?;
+                }
+                users::set_mode(&to, 0o700)?;
+                Ok::<_, std::io::Error>(())
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot give the job its folders: {e}"))?;
+            // Folders it cannot pass through would only fail its lookups
+            // (a root's ~/.cargo/bin, a pyenv shim): it gets the others.
+            if let Some(path) = env.get("PATH") {
+                let reachable: Vec<&str> = path
+                    .split(':')
+                    .filter(|d| !d.is_empty() && users::check_reachable(Path::new(d)).is_ok())
+                    .collect();
+                env.insert("PATH".to_owned(), reachable.join(":"));
+            }
+            let [home, tmp] = folders;
+            env.insert("HOME".to_owned(), home.display().to_string());
+            env.insert("TMPDIR".to_owned(), tmp.display().to_string());
+            for name in ["USER", "LOGNAME"] {
+                env.insert(name.to_owned(), format!("trainyard-job-{}", job.id));
+            }
+        }
         let launch = shim::Launch {
             command,
             cwd: work,
-            env: self.environment(job, gpus, token.as_deref()),
+            env,
             deadline_ms: now + (job.max_runtime_secs as i64).saturating_mul(1000),
             stop_grace_secs: self.inner.config.stop_grace_secs,
             venv_root: Some(self.inner.config.venv_root.clone()),
+            user,
         };
         let launch_json = serde_json::to_vec_pretty(&launch).map_err(|e| e.to_string())?;
-        tokio::fs::write(dir.join(shim::LAUNCH_FILE), launch_json)
-            .await
+        // It holds the job's token: the server's alone to read.
+        write_private(&dir.join(shim::LAUNCH_FILE), &launch_json)
             .map_err(|e| format!("cannot write the launch file: {e}"))?;
-        let shim_log = std::fs::File::create(dir.join("shim.log"))
+        let shim_log = private_file(&dir.join("shim.log"))
             .map_err(|e| format!("cannot create the shim log: {e}"))?;
         let shim_err = shim_log.try_clone().map_err(|e| e.to_string())?;
         let mut child = tokio::process::Command::new(&self.inner.config.shim_program)
@@ -964,8 +1110,8 @@ impl Jobs {
             .stdin(std::process::Stdio::null())
             .stdout(shim_log)
             .stderr(shim_err)
-            // Nothing of the server's environment (its database URL): the
-            // job runs as the same user and could read the shim's.
+            // Nothing of the server's environment (its database URL): a job
+            // that runs as the server's user could read the shim's.
             .env_clear()
             // Its own group: a Ctrl-C to the server does not reach the job.
             .process_group(0)
@@ -1119,6 +1265,19 @@ impl Jobs {
             job = record.job.id,
             "job lost: its shim is gone without an exit record"
         );
+        // What the shim would have done at the end.
+        let dir = self.attempt_dir(record.job.id, record.job.attempt);
+        if let Some(user) = job_user(&dir) {
+            let closed = tokio::task::spawn_blocking(move || {
+                users::kill_all(user.uid)?;
+                users::remove_left_behind(user.uid);
+                users::set_mode(&dir, 0o700)
+            })
+            .await;
+            if let Ok(Err(error)) = closed {
+                tracing::warn!(job = record.job.id, %error, "could not clean up after the lost job");
+            }
+        }
         self.finish(
             record,
             JobState::Lost,
@@ -1201,6 +1360,15 @@ impl Jobs {
                 .await?;
             return Ok(());
         }
+        if self.inner.config.job_users.is_some() {
+            // Ended for good: no job user passes through its folder again.
+            let folder = self.inner.config.root.join(job.id.to_string());
+            if let Err(error) = users::set_mode(&folder, 0o700)
+                && error.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(job = job.id, %error, "could not close the job's folder");
+            }
+        }
         self.store()
             .move_job(
                 job.id,
@@ -1229,6 +1397,30 @@ impl Jobs {
             tracing::warn!(run = run_id, %error, "could not record the end of the job's run");
         }
     }
+}
+
+/// Who the job of an attempt folder runs as, from its launch file.
+fn job_user(dir: &Path) -> Option<users::JobUser> {
+    let text = std::fs::read(dir.join(shim::LAUNCH_FILE)).ok()?;
+    serde_json::from_slice::<shim::Launch>(&text).ok()?.user
+}
+
+/// A new file that only its owner may read, from its creation on.
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = private_file(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 /// Files 0444, folders 0555, all the way down.

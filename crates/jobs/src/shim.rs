@@ -11,12 +11,15 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+
+use crate::users::{self, JobUser};
 
 /// What the server writes to `DIR/launch.json` before it starts the shim.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -36,6 +39,12 @@ pub struct Launch {
     /// installed, made once per distinct file (and Python).
     #[serde(default)]
     pub venv_root: Option<PathBuf>,
+    /// Who the command (and its environment's installation) runs as; None:
+    /// as the shim itself. The shim stays root: it stops every process of
+    /// this user when the job ends, closes the job's folder and clears
+    /// what the user left in the shared temporary folders.
+    #[serde(default)]
+    pub user: Option<JobUser>,
 }
 
 /// Why the command ended.
@@ -119,7 +128,25 @@ pub fn main(dir: &Path) -> ExitCode {
             serde_json::from_str::<Launch>(&text)
                 .map_err(|e| format!("{LAUNCH_FILE} is not valid: {e}"))
         }) {
-        Ok(launch) => supervise(dir, &launch),
+        Ok(launch) => match launch.user {
+            Some(user) => {
+                // What the job and its environment make is readable by the
+                // other jobs that share it (an environment), whatever the
+                // server's umask.
+                // SAFETY: umask cannot fail.
+                unsafe { libc::umask(0o022) };
+                // A job lost earlier may have left something running as this uid.
+                let exit = match users::kill_all(user.uid) {
+                    Ok(()) => supervise(dir, &launch),
+                    Err(e) => {
+                        start_failed(format!("cannot stop what uid {} still runs: {e}", user.uid))
+                    }
+                };
+                clean_up(dir, user);
+                exit
+            }
+            None => supervise(dir, &launch),
+        },
         Err(message) => start_failed(message),
     };
     match write_exit(dir, &exit) {
@@ -132,6 +159,19 @@ pub fn main(dir: &Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// After a job that ran as `user`: nothing of it runs on, its folder is
+/// closed to the next job that gets the uid, and so is what it left in
+/// /tmp. Best effort: a failure is written to the shim's own log.
+fn clean_up(dir: &Path, user: JobUser) {
+    if let Err(e) = users::kill_all(user.uid) {
+        eprintln!("job-shim: {e}");
+    }
+    if let Err(e) = users::set_mode(dir, 0o700) {
+        eprintln!("job-shim: cannot close {}: {e}", dir.display());
+    }
+    users::remove_left_behind(user.uid);
 }
 
 fn start_failed(message: String) -> Exit {
@@ -153,9 +193,11 @@ fn write_exit(dir: &Path, exit: &Exit) -> std::io::Result<()> {
 }
 
 fn supervise(dir: &Path, launch: &Launch) -> Exit {
+    // Only the server reads it: the job writes through the descriptor it gets.
     let log = match OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(dir.join(LOG_FILE))
     {
         Ok(log) => log,
@@ -171,7 +213,7 @@ fn supervise(dir: &Path, launch: &Launch) -> Exit {
     if let Some(root) = &launch.venv_root
         && requirements.is_file()
     {
-        match python_env(root, &requirements, &env, &log, &watch) {
+        match python_env(root, &requirements, &env, launch.user, &log, &watch) {
             Ok(venv) => {
                 let path = env.get("PATH").cloned().unwrap_or_default();
                 env.insert(
@@ -190,6 +232,9 @@ fn supervise(dir: &Path, launch: &Launch) -> Exit {
         .current_dir(&launch.cwd)
         .env_clear()
         .envs(&env);
+    if let Some(user) = launch.user {
+        user.apply(&mut command);
+    }
     match run_group(command, &log, &watch) {
         Ok(exit) => exit,
         Err(message) => start_failed(message),
@@ -272,6 +317,7 @@ fn python_env(
     root: &Path,
     requirements: &Path,
     env: &BTreeMap<String, String>,
+    user: Option<JobUser>,
     log: &File,
     watch: &Watch,
 ) -> Result<PathBuf, Exit> {
@@ -319,6 +365,14 @@ fn python_env(
         say,
         "trainyard: creating a Python environment for requirements.txt (cached as {key}); this happens once"
     );
+    if let Some(user) = user {
+        // Built by the job's user, so that the packages' install code runs
+        // with no more rights than the job; the folder is made here, as
+        // the cache is not the job's to write.
+        std::fs::create_dir(&venv)
+            .and_then(|()| std::os::unix::fs::chown(&venv, Some(user.uid), Some(user.gid)))
+            .map_err(|e| fail(format!("cannot create {}: {e}", venv.display())))?;
+    }
     let mut create = Command::new(&python);
     create
         .arg("-m")
@@ -327,6 +381,10 @@ fn python_env(
         .env_clear()
         .envs(env);
     let mut install = Command::new(venv.join("bin").join("pip"));
+    if let Some(user) = user {
+        user.apply(&mut create);
+        user.apply(&mut install);
+    }
     install
         .args(["install", "--disable-pip-version-check", "--no-input", "-r"])
         .arg(requirements)
@@ -356,6 +414,18 @@ fn python_env(
                 )),
                 _ => exit,
             });
+        }
+    }
+    if let Some(user) = user {
+        // Shared from now on: nothing of the builder may change it any more.
+        let sealed = users::kill_all(user.uid).and_then(|()| {
+            // SAFETY: getters that cannot fail.
+            let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+            users::chown_tree(&venv, uid, gid)
+        });
+        if let Err(e) = sealed {
+            let _ = std::fs::remove_dir_all(&venv);
+            return Err(fail(format!("cannot seal the environment: {e}")));
         }
     }
     File::create(venv.join(READY_FILE))
@@ -452,6 +522,7 @@ mod tests {
             deadline_ms,
             stop_grace_secs: 1,
             venv_root: None,
+            user: None,
         };
         std::fs::write(dir.join(LAUNCH_FILE), serde_json::to_vec(&launch).unwrap()).unwrap();
     }
@@ -546,6 +617,7 @@ mod tests {
                 deadline_ms: now_ms() + 120_000,
                 stop_grace_secs: 1,
                 venv_root: Some(cache.path().to_path_buf()),
+                user: None,
             };
             std::fs::write(
                 dir.path().join(LAUNCH_FILE),
@@ -582,6 +654,114 @@ mod tests {
             "{}",
             logs[1]
         );
+    }
+
+    /// Needs root, as the server does to run jobs as other users.
+    #[test]
+    fn a_job_user_builds_its_environment_which_is_then_sealed() {
+        if !users::is_root() {
+            eprintln!("skipped: switching uids needs root");
+            return;
+        }
+        let user = JobUser::new(64_992);
+        let cache = tempfile::tempdir().unwrap();
+        users::set_mode(cache.path(), 0o711).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        users::set_mode(dir.path(), 0o711).unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::fs::write(work.join("requirements.txt"), "# no packages\n").unwrap();
+        users::chown_tree(&work, user.uid, user.gid).unwrap();
+        let launch = Launch {
+            command: "id -u; touch \"$VIRTUAL_ENV/mine\" || echo sealed".to_owned(),
+            cwd: work,
+            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+            deadline_ms: now_ms() + 120_000,
+            stop_grace_secs: 1,
+            venv_root: Some(cache.path().to_path_buf()),
+            user: Some(user),
+        };
+        std::fs::write(
+            dir.path().join(LAUNCH_FILE),
+            serde_json::to_vec(&launch).unwrap(),
+        )
+        .unwrap();
+        main(dir.path());
+        let exit = read_exit(dir.path()).unwrap();
+        let log = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
+        assert!(log.contains("creating a Python environment"), "{log}");
+        assert!(log.contains("64992\n"), "{log}");
+        assert!(log.ends_with("Permission denied\nsealed\n"), "{log}");
+        let venv = std::fs::read_dir(cache.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find(|e| e.path().is_dir())
+            .unwrap()
+            .path();
+        use std::os::unix::fs::MetadataExt;
+        let python = std::fs::symlink_metadata(venv.join("bin/python")).unwrap();
+        assert_eq!(python.uid(), 0, "the builder owns nothing of it");
+        assert_eq!(std::fs::metadata(&venv).unwrap().mode() & 0o777, 0o755);
+    }
+
+    /// Needs root, as the server does to run jobs as other users.
+    #[test]
+    fn a_job_runs_as_its_user_and_nothing_of_it_outlives_it() {
+        if !users::is_root() {
+            eprintln!("skipped: switching uids needs root");
+            return;
+        }
+        let user = JobUser::new(64_991);
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        std::os::unix::fs::chown(&work, Some(user.uid), Some(user.gid)).unwrap();
+        users::set_mode(dir.path(), 0o711).unwrap();
+        let launch = Launch {
+            command: "id -u; id -g; setsid sleep 60 & echo $! > escaped; \
+                      cat ../launch.json || echo no launch file; \
+                      touch ../mine || echo no writing beside the work folder; \
+                      echo left > /tmp/trainyard-shim-test-64991"
+                .to_owned(),
+            cwd: work.clone(),
+            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+            deadline_ms: now_ms() + 60_000,
+            stop_grace_secs: 1,
+            venv_root: None,
+            user: Some(user),
+        };
+        std::fs::write(
+            dir.path().join(LAUNCH_FILE),
+            serde_json::to_vec(&launch).unwrap(),
+        )
+        .unwrap();
+        users::set_mode(&dir.path().join(LAUNCH_FILE), 0o600).unwrap();
+        main(dir.path());
+        let exit = read_exit(dir.path()).unwrap();
+        let log = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        assert_eq!(exit.exit_code, Some(0), "{log}");
+        assert!(log.starts_with("64991\n64991\n"), "{log}");
+        assert!(log.contains("no launch file"), "{log}");
+        assert!(log.contains("no writing beside"), "{log}");
+        let escaped: i32 = std::fs::read_to_string(work.join("escaped"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            process_start(escaped).is_none() || is_zombie(escaped),
+            "the process that left the job's group is stopped too"
+        );
+        assert!(users::processes_of(user.uid).is_empty());
+        let mode = std::fs::metadata(dir.path()).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o700,
+            "the ended job's folder is closed"
+        );
+        assert!(!Path::new("/tmp/trainyard-shim-test-64991").exists());
     }
 
     #[test]

@@ -36,6 +36,33 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Uids for one test server's jobs. Servers of one machine must not share
+/// uids (a job's end stops every process of its uid), and tests run many
+/// servers at once, in this process and in test binaries before it whose
+/// jobs may still be ending: each server gets 20 of its own, after this
+/// process's ID. As the server does, only root runs jobs as other users.
+pub fn job_uids() -> String {
+    static SERVERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    if !trainyard_jobs::users::is_root() {
+        return "none".to_owned();
+    }
+    let server = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 50;
+    let first = 1_000_000 + (std::process::id() % 10_000) * 1_000 + server * 20;
+    format!("{first}-{}", first + 19)
+}
+
+/// Where tests cache the Python environments of templates across runs,
+/// like a server's: a folder jobs running as other uids can reach (a
+/// root's home cannot be passed through).
+pub fn job_venvs() -> String {
+    if trainyard_jobs::users::is_root() {
+        return "/var/cache/trainyard-test/job-venvs".to_owned();
+    }
+    std::env::var("HOME")
+        .map(|home| format!("{home}/.cache/trainyard/job-venvs"))
+        .unwrap_or_else(|_| "/tmp/trainyard-job-venvs".to_owned())
+}
+
 impl TestServer {
     pub async fn start() -> TestServer {
         Self::start_with(&[]).await
@@ -71,6 +98,7 @@ impl TestServer {
                 workspace_root().join("templates").display().to_string(),
             ),
         ];
+        vars.push(("TRAINYARD_JOB_UIDS".to_owned(), job_uids()));
         for (k, v) in extra {
             vars.push(((*k).to_owned(), (*v).to_owned()));
         }
