@@ -321,6 +321,22 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
     })
 }
 
+/// A run's name and the keys of its metrics, sorted: what its page draws
+/// charts of (without the facts, artifacts and experiment of the detail).
+#[server(endpoint = "get_run_metric_keys")]
+pub async fn get_run_metric_keys(run_id: String) -> Result<(String, Vec<String>), AppError> {
+    let user = caller()?.user;
+    let store = store()?;
+    store
+        .run_as(&user, &run_id, trainyard_store::Access::Read)
+        .await?;
+    let run = store.get_run(&run_id).await?;
+    let mut keys: Vec<String> = run.metrics.into_iter().map(|m| m.key).collect();
+    keys.sort();
+    keys.dedup();
+    Ok((run.info.run_name, keys))
+}
+
 /// A run's own tags, sorted: without MLflow's (`mlflow.*`) and ours
 /// (`trainyard.*`), which the pages show in their own places.
 #[cfg(feature = "ssr")]
@@ -333,8 +349,9 @@ fn user_tags(tags: Vec<(String, String)>) -> Vec<(String, String)> {
     tags
 }
 
-/// The files under a run's artifact folder, depth first, sorted; folders
-/// are listed too. Stops at [`MAX_ARTIFACTS`] entries.
+/// The files under a run's artifact folder, sorted; folders are listed
+/// too. Stops at [`MAX_ARTIFACTS`] entries, without reading further: of a
+/// folder with more, the listing holds those the file system gave first.
 #[cfg(feature = "ssr")]
 async fn list_artifacts(
     folder: std::path::PathBuf,
@@ -344,11 +361,18 @@ async fn list_artifacts(
     let mut stack = vec![(folder.clone(), String::new())];
     let mut truncated = false;
     while let Some((dir, prefix)) = stack.pop() {
+        if truncated {
+            break;
+        }
         let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
             continue;
         };
         let mut here = Vec::new();
         while let Ok(Some(entry)) = entries.next_entry().await {
+            if out.len() + here.len() >= MAX_ARTIFACTS {
+                truncated = true;
+                break;
+            }
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with(".upload-") {
                 continue;
@@ -437,4 +461,44 @@ pub async fn chart_series(request: SeriesRequest) -> Result<Vec<SeriesData>, App
     }
     store.runs_readable(&user, &request.run_ids).await?;
     Ok(store.chart_series(&request).await?)
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::{MAX_ARTIFACTS, list_artifacts};
+
+    #[tokio::test]
+    async fn artifacts_are_listed_without_links_or_uploads_and_up_to_the_limit() {
+        let root =
+            std::env::temp_dir().join(format!("trainyard-artifact-listing-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/model.bin"), b"12345").unwrap();
+        std::fs::write(root.join("a.txt"), b"abc").unwrap();
+        std::fs::write(root.join(".upload-123"), b"half").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("link")).unwrap();
+        let (listed, truncated) = list_artifacts(root.clone()).await;
+        let seen: Vec<(&str, bool, u64)> = listed
+            .iter()
+            .map(|a| (a.path.as_str(), a.is_dir, a.size))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("a.txt", false, 3),
+                ("sub", true, 0),
+                ("sub/model.bin", false, 5)
+            ]
+        );
+        assert!(!truncated);
+
+        std::fs::create_dir(root.join("many")).unwrap();
+        for i in 0..MAX_ARTIFACTS + 200 {
+            std::fs::write(root.join(format!("many/{i}")), b"").unwrap();
+        }
+        let (listed, truncated) = list_artifacts(root.clone()).await;
+        assert!(truncated);
+        assert_eq!(listed.len(), MAX_ARTIFACTS);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

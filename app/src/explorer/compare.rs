@@ -116,6 +116,15 @@ impl CompareState {
         }
         format!("/compare{}", query_string(pairs))
     }
+
+    /// This view with another metric for the parallel coordinates and the
+    /// scatter (which share it); empty: the default.
+    fn with_metric(self, metric: String) -> CompareState {
+        CompareState {
+            metric: Some(metric).filter(|m| !m.is_empty()),
+            ..self
+        }
+    }
 }
 
 fn union_keys<'a>(lists: impl Iterator<Item = &'a [(String, impl Sized + 'a)]>) -> Vec<String> {
@@ -490,12 +499,7 @@ fn ParallelView(
             });
         }
     };
-    let set_metric = move |m: String| {
-        go(CompareState {
-            metric: Some(m).filter(|m| !m.is_empty()),
-            ..state.get_untracked()
-        });
-    };
+    let set_metric = move |m: String| go(state.get_untracked().with_metric(m));
     view! {
         <section class="parallel">
             <div class="section-head">
@@ -607,12 +611,7 @@ fn ScatterView(
             })
         }
     };
-    let set_metric = move |m: String| {
-        go(CompareState {
-            metric: Some(m).filter(|m| !m.is_empty()),
-            ..state.get_untracked()
-        })
-    };
+    let set_metric = move |m: String| go(state.get_untracked().with_metric(m));
     view! {
         <section class="scatter">
             <div class="section-head">

@@ -10,7 +10,7 @@ use leptos_router::hooks::use_params_map;
 use trainyard_domain::explorer::{RunDetail, XAxis};
 use trainyard_domain::format_utc;
 
-use super::api::get_run_detail;
+use super::api::{get_run_detail, get_run_metric_keys};
 use super::chart::{ChartOptions, Line, MetricChart};
 use super::status_class;
 use crate::error::AppError;
@@ -34,16 +34,11 @@ pub fn RunPage() -> impl IntoView {
         move || (run_id.get(), tick.get()),
         |(id, _)| get_run_detail(id),
     );
+    // Apart from the facts, so that live updates do not remount the charts;
+    // asked again only when a new metric key appears.
     let metric_keys = Resource::new(
         move || (run_id.get(), keys_tick.get()),
-        |(id, _)| async move {
-            get_run_detail(id).await.map(|d| {
-                (
-                    d.name,
-                    d.metrics.into_iter().map(|m| m.key).collect::<Vec<_>>(),
-                )
-            })
-        },
+        |(id, _)| get_run_metric_keys(id),
     );
     follow_run(run_id, detail, tick, keys_tick);
     let options = RwSignal::new(ChartOptions::default());
