@@ -939,6 +939,17 @@ echo kept > note && echo "work: $(cat note)"
         .map(|l| l.lines().next().unwrap().trim().parse().unwrap())
         .collect();
     assert_ne!(uids[0], uids[1], "two running jobs, two uids: {text}");
+    let started = job(&server, second).await["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "started")
+        .map(|e| e["message"].as_str().unwrap().to_owned())
+        .unwrap();
+    assert!(
+        started.ends_with(&format!(", as uid {})", uids[1])),
+        "the timeline names the uid: {started}"
+    );
     for uid in &uids {
         assert!(
             *uid >= 1_000_000,

@@ -946,7 +946,11 @@ impl Jobs {
                 return Ok(());
             }
         };
-        self.mark_running(job, pid, pid_start, "").await?;
+        // Admins see in the timeline whose files and processes are the job's.
+        let note = user
+            .map(|u| format!(", as uid {}", u.uid))
+            .unwrap_or_default();
+        self.mark_running(job, pid, pid_start, &note).await?;
         tracing::info!(job = job.id, pid, gpus = %gpu_list, "job started");
         Ok(())
     }
