@@ -258,15 +258,7 @@ fn non_finite(v: f64) -> String {
 fn utc(ms: f64) -> (String, String) {
     let secs = (ms / 1000.0).floor() as i64;
     let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let (era, doe) = (z.div_euclid(146_097), z.rem_euclid(146_097));
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = trainyard_domain::civil_from_days(days);
     (
         format!("{y:04}-{m:02}-{d:02}"),
         format!("{:02}:{:02}:{:02}", sod / 3600, sod / 60 % 60, sod % 60),

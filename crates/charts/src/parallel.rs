@@ -193,6 +193,7 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, p: &Parallel) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plot::tests::polylines;
 
     fn column(name: &str, values: &[Option<&str>]) -> Column {
         Column {
@@ -219,31 +220,10 @@ mod tests {
         }
     }
 
-    fn polylines(svg: &str) -> Vec<Vec<(i32, i32)>> {
-        svg.split("<polyline ")
-            .skip(1)
-            .map(|el| {
-                let points = el
-                    .split("points=\"")
-                    .nth(1)
-                    .unwrap()
-                    .split('"')
-                    .next()
-                    .unwrap();
-                (points.split_whitespace())
-                    .map(|p| {
-                        let (x, y) = p.split_once(',').unwrap();
-                        (x.parse().unwrap(), y.parse().unwrap())
-                    })
-                    .collect()
-            })
-            .collect()
-    }
-
     #[test]
     fn one_polyline_per_run_through_every_axis() {
         let svg = parallel_svg(&parallel()).unwrap();
-        let lines = polylines(&svg);
+        let lines = polylines::<i32>(&svg);
         assert_eq!(lines.len(), 3);
         assert!(lines.iter().all(|l| l.len() == 3));
         assert_eq!(
@@ -268,7 +248,7 @@ mod tests {
     #[test]
     fn a_column_over_decades_is_logarithmic() {
         let svg = parallel_svg(&parallel()).unwrap();
-        let at_lr: Vec<i32> = polylines(&svg).iter().map(|l| l[0].1).collect();
+        let at_lr: Vec<i32> = polylines::<i32>(&svg).iter().map(|l| l[0].1).collect();
         assert_eq!(
             at_lr[1] * 2,
             at_lr[0] + at_lr[2],

@@ -463,7 +463,7 @@ fn clip_segment(a: Pt, b: Pt, lo: f64, hi: f64) -> Option<(Pt, Pt)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::{ChartError, Series, line_svg, scatter_svg};
     use crate::{ScatterPoint, format_x};
@@ -497,8 +497,13 @@ mod tests {
         svg.matches(&format!("<{tag} ")).count()
     }
 
-    /// The points of each polyline, in pixels.
-    fn polylines(svg: &str) -> Vec<Vec<(f64, f64)>> {
+    /// The points of each polyline, in pixels (as `f64` or, where the
+    /// drawing rounds them, `i32`).
+    pub(crate) fn polylines<T>(svg: &str) -> Vec<Vec<(T, T)>>
+    where
+        T: std::str::FromStr,
+        T::Err: std::fmt::Debug,
+    {
         svg.split("<polyline ")
             .skip(1)
             .map(|el| {
@@ -584,7 +589,7 @@ mod tests {
             &[1.0, 2.0, nan, 3.0, 4.0, f64::INFINITY, 5.0],
         )]);
         let (svg, _) = line_svg(&c).unwrap();
-        let lines = polylines(&svg);
+        let lines = polylines::<f64>(&svg);
         assert_eq!(lines.iter().map(Vec::len).collect::<Vec<_>>(), [2, 2]);
         assert_eq!(count(&svg, "circle"), 1, "the point at x=6");
     }
@@ -599,7 +604,10 @@ mod tests {
         c.log_y = true;
         let (svg, f) = line_svg(&c).unwrap();
         assert_eq!(
-            polylines(&svg).iter().map(Vec::len).collect::<Vec<_>>(),
+            polylines::<f64>(&svg)
+                .iter()
+                .map(Vec::len)
+                .collect::<Vec<_>>(),
             [2]
         );
         assert_eq!(count(&svg, "circle"), 1, "0.01 at x=4, alone after the gap");
@@ -609,7 +617,7 @@ mod tests {
     #[test]
     fn frame_matches_where_plotters_drew() {
         let (svg, f) = line_svg(&chart(three_runs())).unwrap();
-        let line = &polylines(&svg)[0];
+        let line = &polylines::<f64>(&svg)[0];
         let (first, last) = (line[0], line[line.len() - 1]);
         assert!((f.px_of_x(0.0) - first.0).abs() <= 1.0, "{f:?} {first:?}");
         assert!((f.py_of_y(1.0) - first.1).abs() <= 1.0, "{f:?} {first:?}");
@@ -628,7 +636,7 @@ mod tests {
         c.x_range = Some((105.0, 200.0));
         let (svg, f) = line_svg(&c).unwrap();
         assert_eq!((f.x_min, f.x_max), (105.0, 200.0));
-        let lines = polylines(&svg);
+        let lines = polylines::<f64>(&svg);
         assert_eq!(lines.len(), 3);
         for p in lines.iter().flatten() {
             assert!(p.0 >= f.left && p.0 <= f.right, "{p:?} outside {f:?}");

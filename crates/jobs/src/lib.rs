@@ -228,13 +228,14 @@ impl Jobs {
         }
     }
 
+    /// The folder of a job: its files and its attempts.
+    fn job_dir(&self, id: i64) -> PathBuf {
+        self.inner.config.root.join(id.to_string())
+    }
+
     /// The folder of one attempt of a job.
     pub fn attempt_dir(&self, id: i64, attempt: u32) -> PathBuf {
-        self.inner
-            .config
-            .root
-            .join(id.to_string())
-            .join(attempt.to_string())
+        self.job_dir(id).join(attempt.to_string())
     }
 
     /// Makes the supervisor look now (after a submit, a cancel, an exit).
@@ -402,7 +403,7 @@ impl Jobs {
     /// The files every attempt of a job starts with (copied into its
     /// working folder): the template's, as they were at submission.
     pub fn files_dir(&self, id: i64) -> PathBuf {
-        self.inner.config.root.join(id.to_string()).join("files")
+        self.job_dir(id).join("files")
     }
 
     /// Copies what every attempt starts with into the job's files folder:
@@ -448,11 +449,7 @@ impl Jobs {
 
     /// Written once a job's files are complete; until then it is not started.
     fn files_ready_marker(&self, id: i64) -> PathBuf {
-        self.inner
-            .config
-            .root
-            .join(id.to_string())
-            .join("files.ready")
+        self.job_dir(id).join("files.ready")
     }
 
     /// Whether a queued job may start: its template's or project's files
@@ -1011,7 +1008,7 @@ impl Jobs {
             }
             // The job's user passes through to its own folders, and reads
             // nothing else here: the files below are the server's (0600).
-            for folder in [dir.parent().unwrap_or(dir), dir] {
+            for folder in [&self.job_dir(job.id), dir] {
                 users::set_mode(folder, 0o711)
                     .map_err(|e| format!("cannot open {} to the job: {e}", folder.display()))?;
             }
@@ -1366,7 +1363,7 @@ impl Jobs {
         }
         if self.inner.config.job_users.is_some() {
             // Ended for good: no job user passes through its folder again.
-            let folder = self.inner.config.root.join(job.id.to_string());
+            let folder = self.job_dir(job.id);
             if let Err(error) = users::set_mode(&folder, 0o700)
                 && error.kind() != std::io::ErrorKind::NotFound
             {

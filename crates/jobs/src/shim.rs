@@ -524,7 +524,22 @@ mod tests {
             venv_root: None,
             user: None,
         };
-        std::fs::write(dir.join(LAUNCH_FILE), serde_json::to_vec(&launch).unwrap()).unwrap();
+        write_launch(dir, &launch);
+    }
+
+    /// As the server writes it: readable by the server (and shim) alone.
+    fn write_launch(dir: &Path, launch: &Launch) {
+        std::fs::write(dir.join(LAUNCH_FILE), serde_json::to_vec(launch).unwrap()).unwrap();
+        users::set_mode(&dir.join(LAUNCH_FILE), 0o600).unwrap();
+    }
+
+    /// Runs the shim on `launch` to its end: how it ended, and the log.
+    fn run(dir: &Path, launch: &Launch) -> (Exit, String) {
+        write_launch(dir, launch);
+        main(dir);
+        let exit = read_exit(dir).unwrap();
+        let log = std::fs::read_to_string(dir.join(LOG_FILE)).unwrap();
+        (exit, log)
     }
 
     #[test]
@@ -619,14 +634,7 @@ mod tests {
                 venv_root: Some(cache.path().to_path_buf()),
                 user: None,
             };
-            std::fs::write(
-                dir.path().join(LAUNCH_FILE),
-                serde_json::to_vec(&launch).unwrap(),
-            )
-            .unwrap();
-            main(dir.path());
-            let exit = read_exit(dir.path()).unwrap();
-            let log = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+            let (exit, log) = run(dir.path(), &launch);
             assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
             logs.push(log);
         }
@@ -681,14 +689,7 @@ mod tests {
             venv_root: Some(cache.path().to_path_buf()),
             user: Some(user),
         };
-        std::fs::write(
-            dir.path().join(LAUNCH_FILE),
-            serde_json::to_vec(&launch).unwrap(),
-        )
-        .unwrap();
-        main(dir.path());
-        let exit = read_exit(dir.path()).unwrap();
-        let log = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        let (exit, log) = run(dir.path(), &launch);
         assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
         assert!(log.contains("creating a Python environment"), "{log}");
         assert!(log.contains("64992\n"), "{log}");
@@ -731,15 +732,7 @@ mod tests {
             venv_root: None,
             user: Some(user),
         };
-        std::fs::write(
-            dir.path().join(LAUNCH_FILE),
-            serde_json::to_vec(&launch).unwrap(),
-        )
-        .unwrap();
-        users::set_mode(&dir.path().join(LAUNCH_FILE), 0o600).unwrap();
-        main(dir.path());
-        let exit = read_exit(dir.path()).unwrap();
-        let log = std::fs::read_to_string(dir.path().join(LOG_FILE)).unwrap();
+        let (exit, log) = run(dir.path(), &launch);
         assert_eq!(exit.exit_code, Some(0), "{log}");
         assert!(log.starts_with("64991\n64991\n"), "{log}");
         assert!(log.contains("no launch file"), "{log}");
