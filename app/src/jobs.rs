@@ -38,6 +38,17 @@ fn refresh_while(tick: RwSignal<u32>, active: impl Fn() -> bool + 'static) {
     });
 }
 
+/// What the job may use besides GPUs (the local executor holds it to
+/// them where it can make control groups).
+fn resources_text(job: &Job) -> String {
+    format!(
+        "{} CPU{} · {}",
+        f64::from(job.cpu_millis) / 1000.0,
+        if job.cpu_millis == 1000 { "" } else { "s" },
+        trainyard_domain::format_bytes(job.memory_mib.saturating_mul(1 << 20))
+    )
+}
+
 fn gpus_text(job: &Job) -> String {
     match (job.gpus, job.gpu_indices.is_empty()) {
         (0, _) => "–".to_owned(),
@@ -572,6 +583,7 @@ pub fn JobPage() -> impl IntoView {
                                     if q.is_empty() { "–".to_owned() } else { q }
                                 }</dd>
                                 <dt>"GPUs"</dt><dd>{gpus_text(&job)}</dd>
+                                <dt>"CPUs, memory"</dt><dd data-testid="job-resources">{resources_text(&job)}</dd>
                                 <dt>"Attempt"</dt><dd>{job.attempt + 1} " of " {job.retries + 1}</dd>
                                 <dt>"Ran for"</dt><dd>{ran_for(&job, now)}</dd>
                                 <dt>"Exit code"</dt><dd>{job.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "–".to_owned())}</dd>

@@ -43,6 +43,7 @@ test('the demo template runs from the catalog and its log streams live', async (
     await expect(page).toHaveURL(/\/jobs\/\d+$/, { timeout: 2_000 });
   }).toPass({ timeout: 20_000 });
   await expect(page.getByRole('heading', { name: 'demo from the browser' })).toBeVisible();
+  await expect(page.getByTestId('job-resources')).toHaveText('1 CPU · 1.0 GiB');
 
   // Running, with the log arriving while it runs, then finished.
   await expectState(page, 'Running', 240_000);
@@ -65,6 +66,11 @@ test('the demo template runs from the catalog and its log streams live', async (
   await expectState(page, 'Succeeded', 60_000);
   await expect(log).toContainText('epoch 80/80');
   await expect(page.getByTestId('events')).toContainText('exited with code 0');
+  if (process.getuid?.() === 0) {
+    // As root the server holds each job to its resources in a control group,
+    // and its end says what it used.
+    await expect(page.getByTestId('events')).toContainText(/peak memory [\d.]+ [KMG]iB of 1\.0 GiB/);
+  }
   await page.screenshot({ path: test.info().outputPath('demo-job.png'), fullPage: true });
 });
 

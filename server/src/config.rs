@@ -98,6 +98,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "uids the local executor runs jobs as, one per running job (`FIRST-LAST`, needs root), so a job cannot read the server's data or other jobs' files; `none` runs them as the server's user; `auto` is 60000-60999 when the server runs as root, else none",
     },
     SettingDoc {
+        key: "job_limits",
+        env: "TRAINYARD_JOB_LIMITS",
+        default: "auto",
+        meaning: "how the local executor holds each job to the CPUs and memory its spec asks for: `cgroup` (a control group per job, v2 or v1; needs root or a delegated cgroup, and the start fails without it), `none` (not enforced), or `auto` (cgroup where it works, else none, said in the log)",
+    },
+    SettingDoc {
         key: "public_url",
         env: "TRAINYARD_PUBLIC_URL",
         default: "http://<listen>",
@@ -196,6 +202,7 @@ pub struct Settings {
     pub simulated_gpus: u32,
     pub job_stop_grace_secs: u64,
     pub job_uids: String,
+    pub job_limits: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -232,6 +239,7 @@ impl Default for Settings {
             simulated_gpus: 0,
             job_stop_grace_secs: 10,
             job_uids: "auto".to_owned(),
+            job_limits: "auto".to_owned(),
             public_url: None,
             oidc_issuer_url: None,
             oidc_client_id: None,
@@ -281,11 +289,23 @@ pub struct Config {
     pub simulated_gpus: u32,
     pub job_stop_grace_secs: u64,
     pub job_uids: JobUids,
+    pub job_limits: JobLimits,
     /// The program started as `PROGRAM job-shim DIR` for each job: this
     /// binary (tests point it at the built one).
     pub job_shim: PathBuf,
     pub shutdown_grace: std::time::Duration,
     pub auth: AuthConfig,
+}
+
+/// How jobs are held to their CPUs and memory (`job_limits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobLimits {
+    /// With a control group per job where the server can make them.
+    Auto,
+    /// With a control group per job; the server does not start without.
+    Cgroup,
+    /// Not enforced.
+    None,
 }
 
 /// Who the local executor's jobs run as (`job_uids`).
@@ -522,6 +542,16 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
                 .map_err(|e| ConfigError(format!("job_uids: {e}; or write `auto` or `none`")))?,
         ),
     };
+    let job_limits = match s.job_limits.trim() {
+        "auto" => JobLimits::Auto,
+        "cgroup" => JobLimits::Cgroup,
+        "none" => JobLimits::None,
+        other => {
+            return Err(ConfigError(format!(
+                "job_limits: `{other}` is not one of `auto`, `cgroup` or `none`"
+            )));
+        }
+    };
     Ok(Config {
         listen: s.listen,
         data_dir: s.data_dir,
@@ -536,6 +566,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         simulated_gpus: s.simulated_gpus,
         job_stop_grace_secs: s.job_stop_grace_secs,
         job_uids,
+        job_limits,
         job_shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("trainyard")),
         shutdown_grace: std::time::Duration::from_secs(s.shutdown_grace_secs),
         auth,
@@ -823,6 +854,19 @@ mod tests {
             })
         );
         assert_eq!(load_env(&[]).unwrap().job_uids, JobUids::Auto);
+        let err = load_env(&[("TRAINYARD_JOB_LIMITS", "strict")]).unwrap_err();
+        assert!(
+            err.0.starts_with("job_limits: `strict` is not one of"),
+            "{}",
+            err.0
+        );
+        assert_eq!(load_env(&[]).unwrap().job_limits, JobLimits::Auto);
+        assert_eq!(
+            load_env(&[("TRAINYARD_JOB_LIMITS", "none")])
+                .unwrap()
+                .job_limits,
+            JobLimits::None
+        );
         let err = load_from(
             Some(Path::new("/nonexistent.toml")),
             &Overrides::default(),

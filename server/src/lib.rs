@@ -5,6 +5,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 mod explorer;
+mod job_limits;
 mod job_users;
 mod jobs_api;
 pub mod metrics;
@@ -87,6 +88,7 @@ impl AppState {
         store: Store,
         gpus: u32,
         job_users: Option<trainyard_jobs::users::UidRange>,
+        job_limits: Option<trainyard_jobs::cgroups::Hierarchy>,
     ) -> Result<AppState, ServerError> {
         let leptos_options = LeptosOptions::builder()
             .output_name("trainyard")
@@ -95,8 +97,10 @@ impl AppState {
             .site_addr(listen)
             .env(leptos::config::Env::PROD)
             .build();
-        let jobs =
-            trainyard_jobs::Jobs::new(store.clone(), jobs_config(config, listen, gpus, job_users));
+        let jobs = trainyard_jobs::Jobs::new(
+            store.clone(),
+            jobs_config(config, listen, gpus, job_users, job_limits),
+        );
         let mut auth_config = config.auth.clone();
         if !auth_config.public_url_set {
             // The address actually bound (port 0 becomes the real port).
@@ -142,6 +146,7 @@ fn jobs_config(
     listen: SocketAddr,
     gpus: u32,
     job_users: Option<trainyard_jobs::users::UidRange>,
+    job_limits: Option<trainyard_jobs::cgroups::Hierarchy>,
 ) -> trainyard_jobs::JobsConfig {
     let mut tracking = listen;
     if tracking.ip().is_unspecified() {
@@ -164,6 +169,7 @@ fn jobs_config(
             max_files: 100_000,
         },
         job_users,
+        job_limits,
     }
 }
 
@@ -375,6 +381,7 @@ impl Server {
         if job_users.is_some() {
             job_users::close_data_folder(config)?;
         }
+        let job_limits = job_limits::decide(config)?;
         sync_templates(config, &store).await?;
         let gpus = discover_gpus(config, &store).await?;
         let listener =
@@ -394,7 +401,7 @@ impl Server {
         Ok(Server {
             signals: ShutdownSignals::install()?,
             state: {
-                let state = AppState::new(config, local, store, gpus, job_users)?;
+                let state = AppState::new(config, local, store, gpus, job_users, job_limits)?;
                 state
                     .jobs
                     .prepare_folders()

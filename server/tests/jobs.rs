@@ -995,3 +995,55 @@ echo kept > note && echo "work: $(cat note)"
     let mode = std::fs::metadata(&folder).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700, "{}", folder.display());
 }
+
+/// Needs root, as the server does to make control groups.
+#[tokio::test]
+async fn each_job_is_held_to_its_memory_and_cpus_and_its_end_tells_what_it_used() {
+    if !trainyard_jobs::users::is_root() {
+        eprintln!("skipped: control groups need root");
+        return;
+    }
+    // `cgroup`, not `auto`: a machine without them fails here, not quietly.
+    let server = TestServer::start_with(&[("TRAINYARD_JOB_LIMITS", "cgroup")]).await;
+    let hog = submit(
+        &server,
+        json!({"name": "hog", "command": "exec python3 -c \"x = b'x' * (256 << 20); print('survived')\"",
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    let detail = wait_for(&server, hog, "FAILED").await;
+    let end = detail["events"].as_array().unwrap().last().unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        end.starts_with("out of memory: it reached its limit of 64.0 MiB (resources.memory)"),
+        "{end}"
+    );
+    assert!(end.contains("killed by signal 9"), "{end}");
+    assert!(!log(&server, hog).await.contains("survived"));
+
+    let fits = submit(
+        &server,
+        json!({"name": "fits", "command": "cat /proc/self/cgroup",
+               "resources": {"memory": "256Mi", "cpus": 0.5}}),
+    )
+    .await;
+    let detail = wait_for(&server, fits, "SUCCEEDED").await;
+    let end = detail["events"].as_array().unwrap().last().unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(end.starts_with("exited with code 0; peak memory "), "{end}");
+    assert!(end.contains(" of 256.0 MiB"), "{end}");
+    let text = log(&server, fits).await;
+    let group = format!("-job-{fits}.0");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(":memory:") && l.ends_with(&group))
+            || text
+                .lines()
+                .any(|l| l.starts_with("0::") && l.ends_with(&group)),
+        "the job ran in its own group: {text}"
+    );
+}

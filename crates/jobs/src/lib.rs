@@ -4,6 +4,7 @@
 //! records how they ended, retrying per their policy.
 
 pub mod archive;
+pub mod cgroups;
 pub mod shim;
 pub mod templates;
 pub mod users;
@@ -100,6 +101,9 @@ pub struct JobsConfig {
     /// The uids jobs run as, one per running job; None: as the server's
     /// own user. Set only where the server may switch users (root).
     pub job_users: Option<users::UidRange>,
+    /// Where each job's control group is made, which holds it to the CPUs
+    /// and memory it asked for; None: not enforced.
+    pub job_limits: Option<cgroups::Hierarchy>,
 }
 
 /// Why an upload was refused.
@@ -231,6 +235,27 @@ impl Jobs {
     /// The folder of a job: its files and its attempts.
     fn job_dir(&self, id: i64) -> PathBuf {
         self.inner.config.root.join(id.to_string())
+    }
+
+    /// The control group of a job's attempt, when limits are enforced. Its
+    /// name holds a hash of the jobs folder: servers that share a machine
+    /// (and so a parent group) never share a job's group.
+    fn job_group(&self, job: &trainyard_domain::job::Job) -> Option<cgroups::JobGroup> {
+        use sha2::{Digest, Sha256};
+        let hierarchy = self.inner.config.job_limits.clone()?;
+        let root = std::path::absolute(&self.inner.config.root)
+            .unwrap_or_else(|_| self.inner.config.root.clone());
+        let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
+        let instance: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        Some(cgroups::JobGroup {
+            hierarchy,
+            name: cgroups::group_name(&instance, job.id, job.attempt),
+            limits: cgroups::Limits {
+                memory_bytes: job.memory_mib.saturating_mul(1 << 20),
+                cpu_millis: job.cpu_millis,
+                tasks: cgroups::TASKS_MAX,
+            },
+        })
     }
 
     /// The folder of one attempt of a job.
@@ -1097,6 +1122,7 @@ impl Jobs {
             stop_grace_secs: self.inner.config.stop_grace_secs,
             venv_root: Some(self.inner.config.venv_root.clone()),
             user,
+            cgroup: self.job_group(job),
         };
         let launch_json = serde_json::to_vec_pretty(&launch).map_err(|e| e.to_string())?;
         // It holds the job's token: the server's alone to read.
@@ -1238,9 +1264,9 @@ impl Jobs {
             (None, Some(signal)) => format!("killed by signal {signal}"),
             (None, None) => "ended".to_owned(),
         };
-        let (state, message) = match exit.reason {
-            EndReason::Exited if exit.exit_code == Some(0) => (JobState::Succeeded, how),
-            EndReason::Exited => (JobState::Failed, how),
+        let (state, mut message) = match exit.reason {
+            EndReason::Exited if exit.exit_code == Some(0) => (JobState::Succeeded, how.clone()),
+            EndReason::Exited => (JobState::Failed, how.clone()),
             EndReason::Timeout => (
                 JobState::Failed,
                 format!(
@@ -1257,6 +1283,16 @@ impl Jobs {
                 ),
             ),
         };
+        if let Some(usage) = exit.usage {
+            if usage.oom_kills > 0 && state == JobState::Failed && exit.reason == EndReason::Exited
+            {
+                message = format!(
+                    "out of memory: it reached its limit of {} (resources.memory) and the kernel stopped it ({how}); ask for more memory or make it use less",
+                    trainyard_domain::format_bytes(usage.memory_limit_bytes)
+                );
+            }
+            message.push_str(&usage_summary(&usage));
+        }
         tracing::info!(job = job.id, state = %state, %message, "job ended");
         self.finish(record, state, code, &message, true).await
     }
@@ -1268,7 +1304,14 @@ impl Jobs {
         );
         // What the shim would have done at the end.
         let dir = self.attempt_dir(record.job.id, record.job.attempt);
-        if let Some(user) = job_user(&dir) {
+        let launch = read_launch(&dir);
+        if let Some(spec) = launch.as_ref().and_then(|l| l.cgroup.as_ref()) {
+            let group = cgroups::Group::existing(spec);
+            if let Ok(Err(error)) = tokio::task::spawn_blocking(move || group.remove()).await {
+                tracing::warn!(job = record.job.id, %error, "could not remove the lost job's control group");
+            }
+        }
+        if let Some(user) = launch.and_then(|l| l.user) {
             let closed = tokio::task::spawn_blocking(move || {
                 users::kill_all(user.uid)?;
                 users::remove_left_behind(user.uid);
@@ -1400,10 +1443,36 @@ impl Jobs {
     }
 }
 
+/// What a job used, for the end of its timeline: people size their next
+/// request by it.
+fn usage_summary(usage: &cgroups::Usage) -> String {
+    use trainyard_domain::format_bytes;
+    let mut parts = Vec::new();
+    if let Some(peak) = usage.memory_peak_bytes {
+        parts.push(format!(
+            "peak memory {} of {}",
+            format_bytes(peak),
+            format_bytes(usage.memory_limit_bytes)
+        ));
+    }
+    if let Some(usec) = usage.cpu_usec {
+        parts.push(format!("CPU time {:.1} s", usec as f64 / 1e6));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", parts.join(", "))
+    }
+}
+
+fn read_launch(dir: &Path) -> Option<shim::Launch> {
+    let text = std::fs::read(dir.join(shim::LAUNCH_FILE)).ok()?;
+    serde_json::from_slice::<shim::Launch>(&text).ok()
+}
+
 /// Who the job of an attempt folder runs as, from its launch file.
 fn job_user(dir: &Path) -> Option<users::JobUser> {
-    let text = std::fs::read(dir.join(shim::LAUNCH_FILE)).ok()?;
-    serde_json::from_slice::<shim::Launch>(&text).ok()?.user
+    read_launch(dir)?.user
 }
 
 /// A new file that only its owner may read, from its creation on.

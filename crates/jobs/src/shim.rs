@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cgroups::{Group, JobGroup, Usage};
 use crate::users::{self, JobUser};
 
 /// What the server writes to `DIR/launch.json` before it starts the shim.
@@ -45,6 +46,10 @@ pub struct Launch {
     /// what the user left in the shared temporary folders.
     #[serde(default)]
     pub user: Option<JobUser>,
+    /// The control group that holds the job to its CPUs and memory; None:
+    /// not enforced.
+    #[serde(default)]
+    pub cgroup: Option<JobGroup>,
 }
 
 /// Why the command ended.
@@ -71,6 +76,9 @@ pub struct Exit {
     /// Set for `StartFailed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// What it used, where its control group tells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 pub const LAUNCH_FILE: &str = "launch.json";
@@ -181,6 +189,7 @@ fn start_failed(message: String) -> Exit {
         signal: None,
         finished_ms: now_ms(),
         message: Some(message),
+        usage: None,
     }
 }
 
@@ -203,17 +212,37 @@ fn supervise(dir: &Path, launch: &Launch) -> Exit {
         Ok(log) => log,
         Err(e) => return start_failed(format!("cannot open the log file: {e}")),
     };
-    let watch = Watch {
+    let Some(spec) = &launch.cgroup else {
+        return run_job(launch, &log, &watch_of(dir, launch), None);
+    };
+    let group = match Group::create(spec) {
+        Ok(group) => group,
+        Err(e) => return start_failed(format!("cannot make the job's control group: {e}")),
+    };
+    let mut exit = run_job(launch, &log, &watch_of(dir, launch), Some(&group));
+    exit.usage = Some(group.usage());
+    if let Err(e) = group.remove() {
+        eprintln!("job-shim: cannot remove the job's control group: {e}");
+    }
+    exit
+}
+
+fn watch_of(dir: &Path, launch: &Launch) -> Watch {
+    Watch {
         cancel: dir.join(CANCEL_FILE),
         deadline_ms: launch.deadline_ms,
         grace_secs: launch.stop_grace_secs,
-    };
+    }
+}
+
+/// The job's environment (when it has a requirements.txt), then its command.
+fn run_job(launch: &Launch, log: &File, watch: &Watch, group: Option<&Group>) -> Exit {
     let mut env = launch.env.clone();
     let requirements = launch.cwd.join("requirements.txt");
     if let Some(root) = &launch.venv_root
         && requirements.is_file()
     {
-        match python_env(root, &requirements, &env, launch.user, &log, &watch) {
+        match python_env(root, &requirements, &env, launch.user, log, watch, group) {
             Ok(venv) => {
                 let path = env.get("PATH").cloned().unwrap_or_default();
                 env.insert(
@@ -235,7 +264,11 @@ fn supervise(dir: &Path, launch: &Launch) -> Exit {
     if let Some(user) = launch.user {
         user.apply(&mut command);
     }
-    match run_group(command, &log, &watch) {
+    if let Some(group) = group {
+        // The peak of the command, not of its environment's installation.
+        group.reset_peak();
+    }
+    match run_group(command, log, watch, group) {
         Ok(exit) => exit,
         Err(message) => start_failed(message),
     }
@@ -260,14 +293,33 @@ impl Watch {
     }
 }
 
-/// Runs `command` in a process group of its own with its output in `log`,
-/// until it ends or `watch` says stop. Err when it could not be started.
-fn run_group(mut command: Command, log: &File, watch: &Watch) -> Result<Exit, String> {
+/// Runs `command` in a process group of its own (and in `cgroup`) with its
+/// output in `log`, until it ends or `watch` says stop. Err when it could
+/// not be started.
+fn run_group(
+    mut command: Command,
+    log: &File,
+    watch: &Watch,
+    cgroup: Option<&Group>,
+) -> Result<Exit, String> {
     let (out, err) = match (log.try_clone(), log.try_clone()) {
         (Ok(out), Ok(err)) => (out, err),
         _ => return Err("cannot share the log file with the command".into()),
     };
     let program = command.get_program().to_string_lossy().into_owned();
+    if let Some(cgroup) = cgroup {
+        cgroup.join_on_exec(&mut command);
+    }
+    // The command is gone: anything it left running goes too, also what
+    // left its process group.
+    let stop_rest = |group: i32| {
+        signal_group(group, libc::SIGKILL);
+        if let Some(cgroup) = cgroup
+            && let Err(e) = cgroup.kill_all()
+        {
+            eprintln!("job-shim: {e}");
+        }
+    };
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::from(out))
@@ -279,31 +331,33 @@ fn run_group(mut command: Command, log: &File, watch: &Watch) -> Result<Exit, St
     loop {
         match child.try_wait() {
             Ok(Some(status)) => {
-                // The command is gone; anything it left running in its group goes too.
-                signal_group(group, libc::SIGKILL);
+                stop_rest(group);
                 return Ok(Exit {
                     reason: EndReason::Exited,
                     exit_code: status.code(),
                     signal: status.signal(),
                     finished_ms: now_ms(),
                     message: None,
+                    usage: None,
                 });
             }
             Ok(None) => {}
             Err(e) => {
-                signal_group(group, libc::SIGKILL);
+                stop_rest(group);
                 let _ = child.wait();
                 return Err(format!("lost track of {program}: {e}"));
             }
         }
         if let Some(reason) = watch.stop_reason() {
             let (exit_code, signal) = stop(&mut child, group, watch.grace_secs);
+            stop_rest(group);
             return Ok(Exit {
                 reason,
                 exit_code,
                 signal,
                 finished_ms: now_ms(),
                 message: None,
+                usage: None,
             });
         }
         std::thread::sleep(POLL);
@@ -320,6 +374,7 @@ fn python_env(
     user: Option<JobUser>,
     log: &File,
     watch: &Watch,
+    group: Option<&Group>,
 ) -> Result<PathBuf, Exit> {
     let fail = |message: String| start_failed(message);
     let python = find_program("python3", env.get("PATH").map(String::as_str).unwrap_or(""))
@@ -352,6 +407,7 @@ fn python_env(
                 signal: None,
                 finished_ms: now_ms(),
                 message: None,
+                usage: None,
             });
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -396,7 +452,7 @@ fn python_env(
         ("python3 -m venv", create),
         ("pip install -r requirements.txt", install),
     ] {
-        let exit = run_group(command, log, watch).map_err(|e| {
+        let exit = run_group(command, log, watch, group).map_err(|e| {
             let _ = std::fs::remove_dir_all(&venv);
             fail(e)
         })?;
@@ -523,6 +579,7 @@ mod tests {
             stop_grace_secs: 1,
             venv_root: None,
             user: None,
+            cgroup: None,
         };
         write_launch(dir, &launch);
     }
@@ -633,6 +690,7 @@ mod tests {
                 stop_grace_secs: 1,
                 venv_root: Some(cache.path().to_path_buf()),
                 user: None,
+                cgroup: None,
             };
             let (exit, log) = run(dir.path(), &launch);
             assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
@@ -688,6 +746,7 @@ mod tests {
             stop_grace_secs: 1,
             venv_root: Some(cache.path().to_path_buf()),
             user: Some(user),
+            cgroup: None,
         };
         let (exit, log) = run(dir.path(), &launch);
         assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
@@ -731,6 +790,7 @@ mod tests {
             stop_grace_secs: 1,
             venv_root: None,
             user: Some(user),
+            cgroup: None,
         };
         let (exit, log) = run(dir.path(), &launch);
         assert_eq!(exit.exit_code, Some(0), "{log}");
@@ -773,5 +833,215 @@ mod tests {
         let start = process_start(me).unwrap();
         assert!(process_alive(me, start));
         assert!(!process_alive(me, start + 1));
+    }
+
+    /// Where this machine lets a test make control groups: needs root, as
+    /// the server does. Where `TEST_CGROUPS_REQUIRED` is set (`make test` as
+    /// root, the cgroup v2 machine), a machine without them fails the test
+    /// instead of skipping it.
+    fn test_hierarchy() -> Option<crate::cgroups::Hierarchy> {
+        use crate::cgroups;
+        let required = std::env::var_os("TEST_CGROUPS_REQUIRED").is_some();
+        if !users::is_root() {
+            assert!(!required, "control groups need root");
+            eprintln!("skipped: control groups need root");
+            return None;
+        }
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        match cgroups::locate(&own, &mounts, cgroups::v2_controllers).and_then(cgroups::prepare) {
+            Ok(hierarchy) => Some(hierarchy),
+            Err(why) => {
+                assert!(!required, "no control groups: {why}");
+                eprintln!("skipped: this machine gives no control groups: {why}");
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn a_v2_server_hands_controllers_down_from_a_leaf_of_its_own() {
+        let Some(crate::cgroups::Hierarchy::V2 { parent }) = test_hierarchy() else {
+            eprintln!("skipped: not cgroup v2");
+            return;
+        };
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let path = own
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .unwrap()
+            .to_owned();
+        if path == "/" {
+            // The root group may hold processes and hand controllers down.
+            assert_eq!(parent, Path::new("/sys/fs/cgroup"));
+        } else {
+            assert!(path.ends_with("/trainyard-server"), "{path}");
+            assert_eq!(
+                parent.join(crate::cgroups::SERVER_LEAF),
+                Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'))
+            );
+        }
+        let enabled = std::fs::read_to_string(parent.join("cgroup.subtree_control")).unwrap();
+        for controller in ["memory", "cpu", "pids"] {
+            assert!(
+                enabled.split_whitespace().any(|c| c == controller),
+                "{enabled}"
+            );
+        }
+    }
+
+    /// A job in a control group of its own.
+    struct Limited {
+        dir: tempfile::TempDir,
+        launch: Launch,
+        /// The group's folders, one per tree (the memory tree's first).
+        folders: Vec<PathBuf>,
+    }
+
+    /// A launch of `command` (given the group's folders) in a control group
+    /// with `limits`; None where the machine gives none to a test.
+    fn limited(
+        name: &str,
+        command: impl Fn(&[PathBuf]) -> String,
+        limits: crate::cgroups::Limits,
+    ) -> Option<Limited> {
+        use crate::cgroups::Hierarchy;
+        let hierarchy = test_hierarchy()?;
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("trainyard-test-{name}-{}", std::process::id());
+        let folders: Vec<PathBuf> = match &hierarchy {
+            Hierarchy::V2 { parent } => vec![parent.join(&name)],
+            Hierarchy::V1 { memory, cpu, pids } => [Some(memory), Some(cpu), pids.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|tree| tree.join(&name))
+                .collect(),
+        };
+        let launch = Launch {
+            command: command(&folders),
+            cwd: dir.path().to_path_buf(),
+            env: BTreeMap::from([("PATH".to_owned(), std::env::var("PATH").unwrap())]),
+            deadline_ms: now_ms() + 120_000,
+            stop_grace_secs: 1,
+            venv_root: None,
+            user: None,
+            cgroup: Some(JobGroup {
+                hierarchy,
+                name,
+                limits,
+            }),
+        };
+        Some(Limited {
+            dir,
+            launch,
+            folders,
+        })
+    }
+
+    #[test]
+    fn a_job_past_its_memory_is_stopped_by_the_kernel_and_its_end_says_so() {
+        let limits = crate::cgroups::Limits {
+            memory_bytes: 64 << 20,
+            cpu_millis: 1000,
+            tasks: 64,
+        };
+        // 256 MiB, written, so that it is really held.
+        let command = |_: &[PathBuf]| {
+            "exec python3 -c \"x = b'x' * (256 << 20); print('survived')\"".to_owned()
+        };
+        let Some(job) = limited("oom", command, limits) else {
+            return;
+        };
+        let (exit, log) = run(job.dir.path(), &job.launch);
+        assert_eq!(exit.reason, EndReason::Exited);
+        assert_eq!(exit.signal, Some(libc::SIGKILL), "{log}");
+        assert!(!log.contains("survived"), "{log}");
+        let usage = exit.usage.expect("a job in a group has its usage read");
+        assert!(usage.oom_kills >= 1, "{usage:?}");
+        assert_eq!(usage.memory_limit_bytes, 64 << 20);
+        if let Some(peak) = usage.memory_peak_bytes {
+            assert!(peak <= 64 << 20 && peak > 32 << 20, "{usage:?}");
+        }
+        for folder in job.folders {
+            assert!(!folder.exists(), "{} is removed", folder.display());
+        }
+    }
+
+    #[test]
+    fn a_job_runs_inside_its_cpu_and_task_limits_and_nothing_of_it_outlives_it() {
+        let limits = crate::cgroups::Limits {
+            memory_bytes: 256 << 20,
+            cpu_millis: 250,
+            tasks: 16,
+        };
+        // It shows its CPU quota, leaves a process behind in a session of
+        // its own, and asks for more processes than it may have.
+        let script = "import os, subprocess, sys, time\n\
+                      print('quota', open(sys.argv[1]).read().strip())\n\
+                      escaped = subprocess.Popen(['sleep', '60'], start_new_session=True)\n\
+                      open('escaped', 'w').write(str(escaped.pid))\n\
+                      refused = 0\n\
+                      for _ in range(40):\n\
+                      \x20   try:\n\
+                      \x20       pid = os.fork()\n\
+                      \x20   except BlockingIOError:\n\
+                      \x20       refused += 1\n\
+                      \x20       continue\n\
+                      \x20   if pid == 0:\n\
+                      \x20       time.sleep(60)\n\
+                      \x20       os._exit(0)\n\
+                      print('refused', refused)\n";
+        let command = |folders: &[PathBuf]| {
+            let quota = if folders.len() == 1 {
+                folders[0].join("cpu.max")
+            } else {
+                folders[1].join("cpu.cfs_quota_us")
+            };
+            format!(
+                "cat /proc/self/cgroup; exec python3 -c \"$(cat <<'EOF'\n{script}EOF\n)\" {}",
+                quota.display()
+            )
+        };
+        let Some(job) = limited("tasks", command, limits) else {
+            return;
+        };
+        let (exit, log) = run(job.dir.path(), &job.launch);
+        assert_eq!(exit.exit_code, Some(0), "{log}");
+        let name = &job.launch.cgroup.as_ref().unwrap().name;
+        let inside = log
+            .lines()
+            .filter(|l| l.ends_with(&format!("/{name}")))
+            .count();
+        assert_eq!(
+            inside,
+            job.folders.len(),
+            "in the group in every tree: {log}"
+        );
+        let quota = if job.folders.len() == 1 {
+            "quota 25000 100000"
+        } else {
+            "quota 25000"
+        };
+        assert!(log.contains(quota), "a quarter CPU: {log}");
+        let refused: u32 = log
+            .lines()
+            .find_map(|l| l.strip_prefix("refused "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{log}"));
+        assert!(
+            refused >= 40 - 16,
+            "only 16 tasks fit: {refused} forks refused"
+        );
+        let escaped: i32 = std::fs::read_to_string(job.dir.path().join("escaped"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            !process_alive(escaped, process_start(escaped).unwrap_or(-1)),
+            "the escaped process is stopped"
+        );
+        for folder in job.folders {
+            assert!(!folder.exists(), "{} is removed", folder.display());
+        }
     }
 }
