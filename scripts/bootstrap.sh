@@ -2,7 +2,7 @@
 # Installs what building, running or testing Trainyard needs and is missing.
 # Idempotent: a second run installs nothing.
 #   scripts/bootstrap.sh run    tools to build and serve (Rust target, cargo-leptos, wasm-bindgen, npm packages)
-#   scripts/bootstrap.sh test   the same, plus Chromium and PostgreSQL from Debian's packages and the mlflow client
+#   scripts/bootstrap.sh test   the same, plus Chromium, PostgreSQL, qemu and busybox from Debian's packages and the mlflow client
 #   scripts/bootstrap.sh bench  the same, plus wrk and sqlite3
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -68,7 +68,8 @@ if [ "$what" = "bench" ]; then
 fi
 
 if [ "$what" = "test" ]; then
-  ensure_deb chromium postgresql
+  # qemu and busybox: the cgroup v2 machine of the job limits' tests.
+  ensure_deb chromium postgresql qemu-system-x86 busybox-static
   # The official mlflow client, for the compatibility suite and the benchmark.
   req="$ROOT/end2end/mlflow/requirements.txt"
   stamp="$MLFLOW_VENV/.requirements"
