@@ -17,10 +17,13 @@ work="$(mktemp -d)"
 # through this folder and a place they may write their start stamps to.
 chmod 711 "$work"
 mkdir -m 1777 "$work/stamps"
+# As root each job also runs in a control group of its own (job_limits).
 if [ "$(id -u)" = 0 ]; then
-  job_uids=60000-60999 runs_as="each job as a uid of its own ($job_uids)"
+  job_uids=60000-60999 runs_as="each job as a uid of its own ($job_uids), in a control group of its own"
+  job_limits=cgroup
 else
-  job_uids=none runs_as="jobs as this user"
+  job_uids=none runs_as="jobs as this user, without control groups"
+  job_limits=none
 fi
 port=39610
 url="http://127.0.0.1:$port"
@@ -33,7 +36,7 @@ cleanup() {
 trap cleanup EXIT
 
 step "starting Trainyard ($url, SQLite)"
-TRAINYARD_LISTEN="127.0.0.1:$port" TRAINYARD_DATA_DIR="$work/data" TRAINYARD_LOG=warn TRAINYARD_JOB_UIDS="$job_uids" \
+TRAINYARD_LISTEN="127.0.0.1:$port" TRAINYARD_DATA_DIR="$work/data" TRAINYARD_LOG=warn TRAINYARD_JOB_UIDS="$job_uids" TRAINYARD_JOB_LIMITS="$job_limits" \
   TRAINYARD_TEMPLATES_DIR="$ROOT/templates" "$CARGO_TARGET_DIR/release/trainyard" serve >"$work/server.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 60); do curl -sf "$url/readyz" >/dev/null && break; sleep 0.5; done
