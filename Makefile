@@ -1,5 +1,5 @@
 # The two commands: `make run` and `make test`. The scripts do the work.
-.PHONY: run build test bench-tracking bench-scheduler bench-jobs bench-k8s bench-explorer fmt lint clean-db
+.PHONY: run build test bench-tracking bench-scheduler bench-jobs bench-k8s bench-explorer gpu-check fmt lint clean-db
 
 run:      ## install what is missing, build the release, serve http://127.0.0.1:3000
 	@scripts/run.sh
@@ -15,6 +15,9 @@ bench-tracking: ## Trainyard vs MLflow 3.17 on ingest, history, downsampled read
 
 bench-jobs: ## submit-to-start latency of the local executor
 	@scripts/bench-jobs.sh
+
+gpu-check: ## on a GPU machine: NVML inventory vs nvidia-smi, GPU pinning, PyTorch in a job (simulated GPUs without a driver)
+	@scripts/gpu-check.sh
 
 bench-explorer: ## the explorer in Chromium: 10,000 runs, 10 runs x 4 metrics x 100,000 points, zoom; bundle size
 	@scripts/bench-explorer.sh

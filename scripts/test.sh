@@ -75,23 +75,30 @@ step "job limits on cgroup v2, in a virtual machine (end2end/cgroup-v2)"
 if [ "$(id -u)" -eq 0 ]; then
   # This machine mounts cgroup v1; current distributions mount v2 alone.
   # The test programs built above (the same selection, so nothing is rebuilt).
-  tests="$(cargo test --locked --release --workspace --exclude trainyard-frontend --no-run 2>&1 \
-    | sed -n 's/.*Executable .* (\(.*\))$/\1/p')"
-  jobs_unit="$(grep '/trainyard_jobs-[0-9a-f]*$' <<<"$tests")"
-  jobs_api="$(grep '/deps/jobs-[0-9a-f]*$' <<<"$tests")"
+  cargo test --locked --release --workspace --exclude trainyard-frontend --no-run >"$work/built.txt" 2>&1 \
+    || { cat "$work/built.txt"; die "building the test programs failed"; }
+  tests="$(sed -n 's/.*Executable .* (\(.*\))$/\1/p' "$work/built.txt")"
+  jobs_unit="$(grep '/trainyard_jobs-[0-9a-f]*$' <<<"$tests" || true)"
+  jobs_api="$(grep '/deps/jobs-[0-9a-f]*$' <<<"$tests" || true)"
   [ -n "$jobs_unit" ] && [ -n "$jobs_api" ] || die "the jobs tests' programs were not found in: $tests"
+  # Counted apart: these tests ran on the host already, here they run on v2.
   "$ROOT/end2end/cgroup-v2/run.sh" \
     "$jobs_unit" --color never --test-threads 1 cgroups \
     shim::tests::a_job_past_its_memory shim::tests::a_job_runs_inside shim::tests::a_v2 -- \
-    "$jobs_api" --color never held_to 2>&1 | tee -a "$log"
+    "$jobs_api" --color never held_to 2>&1 | tee "$work/cgroup-v2.log"
 else
   echo "skipped: the job limits need root (as does the server to make control groups)"
 fi
+
+step "the GPU check (scripts/gpu-check.sh; simulated GPUs where there is no driver)"
+"$ROOT/scripts/gpu-check.sh" "$CARGO_TARGET_DIR/release/trainyard" 2>&1 | tee -a "$log"
 
 cargo_passed=$(grep -oE 'test result: ok\. [0-9]+ passed' "$log" | awk '{ s += $4 } END { print s + 0 }')
 browser_passed=$(grep -oE '^ +[0-9]+ passed' "$log" | awk '{ s += $1 } END { print s + 0 }')
 mlflow_passed=$(grep -oE '^[0-9]+ passed' "$log" | awk '{ s += $1 } END { print s + 0 }')
 echo
 k8s_passed=$(grep -oE '^smoke: [0-9]+ passed' "$log" | awk '{ s += $2 } END { print s + 0 }')
-echo "cargo: $cargo_passed passed; mlflow client: $mlflow_passed passed; browser: $browser_passed passed; Kubernetes smoke: $k8s_passed passed"
-echo "$((cargo_passed + mlflow_passed + browser_passed + k8s_passed)) passed, 0 failed"
+v2_passed=$({ grep -oE 'test result: ok\. [0-9]+ passed' "$work/cgroup-v2.log" 2>/dev/null || true; } | awk '{ s += $4 } END { print s + 0 }')
+gpu_passed=$(grep -oE '^gpu-check: [0-9]+ passed' "$log" | awk '{ s += $2 } END { print s + 0 }')
+echo "cargo: $cargo_passed passed; mlflow client: $mlflow_passed passed; browser: $browser_passed passed; Kubernetes smoke: $k8s_passed passed; job limits on cgroup v2: $v2_passed passed; GPU check: $gpu_passed passed"
+echo "$((cargo_passed + mlflow_passed + browser_passed + k8s_passed + v2_passed + gpu_passed)) passed, 0 failed"

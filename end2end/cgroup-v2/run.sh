@@ -28,17 +28,18 @@ mkdir -p "$cache"
 kernel_pkg="$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')"
 [ -n "$kernel_pkg" ] || die "apt knows no linux-image-amd64 (run apt-get update)"
 kernel_dir="$cache/$kernel_pkg"
-if [ ! -d "$kernel_dir/boot" ]; then
+if [ ! -d "$kernel_dir" ]; then
   step "fetching Debian's $kernel_pkg for the cgroup v2 machine (once)"
   rm -rf "$kernel_dir.tmp" && mkdir -p "$kernel_dir.tmp"
   (cd "$kernel_dir.tmp" && apt-get download "$kernel_pkg" >/dev/null 2>&1 || apt-get download "$kernel_pkg")
   dpkg-deb -x "$kernel_dir.tmp"/*.deb "$kernel_dir.tmp/root"
-  mkdir -p "$kernel_dir"
-  mv "$kernel_dir.tmp/root/boot" "$kernel_dir.tmp/root/lib" "$kernel_dir/"
+  mv "$kernel_dir.tmp/root" "$kernel_dir"
   rm -rf "$kernel_dir.tmp"
 fi
-vmlinuz="$(ls "$kernel_dir"/boot/vmlinuz-*)"
-modules="$(ls -d "$kernel_dir"/lib/modules/*)"
+# Wherever the package puts them (/boot and /lib, or /usr/lib).
+vmlinuz="$(find "$kernel_dir" -name 'vmlinuz-*' -type f | head -1)"
+modules="$(find "$kernel_dir" -maxdepth 4 -type d -path '*lib/modules/*' | head -1)"
+[ -n "$vmlinuz" ] && [ -n "$modules" ] || die "no kernel or modules in $kernel_pkg (under $kernel_dir)"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -117,13 +118,16 @@ chmod 755 "$initrd/init"
 # guest hangs at its first instructions, and emulation boots in two seconds.
 accel=(-accel tcg,thread=multi)
 out="$work/console.log"
+# A hung machine (a deadlocked test, a stalled share) stops the run instead
+# of holding it forever.
+limit="${CGROUP_V2_TIMEOUT:-900}"
 step "booting the cgroup v2 machine ($kernel_pkg, emulated)"
-qemu-system-x86_64 "${accel[@]}" -m 2048 -smp 2 -nographic -no-reboot \
+timeout -k 30 "$limit" qemu-system-x86_64 "${accel[@]}" -m 2048 -smp 2 -nographic -no-reboot \
   -kernel "$vmlinuz" -initrd "$work/initrd.gz" \
-  -append "console=ttyS0 quiet panic=-1 cgroup_no_v1=all" \
+  -append "console=ttyS0 quiet loglevel=1 panic=-1 cgroup_no_v1=all" \
   -fsdev local,id=host,path=/,security_model=passthrough,readonly=on,multidevs=remap \
   -device virtio-9p-pci,fsdev=host,mount_tag=host \
-  -nic none </dev/null | tee "$out" | sed -u 's/\r$//'
+  -nic none </dev/null | tee "$out" | sed -u 's/\r$//' || true
 status="$(sed -n 's/\r$//; s/^cgroup-v2: status \([0-9]*\)$/\1/p' "$out" | tail -1)"
-[ -n "$status" ] || die "the cgroup v2 machine stopped before its tests ended (console above)"
+[ -n "$status" ] || die "the cgroup v2 machine stopped before its tests ended, or ran past ${limit} s (console above)"
 exit "$status"

@@ -329,6 +329,15 @@ pub async fn discover_gpus(config: &Config, store: &Store) -> Result<u32, Server
             "offering simulated GPUs (simulated_gpus)"
         ),
     }
+    for gpu in &inventory.gpus {
+        tracing::info!(
+            index = gpu.index,
+            uuid = %gpu.uuid,
+            name = %gpu.name,
+            memory = %trainyard_domain::format_bytes(gpu.memory_total_bytes),
+            "GPU"
+        );
+    }
     let gpus: Vec<trainyard_store::GpuInfo> = inventory
         .gpus
         .iter()

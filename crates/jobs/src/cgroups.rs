@@ -16,8 +16,9 @@
 //! processes join it before they exec, through descriptors the shim opened,
 //! so that nothing the job runs is ever outside it.
 
+use std::cell::Cell;
 use std::fs::File;
-use std::io;
+use std::io::{self, Read, Seek, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -126,6 +127,12 @@ pub struct Group {
     /// `cgroup.procs` of each tree, opened by root: the job's processes
     /// write "0" to them (themselves) after they became the job's user.
     procs: Vec<File>,
+    /// v2's `memory.peak`, kept open: from Linux 6.12 a write resets the
+    /// peak as read through the same descriptor.
+    peak: Option<File>,
+    /// Out-of-memory kills before the command started (its environment's
+    /// installation), not counted in its usage.
+    oom_before: Cell<u64>,
 }
 
 impl Group {
@@ -138,25 +145,45 @@ impl Group {
             v2,
             dirs,
             procs: Vec::new(),
+            peak: None,
+            oom_before: Cell::new(0),
         };
-        for dir in &group.dirs {
+        match group.fill(spec.limits) {
+            Ok(()) => Ok(group),
+            Err(e) => {
+                // Nothing half made is left behind.
+                let _ = group.remove();
+                Err(e)
+            }
+        }
+    }
+
+    fn fill(&mut self, limits: Limits) -> io::Result<()> {
+        for dir in &self.dirs {
             match std::fs::create_dir(dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(context(e, dir)),
             }
         }
-        group.kill_all()?;
-        group.set_limits(spec.limits)?;
-        for dir in &group.dirs {
+        self.kill_all()?;
+        self.set_limits(limits)?;
+        for dir in &self.dirs {
             let path = dir.join("cgroup.procs");
             let file = File::options()
                 .write(true)
                 .open(&path)
                 .map_err(|e| context(e, &path))?;
-            group.procs.push(file);
+            self.procs.push(file);
         }
-        Ok(group)
+        if self.v2 {
+            self.peak = File::options()
+                .read(true)
+                .write(true)
+                .open(self.dirs[0].join("memory.peak"))
+                .ok();
+        }
+        Ok(())
     }
 
     /// The group of a job as it is, to look at or to stop (after the shim
@@ -166,6 +193,8 @@ impl Group {
             v2: matches!(spec.hierarchy, Hierarchy::V2 { .. }),
             dirs: spec.hierarchy.dirs(&spec.name),
             procs: Vec::new(),
+            peak: None,
+            oom_before: Cell::new(0),
         }
     }
 
@@ -191,7 +220,12 @@ impl Group {
             // The limit with swap must stay at or above the one without.
             let _ = write_if_present(memory_dir, "memory.memsw.limit_in_bytes", "-1");
             write(memory_dir, "memory.limit_in_bytes", &memory)?;
-            write_if_present(memory_dir, "memory.memsw.limit_in_bytes", &memory)?;
+            if memory_dir.join("memory.memsw.limit_in_bytes").exists() {
+                write(memory_dir, "memory.memsw.limit_in_bytes", &memory)?;
+            } else {
+                // Without swap accounting: swap as little as the kernel can.
+                write_if_present(memory_dir, "memory.swappiness", "0")?;
+            }
             write(cpu_dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
             write(cpu_dir, "cpu.cfs_quota_us", &quota.to_string())?;
             if let Some(pids_dir) = rest.first() {
@@ -230,6 +264,15 @@ impl Group {
             .collect()
     }
 
+    /// Sends `signal` to every process in the group (a SIGTERM before the
+    /// SIGKILL, also for what left the job's process group).
+    pub fn signal(&self, signal: i32) {
+        for pid in self.processes() {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+
     /// Stops everything in the group, also what left the job's process
     /// group or session.
     pub fn kill_all(&self) -> io::Result<()> {
@@ -257,15 +300,35 @@ impl Group {
         }
     }
 
-    /// Forgets the highest memory use so far, so that the peak read at the
-    /// end is the command's, not its environment's installation. Best
-    /// effort: v2 lets it be reset from Linux 6.12.
-    pub fn reset_peak(&self) {
-        let _ = if self.v2 {
-            write_if_present(&self.dirs[0], "memory.peak", "0")
+    /// Called as the command starts: what its environment's installation
+    /// used is not the command's. The out-of-memory kills so far are not
+    /// counted; the peak is reset (v1; v2 from Linux 6.12).
+    pub fn command_starts(&self) {
+        self.oom_before.set(self.oom_kills_so_far());
+        if let Some(mut peak) = self.peak.as_ref() {
+            let _ = peak.write_all(b"0");
+        } else if !self.v2 {
+            let _ = write_if_present(&self.dirs[0], "memory.max_usage_in_bytes", "0");
+        }
+    }
+
+    fn oom_kills_so_far(&self) -> u64 {
+        let (file, key) = if self.v2 {
+            ("memory.events", "oom_kill")
         } else {
-            write_if_present(&self.dirs[0], "memory.max_usage_in_bytes", "0")
+            ("memory.oom_control", "oom_kill")
         };
+        let text = std::fs::read_to_string(self.dirs[0].join(file)).unwrap_or_default();
+        keyed(&text, key).unwrap_or(0)
+    }
+
+    /// v2's peak, through the descriptor a reset went through.
+    fn v2_peak(&self) -> Option<u64> {
+        let mut file = self.peak.as_ref()?;
+        file.rewind().ok()?;
+        let mut text = String::new();
+        file.read_to_string(&mut text).ok()?;
+        text.trim().parse().ok()
     }
 
     /// What the job used so far.
@@ -273,42 +336,49 @@ impl Group {
         let dir = &self.dirs[0];
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
         let number = |name: &str| read(name).trim().parse::<u64>().ok();
+        let oom_kills = self
+            .oom_kills_so_far()
+            .saturating_sub(self.oom_before.get());
         if self.v2 {
             Usage {
                 memory_limit_bytes: number("memory.max").unwrap_or(u64::MAX),
-                memory_peak_bytes: number("memory.peak"),
-                oom_kills: keyed(&read("memory.events"), "oom_kill").unwrap_or(0),
+                memory_peak_bytes: self.v2_peak().or_else(|| number("memory.peak")),
+                oom_kills,
                 cpu_usec: keyed(&read("cpu.stat"), "usage_usec"),
             }
         } else {
             Usage {
                 memory_limit_bytes: number("memory.limit_in_bytes").unwrap_or(u64::MAX),
                 memory_peak_bytes: number("memory.max_usage_in_bytes"),
-                oom_kills: keyed(&read("memory.oom_control"), "oom_kill").unwrap_or(0),
+                oom_kills,
                 cpu_usec: None,
             }
         }
     }
 
-    /// Stops what is left and removes the group's folders.
+    /// Stops what is left and removes the group's folders. A process that
+    /// was killed may take a while to leave (a GPU process while the driver
+    /// lets go of its memory): up to a minute is waited for.
     pub fn remove(self) -> io::Result<()> {
-        self.kill_all()?;
+        let killed = self.kill_all();
         for dir in &self.dirs {
-            // A process just killed may take a moment to leave the group.
             let mut tries = 0;
             loop {
                 match std::fs::remove_dir(dir) {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(_) if tries < 50 => {
+                    Err(_) if tries < 600 => {
                         tries += 1;
-                        std::thread::sleep(Duration::from_millis(20));
+                        if tries % 50 == 0 {
+                            let _ = self.kill_all();
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
                     }
                     Err(e) => return Err(context(e, dir)),
                 }
             }
         }
-        Ok(())
+        killed
     }
 }
 
@@ -326,7 +396,12 @@ fn context(e: io::Error, path: &Path) -> io::Error {
 
 fn write(dir: &Path, file: &str, value: &str) -> io::Result<()> {
     let path = dir.join(file);
-    std::fs::write(&path, value).map_err(|e| context(e, &path))
+    std::fs::write(&path, value).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("{}: cannot write `{value}`: {e}", path.display()),
+        )
+    })
 }
 
 /// Writes `file` when the kernel offers it (swap accounting, for one, may
@@ -485,8 +560,17 @@ pub fn prepare(located: Located) -> Result<Hierarchy, String> {
     let hierarchy = match located {
         Located::V1(hierarchy) => hierarchy,
         Located::V2 { own } => {
-            prepare_v2(&own)?;
-            Hierarchy::V2 { parent: own }
+            // Already in its leaf (moved there by an earlier start in this
+            // process, or started there: systemd's DelegateSubgroup): the
+            // jobs' parent is the one above.
+            let parent = match own.parent() {
+                Some(parent) if own.file_name() == Some(SERVER_LEAF.as_ref()) => {
+                    parent.to_path_buf()
+                }
+                _ => own,
+            };
+            prepare_v2(&parent)?;
+            Hierarchy::V2 { parent }
         }
     };
     let probe = JobGroup {
@@ -501,7 +585,11 @@ pub fn prepare(located: Located) -> Result<Hierarchy, String> {
     };
     let group = Group::create(&probe).map_err(|e| {
         let _ = Group::existing(&probe).remove();
-        format!("cannot make a job group: {e}")
+        format!(
+            "cannot make a job group: {e}; the server needs to write cgroupfs where it runs \
+             (as root, or in a delegated group; a container needs it mounted read-write), \
+             or set job_limits = none"
+        )
     })?;
     group
         .remove()

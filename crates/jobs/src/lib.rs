@@ -1284,12 +1284,17 @@ impl Jobs {
             ),
         };
         if let Some(usage) = exit.usage {
-            if usage.oom_kills > 0 && state == JobState::Failed && exit.reason == EndReason::Exited
-            {
-                message = format!(
-                    "out of memory: it reached its limit of {} (resources.memory) and the kernel stopped it ({how}); ask for more memory or make it use less",
-                    trainyard_domain::format_bytes(usage.memory_limit_bytes)
-                );
+            let limit = trainyard_domain::format_bytes(usage.memory_limit_bytes);
+            if usage.oom_kills > 0 && state == JobState::Failed {
+                message = match exit.reason {
+                    EndReason::StartFailed => format!(
+                        "{message} (out of memory: installing its Python environment reached its limit of {limit} (resources.memory); ask for more memory)"
+                    ),
+                    EndReason::Exited => format!(
+                        "out of memory: it reached its limit of {limit} (resources.memory) and the kernel stopped it ({how}); ask for more memory or make it use less"
+                    ),
+                    EndReason::Timeout | EndReason::Cancelled => message,
+                };
             }
             message.push_str(&usage_summary(&usage));
         }

@@ -265,8 +265,8 @@ fn run_job(launch: &Launch, log: &File, watch: &Watch, group: Option<&Group>) ->
         user.apply(&mut command);
     }
     if let Some(group) = group {
-        // The peak of the command, not of its environment's installation.
-        group.reset_peak();
+        // What the command uses, not its environment's installation.
+        group.command_starts();
     }
     match run_group(command, log, watch, group) {
         Ok(exit) => exit,
@@ -326,7 +326,10 @@ fn run_group(
         .stderr(Stdio::from(err))
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot start {program}: {e}"))?;
+        .map_err(|e| match cgroup {
+            Some(_) => format!("cannot start {program} in the job's control group: {e}"),
+            None => format!("cannot start {program}: {e}"),
+        })?;
     let group = child.id() as i32;
     loop {
         match child.try_wait() {
@@ -349,6 +352,10 @@ fn run_group(
             }
         }
         if let Some(reason) = watch.stop_reason() {
+            // What left the process group gets its SIGTERM (and grace) too.
+            if let Some(cgroup) = cgroup {
+                cgroup.signal(libc::SIGTERM);
+            }
             let (exit_code, signal) = stop(&mut child, group, watch.grace_secs);
             stop_rest(group);
             return Ok(Exit {
@@ -865,6 +872,14 @@ mod tests {
             eprintln!("skipped: not cgroup v2");
             return;
         };
+        // A second start in the same process (a restart under systemd's
+        // DelegateSubgroup) finds its leaf and the same parent.
+        assert_eq!(
+            test_hierarchy(),
+            Some(crate::cgroups::Hierarchy::V2 {
+                parent: parent.clone()
+            })
+        );
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let path = own
             .lines()
@@ -876,6 +891,10 @@ mod tests {
             assert_eq!(parent, Path::new("/sys/fs/cgroup"));
         } else {
             assert!(path.ends_with("/trainyard-server"), "{path}");
+            assert!(
+                !path.ends_with("/trainyard-server/trainyard-server"),
+                "{path}"
+            );
             assert_eq!(
                 parent.join(crate::cgroups::SERVER_LEAF),
                 Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'))
