@@ -3,14 +3,18 @@
 //! here once, at the server's start.
 
 use trainyard_jobs::cgroups::{self, Hierarchy};
-use trainyard_jobs::users;
+use trainyard_jobs::users::{self, JobUser, UidRange};
 
 use crate::config::{Config, ConfigError, JobLimits};
 
 /// Where job groups are made, or None where limits are not enforced (said
 /// in the log). `auto` falls back to none with the reason; `cgroup` stops
-/// the start instead.
-pub fn decide(config: &Config) -> Result<Option<Hierarchy>, ConfigError> {
+/// the start instead. `job_users`: the uids jobs run as, with which joining
+/// a group is tried.
+pub fn decide(
+    config: &Config,
+    job_users: Option<UidRange>,
+) -> Result<Option<Hierarchy>, ConfigError> {
     let named = match config.job_limits {
         JobLimits::None => {
             tracing::info!("job_limits = none: jobs are not held to their CPUs and memory");
@@ -25,7 +29,11 @@ pub fn decide(config: &Config) -> Result<Option<Hierarchy>, ConfigError> {
         JobLimits::Auto => false,
         JobLimits::Cgroup => true,
     };
-    match find() {
+    let user = job_users.map(|range| JobUser::new(range.first));
+    match find().and_then(|hierarchy| {
+        cgroups::check_join(&hierarchy, user)?;
+        Ok(hierarchy)
+    }) {
         Ok(hierarchy) => {
             tracing::info!(
                 cgroups = %hierarchy.describe(),

@@ -390,7 +390,7 @@ impl Server {
         if job_users.is_some() {
             job_users::close_data_folder(config)?;
         }
-        let job_limits = job_limits::decide(config)?;
+        let job_limits = job_limits::decide(config, job_users)?;
         sync_templates(config, &store).await?;
         let gpus = discover_gpus(config, &store).await?;
         let listener =

@@ -573,16 +573,7 @@ pub fn prepare(located: Located) -> Result<Hierarchy, String> {
             Hierarchy::V2 { parent }
         }
     };
-    let probe = JobGroup {
-        hierarchy: hierarchy.clone(),
-        // Servers that start at once (tests) each make their own.
-        name: format!("trainyard-probe-{}", uuid::Uuid::new_v4().simple()),
-        limits: Limits {
-            memory_bytes: 64 << 20,
-            cpu_millis: 1000,
-            tasks: 16,
-        },
-    };
+    let probe = probe_group(&hierarchy);
     let group = Group::create(&probe).map_err(|e| {
         let _ = Group::existing(&probe).remove();
         format!(
@@ -595,6 +586,72 @@ pub fn prepare(located: Located) -> Result<Hierarchy, String> {
         .remove()
         .map_err(|e| format!("cannot remove a job group: {e}"))?;
     Ok(hierarchy)
+}
+
+/// A group to try things with, removed again.
+fn probe_group(hierarchy: &Hierarchy) -> JobGroup {
+    JobGroup {
+        hierarchy: hierarchy.clone(),
+        // Servers that start at once (tests) each make their own.
+        name: format!("trainyard-probe-{}", uuid::Uuid::new_v4().simple()),
+        limits: Limits {
+            memory_bytes: 64 << 20,
+            cpu_millis: 1000,
+            tasks: 16,
+        },
+    }
+}
+
+/// Checks that a job's process joins its group as a job's does: after it
+/// became `user` (on v2, Linux before 5.16 without the fix for
+/// CVE-2021-4197 checks that write with the writer's rights, which a job's
+/// uid lacks). The probe prints its own groups, which must name the group.
+pub fn check_join(
+    hierarchy: &Hierarchy,
+    user: Option<crate::users::JobUser>,
+) -> Result<(), String> {
+    let probe = probe_group(hierarchy);
+    let group = Group::create(&probe).map_err(|e| format!("cannot make a job group: {e}"))?;
+    let mut command = Command::new("/bin/cat");
+    command.arg("/proc/self/cgroup");
+    if let Some(user) = user {
+        user.apply(&mut command);
+    }
+    group.join_on_exec(&mut command);
+    let output = command.output();
+    let removed = group.remove();
+    let who = user
+        .map(|u| format!(" after switching to uid {}", u.uid))
+        .unwrap_or_default();
+    match output {
+        Ok(output) if output.status.success() => {
+            let text = String::from_utf8_lossy(&output.stdout);
+            let joined = text
+                .lines()
+                .any(|l| l.ends_with(&format!("/{}", probe.name)));
+            if !joined {
+                return Err(format!(
+                    "a process that joined the job group {} is not in it: {text}",
+                    probe.name
+                ));
+            }
+        }
+        Ok(output) => {
+            return Err(format!(
+                "a probe in a job group failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        Err(e) => {
+            return Err(format!(
+                "a job's process cannot join its control group{who}: {e}; on cgroup v2 this kernel \
+                 checks the write with the job's rights (Linux before 5.16 without the fix for \
+                 CVE-2021-4197): update the kernel, or set job_limits = none"
+            ));
+        }
+    }
+    removed.map_err(|e| format!("cannot remove a job group: {e}"))
 }
 
 fn prepare_v2(own: &Path) -> Result<(), String> {

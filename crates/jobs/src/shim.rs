@@ -866,6 +866,17 @@ mod tests {
         }
     }
 
+    /// As the server checks at its start: a job's process joins its group
+    /// after it became the job's user.
+    #[test]
+    fn a_job_runs_inside_its_group_as_its_user_as_checked_at_start() {
+        let Some(hierarchy) = test_hierarchy() else {
+            return;
+        };
+        crate::cgroups::check_join(&hierarchy, Some(JobUser::new(64_993))).unwrap();
+        crate::cgroups::check_join(&hierarchy, None).unwrap();
+    }
+
     #[test]
     fn a_v2_server_hands_controllers_down_from_a_leaf_of_its_own() {
         let Some(crate::cgroups::Hierarchy::V2 { parent }) = test_hierarchy() else {
