@@ -444,10 +444,23 @@ async fn a_restarted_server_finds_its_running_jobs_again() {
     assert!(running["job"]["state"] == "RUNNING");
     let shim_stat = std::fs::read_to_string(format!("/proc/{shim_pid}/stat")).unwrap();
     let job_group: i32 = {
-        // The job runs in its own group, led by the shim's child: find it.
-        let children =
-            std::fs::read_to_string(format!("/proc/{shim_pid}/task/{shim_pid}/children")).unwrap();
-        children.split_whitespace().next().unwrap().parse().unwrap()
+        // The job runs in its own group, led by the shim's child: find it
+        // (RUNNING is recorded as the shim starts; the shim makes the job's
+        // control group before it starts the command).
+        let children = format!("/proc/{shim_pid}/task/{shim_pid}/children");
+        let mut child = None;
+        for _ in 0..200 {
+            child = std::fs::read_to_string(&children)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .map(|pid| pid.parse().unwrap());
+            if child.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        child.expect("the shim started the job's command")
     };
     assert!(!shim_stat.is_empty());
     unsafe {

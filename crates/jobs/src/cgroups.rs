@@ -367,7 +367,8 @@ impl Group {
                 match std::fs::remove_dir(dir) {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(_) if tries < 600 => {
+                    // Busy: a process has not left yet.
+                    Err(e) if e.kind() == io::ErrorKind::ResourceBusy && tries < 600 => {
                         tries += 1;
                         if tries % 50 == 0 {
                             let _ = self.kill_all();
