@@ -64,6 +64,15 @@ async fn run(server: &TestServer, run_id: &str) -> Value {
     answer.json()["run"].clone()
 }
 
+/// The message of a job's newest timeline entry (its end, once it ended).
+fn last_message(detail: &Value) -> String {
+    let events = detail["events"].as_array().unwrap();
+    events.last().unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 fn event_kinds(detail: &Value) -> Vec<String> {
     detail["events"]
         .as_array()
@@ -1038,10 +1047,7 @@ async fn each_job_is_held_to_its_memory_and_cpus_and_its_end_tells_what_it_used(
     )
     .await;
     let detail = wait_for(&server, hog, "FAILED").await;
-    let end = detail["events"].as_array().unwrap().last().unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let end = last_message(&detail);
     assert!(
         end.starts_with("out of memory: it reached its limit of 64.0 MiB (resources.memory)"),
         "{end}"
@@ -1056,10 +1062,7 @@ async fn each_job_is_held_to_its_memory_and_cpus_and_its_end_tells_what_it_used(
     )
     .await;
     let detail = wait_for(&server, fits, "SUCCEEDED").await;
-    let end = detail["events"].as_array().unwrap().last().unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let end = last_message(&detail);
     assert!(end.starts_with("exited with code 0; peak memory "), "{end}");
     assert!(end.contains(" of 256.0 MiB"), "{end}");
     let text = log(&server, fits).await;

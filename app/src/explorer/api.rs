@@ -264,16 +264,25 @@ pub async fn list_runs_page(
     })
 }
 
+/// A run the caller may read, or the error that says why not.
+#[cfg(feature = "ssr")]
+async fn readable_run(
+    store: &trainyard_store::Store,
+    run_id: &str,
+) -> Result<trainyard_domain::tracking::Run, AppError> {
+    let user = caller()?.user;
+    store
+        .run_as(&user, run_id, trainyard_store::Access::Read)
+        .await?;
+    Ok(store.get_run(run_id).await?)
+}
+
 /// A run with its latest metric values, params, tags and artifacts.
 #[server(endpoint = "get_run_detail")]
 pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
     use trainyard_domain::explorer::{Cell, LatestValue};
-    let user = caller()?.user;
     let store = store()?;
-    store
-        .run_as(&user, &run_id, trainyard_store::Access::Read)
-        .await?;
-    let run = store.get_run(&run_id).await?;
+    let run = readable_run(&store, &run_id).await?;
     let experiment = store.get_experiment(run.info.experiment_id).await?;
     let job_id = run
         .tags
@@ -325,12 +334,7 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
 /// charts of (without the facts, artifacts and experiment of the detail).
 #[server(endpoint = "get_run_metric_keys")]
 pub async fn get_run_metric_keys(run_id: String) -> Result<(String, Vec<String>), AppError> {
-    let user = caller()?.user;
-    let store = store()?;
-    store
-        .run_as(&user, &run_id, trainyard_store::Access::Read)
-        .await?;
-    let run = store.get_run(&run_id).await?;
+    let run = readable_run(&store()?, &run_id).await?;
     let mut keys: Vec<String> = run.metrics.into_iter().map(|m| m.key).collect();
     keys.sort();
     keys.dedup();
