@@ -163,18 +163,25 @@ pub struct OrderBy {
     pub ascending: bool,
 }
 
+/// The longest filter or order field read, in characters. A query people
+/// write, or a list of a few hundred run ids, fits many times over.
+pub const MAX_QUERY_CHARS: usize = 32_768;
+
+/// How deep parentheses and `NOT`s may nest. The parser (and the SQL made
+/// from its tree) recurse once per level: the bound keeps a hostile query
+/// from exhausting the stack.
+pub const MAX_NESTING: usize = 32;
+
+/// How many comparisons one filter may hold; each becomes a term of the SQL.
+pub const MAX_COMPARISONS: usize = 500;
+
 /// Parses a filter; an empty or blank filter is `None` (everything matches).
 pub fn parse_filter(input: &str, scope: Scope) -> Result<Option<Expr>, QueryError> {
     let tokens = lex(input)?;
     if tokens.is_empty() {
         return Ok(None);
     }
-    let mut p = Parser {
-        tokens,
-        pos: 0,
-        scope,
-        end: input.chars().count(),
-    };
+    let mut p = Parser::new(tokens, scope, input);
     let expr = p.or()?;
     if let Some(tok) = p.peek() {
         return Err(p.error_at(
@@ -191,13 +198,7 @@ pub fn parse_filter(input: &str, scope: Scope) -> Result<Option<Expr>, QueryErro
 /// Parses one `order_by` element: `<field> [ASC|DESC]`.
 pub fn parse_order_by(input: &str, scope: Scope) -> Result<OrderBy, QueryError> {
     let tokens = lex(input)?;
-    let end = input.chars().count();
-    let mut p = Parser {
-        tokens,
-        pos: 0,
-        scope,
-        end,
-    };
+    let mut p = Parser::new(tokens, scope, input);
     let field = p.field()?;
     let mut ascending = true;
     if let Some(word) = p.peek_keyword() {
@@ -265,6 +266,16 @@ struct Tok {
 }
 
 fn lex(input: &str) -> Result<Vec<Tok>, QueryError> {
+    // Bytes bound characters from above: a cheap test first.
+    if input.len() > MAX_QUERY_CHARS && input.chars().count() > MAX_QUERY_CHARS {
+        return Err(QueryError {
+            position: MAX_QUERY_CHARS,
+            message: format!(
+                "the query is longer than {MAX_QUERY_CHARS} characters; shorten it \
+                 (a long IN list can often be a LIKE pattern or a tag)"
+            ),
+        });
+    }
     let chars: Vec<char> = input.chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -415,9 +426,23 @@ struct Parser {
     pos: usize,
     scope: Scope,
     end: usize,
+    /// Parentheses and `NOT`s open around the current token.
+    depth: usize,
+    comparisons: usize,
 }
 
 impl Parser {
+    fn new(tokens: Vec<Tok>, scope: Scope, input: &str) -> Parser {
+        Parser {
+            tokens,
+            pos: 0,
+            scope,
+            end: input.chars().count(),
+            depth: 0,
+            comparisons: 0,
+        }
+    }
+
     fn peek(&self) -> Option<&Tok> {
         self.tokens.get(self.pos)
     }
@@ -485,6 +510,22 @@ impl Parser {
     }
 
     fn unary(&mut self) -> Result<Expr, QueryError> {
+        if self.depth >= MAX_NESTING {
+            return Err(self.error_at(
+                self.here(),
+                format!(
+                    "the query nests parentheses and NOTs more than {MAX_NESTING} deep; \
+                     flatten it (AND and OR need no parentheses of their own)"
+                ),
+            ));
+        }
+        self.depth += 1;
+        let expr = self.unary_inner();
+        self.depth -= 1;
+        expr
+    }
+
+    fn unary_inner(&mut self) -> Result<Expr, QueryError> {
         if self.eat_keyword("NOT") {
             return Ok(Expr::Not(Box::new(self.unary()?)));
         }
@@ -597,6 +638,16 @@ impl Parser {
 
     fn comparison(&mut self) -> Result<Expr, QueryError> {
         let field_pos = self.here();
+        self.comparisons += 1;
+        if self.comparisons > MAX_COMPARISONS {
+            return Err(self.error_at(
+                field_pos,
+                format!(
+                    "the query holds more than {MAX_COMPARISONS} comparisons; \
+                     use IN (…) for lists of values"
+                ),
+            ));
+        }
         let field = self.field()?;
         let op_pos = self.here();
         let negated = self.eat_keyword("NOT");
@@ -954,6 +1005,34 @@ mod tests {
         let e = err("metrics.a ~ 1");
         assert_eq!(e.position, 10);
         assert_eq!(err("metrics.a > 1 or").position, 16);
+    }
+
+    #[test]
+    fn hostile_queries_are_refused_with_a_reason_not_a_crash() {
+        // Deep enough to overflow any thread's stack without the bound.
+        for deep in [
+            "(".repeat(100_000) + "metrics.a > 1" + &")".repeat(100_000),
+            "NOT ".repeat(30_000) + "metrics.a > 1",
+        ] {
+            let error = parse_filter(&deep, Scope::Runs).unwrap_err();
+            assert!(error.message.contains("longer than"), "{error}");
+        }
+        let nested = "(".repeat(MAX_NESTING + 1) + "metrics.a > 1" + &")".repeat(MAX_NESTING + 1);
+        let error = err(&nested);
+        assert!(error.message.contains("nests"), "{error}");
+        assert_eq!(error.position, MAX_NESTING);
+        let not = "NOT ".repeat(MAX_NESTING + 1) + "metrics.a > 1";
+        assert!(err(&not).message.contains("nests"));
+        // Just inside the bound still parses.
+        let fits = "(".repeat(MAX_NESTING - 1) + "metrics.a > 1" + &")".repeat(MAX_NESTING - 1);
+        assert_eq!(runs(&fits), metric("a", CmpOp::Gt, 1.0));
+        let many = vec!["metrics.a > 1"; MAX_COMPARISONS + 1].join(" OR ");
+        assert!(err(&many).message.contains("comparisons"));
+        let enough = vec!["metrics.a > 1"; MAX_COMPARISONS].join(" OR ");
+        assert!(parse_filter(&enough, Scope::Runs).is_ok());
+        let long = format!("tags.x = '{}'", "a".repeat(MAX_QUERY_CHARS));
+        assert!(err(&long).message.contains("longer than"));
+        assert!(parse_order_by(&long, Scope::Runs).is_err());
     }
 
     #[test]
