@@ -142,6 +142,7 @@ fn main() -> ExitCode {
     };
     let command = cli.command.unwrap_or(Command::Serve);
     if let Command::JobShim { dir } = &command {
+        trainyard_jobs::shim::close_inherited_descriptors();
         return trainyard_jobs::shim::main(dir);
     }
     if let Some(code) = run_client(&command) {

@@ -7,6 +7,7 @@ pub mod archive;
 pub mod cgroups;
 pub mod shim;
 pub mod templates;
+pub mod tree;
 pub mod users;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -451,7 +452,7 @@ impl Jobs {
             .unwrap_or_default();
         let project_files = project.map(|p| self.upload_dir(p));
         tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&files)?;
+            private_folder(&files)?;
             if let Some(source) = template_files.filter(|s| s.is_dir()) {
                 templates::copy_template_files(&source, &files)?;
             }
@@ -577,6 +578,40 @@ impl Jobs {
         tokio::spawn(async move { jobs.unpack(source, into, dataset, record).await })
             .await
             .map_err(|e| archive::ArchiveError::Io(std::io::Error::other(e)))?
+    }
+
+    /// Removes an upload: its record, then its files. A dataset that a job
+    /// still waiting or running names is kept (Rejected, naming the job).
+    pub async fn delete_upload(&self, upload: &Upload) -> Result<(), StoreError> {
+        if upload.kind == "dataset"
+            && let Some(user) = self
+                .store()
+                .active_jobs()
+                .await?
+                .iter()
+                .find(|r| r.job.spec.datasets.contains(&upload.name))
+        {
+            return Err(StoreError::Rejected(format!(
+                "job {} ({}) reads the dataset `{}`; delete it once that job has ended",
+                user.job.id,
+                user.job.state.label(),
+                upload.name
+            )));
+        }
+        self.store().delete_upload(&upload.id).await?;
+        let folder = self.upload_dir(upload);
+        let removed = tokio::task::spawn_blocking(move || {
+            // Datasets are read-only, also for their folders.
+            let _ = make_writable(&folder);
+            tree::remove_tree(&folder)
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r);
+        if let Err(error) = removed {
+            tracing::warn!(upload = %upload.id, %error, "could not remove the upload's files");
+        }
+        Ok(())
     }
 
     /// Unpacks and records an upload; on any failure removes what it unpacked.
@@ -772,11 +807,11 @@ impl Jobs {
         let marker = self.files_ready_marker(record.job.id);
         let copied = tokio::task::spawn_blocking(move || {
             if from.is_dir() {
-                std::fs::create_dir_all(&to)?;
+                private_folder(&to)?;
                 templates::copy_tree(&from, &to)?;
             }
             if let Some(folder) = marker.parent() {
-                std::fs::create_dir_all(folder)?;
+                private_folder(folder)?;
             }
             std::fs::write(&marker, b"")?;
             Ok::<_, std::io::Error>(())
@@ -1090,7 +1125,7 @@ impl Jobs {
                     users::set_mode(folder, 0o700)?;
                 }
                 for path in made.iter().chain([&to]) {
-                    users::chown_tree(path, user.uid, user.gid)?;
+                    tree::chown_tree(path, user.uid, user.gid)?;
                 }
                 users::set_mode(&to, 0o700)?;
                 Ok::<_, std::io::Error>(())
@@ -1101,11 +1136,7 @@ impl Jobs {
             // Folders it cannot pass through would only fail its lookups
             // (a root's ~/.cargo/bin, a pyenv shim): it gets the others.
             if let Some(path) = env.get("PATH") {
-                let reachable: Vec<&str> = path
-                    .split(':')
-                    .filter(|d| !d.is_empty() && users::check_reachable(Path::new(d)).is_ok())
-                    .collect();
-                env.insert("PATH".to_owned(), reachable.join(":"));
+                env.insert("PATH".to_owned(), reachable_path(path));
             }
             let [home, tmp] = folders;
             env.insert("HOME".to_owned(), home.display().to_string());
@@ -1121,6 +1152,7 @@ impl Jobs {
             deadline_ms: now + (job.max_runtime_secs as i64).saturating_mul(1000),
             stop_grace_secs: self.inner.config.stop_grace_secs,
             venv_root: Some(self.inner.config.venv_root.clone()),
+            venv_env: self.venv_env(user.is_some()),
             user,
             cgroup: self.job_group(job),
         };
@@ -1211,6 +1243,26 @@ impl Jobs {
             env.insert("MLFLOW_EXPERIMENT_ID".to_owned(), experiment_id.to_string());
         }
         env.insert("TRAINYARD_JOB_ID".to_owned(), job.id.to_string());
+        env
+    }
+
+    /// What an environment's build gets of the server's variables: the
+    /// server's, never the spec's, as environments are shared. HOME only
+    /// where jobs run as the server's user (a pyenv Python finds itself
+    /// through it); a job user's build gets an empty one.
+    fn venv_env(&self, job_user: bool) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        if let Ok(path) = std::env::var("PATH") {
+            let path = if job_user {
+                reachable_path(&path)
+            } else {
+                path
+            };
+            env.insert("PATH".to_owned(), path);
+        }
+        if !job_user && let Ok(home) = std::env::var("HOME") {
+            env.insert("HOME".to_owned(), home);
+        }
         env
     }
 
@@ -1320,6 +1372,7 @@ impl Jobs {
             let closed = tokio::task::spawn_blocking(move || {
                 users::kill_all(user.uid)?;
                 users::remove_left_behind(user.uid);
+                users::remove_ipc_of(user.uid);
                 users::set_mode(&dir, 0o700)
             })
             .await;
@@ -1470,6 +1523,14 @@ fn usage_summary(usage: &cgroups::Usage) -> String {
     }
 }
 
+/// The folders of a PATH that a job's user can pass through.
+fn reachable_path(path: &str) -> String {
+    path.split(':')
+        .filter(|d| !d.is_empty() && users::check_reachable(Path::new(d)).is_ok())
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
 fn read_launch(dir: &Path) -> Option<shim::Launch> {
     let text = std::fs::read(dir.join(shim::LAUNCH_FILE)).ok()?;
     serde_json::from_slice::<shim::Launch>(&text).ok()
@@ -1478,6 +1539,19 @@ fn read_launch(dir: &Path) -> Option<shim::Launch> {
 /// Who the job of an attempt folder runs as, from its launch file.
 fn job_user(dir: &Path) -> Option<users::JobUser> {
     read_launch(dir)?.user
+}
+
+/// Makes `path` and whatever is missing on the way to it closed (0700)
+/// from their creation on: a job's folder and files are its owner's
+/// project (secrets among them) while it waits, and other jobs' users pass
+/// through the jobs folder. A job's user is let in only at its launch.
+fn private_folder(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)?;
+    users::set_mode(path, 0o700)
 }
 
 /// A new file that only its owner may read, from its creation on.
@@ -1628,6 +1702,32 @@ pub async fn read_from(path: &Path, offset: u64, limit: u64) -> std::io::Result<
 mod tests {
     use super::*;
     use trainyard_domain::job::ParamValue;
+
+    /// A spec nested past any real one is a clear error, not a stack
+    /// overflow: serde-saphyr's budget stops YAML at 64 levels, serde_json
+    /// at 128.
+    #[test]
+    fn deeply_nested_specs_are_refused() {
+        let deep_yaml = format!("name: {}x{}", "[".repeat(100_000), "]".repeat(100_000));
+        let error = parse_spec(true, deep_yaml.as_bytes()).unwrap_err();
+        assert!(
+            error.message.contains("not valid YAML"),
+            "{}",
+            error.message
+        );
+        let deep_json = format!(
+            "{{\"name\": {}1{}}}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let error = parse_spec(false, deep_json.as_bytes()).unwrap_err();
+        assert!(
+            error.message.contains("not valid JSON"),
+            "{}",
+            error.message
+        );
+        assert!(parse_template(deep_yaml.as_bytes()).is_err());
+    }
 
     #[test]
     fn hyperparameters_are_substituted_quoted() {

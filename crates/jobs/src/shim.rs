@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroups::{Group, JobGroup, Usage};
+use crate::tree;
 use crate::users::{self, JobUser};
 
 /// What the server writes to `DIR/launch.json` before it starts the shim.
@@ -40,6 +41,12 @@ pub struct Launch {
     /// installed, made once per distinct file (and Python).
     #[serde(default)]
     pub venv_root: Option<PathBuf>,
+    /// The server's variables that an environment's build gets: PATH
+    /// (where its Python is looked for; `/usr/local/bin:/usr/bin:/bin`
+    /// when missing) and, when jobs run as the server's user, HOME. Never
+    /// the job's `env`, which its submitter sets: environments are shared.
+    #[serde(default)]
+    pub venv_env: BTreeMap<String, String>,
     /// Who the command (and its environment's installation) runs as; None:
     /// as the shim itself. The shim stays root: it stops every process of
     /// this user when the job ends, closes the job's folder and clears
@@ -143,6 +150,16 @@ pub fn main(dir: &Path) -> ExitCode {
                 // server's umask.
                 // SAFETY: umask cannot fail.
                 unsafe { libc::umask(0o022) };
+                // SysV shared memory, semaphores and message queues of its
+                // own: another job's cannot be read, and what it makes goes
+                // with it.
+                // SAFETY: unshare changes this process's namespaces only.
+                if unsafe { libc::unshare(libc::CLONE_NEWIPC) } != 0 {
+                    eprintln!(
+                        "job-shim: no IPC namespace of its own ({}); the job's IPC objects are removed at its end",
+                        std::io::Error::last_os_error()
+                    );
+                }
                 // A job lost earlier may have left something running as this uid.
                 let exit = match users::kill_all(user.uid) {
                     Ok(()) => supervise(dir, &launch),
@@ -180,6 +197,33 @@ fn clean_up(dir: &Path, user: JobUser) {
         eprintln!("job-shim: cannot close {}: {e}", dir.display());
     }
     users::remove_left_behind(user.uid);
+    users::remove_ipc_of(user.uid);
+}
+
+/// Closes every descriptor above stderr that this process inherited: the
+/// server may hold some without close-on-exec (a library's), and a job
+/// must not read through them. Called first thing in the shim's process;
+/// what the shim opens itself is close-on-exec.
+pub fn close_inherited_descriptors() {
+    // SAFETY: closes descriptors of this process alone, before it opened
+    // any of its own.
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if closed == 0 {
+        return;
+    }
+    // Kernels before 5.9: the list in /proc, read whole before closing.
+    let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|fd| *fd > 2)
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in open {
+        // SAFETY: as above; the listing's own descriptor is closed already.
+        unsafe { libc::close(fd) };
+    }
 }
 
 fn start_failed(message: String) -> Exit {
@@ -240,9 +284,27 @@ fn run_job(launch: &Launch, log: &File, watch: &Watch, group: Option<&Group>) ->
     let mut env = launch.env.clone();
     let requirements = launch.cwd.join("requirements.txt");
     if let Some(root) = &launch.venv_root
-        && requirements.is_file()
+        && std::fs::symlink_metadata(&requirements).is_ok()
     {
-        match python_env(root, &requirements, &env, launch.user, log, watch, group) {
+        // Read as root from the job's folder: a link is refused, not followed.
+        let text = match tree::read_file(&requirements, MAX_REQUIREMENTS_BYTES) {
+            Ok(text) => text,
+            Err(e) => {
+                return start_failed(format!(
+                    "cannot read requirements.txt: {e}; it must be a plain file of at most {} KiB",
+                    MAX_REQUIREMENTS_BYTES / 1024
+                ));
+            }
+        };
+        match python_env(
+            root,
+            &text,
+            &launch.venv_env,
+            launch.user,
+            log,
+            watch,
+            group,
+        ) {
             Ok(venv) => {
                 let path = env.get("PATH").cloned().unwrap_or_default();
                 env.insert(
@@ -374,22 +436,32 @@ fn run_group(
 /// The cached Python environment for a requirements file, made (under a
 /// lock, so two jobs never build the same one) when missing. Its output goes
 /// to the job's log. Err is how the job ends: stopped, or failed to install.
+///
+/// The environment is shared by every job whose requirements are the same
+/// bytes, whoever submitted it, so it is built from those bytes alone: a
+/// clean environment (the server's PATH, no PYTHONPATH, PIP_* or user
+/// configuration of the submitter's), a folder holding nothing but the
+/// requirements file as its working folder and home, and the server's
+/// Python. Local paths in the file (`-e .`, `./pkg`) find nothing there.
 fn python_env(
     root: &Path,
-    requirements: &Path,
-    env: &BTreeMap<String, String>,
+    requirements: &[u8],
+    server_env: &BTreeMap<String, String>,
     user: Option<JobUser>,
     log: &File,
     watch: &Watch,
     group: Option<&Group>,
 ) -> Result<PathBuf, Exit> {
     let fail = |message: String| start_failed(message);
-    let python = find_program("python3", env.get("PATH").map(String::as_str).unwrap_or(""))
-        .ok_or_else(|| fail("requirements.txt needs python3, which is not on the PATH".into()))?;
-    let text = std::fs::read(requirements)
-        .map_err(|e| fail(format!("cannot read requirements.txt: {e}")))?;
-    let key = env_key(&python, &text);
+    let path = server_env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
+    let python = find_program("python3", path).ok_or_else(|| {
+        fail(format!(
+            "requirements.txt needs python3, which is not on the server's PATH ({path})"
+        ))
+    })?;
+    let key = env_key(&python, requirements);
     let venv = root.join(&key);
+    let build = root.join(format!("{key}.build"));
     std::fs::create_dir_all(root)
         .map_err(|e| fail(format!("cannot create {}: {e}", root.display())))?;
     let lock = File::create(root.join(format!("{key}.lock")))
@@ -419,91 +491,180 @@ fn python_env(
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    if venv.join(READY_FILE).is_file() {
+    if is_sealed(&venv) {
         let _ = writeln!(say, "trainyard: using the cached Python environment {key}");
         return Ok(venv);
     }
-    let _ = std::fs::remove_dir_all(&venv);
+    // What a build that did not finish left (never a sealed environment).
+    let discard = |what: &Path| {
+        if let Err(e) = tree::remove_tree(what) {
+            eprintln!("job-shim: cannot remove {}: {e}", what.display());
+        }
+    };
+    discard(&venv);
+    discard(&build);
     let _ = writeln!(
         say,
         "trainyard: creating a Python environment for requirements.txt (cached as {key}); this happens once"
     );
-    if let Some(user) = user {
-        // Built by the job's user, so that the packages' install code runs
-        // with no more rights than the job; the folder is made here, as
-        // the cache is not the job's to write.
-        std::fs::create_dir(&venv)
-            .and_then(|()| std::os::unix::fs::chown(&venv, Some(user.uid), Some(user.gid)))
-            .map_err(|e| fail(format!("cannot create {}: {e}", venv.display())))?;
+    let made = make_build_folders(&venv, &build, requirements, user)
+        .map_err(|e| fail(format!("cannot prepare the environment's build: {e}")));
+    if let Err(exit) = made {
+        discard(&venv);
+        discard(&build);
+        return Err(exit);
     }
+    let build_dir = build.display().to_string();
+    let home = server_env.get("HOME").filter(|_| user.is_none());
+    let env: BTreeMap<String, String> = [
+        ("PATH", path),
+        ("HOME", home.map_or(build_dir.as_str(), String::as_str)),
+        ("TMPDIR", build_dir.as_str()),
+        ("LANG", "C.UTF-8"),
+        ("PYTHONNOUSERSITE", "1"),
+        ("PYTHONUNBUFFERED", "1"),
+        ("PIP_NO_INPUT", "1"),
+        ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
     let mut create = Command::new(&python);
-    create
-        .arg("-m")
-        .arg("venv")
-        .arg(&venv)
-        .env_clear()
-        .envs(env);
+    create.arg("-m").arg("venv").arg(&venv);
     let mut install = Command::new(venv.join("bin").join("pip"));
-    if let Some(user) = user {
-        user.apply(&mut create);
-        user.apply(&mut install);
-    }
-    install
-        .args(["install", "--disable-pip-version-check", "--no-input", "-r"])
-        .arg(requirements)
-        // Local paths in the file (`-e .`, `./pkg`) are the project's.
-        .current_dir(requirements.parent().unwrap_or(Path::new(".")))
-        .env_clear()
-        .envs(env);
-    for (step, command) in [
-        ("python3 -m venv", create),
-        ("pip install -r requirements.txt", install),
-    ] {
-        let exit = run_group(command, log, watch, group).map_err(|e| {
-            let _ = std::fs::remove_dir_all(&venv);
-            fail(e)
-        })?;
-        let ok = exit.reason == EndReason::Exited && exit.exit_code == Some(0);
-        if !ok {
-            let _ = std::fs::remove_dir_all(&venv);
-            return Err(match exit.reason {
-                EndReason::Exited => fail(format!(
-                    "{step} failed ({}); see the log",
-                    match (exit.exit_code, exit.signal) {
-                        (Some(code), _) => format!("exit code {code}"),
-                        (None, Some(signal)) => format!("signal {signal}"),
-                        _ => "no exit code".to_owned(),
-                    }
-                )),
-                _ => exit,
-            });
+    install.args(["install", "--no-input", "-r", "requirements.txt"]);
+    for command in [&mut create, &mut install] {
+        command.current_dir(&build).env_clear().envs(&env);
+        if let Some(user) = user {
+            user.apply(command);
         }
     }
-    if let Some(user) = user {
-        // Shared from now on: nothing of the builder may change it any more.
-        let sealed = users::kill_all(user.uid).and_then(|()| {
-            // SAFETY: getters that cannot fail.
-            let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-            users::chown_tree(&venv, uid, gid)
-        });
-        if let Err(e) = sealed {
-            let _ = std::fs::remove_dir_all(&venv);
-            return Err(fail(format!("cannot seal the environment: {e}")));
-        }
+    let built = build_steps(
+        [
+            ("python3 -m venv", create),
+            ("pip install -r requirements.txt", install),
+        ],
+        log,
+        watch,
+        group,
+    )
+    .and_then(|()| {
+        seal(&venv, user).map_err(|e| fail(format!("cannot seal the environment: {e}")))
+    });
+    if built.is_err()
+        && let Some(user) = user
+        && let Err(e) = users::kill_all(user.uid)
+    {
+        // What the builder left running must not write while it is removed.
+        eprintln!("job-shim: {e}");
     }
-    File::create(venv.join(READY_FILE))
-        .map_err(|e| fail(format!("cannot mark the environment ready: {e}")))?;
+    discard(&build);
+    if let Err(exit) = built {
+        discard(&venv);
+        return Err(exit);
+    }
     let _ = writeln!(say, "trainyard: the Python environment is ready");
     Ok(venv)
 }
 
+/// The longest requirements file read.
+const MAX_REQUIREMENTS_BYTES: u64 = 1 << 20;
+
+/// Where Python is looked for when the server gave no PATH.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The build's folders: the environment, and a folder that holds only the
+/// requirements and serves as working folder, home and TMPDIR. Both the
+/// builder's (the job's user) while it builds.
+fn make_build_folders(
+    venv: &Path,
+    build: &Path,
+    requirements: &[u8],
+    user: Option<JobUser>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    for folder in [venv, build] {
+        std::fs::DirBuilder::new().mode(0o700).create(folder)?;
+    }
+    let mut file = tree::create_new(&build.join("requirements.txt"), 0o644)?;
+    file.write_all(requirements)?;
+    if let Some(user) = user {
+        for folder in [venv, build] {
+            tree::chown_tree(folder, user.uid, user.gid)?;
+        }
+    }
+    // Readable by every job that will use it, once sealed.
+    users::set_mode(venv, 0o755)
+}
+
+/// Runs the build's commands in turn; Err is how the job ends.
+fn build_steps(
+    steps: [(&str, Command); 2],
+    log: &File,
+    watch: &Watch,
+    group: Option<&Group>,
+) -> Result<(), Exit> {
+    for (step, command) in steps {
+        let exit = run_group(command, log, watch, group).map_err(start_failed)?;
+        if exit.reason == EndReason::Exited && exit.exit_code == Some(0) {
+            continue;
+        }
+        return Err(match exit.reason {
+            EndReason::Exited => start_failed(format!(
+                "{step} failed ({}); see the log",
+                match (exit.exit_code, exit.signal) {
+                    (Some(code), _) => format!("exit code {code}"),
+                    (None, Some(signal)) => format!("signal {signal}"),
+                    _ => "no exit code".to_owned(),
+                }
+            )),
+            _ => exit,
+        });
+    }
+    Ok(())
+}
+
+/// Hands the built environment to root (when a job's user built it) and
+/// marks it ready. From here on nothing of the builder may change it: its
+/// processes are stopped first, and nothing it left is followed.
+fn seal(venv: &Path, user: Option<JobUser>) -> std::io::Result<()> {
+    if let Some(user) = user {
+        users::kill_all(user.uid)?;
+        // SAFETY: getters that cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        tree::hand_over(venv, uid, gid)?;
+    }
+    // A marker the builder planted (a link, say) is removed, not followed.
+    let ready = venv.join(READY_FILE);
+    tree::remove_tree(&ready)?;
+    tree::create_new(&ready, 0o644)?.sync_all()
+}
+
+/// Whether `venv` is a finished environment: its marker is a plain file,
+/// and the environment is this process's own (sealed), not a builder's.
+fn is_sealed(venv: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let own = |path: &Path| {
+        std::fs::symlink_metadata(path).is_ok_and(|m| m.uid() == me && !m.file_type().is_symlink())
+    };
+    own(venv) && own(&venv.join(READY_FILE))
+}
+
 const READY_FILE: &str = ".trainyard-ready";
+
+/// Changes whenever what goes into an environment's build changes.
+const ENV_KEY_VERSION: &[u8] = b"isolated-build-2\n";
 
 /// The cache key of an environment: the Python it is made from and the
 /// requirements, hashed.
 fn env_key(python: &Path, requirements: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
+    // Environments of earlier versions were built with the submitter's
+    // environment and files: never reuse one.
+    hash.update(ENV_KEY_VERSION);
     hash.update(python.as_os_str().as_encoded_bytes());
     hash.update(b"\n");
     hash.update(requirements);
@@ -585,6 +746,7 @@ mod tests {
             deadline_ms,
             stop_grace_secs: 1,
             venv_root: None,
+            venv_env: BTreeMap::new(),
             user: None,
             cgroup: None,
         };
@@ -696,6 +858,7 @@ mod tests {
                 deadline_ms: now_ms() + 120_000,
                 stop_grace_secs: 1,
                 venv_root: Some(cache.path().to_path_buf()),
+                venv_env: BTreeMap::new(),
                 user: None,
                 cgroup: None,
             };
@@ -729,6 +892,132 @@ mod tests {
         );
     }
 
+    /// A shared environment is built from the requirements' bytes alone:
+    /// what its first submitter sets (PYTHONPATH, PIP_*) or ships in the
+    /// project (a sitecustomize.py) never runs in the build, so it cannot
+    /// plant code that later jobs of other people run.
+    #[test]
+    fn an_environment_is_built_from_the_requirements_alone() {
+        let cache = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let planted = dir.path().join("planted");
+        std::fs::write(dir.path().join("requirements.txt"), "# no packages\n").unwrap();
+        std::fs::write(
+            dir.path().join("sitecustomize.py"),
+            format!(
+                "open({:?}, 'w').write('ran in the build')\n",
+                planted.display().to_string()
+            ),
+        )
+        .unwrap();
+        let launch = Launch {
+            command: "true".to_owned(),
+            cwd: dir.path().to_path_buf(),
+            env: BTreeMap::from([
+                ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+                ("PYTHONPATH".to_owned(), dir.path().display().to_string()),
+                (
+                    "PIP_INDEX_URL".to_owned(),
+                    "http://127.0.0.1:9/simple".to_owned(),
+                ),
+            ]),
+            deadline_ms: now_ms() + 120_000,
+            stop_grace_secs: 1,
+            venv_root: Some(cache.path().to_path_buf()),
+            venv_env: BTreeMap::new(),
+            user: None,
+            cgroup: None,
+        };
+        let (exit, log) = run(dir.path(), &launch);
+        assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
+        assert!(log.contains("creating a Python environment"), "{log}");
+        assert!(
+            !planted.exists(),
+            "the project's code ran in the build: {log}"
+        );
+        // Only the environment and its lock are left; the build's folder is gone.
+        let mut names: Vec<String> = std::fs::read_dir(cache.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(
+            names[1].ends_with(".lock") && !names[0].contains('.'),
+            "{names:?}"
+        );
+    }
+
+    /// A requirements file that is a link is refused, not read by root.
+    #[test]
+    fn a_linked_requirements_file_is_refused() {
+        let cache = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret"), "root's\n").unwrap();
+        std::os::unix::fs::symlink(
+            dir.path().join("secret"),
+            dir.path().join("requirements.txt"),
+        )
+        .unwrap();
+        let launch = Launch {
+            command: "true".to_owned(),
+            cwd: dir.path().to_path_buf(),
+            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+            deadline_ms: now_ms() + 60_000,
+            stop_grace_secs: 1,
+            venv_root: Some(cache.path().to_path_buf()),
+            venv_env: BTreeMap::new(),
+            user: None,
+            cgroup: None,
+        };
+        let (exit, _) = run(dir.path(), &launch);
+        assert_eq!(exit.reason, EndReason::StartFailed);
+        let message = exit.message.unwrap();
+        assert!(message.contains("requirements.txt"), "{message}");
+        assert!(message.contains("plain file"), "{message}");
+    }
+
+    /// Needs root. Sealing hands the builder's tree to root: a marker or
+    /// any link the builder left is never followed (it once truncated the
+    /// file a planted `.trainyard-ready` pointed at).
+    #[test]
+    fn sealing_never_follows_what_the_builder_left() {
+        if !users::is_root() {
+            eprintln!("skipped: switching uids needs root");
+            return;
+        }
+        use std::os::unix::fs::{MetadataExt, PermissionsExt, lchown, symlink};
+        let user = JobUser::new(64_993);
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"root's alone").unwrap();
+        users::set_mode(&victim, 0o600).unwrap();
+        let venv = dir.path().join("venv");
+        std::fs::create_dir_all(venv.join("lib")).unwrap();
+        symlink(&victim, venv.join(READY_FILE)).unwrap();
+        symlink(&victim, venv.join("lib").join("escape")).unwrap();
+        tree::chown_tree(&venv, user.uid, user.gid).unwrap();
+        // Left open to every uid, for another job to plant a module later.
+        users::set_mode(&venv.join("lib"), 0o777).unwrap();
+        assert!(!is_sealed(&venv), "a builder's tree is not ready");
+        seal(&venv, Some(user)).unwrap();
+        let lib = std::fs::metadata(venv.join("lib")).unwrap();
+        assert_eq!(lib.permissions().mode() & 0o7777, 0o755);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"root's alone");
+        let meta = std::fs::metadata(&victim).unwrap();
+        assert_eq!((meta.uid(), meta.permissions().mode() & 0o777), (0, 0o600));
+        let marker = std::fs::symlink_metadata(venv.join(READY_FILE)).unwrap();
+        assert!(marker.file_type().is_file());
+        assert!(is_sealed(&venv));
+        let escape = std::fs::symlink_metadata(venv.join("lib").join("escape")).unwrap();
+        assert_eq!(escape.uid(), 0, "the link itself is root's now");
+        // A marker that is a link makes nothing ready, even root's own.
+        std::fs::remove_file(venv.join(READY_FILE)).unwrap();
+        symlink(&victim, venv.join(READY_FILE)).unwrap();
+        lchown(venv.join(READY_FILE), Some(0), Some(0)).unwrap();
+        assert!(!is_sealed(&venv));
+    }
+
     /// Needs root, as the server does to run jobs as other users.
     #[test]
     fn a_job_user_builds_its_environment_which_is_then_sealed() {
@@ -744,7 +1033,7 @@ mod tests {
         let work = dir.path().join("work");
         std::fs::create_dir(&work).unwrap();
         std::fs::write(work.join("requirements.txt"), "# no packages\n").unwrap();
-        users::chown_tree(&work, user.uid, user.gid).unwrap();
+        tree::chown_tree(&work, user.uid, user.gid).unwrap();
         let launch = Launch {
             command: "id -u; touch \"$VIRTUAL_ENV/mine\" || echo sealed".to_owned(),
             cwd: work,
@@ -752,6 +1041,7 @@ mod tests {
             deadline_ms: now_ms() + 120_000,
             stop_grace_secs: 1,
             venv_root: Some(cache.path().to_path_buf()),
+            venv_env: BTreeMap::new(),
             user: Some(user),
             cgroup: None,
         };
@@ -796,6 +1086,7 @@ mod tests {
             deadline_ms: now_ms() + 60_000,
             stop_grace_secs: 1,
             venv_root: None,
+            venv_env: BTreeMap::new(),
             user: Some(user),
             cgroup: None,
         };
@@ -954,6 +1245,7 @@ mod tests {
             deadline_ms: now_ms() + 120_000,
             stop_grace_secs: 1,
             venv_root: None,
+            venv_env: BTreeMap::new(),
             user: None,
             cgroup: Some(JobGroup {
                 hierarchy,

@@ -154,18 +154,6 @@ pub fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
     std::fs::set_permissions(path, Permissions::from_mode(mode))
 }
 
-/// Gives `path` and everything below it to `user`; links themselves are
-/// changed, never followed.
-pub fn chown_tree(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
-    if std::fs::symlink_metadata(path)?.is_dir() {
-        for entry in std::fs::read_dir(path)? {
-            chown_tree(&entry?.path(), uid, gid)?;
-        }
-    }
-    Ok(())
-}
-
 /// The live processes (zombies do not count) whose real or effective uid
 /// is `uid`.
 pub fn processes_of(uid: u32) -> Vec<i32> {
@@ -232,7 +220,7 @@ pub fn kill_all(uid: u32) -> io::Result<()> {
 /// (a job that wrote `/tmp/x` despite its own TMPDIR), so that the next job
 /// with this uid does not find it.
 pub fn remove_left_behind(uid: u32) {
-    for shared in ["/tmp", "/var/tmp", "/dev/shm"] {
+    for shared in ["/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"] {
         let Ok(entries) = std::fs::read_dir(shared) else {
             continue;
         };
@@ -244,14 +232,57 @@ pub fn remove_left_behind(uid: u32) {
             if meta.uid() != uid {
                 continue;
             }
-            // remove_dir_all does not follow links, also not ones swapped in.
-            let _ = if meta.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
+            // Through descriptors: links are removed, never followed, and
+            // a tree nested 100,000 deep is removed too.
+            if let Err(e) = crate::tree::remove_tree(&path) {
+                eprintln!("cannot remove {}: {e}", path.display());
+            }
         }
     }
+}
+
+/// Removes the SysV shared memory segments, message queues and semaphore
+/// sets that `uid` owns in this IPC namespace, so the next job with the
+/// uid does not find them. Best effort.
+pub fn remove_ipc_of(uid: u32) {
+    for (kind, id_column) in [("shm", "shmid"), ("msg", "msqid"), ("sem", "semid")] {
+        let Ok(table) = std::fs::read_to_string(format!("/proc/sysvipc/{kind}")) else {
+            continue;
+        };
+        for id in ipc_ids_of(&table, id_column, uid) {
+            // SAFETY: IPC_RMID on an id read from the kernel's own table;
+            // one that is gone already gives EINVAL.
+            unsafe {
+                match kind {
+                    "shm" => libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+                    "msg" => libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut()),
+                    _ => libc::semctl(id, 0, libc::IPC_RMID),
+                };
+            }
+        }
+    }
+}
+
+/// The ids in a `/proc/sysvipc` table whose owner (`uid` column) is `uid`.
+fn ipc_ids_of(table: &str, id_column: &str, uid: u32) -> Vec<i32> {
+    let mut lines = table.lines();
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let columns: Vec<&str> = header.split_whitespace().collect();
+    let (Some(id_at), Some(uid_at)) = (
+        columns.iter().position(|c| *c == id_column),
+        columns.iter().position(|c| *c == "uid"),
+    ) else {
+        return Vec::new();
+    };
+    lines
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let owner: u32 = fields.get(uid_at)?.parse().ok()?;
+            (owner == uid).then(|| fields.get(id_at)?.parse().ok())?
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -275,6 +306,17 @@ mod tests {
         assert!(error("65000-66000").contains("nobody"));
         assert!(error("a-10").contains("`a`"));
         assert!(error("100000-2000000").contains("more than"));
+    }
+
+    #[test]
+    fn ipc_objects_are_found_by_their_owner() {
+        let table = "       key      shmid perms       size  cpid  lpid nattch   uid   gid\n\
+                     0x00000000          5   666       4096   100   100      0 60001 60001\n\
+                     0x0000abcd          9   600       4096   100   100      0     0     0\n";
+        assert_eq!(ipc_ids_of(table, "shmid", 60_001), [5]);
+        assert_eq!(ipc_ids_of(table, "shmid", 0), [9]);
+        assert!(ipc_ids_of(table, "shmid", 7).is_empty());
+        assert!(ipc_ids_of("", "shmid", 0).is_empty());
     }
 
     #[test]

@@ -1,0 +1,444 @@
+//! What root does in folders a job could have written: through directory
+//! descriptors, never following a link (also not one swapped in half-way),
+//! and bounded in depth and entries, so a job's tree can neither send root
+//! elsewhere nor exhaust its stack or descriptors.
+
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+
+/// Deepest a walked tree may be: far past any real project or Python
+/// environment (site-packages sits about 10 deep), and one descriptor a
+/// level.
+pub const MAX_DEPTH: usize = 128;
+
+/// Most entries one walk visits: a Python environment with PyTorch holds
+/// about 20,000.
+pub const MAX_ENTRIES: u64 = 2_000_000;
+
+fn other(message: String) -> io::Error {
+    io::Error::other(message)
+}
+
+fn folder_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// Opens a folder; Err (ELOOP or ENOTDIR) when it is a link or no folder.
+pub fn open_folder(path: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(path, folder_flags(), Mode::empty())?)
+}
+
+fn open_folder_at(parent: impl AsFd, name: &CStr) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        parent,
+        name,
+        folder_flags(),
+        Mode::empty(),
+    )?)
+}
+
+/// The parent's descriptor and the last component of `path`; the last
+/// component itself is never followed by the callers.
+fn split(path: &Path) -> io::Result<(OwnedFd, CString)> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| other(format!("{} names no entry", path.display())))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = CString::new(name.as_bytes())
+        .map_err(|_| other(format!("{} holds a NUL", path.display())))?;
+    // The parent is the server's (a job's attempt folder, the environment
+    // cache): a link there is refused as well.
+    Ok((open_folder(parent)?, name))
+}
+
+fn kind_at(parent: impl AsFd, name: &CStr) -> io::Result<FileType> {
+    let stat = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    Ok(FileType::from_raw_mode(stat.st_mode))
+}
+
+fn is_folder(parent: impl AsFd, name: &CStr) -> io::Result<bool> {
+    Ok(kind_at(parent, name)? == FileType::Directory)
+}
+
+fn is_dot(name: &CStr) -> bool {
+    matches!(name.to_bytes(), b"." | b"..")
+}
+
+/// Creates `path` as a new file, refusing any entry already there (a link
+/// a job left in its place is never followed, nor is a link on the way).
+pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
+    let (parent, name) = split(path)?;
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(&parent, name.as_c_str(), flags, Mode::from_raw_mode(mode))?;
+    Ok(File::from(fd))
+}
+
+/// Reads at most `max` bytes of the regular file `path`; a link, a FIFO or
+/// a larger file is refused with the reason.
+pub fn read_file(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    let (parent, name) = split(path)?;
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(&parent, name.as_c_str(), flags, Mode::empty())?;
+    let stat = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(other(format!("{} is not a regular file", path.display())));
+    }
+    if stat.st_size as u64 > max {
+        return Err(other(format!(
+            "{} is larger than {max} bytes",
+            path.display()
+        )));
+    }
+    let mut bytes = Vec::new();
+    File::from(fd).take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(other(format!(
+            "{} is larger than {max} bytes",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Gives the folder `path` and everything below it to `uid`:`gid`. Links
+/// are changed themselves, never followed; a tree deeper than
+/// [`MAX_DEPTH`] or larger than [`MAX_ENTRIES`] is refused part-way.
+pub fn chown_tree(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    walk_owning(path, uid, gid, false)
+}
+
+/// As [`chown_tree`], and takes from every file and folder the write bits
+/// of group and others and the set-id and sticky bits: what a builder made
+/// writable for everyone is no longer, once the tree is shared. Modes are
+/// changed through descriptors opened without following links, so an entry
+/// swapped for a link meanwhile is refused, never its target changed.
+pub fn hand_over(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    walk_owning(path, uid, gid, true)
+}
+
+const STRIPPED: u32 = 0o7022;
+
+fn strip_mode(fd: impl AsFd) -> io::Result<()> {
+    let stat = rustix::fs::fstat(&fd)?;
+    let mode = stat.st_mode & 0o7777;
+    if mode & STRIPPED != 0 {
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & !STRIPPED))?;
+    }
+    Ok(())
+}
+
+/// Opens a regular file to change its mode: never a link, never blocking.
+fn open_file_at(parent: impl AsFd, name: &CStr) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(parent, name, flags, Mode::empty())?)
+}
+
+fn walk_owning(path: &Path, uid: u32, gid: u32, strip: bool) -> io::Result<()> {
+    let owner = Some(rustix::fs::Uid::from_raw(uid));
+    let group = Some(rustix::fs::Gid::from_raw(gid));
+    let (parent, name) = split(path)?;
+    rustix::fs::chownat(
+        &parent,
+        name.as_c_str(),
+        owner,
+        group,
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?;
+    let kind = kind_at(&parent, &name)?;
+    if kind != FileType::Directory {
+        if strip && kind == FileType::RegularFile {
+            strip_mode(open_file_at(&parent, &name)?)?;
+        }
+        return Ok(());
+    }
+    let top = open_folder_at(&parent, &name)?;
+    if strip {
+        strip_mode(&top)?;
+    }
+    let mut stack = vec![Dir::new(top)?];
+    let mut seen = 0u64;
+    while let Some(dir) = stack.last_mut() {
+        let Some(entry) = dir.next() else {
+            stack.pop();
+            continue;
+        };
+        let depth = stack.len();
+        let Some(dir) = stack.last() else { break };
+        let entry = entry?;
+        let name = entry.file_name().to_owned();
+        if is_dot(&name) {
+            continue;
+        }
+        seen += 1;
+        if seen > MAX_ENTRIES {
+            return Err(other(format!(
+                "{} holds more than {MAX_ENTRIES} entries",
+                path.display()
+            )));
+        }
+        let fd = dir.fd()?;
+        rustix::fs::chownat(fd, name.as_c_str(), owner, group, AtFlags::SYMLINK_NOFOLLOW)?;
+        match kind_at(fd, &name)? {
+            FileType::Directory => {
+                if depth >= MAX_DEPTH {
+                    return Err(other(format!(
+                        "{} nests folders more than {MAX_DEPTH} deep",
+                        path.display()
+                    )));
+                }
+                let child = open_folder_at(fd, &name)?;
+                if strip {
+                    strip_mode(&child)?;
+                }
+                stack.push(Dir::new(child)?);
+            }
+            FileType::RegularFile if strip => strip_mode(open_file_at(fd, &name)?)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Removes `path` and everything below it, however deep: links are removed,
+/// never followed, and a folder at [`MAX_DEPTH`] is first moved up to the
+/// top of the tree, so the descriptors held stay bounded. A missing `path`
+/// is no error.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    let (parent, name) = match split(path) {
+        Ok(split) => split,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    match is_folder(&parent, &name) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Ok(rustix::fs::unlinkat(
+                &parent,
+                name.as_c_str(),
+                AtFlags::empty(),
+            )?);
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    let top = open_folder_at(&parent, &name)?;
+    let mut moved = 0u64;
+    let mut removed = 0u64;
+    // Each pass empties the top as far as MAX_DEPTH and lifts what lies
+    // deeper to the top for the next pass.
+    loop {
+        let mut stack: Vec<(Dir, CString)> = vec![(
+            Dir::new(rustix::fs::openat(
+                &top,
+                c".",
+                folder_flags(),
+                Mode::empty(),
+            )?)?,
+            CString::default(),
+        )];
+        let mut lifted = false;
+        while let Some((dir, _)) = stack.last_mut() {
+            let Some(entry) = dir.next() else {
+                let (done, its_name) = stack.pop().expect("the loop saw an entry");
+                drop(done);
+                if let Some((above, _)) = stack.last() {
+                    rustix::fs::unlinkat(above.fd()?, its_name.as_c_str(), AtFlags::REMOVEDIR)?;
+                }
+                continue;
+            };
+            let depth = stack.len();
+            let Some((dir, _)) = stack.last() else { break };
+            let entry = entry?;
+            let name = entry.file_name().to_owned();
+            if is_dot(&name) {
+                continue;
+            }
+            removed += 1;
+            if removed > MAX_ENTRIES.saturating_mul(8) {
+                return Err(other(format!(
+                    "{} still holds entries after {removed} removals; is something writing to it?",
+                    path.display()
+                )));
+            }
+            let fd = dir.fd()?;
+            if !is_folder(fd, &name)? {
+                rustix::fs::unlinkat(fd, name.as_c_str(), AtFlags::empty())?;
+            } else if depth < MAX_DEPTH {
+                let child = open_folder_at(fd, &name)?;
+                stack.push((Dir::new(child)?, name));
+            } else {
+                // A name nothing holds: the job may have used any.
+                loop {
+                    moved += 1;
+                    let new_name = CString::new(format!(".trainyard-lifted-{moved}"))
+                        .expect("no NUL in a number");
+                    match rustix::fs::renameat_with(
+                        fd,
+                        name.as_c_str(),
+                        &top,
+                        new_name.as_c_str(),
+                        rustix::fs::RenameFlags::NOREPLACE,
+                    ) {
+                        Err(rustix::io::Errno::EXIST) => continue,
+                        done => break done?,
+                    }
+                }
+                lifted = true;
+            }
+        }
+        if !lifted {
+            break;
+        }
+    }
+    drop(top);
+    rustix::fs::unlinkat(&parent, name.as_c_str(), AtFlags::REMOVEDIR)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, symlink};
+
+    /// A chain of `depth` folders below `top`, made through descriptors
+    /// (a path that long could not be named at once).
+    fn deep_chain(top: &Path, depth: usize) {
+        let mut fd = open_folder(top).unwrap();
+        for _ in 0..depth {
+            rustix::fs::mkdirat(&fd, c"d", Mode::from_raw_mode(0o755)).unwrap();
+            fd = open_folder_at(&fd, c"d").unwrap();
+        }
+        rustix::fs::openat(
+            &fd,
+            c"leaf",
+            OFlags::WRONLY | OFlags::CREATE,
+            Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_new_file_never_follows_a_link_left_in_its_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let planted = dir.path().join("env").join(".ready");
+        std::fs::create_dir(dir.path().join("env")).unwrap();
+        symlink(&victim, &planted).unwrap();
+        let error = create_new(&planted, 0o644).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::AlreadyExists, "{error}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        // Nor a link on the way to it.
+        let linked = dir.path().join("linked");
+        symlink(dir.path().join("env"), &linked).unwrap();
+        assert!(create_new(&linked.join("new"), 0o644).is_err());
+        assert!(!dir.path().join("env").join("new").exists());
+        create_new(&dir.path().join("env").join("new"), 0o600).unwrap();
+    }
+
+    #[test]
+    fn a_read_refuses_links_and_big_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret"), b"root only").unwrap();
+        symlink(
+            dir.path().join("secret"),
+            dir.path().join("requirements.txt"),
+        )
+        .unwrap();
+        assert!(read_file(&dir.path().join("requirements.txt"), 100).is_err());
+        std::fs::write(dir.path().join("big"), vec![b'x'; 101]).unwrap();
+        let error = read_file(&dir.path().join("big"), 100).unwrap_err();
+        assert!(error.to_string().contains("larger than 100"), "{error}");
+        assert_eq!(
+            read_file(&dir.path().join("secret"), 100).unwrap(),
+            b"root only"
+        );
+    }
+
+    #[test]
+    fn chown_changes_links_not_their_targets_and_refuses_deep_trees() {
+        if !crate::users::is_root() {
+            eprintln!("skipped: chown needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, b"x").unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir_all(tree.join("a/b")).unwrap();
+        std::fs::write(tree.join("a/b/f"), b"x").unwrap();
+        symlink(&outside, tree.join("a/link")).unwrap();
+        symlink(dir.path(), tree.join("a/b/up")).unwrap();
+        chown_tree(&tree, 64_991, 64_991).unwrap();
+        for path in ["a", "a/b", "a/b/f", "a/link", "a/b/up"] {
+            let meta = std::fs::symlink_metadata(tree.join(path)).unwrap();
+            assert_eq!(meta.uid(), 64_991, "{path}");
+        }
+        assert_eq!(std::fs::metadata(&outside).unwrap().uid(), 0);
+        assert_eq!(std::fs::metadata(dir.path()).unwrap().uid(), 0);
+        let deep = dir.path().join("deep");
+        std::fs::create_dir(&deep).unwrap();
+        deep_chain(&deep, MAX_DEPTH + 5);
+        let error = chown_tree(&deep, 64_991, 64_991).unwrap_err();
+        assert!(error.to_string().contains("deep"), "{error}");
+    }
+
+    #[test]
+    fn a_handed_over_tree_is_writable_by_its_owner_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, b"x").unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir_all(tree.join("open")).unwrap();
+        std::fs::write(tree.join("open/f"), b"x").unwrap();
+        for (path, mode) in [("", 0o777), ("open", 0o1777), ("open/f", 0o4766)] {
+            std::fs::set_permissions(tree.join(path), std::fs::Permissions::from_mode(mode))
+                .unwrap();
+        }
+        symlink(&outside, tree.join("open/link")).unwrap();
+        // SAFETY: getters that cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        hand_over(&tree, uid, gid).unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&tree), 0o755);
+        assert_eq!(mode(&tree.join("open")), 0o755);
+        assert_eq!(mode(&tree.join("open/f")), 0o744);
+        assert_eq!(mode(&outside), 0o666, "a link's target is never changed");
+    }
+
+    #[test]
+    fn remove_takes_trees_of_any_depth_and_never_follows_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let keep = dir.path().join("keep");
+        std::fs::create_dir(&keep).unwrap();
+        std::fs::write(keep.join("file"), b"x").unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir(&tree).unwrap();
+        symlink(&keep, tree.join("link")).unwrap();
+        // Ten thousand levels: no recursion, and one descriptor a level
+        // only up to MAX_DEPTH.
+        deep_chain(&tree, 10_000);
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
+        assert!(keep.join("file").exists(), "the link's target is untouched");
+        // A file, and nothing at all.
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        remove_tree(&dir.path().join("f")).unwrap();
+        remove_tree(&dir.path().join("f")).unwrap();
+        // A link given as the tree: the link goes, its target stays.
+        symlink(&keep, dir.path().join("l")).unwrap();
+        remove_tree(&dir.path().join("l")).unwrap();
+        assert!(keep.join("file").exists());
+    }
+}
