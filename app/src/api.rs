@@ -124,7 +124,10 @@ pub async fn end_sessions(user_id: i64) -> Result<u64, AppError> {
 
 #[server(endpoint = "get_overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
-    Ok(store()?.overview().await?)
+    let me = caller()?;
+    Ok(store()?
+        .overview(&trainyard_store::Viewer::of(&me.user))
+        .await?)
 }
 
 #[server(endpoint = "list_nodes")]
@@ -299,7 +302,10 @@ pub async fn template_text(slug: String) -> Result<Option<(bool, String)>, AppEr
     };
     let text = serde_json::to_string_pretty(&template.spec)
         .map_err(|e| AppError::Internal(e.to_string()))?;
-    Ok(Some((template.builtin, text)))
+    // It is rendered inside a <textarea>, whose text the framework does
+    // not escape: `<` (only ever inside JSON strings) is written as the
+    // JSON escape `\u003c`, which reads back as the same text.
+    Ok(Some((template.builtin, text.replace('<', "\\u003c"))))
 }
 
 /// What the editor starts from for a new template.

@@ -36,13 +36,22 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// A page title made of names people chose (runs, experiments, jobs),
+/// safe to render: leptos_meta writes the title into the server's HTML
+/// unescaped, so `<` and `&` become look-alikes that no parser reads as
+/// markup. (Escaping them instead would show `&lt;` once the browser
+/// takes the title over.)
+pub fn inert_title(text: &str) -> String {
+    text.replace('<', "\u{2039}").replace('&', "\u{FF06}")
+}
+
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
     let me = account::provide_me();
     view! {
         <Stylesheet id="trainyard" href="/pkg/trainyard.css"/>
-        <Title formatter=|page: String| if page.is_empty() { "Trainyard".to_owned() } else { format!("{page} · Trainyard") }/>
+        <Title formatter=|page: String| if page.is_empty() { "Trainyard".to_owned() } else { format!("{} · Trainyard", inert_title(&page)) }/>
         <Router>
             <header class="topbar">
                 <a class="brand" href="/">"Trainyard"</a>

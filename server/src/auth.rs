@@ -404,6 +404,40 @@ fn challenge(mut response: Response) -> Response {
     response
 }
 
+/// How often a long answer (a log or run stream) looks again at the
+/// credential it came with, so that a session or token revoked (or an
+/// access lost) since its start ends it.
+pub const STREAM_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The credential a long answer came with, to look at again while it lasts.
+#[derive(Clone)]
+pub struct Credential {
+    auth: Auth,
+    peer: SocketAddr,
+    headers: HeaderMap,
+    user_id: i64,
+}
+
+impl Credential {
+    pub fn new(auth: &Auth, peer: SocketAddr, headers: HeaderMap, principal: &Principal) -> Self {
+        Credential {
+            auth: auth.clone(),
+            peer,
+            headers,
+            user_id: principal.user.id,
+        }
+    }
+
+    /// The caller as the store knows them now, while the credential still
+    /// holds for the same person; None once it was revoked or expired.
+    pub async fn recheck(&self) -> Option<Principal> {
+        match self.auth.identify(self.peer, &self.headers).await {
+            Ok(Some(principal)) if principal.user.id == self.user_id => Some(principal),
+            _ => None,
+        }
+    }
+}
+
 /// The caller of an API request, as an extractor: 401 when there is none
 /// (the gate lets no such request through; this is the second lock).
 pub struct Caller(pub Principal);

@@ -209,7 +209,8 @@ pub async fn chart(
 const PUSH_EVERY: Duration = Duration::from_millis(500);
 /// A look at the run even without news (a change may come from elsewhere,
 /// e.g. another server process on the same database).
-const RECHECK: Duration = Duration::from_secs(15);
+/// It is also when the caller's credential is looked at again.
+const RECHECK: Duration = crate::auth::STREAM_RECHECK;
 
 /// `GET /api/trainyard/v1/runs/{id}/events`: a `run` event with
 /// `STATUS KEYS` (the run's status and how many metric keys it has) at once
@@ -218,6 +219,8 @@ const RECHECK: Duration = Duration::from_secs(15);
 pub async fn run_events(
     State(state): State<AppState>,
     Caller(principal): Caller,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
+    headers: axum::http::HeaderMap,
     Path(run_id): Path<String>,
 ) -> Result<
     axum::response::sse::Sse<
@@ -232,12 +235,14 @@ pub async fn run_events(
         .await?;
     let changes = state.store.run_changes();
     let store = state.store.clone();
+    let credential = crate::auth::Credential::new(&state.auth, peer, headers, &principal);
     // (receiver, first, finished)
     let stream = futures::stream::unfold(
         (changes, true, false),
         move |(mut changes, first, finished)| {
             let store = store.clone();
             let run_id = run_id.clone();
+            let credential = credential.clone();
             async move {
                 if finished {
                     return None;
@@ -247,6 +252,13 @@ pub async fn run_events(
                     tokio::time::sleep(PUSH_EVERY).await;
                     // What came in meanwhile is in this one push.
                     while changes.try_recv().is_ok() {}
+                    // A session or token revoked since, or the run no
+                    // longer the caller's to read, ends the stream.
+                    let principal = credential.recheck().await?;
+                    store
+                        .run_as(&principal.user, &run_id, Access::Read)
+                        .await
+                        .ok()?;
                 }
                 let run = store.get_run(&run_id).await.ok()?;
                 let live = matches!(run.info.status.as_str(), "RUNNING" | "SCHEDULED");

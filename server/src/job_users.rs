@@ -9,10 +9,20 @@ use trainyard_jobs::users::{self, DEFAULT_RANGE, UidRange};
 use crate::config::{Config, ConfigError, JobUids, sqlite_path};
 
 /// The uids jobs will run as, or None for the server's own user (said in
-/// the log, louder where people sign in). `auto` falls back to the
-/// server's user, with the reason, where a range asked for by name stops
-/// the start.
+/// the log, louder where people sign in). Without sign-in `auto` falls
+/// back to the server's user, with the reason. A range asked for by name,
+/// and `auto` where people sign in, stop the start instead: there a job of
+/// one person must never read another's files or the database because a
+/// folder's mode was off. Only `none`, said on purpose, runs them shared.
 pub fn decide(config: &Config) -> Result<Option<UidRange>, ConfigError> {
+    let sign_in = config.auth.oidc.is_some();
+    let refuse = |why: &str| {
+        ConfigError(format!(
+            "job_uids: {why}. With sign-in on, jobs never fall back to the server's own user \
+             (they could read the database and everyone's files); mend this, or set \
+             job_uids = none to share this server's user among people who trust each other"
+        ))
+    };
     let shared = |why: &str| {
         let text = format!(
             "jobs of the local executor run as this server's own user and can read its data folder (the database, artifacts, other jobs' files): {why}"
@@ -31,7 +41,13 @@ pub fn decide(config: &Config) -> Result<Option<UidRange>, ConfigError> {
             return Ok(None);
         }
         JobUids::Auto if !users::is_root() => {
-            shared("giving each job a uid of its own needs root");
+            let why = "giving each job a uid of its own needs root";
+            if sign_in {
+                return Err(refuse(&format!(
+                    "{why}, and this server does not run as root"
+                )));
+            }
+            shared(why);
             return Ok(None);
         }
         JobUids::Auto => (DEFAULT_RANGE, false),
@@ -43,6 +59,7 @@ pub fn decide(config: &Config) -> Result<Option<UidRange>, ConfigError> {
             Ok(Some(range))
         }
         Err(why) if named => Err(ConfigError(format!("job_uids: {why}"))),
+        Err(why) if sign_in => Err(refuse(&format!("job_uids = auto, and {why}"))),
         Err(why) => {
             shared(&format!("job_uids = auto, and {why}"));
             Ok(None)
@@ -107,4 +124,46 @@ pub fn close_data_folder(config: &Config) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Overrides, load_from};
+
+    fn config(data_dir: &Path, sign_in: bool) -> Config {
+        let mut vars = vec![
+            ("TRAINYARD_JOB_UIDS", "auto".to_owned()),
+            ("TRAINYARD_DATA_DIR", data_dir.display().to_string()),
+            (
+                "TRAINYARD_VENV_DIR",
+                data_dir.join("venvs").display().to_string(),
+            ),
+        ];
+        if sign_in {
+            vars.push(("TRAINYARD_OIDC_ISSUER_URL", "https://id.example.edu".into()));
+            vars.push(("TRAINYARD_OIDC_CLIENT_ID", "trainyard".into()));
+        }
+        let vars: Vec<(String, String)> =
+            vars.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        load_from(None, &Overrides::default(), &vars).unwrap()
+    }
+
+    /// A data folder that other uids cannot reach: as root, `auto` cannot
+    /// give jobs uids of their own there; as anyone else it never can.
+    #[test]
+    fn auto_never_falls_back_to_the_servers_user_where_people_sign_in() {
+        let closed = tempfile::tempdir().unwrap();
+        users::set_mode(closed.path(), 0o700).unwrap();
+        let data = closed.path().join("data");
+        let error = decide(&config(&data, true)).unwrap_err();
+        assert!(error.0.starts_with("job_uids: "), "{error}");
+        assert!(error.0.contains("sign-in"), "{error}");
+        assert!(
+            error.0.contains("job_uids = none"),
+            "the fix is named: {error}"
+        );
+        // Without sign-in the one person using it is told, and it starts.
+        assert_eq!(decide(&config(&data, false)).unwrap(), None);
+    }
 }

@@ -2,6 +2,8 @@
 //! YAML), list, show with the timeline, cancel, and read the log from a byte
 //! offset (what `trainyard logs -f` and the job page poll).
 
+use std::os::unix::fs::PermissionsExt;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -14,7 +16,7 @@ use trainyard_domain::{FieldError, JobState};
 use trainyard_store::StoreError;
 
 use crate::AppState;
-use crate::auth::{Caller, Principal};
+use crate::auth::{Caller, Credential, Principal, STREAM_RECHECK};
 use trainyard_jobs::{SubmitError, shim};
 use trainyard_store::{Access, JobRecord, JobsOf};
 
@@ -434,14 +436,39 @@ pub async fn upload(
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
+    // Nothing is received once the person's uploads fill their quota.
+    let used = match state.upload_quota_bytes {
+        Some(quota) => {
+            let used = state.store.upload_bytes_of(principal.user.id).await?;
+            if used >= quota {
+                return Err(upload_quota_error(used, quota));
+            }
+            Some((quota, used))
+        }
+        None => None,
+    };
+    // The server's alone, from the first byte: running jobs pass through
+    // the uploads folder, and an archive on its way is somebody's project.
     let incoming = state.data_dir.join("uploads").join(".incoming");
-    tokio::fs::create_dir_all(&incoming)
+    tokio::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&incoming)
+        .await
+        .map_err(io_error)?;
+    tokio::fs::set_permissions(&incoming, std::fs::Permissions::from_mode(0o700))
         .await
         .map_err(io_error)?;
     let temp = incoming.join(uuid::Uuid::new_v4().simple().to_string());
     // Removed however this ends.
     let _cleanup = RemoveOnDrop(temp.clone());
-    let mut file = tokio::fs::File::create(&temp).await.map_err(io_error)?;
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temp)
+        .await
+        .map_err(io_error)?;
     let mut received: u64 = 0;
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
@@ -479,7 +506,82 @@ pub async fn upload(
             },
             trainyard_jobs::UploadError::Store(e) => e.into(),
         })?;
+    // What an archive holds is known once it is unpacked.
+    if let Some((quota, used)) = used
+        && used + upload.bytes > quota
+    {
+        state.jobs.delete_upload(&upload).await?;
+        return Err(upload_quota_error(used + upload.bytes, quota));
+    }
     Ok((StatusCode::CREATED, Json(UploadAnswer { upload })))
+}
+
+fn upload_quota_error(used: u64, quota: u64) -> JobsError {
+    let error = crate::quota::exhausted(
+        "your uploads",
+        used,
+        quota,
+        "upload_quota_bytes",
+        "delete uploads you no longer need (GET /api/trainyard/v1/uploads lists them, \
+         DELETE /api/trainyard/v1/uploads/ID removes one), or ask an admin to raise the quota",
+    );
+    JobsError::new(error.status, error.code, error.message)
+}
+
+#[derive(Serialize)]
+pub struct UploadList {
+    pub uploads: Vec<trainyard_domain::job::Upload>,
+    /// What they hold, unpacked, and what the quota allows (null: no quota).
+    pub used_bytes: u64,
+    pub quota_bytes: Option<u64>,
+}
+
+/// `GET /api/trainyard/v1/uploads`: the caller's uploads, newest first,
+/// with what they hold against the upload quota.
+pub async fn uploads(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+) -> Result<Json<UploadList>, JobsError> {
+    let id = principal.user.id;
+    Ok(Json(UploadList {
+        uploads: state.store.uploads_of(id).await?,
+        used_bytes: state.store.upload_bytes_of(id).await?,
+        quota_bytes: state.upload_quota_bytes,
+    }))
+}
+
+/// `DELETE /api/trainyard/v1/uploads/{id}`: by its owner or an admin; a
+/// dataset that a waiting or running job reads is kept (409).
+pub async fn delete_upload(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, JobsError> {
+    let not_found = || JobsError {
+        status: StatusCode::NOT_FOUND,
+        code: "RESOURCE_DOES_NOT_EXIST",
+        message: format!("no upload {id} of yours"),
+        fields: Vec::new(),
+    };
+    let (upload, owner) = state
+        .store
+        .upload_with_owner(&id)
+        .await?
+        .ok_or_else(not_found)?;
+    if !principal.user.is_admin && owner != Some(principal.user.id) {
+        return Err(not_found());
+    }
+    state
+        .jobs
+        .delete_upload(&upload)
+        .await
+        .map_err(|e| match e {
+            StoreError::Rejected(message) => {
+                JobsError::new(StatusCode::CONFLICT, "INVALID_STATE", message)
+            }
+            other => other.into(),
+        })?;
+    Ok(Json(json!({"deleted": upload.id})))
 }
 
 /// A temporary file, removed when the request ends.
@@ -548,6 +650,7 @@ const EVENT_BYTES: u64 = 64 * 1024;
 pub async fn stream_logs(
     State(state): State<AppState>,
     Caller(principal): Caller,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<std::net::SocketAddr>,
     Path(id): Path<i64>,
     Query(q): Query<StreamQuery>,
     headers: HeaderMap,
@@ -568,52 +671,68 @@ pub async fn stream_logs(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(q.offset);
-    // (offset, finished): the stream stops after the `end` event.
-    let stream = futures::stream::unfold((start, false), move |(mut offset, finished)| {
-        let jobs = jobs.clone();
-        let path = path.clone();
-        async move {
-            if finished {
-                return None;
-            }
-            loop {
-                let (bytes, _) = trainyard_jobs::read_from(&path, offset, EVENT_BYTES)
-                    .await
-                    .unwrap_or_default();
-                let text = complete_utf8(&bytes);
-                if !text.is_empty() {
-                    offset += text.len() as u64;
-                    let event = Event::default()
-                        .event("log")
-                        .id(offset.to_string())
-                        .data(String::from_utf8_lossy(text));
-                    return Some((Ok(event), (offset, false)));
+    let credential = Credential::new(&state.auth, peer, headers, &principal);
+    let checked = std::time::Instant::now();
+    // (offset, finished, last look at the credential): the stream stops
+    // after the `end` event, or at once when the caller's session or token
+    // is gone or the job is no longer theirs to read.
+    let stream = futures::stream::unfold(
+        (start, false, checked),
+        move |(mut offset, finished, mut checked)| {
+            let jobs = jobs.clone();
+            let path = path.clone();
+            let credential = credential.clone();
+            async move {
+                if finished {
+                    return None;
                 }
-                let ended = match jobs.store().get_job(id).await {
-                    Ok(r) => r.job.state.is_terminal() || r.job.attempt != attempt,
-                    Err(_) => true,
-                };
-                if ended {
-                    // The last lines may have come with the end; a character
-                    // cut off for good is sent as it is.
-                    let (rest, _) = trainyard_jobs::read_from(&path, offset, EVENT_BYTES)
+                loop {
+                    if checked.elapsed() >= STREAM_RECHECK {
+                        let principal = credential.recheck().await?;
+                        jobs.store()
+                            .job_as(&principal.user, id, Access::Read)
+                            .await
+                            .ok()?;
+                        checked = std::time::Instant::now();
+                    }
+                    let (bytes, _) = trainyard_jobs::read_from(&path, offset, EVENT_BYTES)
                         .await
                         .unwrap_or_default();
-                    if rest.is_empty() {
-                        let event = Event::default().event("end").data("");
-                        return Some((Ok(event), (offset, true)));
+                    let text = complete_utf8(&bytes);
+                    if !text.is_empty() {
+                        offset += text.len() as u64;
+                        let event = Event::default()
+                            .event("log")
+                            .id(offset.to_string())
+                            .data(String::from_utf8_lossy(text));
+                        return Some((Ok(event), (offset, false, checked)));
                     }
-                    offset += rest.len() as u64;
-                    let event = Event::default()
-                        .event("log")
-                        .id(offset.to_string())
-                        .data(String::from_utf8_lossy(&rest));
-                    return Some((Ok(event), (offset, false)));
+                    let ended = match jobs.store().get_job(id).await {
+                        Ok(r) => r.job.state.is_terminal() || r.job.attempt != attempt,
+                        Err(_) => true,
+                    };
+                    if ended {
+                        // The last lines may have come with the end; a character
+                        // cut off for good is sent as it is.
+                        let (rest, _) = trainyard_jobs::read_from(&path, offset, EVENT_BYTES)
+                            .await
+                            .unwrap_or_default();
+                        if rest.is_empty() {
+                            let event = Event::default().event("end").data("");
+                            return Some((Ok(event), (offset, true, checked)));
+                        }
+                        offset += rest.len() as u64;
+                        let event = Event::default()
+                            .event("log")
+                            .id(offset.to_string())
+                            .data(String::from_utf8_lossy(&rest));
+                        return Some((Ok(event), (offset, false, checked)));
+                    }
+                    tokio::time::sleep(FOLLOW_POLL).await;
                 }
-                tokio::time::sleep(FOLLOW_POLL).await;
             }
-        }
-    });
+        },
+    );
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 

@@ -12,6 +12,7 @@ pub mod metrics;
 mod mlflow;
 pub mod oidc;
 mod ops;
+mod quota;
 pub mod security;
 pub mod series;
 mod tokens_api;
@@ -62,6 +63,11 @@ pub struct AppState {
     pub artifact_max_bytes: usize,
     /// Largest project or dataset upload, in bytes.
     pub upload_max_bytes: u64,
+    /// What one person's uploads, and their runs' artifacts, may hold in
+    /// all; None: no quota.
+    pub upload_quota_bytes: Option<u64>,
+    pub artifact_quota_bytes: Option<u64>,
+    pub artifact_usage: quota::ArtifactUsage,
     /// The data folder (uploads arrive in `<data_dir>/uploads/.incoming`).
     pub data_dir: std::path::PathBuf,
     pub jobs: trainyard_jobs::Jobs,
@@ -134,6 +140,9 @@ impl AppState {
             artifact_root: config.data_dir.join("artifacts"),
             artifact_max_bytes: config.artifact_max_bytes,
             upload_max_bytes: config.upload_max_bytes,
+            upload_quota_bytes: config.upload_quota_bytes,
+            artifact_quota_bytes: config.artifact_quota_bytes,
+            artifact_usage: Default::default(),
             data_dir: config.data_dir.clone(),
         })
     }
@@ -237,9 +246,13 @@ pub fn router(state: AppState) -> Router {
                 .route("/api/trainyard/v1/templates", get(jobs_api::templates))
                 .route(
                     "/api/trainyard/v1/uploads",
-                    axum::routing::post(jobs_api::upload),
+                    get(jobs_api::uploads).post(jobs_api::upload),
                 )
                 .route("/api/trainyard/v1/datasets", get(jobs_api::datasets))
+                .route(
+                    "/api/trainyard/v1/uploads/{id}",
+                    axum::routing::delete(jobs_api::delete_upload),
+                )
                 .route(
                     "/api/trainyard/v1/templates/{slug}",
                     get(jobs_api::template)

@@ -134,10 +134,27 @@ fn route_label(request: &Request) -> String {
     }
 }
 
+/// The method label: the methods this server answers, and `other` for the
+/// rest, so that made-up methods cannot grow the series (and memory)
+/// without bound.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
 /// Middleware that counts and times every request.
 pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method()).to_owned();
     let route = route_label(&request);
     let response = next.run(request).await;
     metrics.observe(

@@ -106,19 +106,34 @@ async fn acknowledged_points_survive_sigkill() {
         acknowledged.len()
     );
     let (mut child, addr) = start(&db, data.path());
-    let history = common::request(
-        addr,
-        "GET",
-        &format!("/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key=loss"),
-        &[],
-        b"",
-    )
-    .await
-    .json();
-    let steps: BTreeSet<i64> = history["metrics"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|m| m["step"].as_i64()).collect())
-        .unwrap_or_default();
+    // Page by page, as the mlflow client reads it.
+    let mut steps = BTreeSet::new();
+    let mut token = String::new();
+    loop {
+        let history = common::request(
+            addr,
+            "GET",
+            &format!(
+                "/api/2.0/mlflow/metrics/get-history?run_id={run_id}&metric_key=loss&max_results=25000&page_token={token}"
+            ),
+            &[],
+            b"",
+        )
+        .await
+        .json();
+        if let Some(points) = history["metrics"].as_array() {
+            steps.extend(points.iter().filter_map(|m| m["step"].as_i64()));
+        }
+        match history["next_page_token"].as_str() {
+            Some(next) => {
+                token = next
+                    .replace('+', "%2B")
+                    .replace('/', "%2F")
+                    .replace('=', "%3D")
+            }
+            None => break,
+        }
+    }
     for first in &acknowledged {
         for step in *first..*first + BATCH {
             assert!(steps.contains(&step), "acknowledged step {step} was lost");

@@ -652,6 +652,21 @@ impl Store {
         Ok(Owner::new(run.user_id, run.team_id))
     }
 
+    /// The (experiment, run) of every run a user owns, deleted ones too
+    /// (their artifacts stay on disk): where their artifacts are.
+    pub async fn runs_owned_by(&self, user_id: i64) -> Result<Vec<(i64, String)>, StoreError> {
+        use crate::entity::run;
+        use sea_orm::QuerySelect;
+        Ok(run::Entity::find()
+            .select_only()
+            .column(run::Column::ExperimentId)
+            .column(run::Column::Id)
+            .filter(run::Column::UserId.eq(user_id))
+            .into_tuple()
+            .all(self.connection())
+            .await?)
+    }
+
     /// May the user see (Read) or change (Change) the run? One they may not
     /// see does not exist for them; one they may see but not change is
     /// Forbidden.

@@ -383,6 +383,26 @@ async fn people_see_their_own_and_their_teams_experiments_and_runs() {
     both.sort();
     assert_eq!(runs(Viewer::of(&admin)).await, both);
 
+    // The overview counts what each may see, not everyone's.
+    let counts = |viewer: Viewer| {
+        let store = store.clone();
+        async move {
+            let o = store.overview(&viewer).await.unwrap();
+            (o.experiments, o.runs)
+        }
+    };
+    assert_eq!(
+        counts(Viewer::of(&bob)).await,
+        (2, 1),
+        "Default and a; alice's run"
+    );
+    assert_eq!(
+        counts(Viewer::of(&carol)).await,
+        (1, 1),
+        "Default; her own run"
+    );
+    assert_eq!(counts(Viewer::of(&admin)).await, (2, 2));
+
     assert!(
         store
             .runs_readable(&bob, std::slice::from_ref(&run_a))

@@ -303,22 +303,35 @@ impl Store {
         Ok(())
     }
 
-    /// The figures of the home page.
-    pub async fn overview(&self) -> Result<Overview, StoreError> {
+    /// The figures of the home page, of what `viewer` may see (the
+    /// machine's nodes and GPUs are everyone's to know).
+    pub async fn overview(&self, viewer: &Viewer) -> Result<Overview, StoreError> {
         let experiments = experiment::Entity::find()
             .filter(experiment::Column::LifecycleStage.eq("active"))
+            .filter(
+                viewer
+                    .condition(experiment::Column::OwnerId, experiment::Column::TeamId)
+                    .add_option(
+                        matches!(viewer, Viewer::Member { .. })
+                            .then(|| experiment::Column::Id.eq(DEFAULT_EXPERIMENT)),
+                    ),
+            )
             .count(&self.db)
             .await?;
+        let runs_seen = viewer.condition(run::Column::UserId, run::Column::TeamId);
         let runs = run::Entity::find()
             .filter(run::Column::LifecycleStage.eq("active"))
+            .filter(runs_seen.clone())
             .count(&self.db)
             .await?;
         let active_runs = run::Entity::find()
             .filter(run::Column::LifecycleStage.eq("active"))
             .filter(run::Column::Status.eq("RUNNING"))
+            .filter(runs_seen)
             .count(&self.db)
             .await?;
         let counted: Vec<(String, i64)> = job::Entity::find()
+            .filter(viewer.condition(job::Column::OwnerId, job::Column::TeamId))
             .select_only()
             .column(job::Column::State)
             .column_as(Expr::from(Func::count(Expr::col(job::Column::Id))), "n")

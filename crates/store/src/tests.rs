@@ -33,7 +33,7 @@ async fn migrations_apply_once_and_readiness_follows() {
 async fn overview_counts_what_is_stored() {
     let db = TestDb::new().await;
     let store = migrated(&db).await;
-    let empty = store.overview().await.unwrap();
+    let empty = store.overview(&Viewer::Everyone).await.unwrap();
     assert_eq!(
         empty.experiments, 1,
         "MLflow's Default experiment exists from the start"
@@ -85,7 +85,7 @@ async fn overview_counts_what_is_stored() {
         .unwrap();
     }
 
-    let overview = store.overview().await.unwrap();
+    let overview = store.overview(&Viewer::Everyone).await.unwrap();
     assert_eq!(overview.experiments, 3);
     assert_eq!(overview.runs, 3);
     assert_eq!(overview.active_runs, 2);
@@ -176,7 +176,7 @@ async fn nodes_are_listed_with_their_gpu_counts() {
     let nodes = store.list_nodes().await.unwrap();
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].gpus, 2);
-    assert_eq!(store.overview().await.unwrap().gpus, 2);
+    assert_eq!(store.overview(&Viewer::Everyone).await.unwrap().gpus, 2);
 }
 
 #[tokio::test]

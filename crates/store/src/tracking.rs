@@ -35,6 +35,21 @@ impl Viewer {
         }
     }
 
+    /// The same restriction for a SeaORM query: everything for an admin,
+    /// else rows of the user or of one of their teams.
+    pub(crate) fn condition(
+        &self,
+        owner: impl sea_orm::ColumnTrait,
+        team: impl sea_orm::ColumnTrait,
+    ) -> sea_orm::Condition {
+        match self {
+            Viewer::Everyone => sea_orm::Condition::all(),
+            Viewer::Member { user_id, teams } => sea_orm::Condition::any()
+                .add(owner.eq(*user_id))
+                .add(team.is_in(teams.iter().copied())),
+        }
+    }
+
     /// Adds ` AND (owner = me OR team IN my teams [OR also])`.
     pub(crate) fn restrict(&self, sql: &mut Sql, owner: &str, team: &str, also: Option<&str>) {
         let Viewer::Member { user_id, teams } = self else {

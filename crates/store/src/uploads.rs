@@ -1,6 +1,9 @@
 //! Uploads: what each unpacked project archive or dataset is, and whose.
 
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
+use sea_orm::sea_query::{Alias, Expr, Func};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+};
 use trainyard_domain::job::Upload;
 
 use crate::entity::upload;
@@ -80,6 +83,61 @@ impl Store {
             .one(self.connection())
             .await?
             .map(from_model))
+    }
+
+    /// A user's uploads, newest first, with their owner.
+    pub async fn uploads_of(&self, user_id: i64) -> Result<Vec<Upload>, StoreError> {
+        Ok(upload::Entity::find()
+            .filter(upload::Column::OwnerId.eq(user_id))
+            .order_by_desc(upload::Column::CreatedAt)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(from_model)
+            .collect())
+    }
+
+    /// The bytes a user's uploads hold, unpacked: what counts against
+    /// their upload quota.
+    pub async fn upload_bytes_of(&self, user_id: i64) -> Result<u64, StoreError> {
+        let sum: Option<Option<i64>> = upload::Entity::find()
+            .select_only()
+            // A sum of bigints is numeric on PostgreSQL: cast back.
+            .column_as(
+                Expr::from(Func::cast_as(
+                    Func::sum(Expr::col(upload::Column::Bytes)),
+                    Alias::new("BIGINT"),
+                )),
+                "bytes",
+            )
+            .filter(upload::Column::OwnerId.eq(user_id))
+            .into_tuple()
+            .one(self.connection())
+            .await?;
+        Ok(sum.flatten().unwrap_or(0).max(0) as u64)
+    }
+
+    /// An upload with its owner, whatever its kind.
+    pub async fn upload_with_owner(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Upload, Option<i64>)>, StoreError> {
+        Ok(upload::Entity::find_by_id(id.to_owned())
+            .one(self.connection())
+            .await?
+            .map(|m| {
+                let owner = m.owner_id;
+                (from_model(m), owner)
+            }))
+    }
+
+    /// Forgets an upload (its files are the caller's to remove).
+    pub async fn delete_upload(&self, id: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        upload::Entity::delete_by_id(id.to_owned())
+            .exec(self.connection())
+            .await?;
+        Ok(())
     }
 
     /// Every dataset, by name.

@@ -173,9 +173,22 @@ async fn download(
             .headers_mut()
             .insert(header::CONTENT_DISPOSITION, value);
     }
-    response.headers_mut().insert(
+    // Artifacts are what jobs and clients wrote, served from the pages'
+    // origin: never something the browser runs. As bytes with nosniff, a
+    // `.js` artifact cannot be loaded by a `<script>` (nor a `.css` as a
+    // style sheet), and opened directly it is sandboxed, with no origin.
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox; default-src 'none'"),
     );
     Ok(response)
 }
@@ -188,6 +201,7 @@ async fn upload(
     body: Body,
 ) -> Result<Response, ApiError> {
     let target = resolve(&state, &principal, &path, Use::Write).await?;
+    let owner = run_owner(&state, &path).await?;
     let parent = target
         .parent()
         .map(Path::to_path_buf)
@@ -202,19 +216,71 @@ async fn upload(
             "'{path}' is a folder; it cannot be overwritten by a file"
         )));
     }
+    let replaced = tokio::fs::metadata(&target).await.map_or(0, |m| m.len());
+    // The room the owner's quota leaves: what this file replaces is freed.
+    let quota = match (state.artifact_quota_bytes, owner) {
+        (Some(quota), Some(owner)) => {
+            let used = state
+                .artifact_usage
+                .used(&state.store, &state.artifact_root, owner)
+                .await?;
+            Some((quota, used, (quota + replaced).saturating_sub(used)))
+        }
+        _ => None,
+    };
+    let over_quota = |(quota, used, _): (u64, u64, u64)| {
+        crate::quota::exhausted(
+            "the artifacts of this run's owner",
+            used,
+            quota,
+            "artifact_quota_bytes",
+            "delete artifacts of runs that are no longer needed (DELETE on the artifact's path), or ask an admin to raise the quota",
+        )
+    };
+    let room = quota.map_or(usize::MAX, |(_, _, room)| {
+        usize::try_from(room).unwrap_or(usize::MAX)
+    });
+    if room == 0 {
+        return Err(over_quota(quota.expect("room is bounded by a quota")));
+    }
     // Write beside the target, then rename: a reader never sees half a file,
     // and a failed upload leaves the previous version in place.
     let temp = parent.join(format!(".upload-{}-{file_name}", uuid_like()));
-    let result = write_limited(&temp, body, limit).await;
-    if let Err(err) = result {
-        let _ = tokio::fs::remove_file(&temp).await;
-        return Err(err);
-    }
+    let result = write_limited(&temp, body, limit.min(room)).await;
+    let written = match result {
+        Ok(written) => written,
+        Err(err) => {
+            let _ = tokio::fs::remove_file(&temp).await;
+            return Err(match quota {
+                Some(q) if room < limit && err.status == StatusCode::PAYLOAD_TOO_LARGE => {
+                    over_quota(q)
+                }
+                _ => err,
+            });
+        }
+    };
     tokio::fs::rename(&temp, &target).await.map_err(io_error)?;
+    if let Some(owner) = owner {
+        state
+            .artifact_usage
+            .add(owner, written as i64 - replaced as i64);
+    }
     Ok((StatusCode::OK, axum::Json(json!({}))).into_response())
 }
 
-async fn write_limited(temp: &Path, body: Body, limit: usize) -> Result<(), ApiError> {
+/// The account a run's artifacts count against: its owner.
+async fn run_owner(state: &AppState, path: &str) -> Result<Option<i64>, ApiError> {
+    // `resolve` checked the path: experiment, run, "artifacts", …
+    let run = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .nth(1)
+        .unwrap_or_default();
+    Ok(state.store.run_owner(run).await?.user_id)
+}
+
+/// Streams the body into `temp`; Ok is the bytes written, 413 past `limit`.
+async fn write_limited(temp: &Path, body: Body, limit: usize) -> Result<usize, ApiError> {
     let mut file = tokio::fs::File::create(temp).await.map_err(io_error)?;
     let mut stream = body.into_data_stream();
     let mut written = 0usize;
@@ -228,7 +294,7 @@ async fn write_limited(temp: &Path, body: Body, limit: usize) -> Result<(), ApiE
         file.write_all(&chunk).await.map_err(io_error)?;
     }
     file.sync_all().await.map_err(io_error)?;
-    Ok(())
+    Ok(written)
 }
 
 async fn remove(
@@ -237,6 +303,13 @@ async fn remove(
     UrlPath(path): UrlPath<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let target = resolve(&state, &principal, &path, Use::Write).await?;
+    if let Some(owner) = run_owner(&state, &path).await? {
+        let sized = target.clone();
+        let freed = tokio::task::spawn_blocking(move || crate::quota::size_of_tree(&sized))
+            .await
+            .map_err(ApiError::internal)?;
+        state.artifact_usage.add(owner, -(freed as i64));
+    }
     match tokio::fs::metadata(&target).await {
         Ok(meta) if meta.is_dir() => tokio::fs::remove_dir_all(&target).await.map_err(io_error)?,
         Ok(_) => tokio::fs::remove_file(&target).await.map_err(io_error)?,

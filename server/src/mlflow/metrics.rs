@@ -39,10 +39,13 @@ pub async fn get_history(
         .await?;
     let key = required(req.metric_key, "metric_key")?;
     let after = parse_history_token(req.page_token.as_deref())?;
+    // A page is bounded whatever is asked: the rest follows through
+    // next_page_token, which the mlflow client follows.
     let limit = match req.max_results {
-        None => None,
-        Some(n) => Some(wire::max_results(Some(n), n, i64::MAX)? as usize),
+        None => MAX_HISTORY_PAGE,
+        Some(n) => wire::max_results(Some(n), n, i64::MAX)?.min(MAX_HISTORY_PAGE),
     };
+    let limit = Some(limit as usize);
     let page = state
         .store
         .metric_history_page(&run_id, &key, after, limit)
@@ -134,6 +137,16 @@ pub struct BulkInterval {
     max_results: Option<i64>,
 }
 
+/// The most points one `get-history` answer holds, asked for or not: the
+/// longest series the explorer is built for, so a client that does not
+/// page (MLflow's server returns a whole series) still gets every point
+/// of one; MLflow's client asks for 25,000 a page and follows the token.
+pub const MAX_HISTORY_PAGE: u64 = 1_000_000;
+
+/// The most points of one run's series `get-history-bulk-interval` reads
+/// to sample from: the longest series the explorer is built for.
+pub const MAX_BULK_POINTS_READ: usize = 1_000_000;
+
 pub const MAX_RUNS_BULK: usize = 100;
 pub const MAX_RESULTS_PER_RUN: i64 = 2500;
 
@@ -180,7 +193,17 @@ pub async fn get_history_bulk_interval(
         .await?;
     let mut metrics = Vec::new();
     for run_id in &req.run_ids {
-        let mut points = state.store.metric_history(run_id, &key).await?;
+        let page = state
+            .store
+            .metric_history_page(run_id, &key, None, Some(MAX_BULK_POINTS_READ))
+            .await?;
+        if page.more {
+            return Err(ApiError::invalid(format!(
+                "the series '{key}' of run {run_id} holds more than {MAX_BULK_POINTS_READ} points; \
+                 read it downsampled with POST /api/trainyard/v1/series, or page through get-history"
+            )));
+        }
+        let mut points = page.points;
         if let Some((start, end)) = range {
             points.retain(|p| p.step >= start && p.step <= end);
         }

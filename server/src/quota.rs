@@ -1,0 +1,145 @@
+//! Per-person storage quotas: what one person's uploads and the artifacts
+//! of their runs may hold in all (`upload_quota_bytes`,
+//! `artifact_quota_bytes`), refused with 507 saying what is used and what to do.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use trainyard_domain::format_bytes;
+use trainyard_store::Store;
+
+use crate::mlflow::ApiError;
+
+/// The most entries counted when sizing one person's artifacts.
+const MAX_COUNTED: u64 = 10_000_000;
+
+/// 507 Insufficient Storage: `what` uses `used` of `quota`.
+pub fn exhausted(what: &str, used: u64, quota: u64, setting: &str, remedy: &str) -> ApiError {
+    ApiError {
+        status: StatusCode::INSUFFICIENT_STORAGE,
+        code: "RESOURCE_EXHAUSTED",
+        message: format!(
+            "{what} would hold more than the {} each person may keep ({setting}): {} are used; {remedy}",
+            format_bytes(quota),
+            format_bytes(used)
+        ),
+    }
+}
+
+/// What the artifacts of each person's runs hold: counted from disk the
+/// first time a person's is needed, then kept by this process's writes.
+#[derive(Clone, Default)]
+pub struct ArtifactUsage(Arc<std::sync::Mutex<HashMap<i64, u64>>>);
+
+impl ArtifactUsage {
+    /// Bytes the artifacts of `owner`'s runs hold.
+    pub async fn used(&self, store: &Store, root: &Path, owner: i64) -> Result<u64, ApiError> {
+        if let Some(known) = self.known(owner) {
+            return Ok(known);
+        }
+        let runs = store.runs_owned_by(owner).await?;
+        let folders: Vec<PathBuf> = runs
+            .into_iter()
+            .map(|(experiment, run)| {
+                root.join(experiment.to_string())
+                    .join(run)
+                    .join("artifacts")
+            })
+            .collect();
+        let counted = tokio::task::spawn_blocking(move || {
+            folders.iter().map(|f| size_of_tree(f)).sum::<u64>()
+        })
+        .await
+        .map_err(ApiError::internal)?;
+        // A write that finished meanwhile counted itself already.
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(*map.entry(owner).or_insert(counted))
+    }
+
+    fn known(&self, owner: i64) -> Option<u64> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&owner).copied()
+    }
+
+    /// Records a write (`delta` > 0) or a removal (< 0) of `owner`'s.
+    pub fn add(&self, owner: i64, delta: i64) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(used) = map.get_mut(&owner) {
+            *used = used.saturating_add_signed(delta);
+        }
+    }
+}
+
+/// The bytes of the files below `path` (a file: its own), links not
+/// followed, at most [`MAX_COUNTED`] entries.
+pub fn size_of_tree(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return if meta.is_file() { meta.len() } else { 0 };
+    }
+    let mut total = 0u64;
+    let mut seen = 0u64;
+    let mut folders = vec![path.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_COUNTED {
+                return total;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                folders.push(entry.path());
+            } else if kind.is_file() {
+                total += entry.metadata().map_or(0, |m| m.len());
+            }
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_is_sized_without_following_links() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("a/b")).unwrap();
+        std::fs::write(dir.path().join("a/one"), vec![0u8; 100]).unwrap();
+        std::fs::write(dir.path().join("a/b/two"), vec![0u8; 23]).unwrap();
+        let big = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(big.path(), vec![0u8; 10_000]).unwrap();
+        std::os::unix::fs::symlink(big.path(), dir.path().join("a/link")).unwrap();
+        assert_eq!(size_of_tree(dir.path()), 123);
+        assert_eq!(size_of_tree(&dir.path().join("a/one")), 100);
+        assert_eq!(size_of_tree(&dir.path().join("missing")), 0);
+    }
+
+    #[test]
+    fn the_message_says_what_is_used_and_allowed() {
+        let error = exhausted(
+            "these artifacts",
+            3 << 30,
+            2 << 30,
+            "artifact_quota_bytes",
+            "delete some",
+        );
+        assert_eq!(error.status, StatusCode::INSUFFICIENT_STORAGE);
+        assert!(error.message.contains("2.0 GiB"), "{}", error.message);
+        assert!(
+            error.message.contains("3.0 GiB are used"),
+            "{}",
+            error.message
+        );
+        assert!(error.message.contains("artifact_quota_bytes"));
+    }
+}
