@@ -28,7 +28,7 @@ test('a run name full of markup stays text in the title and the page', async ({ 
   expect(dialogs).toEqual([]);
 });
 
-test('an artifact cannot be loaded as the site's script', async ({ page }) => {
+test("an artifact cannot be loaded as the site's script", async ({ page }) => {
   const run = await newRun(page, 'artifacts');
   const url = `/api/2.0/mlflow-artifacts/artifacts/0/${run}/artifacts/evil.js`;
   const put = await page.request.put(url, {

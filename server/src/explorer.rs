@@ -236,10 +236,10 @@ pub async fn run_events(
     let changes = state.store.run_changes();
     let store = state.store.clone();
     let credential = crate::auth::Credential::new(&state.auth, peer, headers, &principal);
-    // (receiver, first, finished)
+    // (receiver, first, finished, last look at the credential)
     let stream = futures::stream::unfold(
-        (changes, true, false),
-        move |(mut changes, first, finished)| {
+        (changes, true, false, std::time::Instant::now()),
+        move |(mut changes, first, finished, mut checked)| {
             let store = store.clone();
             let run_id = run_id.clone();
             let credential = credential.clone();
@@ -254,11 +254,14 @@ pub async fn run_events(
                     while changes.try_recv().is_ok() {}
                     // A session or token revoked since, or the run no
                     // longer the caller's to read, ends the stream.
-                    let principal = credential.recheck().await?;
-                    store
-                        .run_as(&principal.user, &run_id, Access::Read)
-                        .await
-                        .ok()?;
+                    if checked.elapsed() >= crate::auth::STREAM_RECHECK {
+                        let principal = credential.recheck().await?;
+                        store
+                            .run_as(&principal.user, &run_id, Access::Read)
+                            .await
+                            .ok()?;
+                        checked = std::time::Instant::now();
+                    }
                 }
                 let run = store.get_run(&run_id).await.ok()?;
                 let live = matches!(run.info.status.as_str(), "RUNNING" | "SCHEDULED");
@@ -267,7 +270,7 @@ pub async fn run_events(
                     run.info.status,
                     run.metrics.len()
                 ));
-                Some((Ok(event), (changes, false, !live)))
+                Some((Ok(event), (changes, false, !live, checked)))
             }
         },
     );

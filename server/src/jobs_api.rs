@@ -437,16 +437,12 @@ pub async fn upload(
         return Err(too_large());
     }
     // Nothing is received once the person's uploads fill their quota.
-    let used = match state.upload_quota_bytes {
-        Some(quota) => {
-            let used = state.store.upload_bytes_of(principal.user.id).await?;
-            if used >= quota {
-                return Err(upload_quota_error(used, quota));
-            }
-            Some((quota, used))
+    if let Some(quota) = state.upload_quota_bytes {
+        let used = state.store.upload_bytes_of(principal.user.id).await?;
+        if used >= quota {
+            return Err(upload_quota_error(used, None, quota));
         }
-        None => None,
-    };
+    }
     // The server's alone, from the first byte: running jobs pass through
     // the uploads folder, and an archive on its way is somebody's project.
     let incoming = state.data_dir.join("uploads").join(".incoming");
@@ -506,20 +502,27 @@ pub async fn upload(
             },
             trainyard_jobs::UploadError::Store(e) => e.into(),
         })?;
-    // What an archive holds is known once it is unpacked.
-    if let Some((quota, used)) = used
-        && used + upload.bytes > quota
-    {
-        state.jobs.delete_upload(&upload).await?;
-        return Err(upload_quota_error(used + upload.bytes, quota));
+    // What an archive holds is known once it is unpacked and recorded; read
+    // again then, uploads that arrived meanwhile count too.
+    if let Some(quota) = state.upload_quota_bytes {
+        let used = state.store.upload_bytes_of(principal.user.id).await?;
+        if used > quota {
+            state.jobs.discard_upload(&upload).await?;
+            return Err(upload_quota_error(
+                used.saturating_sub(upload.bytes),
+                Some(upload.bytes),
+                quota,
+            ));
+        }
     }
     Ok((StatusCode::CREATED, Json(UploadAnswer { upload })))
 }
 
-fn upload_quota_error(used: u64, quota: u64) -> JobsError {
+fn upload_quota_error(used: u64, adding: Option<u64>, quota: u64) -> JobsError {
     let error = crate::quota::exhausted(
         "your uploads",
         used,
+        adding,
         quota,
         "upload_quota_bytes",
         "delete uploads you no longer need (GET /api/trainyard/v1/uploads lists them, \

@@ -15,26 +15,53 @@ use crate::mlflow::ApiError;
 /// The most entries counted when sizing one person's artifacts.
 const MAX_COUNTED: u64 = 10_000_000;
 
-/// 507 Insufficient Storage: `what` uses `used` of `quota`.
-pub fn exhausted(what: &str, used: u64, quota: u64, setting: &str, remedy: &str) -> ApiError {
+/// 507 Insufficient Storage: `what` holds `used` and `adding` more would
+/// pass `quota`.
+pub fn exhausted(
+    what: &str,
+    used: u64,
+    adding: Option<u64>,
+    quota: u64,
+    setting: &str,
+    remedy: &str,
+) -> ApiError {
+    let adding = adding
+        .map(|n| format!(", and this one adds {}", format_bytes(n)))
+        .unwrap_or_default();
     ApiError {
         status: StatusCode::INSUFFICIENT_STORAGE,
         code: "RESOURCE_EXHAUSTED",
         message: format!(
-            "{what} would hold more than the {} each person may keep ({setting}): {} are used; {remedy}",
-            format_bytes(quota),
-            format_bytes(used)
+            "{what} hold {}{adding}: past the {} each person may keep ({setting}); {remedy}",
+            format_bytes(used),
+            format_bytes(quota)
         ),
     }
 }
 
 /// What the artifacts of each person's runs hold: counted from disk the
 /// first time a person's is needed, then kept by this process's writes.
+/// Writes and removals of one person's artifacts take turns
+/// ([`ArtifactUsage::turn`]), so the count and the check stay true under
+/// parallel requests.
 #[derive(Clone, Default)]
-pub struct ArtifactUsage(Arc<std::sync::Mutex<HashMap<i64, u64>>>);
+pub struct ArtifactUsage {
+    used: Arc<std::sync::Mutex<HashMap<i64, u64>>>,
+    turns: Arc<std::sync::Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>>,
+}
 
 impl ArtifactUsage {
-    /// Bytes the artifacts of `owner`'s runs hold.
+    /// The turn of `owner`'s writes and removals: hold it from the check to
+    /// the count.
+    pub async fn turn(&self, owner: i64) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = {
+            let mut turns = self.turns.lock().unwrap_or_else(|e| e.into_inner());
+            turns.entry(owner).or_default().clone()
+        };
+        turn.lock_owned().await
+    }
+
+    /// Bytes the artifacts of `owner`'s runs hold; call it in `owner`'s turn.
     pub async fn used(&self, store: &Store, root: &Path, owner: i64) -> Result<u64, ApiError> {
         if let Some(known) = self.known(owner) {
             return Ok(known);
@@ -48,24 +75,22 @@ impl ArtifactUsage {
                     .join("artifacts")
             })
             .collect();
-        let counted = tokio::task::spawn_blocking(move || {
-            folders.iter().map(|f| size_of_tree(f)).sum::<u64>()
-        })
-        .await
-        .map_err(ApiError::internal)?;
-        // A write that finished meanwhile counted itself already.
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let counted = tokio::task::spawn_blocking(move || size_of_trees(&folders))
+            .await
+            .map_err(ApiError::internal)?;
+        let mut map = self.used.lock().unwrap_or_else(|e| e.into_inner());
         Ok(*map.entry(owner).or_insert(counted))
     }
 
     fn known(&self, owner: i64) -> Option<u64> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.used.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&owner).copied()
     }
 
-    /// Records a write (`delta` > 0) or a removal (< 0) of `owner`'s.
+    /// Records a write (`delta` > 0) or a removal (< 0) of `owner`'s. An
+    /// owner not counted yet is counted from disk when first needed.
     pub fn add(&self, owner: i64, delta: i64) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.used.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(used) = map.get_mut(&owner) {
             *used = used.saturating_add_signed(delta);
         }
@@ -73,17 +98,24 @@ impl ArtifactUsage {
 }
 
 /// The bytes of the files below `path` (a file: its own), links not
-/// followed, at most [`MAX_COUNTED`] entries.
+/// followed.
 pub fn size_of_tree(path: &Path) -> u64 {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return 0;
-    };
-    if !meta.is_dir() {
-        return if meta.is_file() { meta.len() } else { 0 };
-    }
+    size_of_trees(std::slice::from_ref(&path.to_path_buf()))
+}
+
+/// The bytes of the files below each of `paths`, links not followed, at
+/// most [`MAX_COUNTED`] entries in all.
+pub fn size_of_trees(paths: &[PathBuf]) -> u64 {
     let mut total = 0u64;
     let mut seen = 0u64;
-    let mut folders = vec![path.to_path_buf()];
+    let mut folders = Vec::new();
+    for path in paths {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() => folders.push(path.clone()),
+            Ok(meta) if meta.is_file() => total += meta.len(),
+            _ => {}
+        }
+    }
     while let Some(folder) = folders.pop() {
         let Ok(entries) = std::fs::read_dir(&folder) else {
             continue;
@@ -91,6 +123,7 @@ pub fn size_of_tree(path: &Path) -> u64 {
         for entry in entries.flatten() {
             seen += 1;
             if seen > MAX_COUNTED {
+                tracing::warn!("stopped counting artifacts after {MAX_COUNTED} entries");
                 return total;
             }
             let Ok(kind) = entry.file_type() else {

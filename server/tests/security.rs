@@ -8,6 +8,8 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
 use common::{TestServer, post_json, request, tar_gz, try_request};
 use serde_json::{Value, json};
 use trainyard_store::{SignIn, Store};
@@ -79,6 +81,7 @@ async fn a_deeply_nested_filter_is_refused_and_the_server_lives_on() {
         &json!({"experiment_ids": ["0"], "filter": nested}),
     )
     .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
     assert!(answer.json()["message"].as_str().unwrap().contains("nests"));
     // The explorer's query box reads the same grammar.
     let page = server
@@ -347,22 +350,36 @@ async fn a_stream_ends_when_its_token_is_revoked() {
     .await;
     assert_eq!(submitted.status, 201, "{}", submitted.body);
     let id = submitted.json()["job"]["id"].as_i64().unwrap();
-    let addr = server.addr;
-    let path = format!("/api/trainyard/v1/jobs/{id}/logs/stream");
-    let auth = bearer.clone();
-    let stream =
-        tokio::spawn(
-            async move { request(addr, "GET", &path, &[("Authorization", &auth)], b"").await },
-        );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The stream, read as it comes: its first event shows it was let in.
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "GET /api/trainyard/v1/jobs/{id}/logs/stream HTTP/1.1\r\nHost: {}\r\n\
+         Authorization: {bearer}\r\nConnection: close\r\n\r\n",
+        server.addr
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&received).contains("data: started") {
+        let n = tokio::time::timeout(Duration::from_secs(60), stream.read(&mut buffer))
+            .await
+            .expect("the job's first line streamed")
+            .unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&received));
+        received.extend_from_slice(&buffer[..n]);
+    }
+    assert!(String::from_utf8_lossy(&received).starts_with("HTTP/1.1 200"));
     store.end_sessions_of(dave.id).await.unwrap();
     // Ends within a recheck or two (the job itself runs a minute more).
-    let answer = tokio::time::timeout(Duration::from_secs(40), stream)
+    tokio::time::timeout(Duration::from_secs(40), stream.read_to_end(&mut received))
         .await
         .expect("the stream ended after its token was revoked")
         .unwrap();
-    assert_eq!(answer.status, 200);
-    assert!(!answer.body.contains("event: end"), "{}", answer.body);
+    let text = String::from_utf8_lossy(&received);
+    assert!(
+        !text.contains("event: end"),
+        "ended by the revocation: {text}"
+    );
     let state = store.get_job(id).await.unwrap().job.state;
     assert!(!state.is_terminal(), "the job still runs: {state:?}");
     let admin = store
@@ -429,7 +446,10 @@ async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
     assert_eq!(second.status, 507, "{}", second.body);
     let message = second.json()["message"].as_str().unwrap().to_owned();
     assert!(message.contains("upload_quota_bytes"), "{message}");
-    assert!(message.contains("3.9 KiB are used"), "{message}");
+    assert!(
+        message.contains("hold 2.0 KiB, and this one adds 2.0 KiB: past the 2.9 KiB"),
+        "{message}"
+    );
     assert!(
         message.contains("DELETE /api/trainyard/v1/uploads/ID"),
         "{message}"

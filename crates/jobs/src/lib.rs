@@ -584,20 +584,23 @@ impl Jobs {
     /// still waiting or running names is kept (Rejected, naming the job).
     pub async fn delete_upload(&self, upload: &Upload) -> Result<(), StoreError> {
         if upload.kind == "dataset"
-            && let Some(user) = self
+            && self
                 .store()
                 .active_jobs()
                 .await?
                 .iter()
-                .find(|r| r.job.spec.datasets.contains(&upload.name))
+                .any(|r| r.job.spec.datasets.contains(&upload.name))
         {
             return Err(StoreError::Rejected(format!(
-                "job {} ({}) reads the dataset `{}`; delete it once that job has ended",
-                user.job.id,
-                user.job.state.label(),
+                "a job that waits or runs reads the dataset `{}`; delete it once no such job is left",
                 upload.name
             )));
         }
+        self.discard_upload(upload).await
+    }
+
+    /// Removes an upload, whatever names it: its record, then its files.
+    pub async fn discard_upload(&self, upload: &Upload) -> Result<(), StoreError> {
         self.store().delete_upload(&upload.id).await?;
         let folder = self.upload_dir(upload);
         let removed = tokio::task::spawn_blocking(move || {

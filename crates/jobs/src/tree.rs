@@ -65,6 +65,22 @@ fn kind_at(parent: impl AsFd, name: &CStr) -> io::Result<FileType> {
     Ok(FileType::from_raw_mode(stat.st_mode))
 }
 
+/// An entry's kind; a file with more than one name is refused: the other
+/// may lie outside the tree (a hard link made where the kernel allows
+/// linking others' files), and its owner must not change.
+fn checked_kind(parent: impl AsFd, name: &CStr, tree: &Path) -> io::Result<FileType> {
+    let stat = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)?;
+    let kind = FileType::from_raw_mode(stat.st_mode);
+    if kind == FileType::RegularFile && stat.st_nlink > 1 {
+        return Err(other(format!(
+            "{} holds a file with another name elsewhere (a hard link): {}",
+            tree.display(),
+            name.to_string_lossy()
+        )));
+    }
+    Ok(kind)
+}
+
 fn is_folder(parent: impl AsFd, name: &CStr) -> io::Result<bool> {
     Ok(kind_at(parent, name)? == FileType::Directory)
 }
@@ -146,6 +162,7 @@ fn walk_owning(path: &Path, uid: u32, gid: u32, strip: bool) -> io::Result<()> {
     let owner = Some(rustix::fs::Uid::from_raw(uid));
     let group = Some(rustix::fs::Gid::from_raw(gid));
     let (parent, name) = split(path)?;
+    let kind = checked_kind(&parent, &name, path)?;
     rustix::fs::chownat(
         &parent,
         name.as_c_str(),
@@ -153,7 +170,6 @@ fn walk_owning(path: &Path, uid: u32, gid: u32, strip: bool) -> io::Result<()> {
         group,
         AtFlags::SYMLINK_NOFOLLOW,
     )?;
-    let kind = kind_at(&parent, &name)?;
     if kind != FileType::Directory {
         if strip && kind == FileType::RegularFile {
             strip_mode(open_file_at(&parent, &name)?)?;
@@ -186,8 +202,9 @@ fn walk_owning(path: &Path, uid: u32, gid: u32, strip: bool) -> io::Result<()> {
             )));
         }
         let fd = dir.fd()?;
+        let kind = checked_kind(fd, &name, path)?;
         rustix::fs::chownat(fd, name.as_c_str(), owner, group, AtFlags::SYMLINK_NOFOLLOW)?;
-        match kind_at(fd, &name)? {
+        match kind {
             FileType::Directory => {
                 if depth >= MAX_DEPTH {
                     return Err(other(format!(
@@ -270,8 +287,19 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
                 )));
             }
             let fd = dir.fd()?;
-            if !is_folder(fd, &name)? {
-                rustix::fs::unlinkat(fd, name.as_c_str(), AtFlags::empty())?;
+            let folder = match is_folder(fd, &name) {
+                Ok(folder) => folder,
+                // Gone meanwhile: nothing to remove.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if !folder {
+                match rustix::fs::unlinkat(fd, name.as_c_str(), AtFlags::empty()) {
+                    Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                    // Swapped for a folder meanwhile: the next pass takes it.
+                    Err(rustix::io::Errno::ISDIR) => lifted = true,
+                    Err(e) => return Err(e.into()),
+                }
             } else if depth < MAX_DEPTH {
                 let child = open_folder_at(fd, &name)?;
                 stack.push((Dir::new(child)?, name));
@@ -385,6 +413,12 @@ mod tests {
         }
         assert_eq!(std::fs::metadata(&outside).unwrap().uid(), 0);
         assert_eq!(std::fs::metadata(dir.path()).unwrap().uid(), 0);
+        // A hard link to a file outside is refused, its owner untouched.
+        std::fs::hard_link(&outside, tree.join("a/hard")).unwrap();
+        let error = chown_tree(&tree, 64_992, 64_992).unwrap_err();
+        assert!(error.to_string().contains("hard link"), "{error}");
+        assert_eq!(std::fs::metadata(&outside).unwrap().uid(), 0);
+        std::fs::remove_file(tree.join("a/hard")).unwrap();
         let deep = dir.path().join("deep");
         std::fs::create_dir(&deep).unwrap();
         deep_chain(&deep, MAX_DEPTH + 5);

@@ -263,24 +263,23 @@ pub fn remove_ipc_of(uid: u32) {
     }
 }
 
-/// The ids in a `/proc/sysvipc` table whose owner (`uid` column) is `uid`.
+/// The ids in a `/proc/sysvipc` table that `uid` owns or created (an
+/// owner may hand an object to another uid; its creator stays).
 fn ipc_ids_of(table: &str, id_column: &str, uid: u32) -> Vec<i32> {
     let mut lines = table.lines();
     let Some(header) = lines.next() else {
         return Vec::new();
     };
     let columns: Vec<&str> = header.split_whitespace().collect();
-    let (Some(id_at), Some(uid_at)) = (
-        columns.iter().position(|c| *c == id_column),
-        columns.iter().position(|c| *c == "uid"),
-    ) else {
+    let at = |name: &str| columns.iter().position(|c| *c == name);
+    let (Some(id_at), Some(uid_at), Some(cuid_at)) = (at(id_column), at("uid"), at("cuid")) else {
         return Vec::new();
     };
     lines
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let owner: u32 = fields.get(uid_at)?.parse().ok()?;
-            (owner == uid).then(|| fields.get(id_at)?.parse().ok())?
+            let is = |at: usize| fields.get(at).and_then(|f| f.parse::<u32>().ok()) == Some(uid);
+            (is(uid_at) || is(cuid_at)).then(|| fields.get(id_at)?.parse().ok())?
         })
         .collect()
 }
@@ -310,13 +309,52 @@ mod tests {
 
     #[test]
     fn ipc_objects_are_found_by_their_owner() {
-        let table = "       key      shmid perms       size  cpid  lpid nattch   uid   gid\n\
-                     0x00000000          5   666       4096   100   100      0 60001 60001\n\
-                     0x0000abcd          9   600       4096   100   100      0     0     0\n";
-        assert_eq!(ipc_ids_of(table, "shmid", 60_001), [5]);
-        assert_eq!(ipc_ids_of(table, "shmid", 0), [9]);
+        let table = "       key      shmid perms       size  cpid  lpid nattch   uid   gid  cuid  cgid\n\
+                     0x00000000          5   666       4096   100   100      0 60001 60001 60001 60001\n\
+                     0x0000abcd          9   600       4096   100   100      0     0     0     0     0\n\
+                     0x0000abce         11   666       4096   100   100      0     0     0 60001 60001\n";
+        assert_eq!(
+            ipc_ids_of(table, "shmid", 60_001),
+            [5, 11],
+            "owned, or made and given away"
+        );
+        assert_eq!(ipc_ids_of(table, "shmid", 0), [9, 11]);
         assert!(ipc_ids_of(table, "shmid", 7).is_empty());
         assert!(ipc_ids_of("", "shmid", 0).is_empty());
+    }
+
+    /// Needs root. A segment a job's uid made in this namespace is gone
+    /// after the clean-up, and root's own is kept.
+    #[test]
+    fn a_uids_shared_memory_is_removed() {
+        if !is_root() {
+            eprintln!("skipped: switching uids needs root");
+            return;
+        }
+        let uid = 64_994;
+        let made = |as_uid: Option<u32>| {
+            let mut command = Command::new("ipcmk");
+            command.args(["-M", "4096", "-p", "0666"]);
+            if let Some(uid) = as_uid {
+                JobUser::new(uid).apply(&mut command);
+            }
+            let out = command.output().expect("ipcmk (util-linux) runs");
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8_lossy(&out.stdout)
+                .rsplit(' ')
+                .next()
+                .and_then(|id| id.trim().parse::<i32>().ok())
+                .expect("ipcmk prints the id")
+        };
+        let theirs = made(Some(uid));
+        let roots = made(None);
+        let table = || std::fs::read_to_string("/proc/sysvipc/shm").unwrap();
+        assert!(ipc_ids_of(&table(), "shmid", uid).contains(&theirs));
+        remove_ipc_of(uid);
+        assert!(ipc_ids_of(&table(), "shmid", uid).is_empty());
+        assert!(ipc_ids_of(&table(), "shmid", 0).contains(&roots));
+        // SAFETY: removes the segment this test made.
+        unsafe { libc::shmctl(roots, libc::IPC_RMID, std::ptr::null_mut()) };
     }
 
     #[test]

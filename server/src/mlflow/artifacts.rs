@@ -216,6 +216,12 @@ async fn upload(
             "'{path}' is a folder; it cannot be overwritten by a file"
         )));
     }
+    // One write or removal of the owner's at a time: the check, the write
+    // and the count stay true together.
+    let _turn = match owner {
+        Some(owner) => Some(state.artifact_usage.turn(owner).await),
+        None => None,
+    };
     let replaced = tokio::fs::metadata(&target).await.map_or(0, |m| m.len());
     // The room the owner's quota leaves: what this file replaces is freed.
     let quota = match (state.artifact_quota_bytes, owner) {
@@ -224,14 +230,19 @@ async fn upload(
                 .artifact_usage
                 .used(&state.store, &state.artifact_root, owner)
                 .await?;
-            Some((quota, used, (quota + replaced).saturating_sub(used)))
+            Some((
+                quota,
+                used,
+                quota.saturating_add(replaced).saturating_sub(used),
+            ))
         }
         _ => None,
     };
     let over_quota = |(quota, used, _): (u64, u64, u64)| {
         crate::quota::exhausted(
-            "the artifacts of this run's owner",
+            "the artifacts of the runs of this run's owner",
             used,
+            None,
             quota,
             "artifact_quota_bytes",
             "delete artifacts of runs that are no longer needed (DELETE on the artifact's path), or ask an admin to raise the quota",
@@ -303,17 +314,23 @@ async fn remove(
     UrlPath(path): UrlPath<String>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let target = resolve(&state, &principal, &path, Use::Write).await?;
-    if let Some(owner) = run_owner(&state, &path).await? {
-        let sized = target.clone();
-        let freed = tokio::task::spawn_blocking(move || crate::quota::size_of_tree(&sized))
-            .await
-            .map_err(ApiError::internal)?;
-        state.artifact_usage.add(owner, -(freed as i64));
-    }
+    let owner = run_owner(&state, &path).await?;
+    let _turn = match owner {
+        Some(owner) => Some(state.artifact_usage.turn(owner).await),
+        None => None,
+    };
+    let sized = target.clone();
+    let freed = tokio::task::spawn_blocking(move || crate::quota::size_of_tree(&sized))
+        .await
+        .map_err(ApiError::internal)?;
     match tokio::fs::metadata(&target).await {
         Ok(meta) if meta.is_dir() => tokio::fs::remove_dir_all(&target).await.map_err(io_error)?,
         Ok(_) => tokio::fs::remove_file(&target).await.map_err(io_error)?,
-        Err(_) => {}
+        Err(_) => return Ok(axum::Json(json!({}))),
+    }
+    // Counted once removed, and only what was.
+    if let Some(owner) = owner {
+        state.artifact_usage.add(owner, -(freed as i64));
     }
     Ok(axum::Json(json!({})))
 }

@@ -137,11 +137,10 @@ pub struct BulkInterval {
     max_results: Option<i64>,
 }
 
-/// The most points one `get-history` answer holds, asked for or not: the
-/// longest series the explorer is built for, so a client that does not
-/// page (MLflow's server returns a whole series) still gets every point
-/// of one; MLflow's client asks for 25,000 a page and follows the token.
-pub const MAX_HISTORY_PAGE: u64 = 1_000_000;
+/// The most points one `get-history` answer holds, asked for or not
+/// (about 20 MB of JSON); the rest follows through `next_page_token`,
+/// which MLflow's client follows (it asks for 25,000 a page).
+pub const MAX_HISTORY_PAGE: u64 = 250_000;
 
 /// The most points of one run's series `get-history-bulk-interval` reads
 /// to sample from: the longest series the explorer is built for.
