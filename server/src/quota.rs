@@ -160,19 +160,18 @@ mod tests {
     #[test]
     fn the_message_says_what_is_used_and_allowed() {
         let error = exhausted(
-            "these artifacts",
+            "your uploads",
             3 << 30,
+            Some(1 << 20),
             2 << 30,
-            "artifact_quota_bytes",
+            "upload_quota_bytes",
             "delete some",
         );
         assert_eq!(error.status, StatusCode::INSUFFICIENT_STORAGE);
-        assert!(error.message.contains("2.0 GiB"), "{}", error.message);
-        assert!(
-            error.message.contains("3.0 GiB are used"),
-            "{}",
-            error.message
+        assert_eq!(
+            error.message,
+            "your uploads hold 3.0 GiB, and this one adds 1.0 MiB: past the 2.0 GiB each \
+             person may keep (upload_quota_bytes); delete some"
         );
-        assert!(error.message.contains("artifact_quota_bytes"));
     }
 }
