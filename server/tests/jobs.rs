@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestServer, post_json, request, tar_gz};
+use common::{TestServer, job, log, post_json, request, submit, tar_gz, wait_for, wait_longer};
 use serde_json::{Value, json};
 
 async fn submit_yaml(server: &TestServer, yaml: &str) -> common::Response {
@@ -18,42 +18,6 @@ async fn submit_yaml(server: &TestServer, yaml: &str) -> common::Response {
         yaml.as_bytes(),
     )
     .await
-}
-
-async fn submit(server: &TestServer, spec: Value) -> i64 {
-    let answer = post_json(server.addr, "/api/trainyard/v1/jobs", &spec).await;
-    assert_eq!(answer.status, 201, "{}", answer.body);
-    answer.json()["job"]["id"].as_i64().unwrap()
-}
-
-async fn job(server: &TestServer, id: i64) -> Value {
-    let answer = server.get(&format!("/api/trainyard/v1/jobs/{id}")).await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    answer.json()
-}
-
-/// Polls until the job is in `state` (the test fails after a minute).
-async fn wait_for(server: &TestServer, id: i64, state: &str) -> Value {
-    wait_longer(server, id, state, 60).await
-}
-
-async fn wait_longer(server: &TestServer, id: i64, state: &str, seconds: u64) -> Value {
-    for _ in 0..seconds * 10 {
-        let detail = job(server, id).await;
-        if detail["job"]["state"] == state {
-            return detail;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("job {id} never reached {state}: {}", job(server, id).await);
-}
-
-async fn log(server: &TestServer, id: i64) -> String {
-    let answer = server
-        .get(&format!("/api/trainyard/v1/jobs/{id}/logs"))
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    answer.body
 }
 
 async fn run(server: &TestServer, run_id: &str) -> Value {

@@ -10,39 +10,11 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use common::{TestServer, post_json, request, tar_gz, try_request};
-use serde_json::{Value, json};
+use common::{
+    TestServer, job, log, new_run, post_json, request, submit, tar_gz, try_request, wait_for,
+};
+use serde_json::json;
 use trainyard_store::{SignIn, Store};
-
-async fn submit(server: &TestServer, spec: Value) -> i64 {
-    let answer = post_json(server.addr, "/api/trainyard/v1/jobs", &spec).await;
-    assert_eq!(answer.status, 201, "{}", answer.body);
-    answer.json()["job"]["id"].as_i64().unwrap()
-}
-
-async fn job(server: &TestServer, id: i64) -> Value {
-    let answer = server.get(&format!("/api/trainyard/v1/jobs/{id}")).await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    answer.json()
-}
-
-async fn wait_for(server: &TestServer, id: i64, state: &str) -> Value {
-    for _ in 0..600 {
-        let detail = job(server, id).await;
-        if detail["job"]["state"] == state {
-            return detail;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("job {id} never reached {state}: {}", job(server, id).await);
-}
-
-async fn log(server: &TestServer, id: i64) -> String {
-    server
-        .get(&format!("/api/trainyard/v1/jobs/{id}/logs"))
-        .await
-        .body
-}
 
 fn mode(path: &std::path::Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -120,16 +92,7 @@ async fn request_methods_cannot_grow_the_metrics() {
 #[tokio::test]
 async fn artifacts_are_served_as_inert_bytes() {
     let server = TestServer::start().await;
-    let run = post_json(
-        server.addr,
-        "/api/2.0/mlflow/runs/create",
-        &json!({"experiment_id": "0"}),
-    )
-    .await
-    .json()["run"]["info"]["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run = new_run(server.addr, None).await;
     let path = format!("/api/2.0/mlflow-artifacts/artifacts/0/{run}/artifacts/evil.js");
     let put = request(
         server.addr,
@@ -159,17 +122,7 @@ async fn artifacts_are_served_as_inert_bytes() {
 async fn a_run_name_cannot_break_out_of_the_page_title() {
     let server = TestServer::start().await;
     let name = "</title><script>alert(1)</script> & co";
-    let run = post_json(
-        server.addr,
-        "/api/2.0/mlflow/runs/create",
-        &json!({"experiment_id": "0", "run_name": name}),
-    )
-    .await;
-    assert_eq!(run.status, 200, "{}", run.body);
-    let id = run.json()["run"]["info"]["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = new_run(server.addr, Some(name)).await;
     let page = server.get(&format!("/experiments/0/runs/{id}")).await;
     assert_eq!(page.status, 200);
     assert!(
@@ -478,16 +431,7 @@ async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
     );
     assert_eq!(send("again", 2_000).await.status, 201);
 
-    let run = post_json(
-        server.addr,
-        "/api/2.0/mlflow/runs/create",
-        &json!({"experiment_id": "0"}),
-    )
-    .await
-    .json()["run"]["info"]["run_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let run = new_run(server.addr, None).await;
     let put = |name: &str, bytes: usize| {
         let path = format!("/api/2.0/mlflow-artifacts/artifacts/0/{run}/artifacts/{name}");
         async move { request(addr, "PUT", &path, &[], "y".repeat(bytes).as_bytes()).await }

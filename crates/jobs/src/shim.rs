@@ -759,6 +759,22 @@ mod tests {
         users::set_mode(&dir.join(LAUNCH_FILE), 0o600).unwrap();
     }
 
+    /// A launch in `cwd` with Python environments cached in `cache`, as
+    /// the server's own user, without limits.
+    fn with_venvs(command: &str, cwd: &Path, cache: &Path) -> Launch {
+        Launch {
+            command: command.to_owned(),
+            cwd: cwd.to_path_buf(),
+            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+            deadline_ms: now_ms() + 120_000,
+            stop_grace_secs: 1,
+            venv_root: Some(cache.to_path_buf()),
+            venv_env: BTreeMap::new(),
+            user: None,
+            cgroup: None,
+        }
+    }
+
     /// Runs the shim on `launch` to its end: how it ended, and the log.
     fn run(dir: &Path, launch: &Launch) -> (Exit, String) {
         write_launch(dir, launch);
@@ -851,17 +867,11 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             // Nothing to download: the environment itself is what is tested.
             std::fs::write(dir.path().join("requirements.txt"), "# no packages\n").unwrap();
-            let launch = Launch {
-                command: "echo \"venv=$VIRTUAL_ENV\"; command -v python".to_owned(),
-                cwd: dir.path().to_path_buf(),
-                env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
-                deadline_ms: now_ms() + 120_000,
-                stop_grace_secs: 1,
-                venv_root: Some(cache.path().to_path_buf()),
-                venv_env: BTreeMap::new(),
-                user: None,
-                cgroup: None,
-            };
+            let launch = with_venvs(
+                "echo \"venv=$VIRTUAL_ENV\"; command -v python",
+                dir.path(),
+                cache.path(),
+            );
             let (exit, log) = run(dir.path(), &launch);
             assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
             logs.push(log);
@@ -910,24 +920,14 @@ mod tests {
             ),
         )
         .unwrap();
-        let launch = Launch {
-            command: "true".to_owned(),
-            cwd: dir.path().to_path_buf(),
-            env: BTreeMap::from([
-                ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
-                ("PYTHONPATH".to_owned(), dir.path().display().to_string()),
-                (
-                    "PIP_INDEX_URL".to_owned(),
-                    "http://127.0.0.1:9/simple".to_owned(),
-                ),
-            ]),
-            deadline_ms: now_ms() + 120_000,
-            stop_grace_secs: 1,
-            venv_root: Some(cache.path().to_path_buf()),
-            venv_env: BTreeMap::new(),
-            user: None,
-            cgroup: None,
-        };
+        let mut launch = with_venvs("true", dir.path(), cache.path());
+        launch.env.extend([
+            ("PYTHONPATH".to_owned(), dir.path().display().to_string()),
+            (
+                "PIP_INDEX_URL".to_owned(),
+                "http://127.0.0.1:9/simple".to_owned(),
+            ),
+        ]);
         let (exit, log) = run(dir.path(), &launch);
         assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
         assert!(log.contains("creating a Python environment"), "{log}");
@@ -959,17 +959,7 @@ mod tests {
             dir.path().join("requirements.txt"),
         )
         .unwrap();
-        let launch = Launch {
-            command: "true".to_owned(),
-            cwd: dir.path().to_path_buf(),
-            env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
-            deadline_ms: now_ms() + 60_000,
-            stop_grace_secs: 1,
-            venv_root: Some(cache.path().to_path_buf()),
-            venv_env: BTreeMap::new(),
-            user: None,
-            cgroup: None,
-        };
+        let launch = with_venvs("true", dir.path(), cache.path());
         let (exit, _) = run(dir.path(), &launch);
         assert_eq!(exit.reason, EndReason::StartFailed);
         let message = exit.message.unwrap();

@@ -307,3 +307,61 @@ pub fn tar_gz(files: &[(&str, &str)]) -> Vec<u8> {
     std::io::Write::write_all(&mut gz, &tar).unwrap();
     gz.finish().unwrap()
 }
+
+/// Submits a job spec as JSON; the new job's id.
+pub async fn submit(server: &TestServer, spec: serde_json::Value) -> i64 {
+    let answer = post_json(server.addr, "/api/trainyard/v1/jobs", &spec).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    answer.json()["job"]["id"].as_i64().unwrap()
+}
+
+/// A job with its timeline.
+pub async fn job(server: &TestServer, id: i64) -> serde_json::Value {
+    let answer = server.get(&format!("/api/trainyard/v1/jobs/{id}")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()
+}
+
+/// Polls until the job is in `state` (the test fails after a minute).
+pub async fn wait_for(server: &TestServer, id: i64, state: &str) -> serde_json::Value {
+    wait_longer(server, id, state, 60).await
+}
+
+pub async fn wait_longer(
+    server: &TestServer,
+    id: i64,
+    state: &str,
+    seconds: u64,
+) -> serde_json::Value {
+    for _ in 0..seconds * 10 {
+        let detail = job(server, id).await;
+        if detail["job"]["state"] == state {
+            return detail;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("job {id} never reached {state}: {}", job(server, id).await);
+}
+
+/// The current attempt's log.
+pub async fn log(server: &TestServer, id: i64) -> String {
+    let answer = server
+        .get(&format!("/api/trainyard/v1/jobs/{id}/logs"))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.body
+}
+
+/// A new run in the Default experiment, named `name` when given; its id.
+pub async fn new_run(addr: SocketAddr, name: Option<&str>) -> String {
+    let mut body = serde_json::json!({"experiment_id": "0"});
+    if let Some(name) = name {
+        body["run_name"] = name.into();
+    }
+    let answer = post_json(addr, "/api/2.0/mlflow/runs/create", &body).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()["run"]["info"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
