@@ -13,7 +13,8 @@ work="$(mktemp -d)"
 chmod 755 "$work"
 k8s_build=""
 cleanup() {
-  [ -z "$k8s_build" ] || kill "$k8s_build" 2>/dev/null || true
+  # The build's whole process group: `go build` and its compilers too.
+  [ -z "$k8s_build" ] || kill -- "-$k8s_build" 2>/dev/null || true
   "$ROOT/scripts/postgres.sh" stop "$work/pg" || true
   rm -rf "$work" "$log"
 }
@@ -24,7 +25,8 @@ trap cleanup EXIT
 # then cached in ~/.cache/trainyard/k8s. The build runs in the background at
 # the lowest priority, using the cores whenever the Rust work leaves them idle;
 # the smoke test at the end waits for it.
-"$ROOT/end2end/k8s/build.sh" >"$work/k8s-build.log" 2>&1 &
+# In a process group of its own, so that stopping it stops `go build` too.
+setsid "$ROOT/end2end/k8s/build.sh" >"$work/k8s-build.log" 2>&1 &
 k8s_build=$!
 
 step "cargo fmt --check"
