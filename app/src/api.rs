@@ -195,10 +195,8 @@ pub async fn get_log_tail(id: i64) -> Result<LogTail, AppError> {
         .store()
         .job_as(&caller()?.user, id, trainyard_store::Access::Read)
         .await?;
-    let path = jobs
-        .attempt_dir(id, record.job.attempt)
-        .join(trainyard_jobs::shim::LOG_FILE);
-    let (text, end) = trainyard_jobs::read_tail(&path, LOG_TAIL_BYTES)
+    let (text, end) = jobs
+        .log_tail(id, record.job.attempt, LOG_TAIL_BYTES)
         .await
         .map_err(|e| AppError::Internal(format!("could not read the job's log: {e}")))?;
     Ok(LogTail { text, end })

@@ -8,6 +8,7 @@ mod m20261129_000003_chunk_summaries;
 mod m20261130_000004_job_execution;
 mod m20261130_000005_uploads;
 mod m20261130_000006_identity;
+mod m20261201_000007_executor_handles;
 
 pub struct Migrator;
 
@@ -21,6 +22,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000004_job_execution::Migration),
             Box::new(m20261130_000005_uploads::Migration),
             Box::new(m20261130_000006_identity::Migration),
+            Box::new(m20261201_000007_executor_handles::Migration),
         ]
     }
 }

@@ -202,6 +202,13 @@ fn is_mlflow_api(path: &str) -> bool {
 /// What a job's token may call: MLflow reads, and the calls that write to
 /// a run (each handler then checks that the run is the token's own).
 fn run_token_allows(method: &Method, path: &str) -> bool {
+    if let Some(rest) = path.strip_prefix("/api/trainyard/v1/jobs/") {
+        // What its job starts from: the job, its files, its datasets (the
+        // handlers let a job's token reach its own job only).
+        let parts: Vec<&str> = rest.split('/').collect();
+        let read = matches!(*method, Method::GET | Method::HEAD);
+        return read && matches!(parts.as_slice(), [_] | [_, "files"] | [_, "datasets", _]);
+    }
     if !is_mlflow_api(path) {
         return false;
     }

@@ -337,3 +337,114 @@ async fn follow_logs(remote: &Remote, id: i64) -> Result<ExitCode> {
         tokio::time::sleep(FOLLOW_POLL).await;
     }
 }
+
+/// `trainyard job-files --into DIR`: what a job starts from, fetched with
+/// its own token (run where its files are not at hand, as in a Kubernetes
+/// pod's init container): its files into DIR, each dataset it names into
+/// `DIR/data/<name>`. DIR is made if missing and must hold nothing.
+pub async fn job_files(remote: &Remote, job: i64, into: &Path) -> Result<ExitCode> {
+    match std::fs::read_dir(into) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(CliError(format!(
+                    "{} is not empty; name an empty or new folder with --into",
+                    into.display()
+                )));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(into)
+            .map_err(|e| CliError(format!("cannot make {}: {e}", into.display())))?,
+        Err(e) => return Err(CliError(format!("cannot read {}: {e}", into.display()))),
+    }
+    let detail = remote
+        .get_json(&format!("/api/trainyard/v1/jobs/{job}"))
+        .await?;
+    let datasets: Vec<String> = detail["job"]["spec"]["datasets"]
+        .as_array()
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let files = fetch_tar(remote, &format!("/api/trainyard/v1/jobs/{job}/files"), into).await?;
+    eprintln!(
+        "job {job}: {} files, {}",
+        files.files,
+        trainyard_domain::format_bytes(files.bytes)
+    );
+    for name in &datasets {
+        if !trainyard_domain::job::valid_dataset_name(name) {
+            return Err(CliError(format!(
+                "the job names a dataset `{name}` that cannot be a folder name"
+            )));
+        }
+        let data = into.join("data");
+        std::fs::create_dir_all(&data)
+            .map_err(|e| CliError(format!("cannot make {}: {e}", data.display())))?;
+        let path = format!("/api/trainyard/v1/jobs/{job}/datasets/{name}");
+        let got = fetch_tar(remote, &path, &data.join(name)).await?;
+        eprintln!(
+            "dataset {name}: {} files, {}",
+            got.files,
+            trainyard_domain::format_bytes(got.bytes)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Downloads a tar archive beside `into` and unpacks it there, checked as
+/// an upload is (no links, nothing outside the folder).
+async fn fetch_tar(
+    remote: &Remote,
+    path: &str,
+    into: &Path,
+) -> Result<trainyard_jobs::archive::Extracted> {
+    use tokio::io::AsyncWriteExt;
+    let client = remote.client()?;
+    let mut response = remote.send(client.get(remote.url(path))).await?;
+    // Written and unpacked inside `into` (which may be a mount point, its
+    // parent not ours to write), then moved in place.
+    std::fs::create_dir_all(into)
+        .map_err(|e| CliError(format!("cannot make {}: {e}", into.display())))?;
+    let archive = into.join(format!(".trainyard-download-{}", std::process::id()));
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&archive)
+        .await
+        .map_err(|e| CliError(format!("cannot write {}: {e}", archive.display())))?;
+    let written = async {
+        while let Some(piece) = response.chunk().await? {
+            file.write_all(&piece).await?;
+        }
+        file.flush().await?;
+        Ok::<_, CliError>(())
+    }
+    .await;
+    if let Err(error) = written {
+        let _ = std::fs::remove_file(&archive);
+        return Err(error);
+    }
+    let target = into.to_path_buf();
+    let what = path.to_owned();
+    // The server's own archive: bounded only to stay within numbers.
+    let limits = trainyard_jobs::archive::Limits {
+        max_bytes: 1 << 50,
+        max_files: 1 << 32,
+    };
+    tokio::task::spawn_blocking(move || {
+        let unpacked = target.join(format!(".trainyard-unpack-{}", std::process::id()));
+        let done = trainyard_jobs::archive::extract(&archive, &unpacked, limits);
+        let _ = std::fs::remove_file(&archive);
+        let done = done.map_err(|e| CliError(format!("{what}: {e}")))?;
+        for entry in std::fs::read_dir(&unpacked)? {
+            let entry = entry?;
+            std::fs::rename(entry.path(), target.join(entry.file_name()))?;
+        }
+        std::fs::remove_dir(&unpacked)?;
+        Ok::<_, CliError>(done)
+    })
+    .await?
+}

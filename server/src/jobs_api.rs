@@ -17,7 +17,7 @@ use trainyard_store::StoreError;
 
 use crate::AppState;
 use crate::auth::{Caller, Credential, Principal, STREAM_RECHECK};
-use trainyard_jobs::{SubmitError, shim};
+use trainyard_jobs::SubmitError;
 use trainyard_store::{Access, JobRecord, JobsOf};
 
 /// Largest spec body: a spec is a few kilobytes; files go up separately.
@@ -140,7 +140,18 @@ async fn job_as(
     id: i64,
     access: Access,
 ) -> Result<JobRecord, JobsError> {
-    Ok(state.store.job_as(&principal.user, id, access).await?)
+    let record = state.store.job_as(&principal.user, id, access).await?;
+    // A job's token reaches its own job only, not its owner's others.
+    if let trainyard_domain::identity::Via::RunToken { run_id } = &principal.via
+        && record.job.run_id.as_deref() != Some(run_id.as_str())
+    {
+        return Err(JobsError::new(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            format!("a job's token reaches its own job only, not job {id}"),
+        ));
+    }
+    Ok(record)
 }
 
 fn admin_only(principal: &Principal, what: &str) -> Result<(), JobsError> {
@@ -264,6 +275,98 @@ pub async fn show(
     }))
 }
 
+/// What one archive of a job's inputs may hold.
+const INPUT_LIMITS: trainyard_jobs::archive::Limits = trainyard_jobs::archive::Limits {
+    max_bytes: 1 << 40,
+    max_files: 10_000_000,
+};
+
+/// `GET /api/trainyard/v1/jobs/{id}/files`: what every attempt of the job
+/// starts from (its template's and project's files as at submission), as a
+/// tar archive; one without entries when it has none. Its owner may fetch
+/// it, and so may the job itself with its token (`trainyard job-files`).
+pub async fn files(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(id): Path<i64>,
+) -> Result<Response, JobsError> {
+    job_as(&state, &principal, id, Access::Read).await?;
+    Ok(tar_response(
+        state.jobs.files_dir(id),
+        format!("job-{id}-files.tar"),
+    ))
+}
+
+/// `GET /api/trainyard/v1/jobs/{id}/datasets/{name}`: a dataset the job
+/// names, as a tar archive.
+pub async fn dataset_of_job(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path((id, name)): Path<(i64, String)>,
+) -> Result<Response, JobsError> {
+    let record = job_as(&state, &principal, id, Access::Read).await?;
+    let missing = || {
+        JobsError::new(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            format!(
+                "job {id} names no dataset `{name}` (it names: {})",
+                record.job.spec.datasets.join(", ")
+            ),
+        )
+    };
+    if !record.job.spec.datasets.contains(&name) {
+        return Err(missing());
+    }
+    let upload = state.store.dataset(&name).await?.ok_or_else(missing)?;
+    Ok(tar_response(
+        state.jobs.upload_dir(&upload),
+        format!("dataset-{name}.tar"),
+    ))
+}
+
+/// A folder as a tar archive, written while it is sent (never whole in
+/// memory or on disk). An error midway cuts the body short, which the
+/// reader sees as a broken archive.
+fn tar_response(dir: std::path::PathBuf, file_name: String) -> Response {
+    /// Writes into the response body; blocks while the client is behind.
+    struct Pipe(tokio::sync::mpsc::Sender<std::io::Result<Bytes>>);
+    impl std::io::Write for Pipe {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .blocking_send(Ok(Bytes::copy_from_slice(buf)))
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::task::spawn_blocking(move || {
+        let out = std::io::BufWriter::with_capacity(256 * 1024, Pipe(tx.clone()));
+        if let Err(error) = trainyard_jobs::archive::pack(&dir, out, INPUT_LIMITS) {
+            tracing::warn!(folder = %dir.display(), %error, "could not send a job's inputs");
+            let _ = tx.blocking_send(Err(std::io::Error::other(error.to_string())));
+        }
+    });
+    let pieces = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|piece| (piece, rx))
+    });
+    let body = axum::body::Body::from_stream(pieces);
+    (
+        [
+            (header::CONTENT_TYPE, "application/x-tar".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file_name}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 /// `POST /api/trainyard/v1/jobs/{id}/cancel`
 pub async fn cancel(
     State(state): State<AppState>,
@@ -344,12 +447,13 @@ pub async fn logs(
             Vec::new(),
         ));
     }
-    let path = state.jobs.attempt_dir(id, attempt).join(shim::LOG_FILE);
     if q.download.is_some() {
-        return download(&path, id, attempt).await;
+        return download(state.jobs.clone(), id, attempt).await;
     }
     let limit = q.limit.unwrap_or(MAX_LOG_BYTES).clamp(1, MAX_LOG_BYTES);
-    let (bytes, size) = trainyard_jobs::read_from(&path, q.offset, limit)
+    let (bytes, size) = state
+        .jobs
+        .read_log(id, attempt, q.offset, limit)
         .await
         .map_err(log_error)?;
     let next = q.offset.min(size) + bytes.len() as u64;
@@ -618,12 +722,34 @@ fn log_error(e: std::io::Error) -> JobsError {
 }
 
 /// The whole log, streamed from the file, as an attachment.
-async fn download(path: &std::path::Path, id: i64, attempt: u32) -> Result<Response, JobsError> {
-    let body = match tokio::fs::File::open(path).await {
-        Ok(file) => axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => axum::body::Body::empty(),
-        Err(e) => return Err(log_error(e)),
-    };
+/// The log as it stands now, read through the executor a piece at a time.
+async fn download(
+    jobs: trainyard_jobs::Jobs,
+    id: i64,
+    attempt: u32,
+) -> Result<Response, JobsError> {
+    const PIECE: u64 = 1 << 20;
+    let (_, size) = jobs.read_log(id, attempt, 0, 0).await.map_err(log_error)?;
+    let pieces = futures::stream::unfold(0u64, move |offset| {
+        let jobs = jobs.clone();
+        async move {
+            if offset >= size {
+                return None;
+            }
+            match jobs
+                .read_log(id, attempt, offset, PIECE.min(size - offset))
+                .await
+            {
+                Ok((bytes, _)) if bytes.is_empty() => None,
+                Ok((bytes, _)) => {
+                    let next = offset + bytes.len() as u64;
+                    Some((Ok(axum::body::Bytes::from(bytes)), next))
+                }
+                Err(e) => Some((Err::<axum::body::Bytes, _>(e), size)),
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(pieces);
     let name = format!("attachment; filename=\"job-{id}-attempt-{attempt}.log\"");
     Ok((
         [
@@ -666,7 +792,6 @@ pub async fn stream_logs(
     use axum::response::sse::{Event, KeepAlive, Sse};
     let record = job_as(&state, &principal, id, Access::Read).await?;
     let attempt = record.job.attempt;
-    let path = state.jobs.attempt_dir(id, attempt).join(shim::LOG_FILE);
     let jobs = state.jobs.clone();
     // A browser that reconnects says where it got to.
     let start = headers
@@ -683,7 +808,6 @@ pub async fn stream_logs(
         (start, false, checked),
         move |(mut offset, finished, mut checked)| {
             let jobs = jobs.clone();
-            let path = path.clone();
             let credential = credential.clone();
             async move {
                 if finished {
@@ -698,7 +822,8 @@ pub async fn stream_logs(
                             .ok()?;
                         checked = std::time::Instant::now();
                     }
-                    let (bytes, _) = trainyard_jobs::read_from(&path, offset, EVENT_BYTES)
+                    let (bytes, _) = jobs
+                        .read_log(id, attempt, offset, EVENT_BYTES)
                         .await
                         .unwrap_or_default();
                     let text = complete_utf8(&bytes);
@@ -717,7 +842,8 @@ pub async fn stream_logs(
                     if ended {
                         // The last lines may have come with the end; a character
                         // cut off for good is sent as it is.
-                        let (rest, _) = trainyard_jobs::read_from(&path, offset, EVENT_BYTES)
+                        let (rest, _) = jobs
+                            .read_log(id, attempt, offset, EVENT_BYTES)
                             .await
                             .unwrap_or_default();
                         if rest.is_empty() {

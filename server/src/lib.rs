@@ -87,12 +87,13 @@ impl FromRef<AppState> for LeptosOptions {
 }
 
 impl AppState {
-    /// `gpus`: how many GPUs this machine offers jobs (see [`discover_gpus`]).
+    /// `machine`: this machine's name and how many GPUs it offers jobs
+    /// (see [`discover_gpus`]).
     pub fn new(
         config: &Config,
         listen: SocketAddr,
         store: Store,
-        gpus: u32,
+        machine: Machine,
         job_users: Option<trainyard_jobs::users::UidRange>,
         job_limits: Option<trainyard_jobs::cgroups::Hierarchy>,
     ) -> Result<AppState, ServerError> {
@@ -103,9 +104,21 @@ impl AppState {
             .site_addr(listen)
             .env(leptos::config::Env::PROD)
             .build();
+        let executor = trainyard_jobs::local::LocalExecutor::new(local_config(
+            config, listen, machine, job_users, job_limits,
+        ));
         let jobs = trainyard_jobs::Jobs::new(
             store.clone(),
-            jobs_config(config, listen, gpus, job_users, job_limits),
+            trainyard_jobs::JobsConfig {
+                root: config.data_dir.join("jobs"),
+                templates_dir: config.templates_dir.clone(),
+                uploads_root: config.data_dir.join("uploads"),
+                upload_limits: trainyard_jobs::archive::Limits {
+                    max_bytes: config.upload_max_bytes.saturating_mul(4),
+                    max_files: 100_000,
+                },
+            },
+            Arc::new(executor),
         );
         let mut auth_config = config.auth.clone();
         if !auth_config.public_url_set {
@@ -148,35 +161,38 @@ impl AppState {
     }
 }
 
+/// This machine as the local executor's node.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    pub name: String,
+    pub gpus: u32,
+}
+
 /// The local executor's setup: this machine's CPUs and memory, the GPUs
 /// it offers, and the address jobs report to.
-fn jobs_config(
+fn local_config(
     config: &Config,
     listen: SocketAddr,
-    gpus: u32,
+    machine: Machine,
     job_users: Option<trainyard_jobs::users::UidRange>,
     job_limits: Option<trainyard_jobs::cgroups::Hierarchy>,
-) -> trainyard_jobs::JobsConfig {
+) -> trainyard_jobs::local::LocalConfig {
     let mut tracking = listen;
     if tracking.ip().is_unspecified() {
         tracking.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    trainyard_jobs::JobsConfig {
+    trainyard_jobs::local::LocalConfig {
         root: config.data_dir.join("jobs"),
         shim_program: config.job_shim.clone(),
         tracking_uri: format!("http://{tracking}"),
-        gpus,
+        node: machine.name,
+        gpus: machine.gpus,
         cpu_millis: cpus * 1000,
         memory_mib: memory_mib().unwrap_or(4096),
         stop_grace_secs: config.job_stop_grace_secs,
-        templates_dir: config.templates_dir.clone(),
         venv_root: config.venv_dir.clone(),
         uploads_root: config.data_dir.join("uploads"),
-        upload_limits: trainyard_jobs::archive::Limits {
-            max_bytes: config.upload_max_bytes.saturating_mul(4),
-            max_files: 100_000,
-        },
         job_users,
         job_limits,
     }
@@ -239,6 +255,11 @@ pub fn router(state: AppState) -> Router {
                     axum::routing::post(jobs_api::retry),
                 )
                 .route("/api/trainyard/v1/jobs/{id}/logs", get(jobs_api::logs))
+                .route("/api/trainyard/v1/jobs/{id}/files", get(jobs_api::files))
+                .route(
+                    "/api/trainyard/v1/jobs/{id}/datasets/{name}",
+                    get(jobs_api::dataset_of_job),
+                )
                 .route(
                     "/api/trainyard/v1/jobs/{id}/logs/stream",
                     get(jobs_api::stream_logs),
@@ -320,7 +341,7 @@ pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
 
 /// Finds this machine's GPUs (NVML, or `simulated_gpus` without a driver),
 /// records them as its node, and returns how many jobs may use.
-pub async fn discover_gpus(config: &Config, store: &Store) -> Result<u32, ServerError> {
+pub async fn discover_gpus(config: &Config, store: &Store) -> Result<Machine, ServerError> {
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .ok()
@@ -362,7 +383,10 @@ pub async fn discover_gpus(config: &Config, store: &Store) -> Result<u32, Server
         })
         .collect();
     store.register_node(&node, &gpus).await?;
-    Ok(gpus.len() as u32)
+    Ok(Machine {
+        name: node,
+        gpus: gpus.len() as u32,
+    })
 }
 
 /// Brings the catalog in line with the template files. A template that is
@@ -405,7 +429,7 @@ impl Server {
         }
         let job_limits = job_limits::decide(config, job_users)?;
         sync_templates(config, &store).await?;
-        let gpus = discover_gpus(config, &store).await?;
+        let machine = discover_gpus(config, &store).await?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -423,10 +447,10 @@ impl Server {
         Ok(Server {
             signals: ShutdownSignals::install()?,
             state: {
-                let state = AppState::new(config, local, store, gpus, job_users, job_limits)?;
+                let state = AppState::new(config, local, store, machine, job_users, job_limits)?;
                 state
                     .jobs
-                    .prepare_folders()
+                    .prepare()
                     .await
                     .map_err(|e| config::ConfigError(format!("job_uids: {e}")))?;
                 state

@@ -1,6 +1,7 @@
 //! The `trainyard` command: `serve` (the default), `migrate` and `version`;
 //! the job commands (`submit`, `jobs`, `logs`, `cancel`, `upload-dataset`)
-//! that talk to a server; and the hidden `job-shim` the server starts for
+//! that talk to a server; `job-files`, which fetches what a job starts from
+//! with its token; and the hidden `job-shim` the server starts for
 //! each job.
 
 use std::path::PathBuf;
@@ -84,6 +85,23 @@ enum Command {
         archive: PathBuf,
         #[command(flatten)]
         remote: RemoteArgs,
+    },
+    /// Fetch what a job starts from into a folder, with the job's own token:
+    /// its files, and each dataset it names under data/<name> (what a
+    /// Kubernetes pod's init container runs).
+    JobFiles {
+        /// An empty or new folder.
+        #[arg(long, value_name = "DIR")]
+        into: PathBuf,
+        /// The job
+        #[arg(long, env = "TRAINYARD_JOB_ID")]
+        job: i64,
+        /// The Trainyard server, as the job reaches it
+        #[arg(long, env = "MLFLOW_TRACKING_URI")]
+        server: String,
+        /// The job's token
+        #[arg(long, env = "MLFLOW_TRACKING_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Supervise one job (started by the server, not by hand).
     #[command(hide = true)]
@@ -209,6 +227,18 @@ fn run_client(command: &Command) -> Option<ExitCode> {
                 archive,
                 remote,
             } => cli::upload_dataset(&remote.remote(), name, archive).await,
+            Command::JobFiles {
+                into,
+                job,
+                server,
+                token,
+            } => {
+                let remote = cli::Remote {
+                    server: server.clone(),
+                    token: token.clone().filter(|t| !t.is_empty()),
+                };
+                cli::job_files(&remote, *job, into).await
+            }
             _ => return None,
         })
     })?;

@@ -412,7 +412,9 @@ async fn a_restarted_server_finds_its_running_jobs_again() {
         let store = trainyard_store::Store::connect(&db.url, 1).await.unwrap();
         let record = store.get_job(lost).await.unwrap();
         store.close().await.unwrap();
-        record.pid.unwrap()
+        // The local executor's handle: the shim's `pid:start`.
+        let handle = record.handle.unwrap();
+        handle.split(':').next().unwrap().parse::<i32>().unwrap()
     };
     assert!(running["job"]["state"] == "RUNNING");
     let shim_stat = std::fs::read_to_string(format!("/proc/{shim_pid}/stat")).unwrap();
@@ -616,6 +618,118 @@ async fn a_job_runs_its_uploaded_project_with_a_dataset() {
         .map(|f| f["field"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(fields, ["project", "datasets.0"]);
+}
+
+/// `trainyard job-files`, as a Kubernetes pod's init container runs it:
+/// a process with the job's own token fetches the job's files and
+/// datasets from the server, and that token reaches no other job.
+#[tokio::test]
+async fn a_job_fetches_what_it_starts_from_with_its_own_token() {
+    let server = TestServer::start().await;
+    let project = tar_gz(&[("run.sh", "echo run\n"), ("src/message.txt", "hello")]);
+    let answer = upload(&server, "kind=project&name=project.tar.gz", &project).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let project_id = answer.json()["upload"]["id"].as_str().unwrap().to_owned();
+    let dataset = tar_gz(&[("numbers.txt", "1 2 3"), ("more/deep.txt", "deep")]);
+    let answer = upload(&server, "kind=dataset&name=digits", &dataset).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let id = submit(
+        &server,
+        json!({"name": "fetched", "command": "sleep 60", "project": project_id,
+               "datasets": ["digits"], "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    let other = submit(
+        &server,
+        json!({"name": "another", "command": "sleep 60", "project": project_id,
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    wait_for(&server, id, "RUNNING").await;
+    // The token the job was given.
+    let launch: Value = serde_json::from_slice(
+        &std::fs::read(
+            server
+                .data_dir
+                .path()
+                .join(format!("jobs/{id}/0/launch.json")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let token = launch["env"]["MLFLOW_TRACKING_TOKEN"].as_str().unwrap();
+    let fetch = |job: i64, into: &std::path::Path| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+            .args(["job-files", "--into"])
+            .arg(into)
+            .env_clear()
+            .env("MLFLOW_TRACKING_URI", format!("http://{}", server.addr))
+            .env("MLFLOW_TRACKING_TOKEN", token)
+            .env("TRAINYARD_JOB_ID", job.to_string())
+            .output()
+    };
+    let work = tempfile::tempdir().unwrap();
+    let into = work.path().join("work");
+    let out = fetch(id, &into).await.unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    let read = |path: &str| std::fs::read_to_string(into.join(path)).unwrap();
+    assert_eq!(read("run.sh"), "echo run\n");
+    assert_eq!(read("src/message.txt"), "hello");
+    assert_eq!(read("data/digits/numbers.txt"), "1 2 3");
+    assert_eq!(read("data/digits/more/deep.txt"), "deep");
+    let mut names: Vec<String> = std::fs::read_dir(&into)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["data", "run.sh", "src"], "nothing left behind");
+    assert!(said.contains("dataset digits: 2 files, 9 B"), "{said}");
+
+    // A folder that holds something is refused, and left as it was.
+    let out = fetch(id, &into).await.unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not empty"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Its token reaches its own job only, even one of the same owner.
+    let out = fetch(other, &work.path().join("other")).await.unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("reaches its own job only"), "{said}");
+    // And nothing else of the jobs API.
+    let denied = request(
+        server.addr,
+        "GET",
+        &format!("/api/trainyard/v1/jobs/{id}/logs"),
+        &[("Authorization", &format!("Bearer {token}"))],
+        b"",
+    )
+    .await;
+    assert_eq!(denied.status, 403, "{}", denied.body);
+
+    // Its owner may fetch the files too; a dataset the job does not name
+    // is not reachable through it.
+    let files = server
+        .get(&format!("/api/trainyard/v1/jobs/{id}/files"))
+        .await;
+    assert_eq!(files.status, 200);
+    assert_eq!(files.header("content-type"), Some("application/x-tar"));
+    let missing = server
+        .get(&format!("/api/trainyard/v1/jobs/{other}/datasets/digits"))
+        .await;
+    assert_eq!(missing.status, 404, "{}", missing.body);
+    for job in [id, other] {
+        post_json(
+            server.addr,
+            &format!("/api/trainyard/v1/jobs/{job}/cancel"),
+            &json!({}),
+        )
+        .await;
+    }
+    wait_for(&server, id, "CANCELLED").await;
 }
 
 #[tokio::test]

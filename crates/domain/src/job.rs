@@ -184,6 +184,10 @@ pub struct Job {
     pub attempt: u32,
     /// The GPUs it holds while it runs (`CUDA_VISIBLE_DEVICES`).
     pub gpu_indices: Vec<u32>,
+    /// The node its attempt was placed on, by name, from its start on
+    /// (kept after it ends).
+    #[serde(default)]
+    pub node: Option<String>,
     pub exit_code: Option<i32>,
     /// 1-based place in the queue while QUEUED.
     pub queue_position: Option<u32>,

@@ -170,12 +170,13 @@ impl Writer<'_> {
             Err(e) => return Err(e.into()),
         };
         let room = self.limits.max_bytes - self.done.bytes;
-        let written = std::io::copy(&mut data.take(room + 1), &mut file).map_err(|e| {
-            ArchiveError::Refused(format!(
-                "`{}` could not be unpacked: {e} (is the archive complete?)",
-                rel.display()
-            ))
-        })?;
+        let written =
+            std::io::copy(&mut data.take(room.saturating_add(1)), &mut file).map_err(|e| {
+                ArchiveError::Refused(format!(
+                    "`{}` could not be unpacked: {e} (is the archive complete?)",
+                    rel.display()
+                ))
+            })?;
         if written > room {
             return refuse(format!(
                 "the archive unpacks to more than {} bytes",
@@ -271,6 +272,76 @@ fn unzip(path: &Path, writer: &mut Writer<'_>) -> Result<(), ArchiveError> {
             writer.dir(&rel)?;
         } else {
             writer.file(&rel, mode & 0o100 != 0, &mut entry)?;
+        }
+    }
+    Ok(())
+}
+
+/// Most folder levels [`pack`] goes down.
+const PACK_MAX_DEPTH: usize = 128;
+
+/// Writes the folder `dir` as a tar archive: its folders and regular files,
+/// never what a link points to (links and special files are left out), at
+/// most `limits` of files and bytes (Err past them). A folder that does not
+/// exist packs as an empty archive (its root entry alone).
+pub fn pack(
+    dir: &Path,
+    out: impl std::io::Write,
+    limits: Limits,
+) -> Result<Extracted, ArchiveError> {
+    let mut builder = tar::Builder::new(out);
+    builder.follow_symlinks(false);
+    let mut root = tar::Header::new_ustar();
+    root.set_entry_type(tar::EntryType::Directory);
+    root.set_mode(0o755);
+    root.set_size(0);
+    builder.append_data(&mut root, ".", std::io::empty())?;
+    let mut done = Extracted { files: 0, bytes: 0 };
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
+        pack_folder(&mut builder, dir, Path::new(""), 0, limits, &mut done)?;
+    }
+    builder.into_inner()?.flush()?;
+    Ok(done)
+}
+
+fn pack_folder<W: std::io::Write>(
+    builder: &mut tar::Builder<W>,
+    dir: &Path,
+    rel: &Path,
+    depth: usize,
+    limits: Limits,
+    done: &mut Extracted,
+) -> Result<(), ArchiveError> {
+    if depth >= PACK_MAX_DEPTH {
+        return refuse(format!(
+            "`{}` is more than {PACK_MAX_DEPTH} folders deep",
+            rel.display()
+        ));
+    }
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let kind = entry.file_type()?;
+        let name = rel.join(entry.file_name());
+        if kind.is_dir() {
+            done.files += 1;
+            builder.append_dir(&name, entry.path())?;
+            pack_folder(builder, &entry.path(), &name, depth + 1, limits, done)?;
+        } else if kind.is_file() {
+            let mut file = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(entry.path())?;
+            let size = file.metadata()?.len();
+            done.files += 1;
+            done.bytes += size;
+            if done.files > limits.max_files || done.bytes > limits.max_bytes {
+                return refuse(format!(
+                    "more than {} files or {} bytes to send",
+                    limits.max_files, limits.max_bytes
+                ));
+            }
+            builder.append_file(&name, &mut file)?;
         }
     }
     Ok(())
@@ -476,5 +547,57 @@ mod tests {
             .collect();
         let (result, _dir) = unpack(&tar_gz(&entries));
         assert!(refused(result).contains("more than 100 files and folders"));
+    }
+
+    #[test]
+    fn a_packed_folder_unpacks_the_same_without_its_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("source");
+        std::fs::create_dir_all(source.join("pkg/deep")).unwrap();
+        std::fs::write(source.join("train.py"), "print('hi')\n").unwrap();
+        std::fs::write(source.join("pkg/deep/data.bin"), vec![7u8; 100_000]).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", source.join("passwd")).unwrap();
+        let archive = dir.path().join("out.tar");
+        let limits = Limits {
+            max_bytes: 1 << 20,
+            max_files: 100,
+        };
+        let packed = pack(&source, File::create(&archive).unwrap(), limits).unwrap();
+        assert_eq!(packed.bytes, 100_000 + 12);
+        let into = dir.path().join("into");
+        extract(&archive, &into, limits).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(into.join("train.py")).unwrap(),
+            "print('hi')\n"
+        );
+        assert_eq!(
+            std::fs::read(into.join("pkg/deep/data.bin")).unwrap().len(),
+            100_000
+        );
+        assert!(std::fs::symlink_metadata(into.join("passwd")).is_err());
+        // Limits at the top of their range are no limits, not an overflow.
+        let unbounded = Limits {
+            max_bytes: u64::MAX,
+            max_files: u64::MAX,
+        };
+        let into = dir.path().join("unbounded");
+        assert_eq!(extract(&archive, &into, unbounded).unwrap().bytes, 100_012);
+
+        // Past its limits it stops; a missing folder is an empty archive.
+        let small = Limits {
+            max_bytes: 1000,
+            max_files: 100,
+        };
+        assert!(pack(&source, std::io::sink(), small).is_err());
+        let empty = dir.path().join("empty.tar");
+        pack(
+            &dir.path().join("none"),
+            File::create(&empty).unwrap(),
+            limits,
+        )
+        .unwrap();
+        let into = dir.path().join("empty");
+        assert_eq!(extract(&empty, &into, limits).unwrap().files, 0);
+        assert_eq!(std::fs::read_dir(&into).unwrap().count(), 0);
     }
 }

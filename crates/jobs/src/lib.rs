@@ -1,16 +1,19 @@
-//! Jobs on one machine: submission (a spec becomes a queued job with its
-//! tracking run), and the supervisor loop that schedules queued jobs with the
-//! scheduler crate, starts them under a shim, stops them when cancelled, and
-//! records how they ended, retrying per their policy.
+//! Jobs: submission (a spec becomes a queued job with its tracking run),
+//! and the supervisor that places queued jobs with the scheduler crate,
+//! has an executor ([`executor::Executor`]) start and stop them, and
+//! records how they ended, retrying per their policy. The local executor
+//! ([`local`]) runs them on this machine under a shim.
 
 pub mod archive;
 pub mod cgroups;
+pub mod executor;
+pub mod local;
 pub mod shim;
 pub mod templates;
 pub mod tree;
 pub mod users;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,7 +24,7 @@ use trainyard_domain::{FieldError, JobState};
 use trainyard_scheduler as sched;
 use trainyard_store::{JobChange, JobRecord, NewJob, NewRun, Store, StoreError, now_millis};
 
-use shim::{EndReason, Exit};
+use executor::{Attempt, EndReason, Ending, Executor, Observation, Started};
 
 /// A spec that could not be read.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,35 +79,19 @@ fn parse_document<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// How the local executor is set up.
+/// Where the job service keeps what jobs start from.
 #[derive(Debug, Clone)]
 pub struct JobsConfig {
-    /// `<data_dir>/jobs`: one folder per job and attempt.
+    /// `<data_dir>/jobs`: one folder per job (`<id>/files`) and attempt
+    /// (`<id>/<attempt>`, the executor's).
     pub root: PathBuf,
-    /// The program run as `PROGRAM job-shim DIR` (this server's binary).
-    pub shim_program: PathBuf,
-    /// What jobs get as `MLFLOW_TRACKING_URI`.
-    pub tracking_uri: String,
-    /// What this machine offers.
-    pub gpus: u32,
-    pub cpu_millis: u32,
-    pub memory_mib: u64,
-    pub stop_grace_secs: u64,
     /// The shipped templates: `<dir>/<slug>/template.yaml` and their files.
     pub templates_dir: PathBuf,
-    /// Cached Python environments, one per distinct requirements.txt.
-    pub venv_root: PathBuf,
     /// Unpacked project archives (`<dir>/<id>`) and datasets
     /// (`<dir>/datasets/<id>`).
     pub uploads_root: PathBuf,
     /// What one upload may unpack to.
     pub upload_limits: archive::Limits,
-    /// The uids jobs run as, one per running job; None: as the server's
-    /// own user. Set only where the server may switch users (root).
-    pub job_users: Option<users::UidRange>,
-    /// Where each job's control group is made, which holds it to the CPUs
-    /// and memory it asked for; None: not enforced.
-    pub job_limits: Option<cgroups::Hierarchy>,
 }
 
 /// Why an upload was refused.
@@ -137,13 +124,12 @@ pub struct Jobs {
 struct Inner {
     store: Store,
     config: JobsConfig,
+    executor: Arc<dyn Executor>,
     wake: tokio::sync::Notify,
     /// Queue positions last written, so a cycle writes only changes.
     positions: Mutex<HashMap<i64, (u32, String)>>,
 }
 
-/// The only node of the local executor.
-const LOCAL_NODE: sched::NodeId = 0;
 /// Until teams exist, every job belongs to one team without a quota, so a
 /// waiting job's reason is the room it lacks.
 const LOCAL_TEAM: sched::TeamId = 0;
@@ -151,11 +137,12 @@ const LOCAL_TEAM: sched::TeamId = 0;
 const TICK: Duration = Duration::from_millis(500);
 
 impl Jobs {
-    pub fn new(store: Store, config: JobsConfig) -> Jobs {
+    pub fn new(store: Store, config: JobsConfig, executor: Arc<dyn Executor>) -> Jobs {
         Jobs {
             inner: Arc::new(Inner {
                 store,
                 config,
+                executor,
                 wake: tokio::sync::Notify::new(),
                 positions: Mutex::new(HashMap::new()),
             }),
@@ -166,102 +153,53 @@ impl Jobs {
         &self.inner.store
     }
 
-    /// With job users: lays out the folders jobs reach so that a job's
-    /// user may pass through to its own folder and the shared datasets and
-    /// Python environments, and read nothing else: the folders of jobs that
-    /// ended, project uploads and uploads in progress are closed (0700).
-    /// Err names a folder on the way that other users cannot pass through.
-    pub async fn prepare_folders(&self) -> Result<(), String> {
-        if self.inner.config.job_users.is_none() {
-            return Ok(());
-        }
-        let active: HashSet<String> = self
+    /// The executor that runs the attempts.
+    pub fn executor(&self) -> &Arc<dyn Executor> {
+        &self.inner.executor
+    }
+
+    /// Has the executor make ready what it needs, once, at the start.
+    pub async fn prepare(&self) -> Result<(), String> {
+        let active = self
             .store()
             .active_jobs()
             .await
-            .map_err(|e| e.to_string())?
-            .iter()
-            .map(|r| r.job.id.to_string())
-            .collect();
-        let config = self.inner.config.clone();
-        tokio::task::spawn_blocking(move || {
-            let datasets = config.uploads_root.join("datasets");
-            for (folder, mode) in [
-                (&config.root, 0o711),
-                (&config.uploads_root, 0o711),
-                (&datasets, 0o711),
-                (&config.venv_root, 0o711),
-            ] {
-                std::fs::create_dir_all(folder)
-                    .and_then(|()| users::set_mode(folder, mode))
-                    .map_err(|e| format!("{}: {e}", folder.display()))?;
-                users::check_reachable(folder)?;
-            }
-            let close_all_but = |folder: &Path, keep: &dyn Fn(&str) -> bool| {
-                let entries =
-                    std::fs::read_dir(folder).map_err(|e| format!("{}: {e}", folder.display()))?;
-                for entry in entries.flatten() {
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    if !keep(&name) && entry.file_type().is_ok_and(|t| t.is_dir()) {
-                        users::set_mode(&entry.path(), 0o700)
-                            .map_err(|e| format!("{}: {e}", entry.path().display()))?;
-                    }
-                }
-                Ok::<_, String>(())
-            };
-            close_all_but(&config.root, &|name| active.contains(name))?;
-            close_all_but(&config.uploads_root, &|name| name == "datasets")?;
-            Ok(())
-        })
-        .await
-        .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        self.inner.executor.prepare(&active).await
+    }
+
+    /// Up to `limit` bytes of an attempt's log from `offset`, and the
+    /// log's size.
+    pub async fn read_log(
+        &self,
+        id: i64,
+        attempt: u32,
+        offset: u64,
+        limit: u64,
+    ) -> std::io::Result<(Vec<u8>, u64)> {
+        self.inner
+            .executor
+            .read_log(id, attempt, offset, limit)
+            .await
+    }
+
+    /// The last `max` bytes of an attempt's log as text, and its size.
+    pub async fn log_tail(
+        &self,
+        id: i64,
+        attempt: u32,
+        max: u64,
+    ) -> std::io::Result<(String, u64)> {
+        self.inner.executor.log_tail(id, attempt, max).await
     }
 
     pub fn config(&self) -> &JobsConfig {
         &self.inner.config
     }
 
-    fn node(&self) -> sched::Node {
-        let c = &self.inner.config;
-        sched::Node {
-            id: LOCAL_NODE,
-            name: "local".to_owned(),
-            gpus: c.gpus,
-            cpu_millis: c.cpu_millis,
-            memory_mib: c.memory_mib,
-            schedulable: true,
-        }
-    }
-
     /// The folder of a job: its files and its attempts.
     fn job_dir(&self, id: i64) -> PathBuf {
         self.inner.config.root.join(id.to_string())
-    }
-
-    /// The control group of a job's attempt, when limits are enforced. Its
-    /// name holds a hash of the jobs folder: servers that share a machine
-    /// (and so a parent group) never share a job's group.
-    fn job_group(&self, job: &trainyard_domain::job::Job) -> Option<cgroups::JobGroup> {
-        use sha2::{Digest, Sha256};
-        let hierarchy = self.inner.config.job_limits.clone()?;
-        let root = std::path::absolute(&self.inner.config.root)
-            .unwrap_or_else(|_| self.inner.config.root.clone());
-        let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
-        let instance: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-        Some(cgroups::JobGroup {
-            hierarchy,
-            name: cgroups::group_name(&instance, job.id, job.attempt),
-            limits: cgroups::Limits {
-                memory_bytes: job.memory_mib.saturating_mul(1 << 20),
-                cpu_millis: job.cpu_millis,
-                tasks: cgroups::TASKS_MAX,
-            },
-        })
-    }
-
-    /// The folder of one attempt of a job.
-    pub fn attempt_dir(&self, id: i64, attempt: u32) -> PathBuf {
-        self.job_dir(id).join(attempt.to_string())
     }
 
     /// Makes the supervisor look now (after a submit, a cancel, an exit).
@@ -341,7 +279,7 @@ impl Jobs {
         }
         let mut checked = effective.check().map_err(SubmitError::Invalid)?;
         checked.spec.template = template.as_ref().map(|t| t.slug.clone());
-        self.admit(&checked).map_err(SubmitError::Invalid)?;
+        self.admit(&checked).await.map_err(SubmitError::Invalid)?;
         let store = self.store();
         let experiment_name = checked
             .spec
@@ -662,41 +600,52 @@ impl Jobs {
         result
     }
 
-    /// A spec that could never run here is refused now, not queued forever.
-    fn admit(&self, checked: &CheckedJob) -> Result<(), Vec<FieldError>> {
+    /// A spec that could never run here is refused now, not queued
+    /// forever. An executor that cannot tell its capacity now refuses
+    /// nothing: the job waits and says why.
+    async fn admit(&self, checked: &CheckedJob) -> Result<(), Vec<FieldError>> {
+        let capacity = match self.inner.executor.capacity().await {
+            Ok(capacity) => capacity,
+            Err(error) => {
+                tracing::warn!(%error, "cannot tell the executor's capacity; the job is queued unchecked");
+                return Ok(());
+            }
+        };
         let mut errors = Vec::new();
-        let node = self.node();
         let spec = &checked.spec;
         let resources = sched::Resources {
             gpus: spec.resources().gpus,
             cpu_millis: 0,
             memory_mib: 0,
         };
-        if sched::admissible(std::slice::from_ref(&node), &resources).is_err() {
+        let (_, cpu_millis, memory_mib) = capacity.largest();
+        if sched::admissible(&capacity.nodes, &resources).is_err() {
             errors.push(FieldError::new(
                 "resources.gpus",
                 format!(
-                    "asks for {} GPU(s); this server has {} (found by NVML, or set by simulated_gpus)",
-                    spec.resources().gpus, node.gpus
+                    "asks for {} GPU(s); {}",
+                    spec.resources().gpus,
+                    capacity.gpus_said
                 ),
             ));
         }
-        if checked.cpu_millis > node.cpu_millis {
+        if checked.cpu_millis > cpu_millis {
             errors.push(FieldError::new(
                 "resources.cpus",
                 format!(
-                    "asks for {} CPUs; this machine has {}",
+                    "asks for {} CPUs; {} has {}",
                     checked.cpu_millis as f64 / 1000.0,
-                    node.cpu_millis / 1000
+                    capacity.place,
+                    cpu_millis / 1000
                 ),
             ));
         }
-        if checked.memory_mib > node.memory_mib {
+        if checked.memory_mib > memory_mib {
             errors.push(FieldError::new(
                 "resources.memory",
                 format!(
-                    "asks for {} MiB; this machine has {} MiB",
-                    checked.memory_mib, node.memory_mib
+                    "asks for {} MiB; {} has {} MiB",
+                    checked.memory_mib, capacity.place, memory_mib
                 ),
             ));
         }
@@ -840,6 +789,7 @@ impl Jobs {
             }
             tokio::select! {
                 _ = self.inner.wake.notified() => {}
+                _ = self.inner.executor.changed() => {}
                 _ = tokio::time::sleep(TICK) => {}
             }
         }
@@ -854,15 +804,36 @@ impl Jobs {
         for record in active {
             match record.job.state {
                 JobState::Queued if self.files_ready(&record.job) => queued.push(record),
-                JobState::Starting | JobState::Running if self.still_running(&record).await? => {
-                    running.push(record)
+                JobState::Starting | JobState::Running => {
+                    if let Some(record) = self.watch(record).await? {
+                        running.push(record);
+                    }
                 }
                 _ => {}
             }
         }
+        // Asked after every running attempt was looked at: what ended
+        // meanwhile is free again.
+        let capacity = match self.inner.executor.capacity().await {
+            Ok(capacity) => capacity,
+            Err(error) => {
+                // Nothing starts, nothing is lost: the next cycle asks again.
+                tracing::warn!(executor = self.inner.executor.kind(), %error, "cannot tell the executor's capacity; nothing starts until it can");
+                return Ok(());
+            }
+        };
+        let node_of: HashMap<&str, sched::NodeId> = capacity
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.id))
+            .collect();
+        let only_node = match capacity.nodes.as_slice() {
+            [node] => Some(node.id),
+            _ => None,
+        };
         let state = sched::State {
             now: now_millis(),
-            nodes: vec![self.node()],
+            nodes: capacity.nodes.clone(),
             teams: vec![sched::Team {
                 id: LOCAL_TEAM,
                 name: "local".to_owned(),
@@ -871,15 +842,23 @@ impl Jobs {
             }],
             running: running
                 .iter()
-                .map(|r| sched::RunningJob {
-                    id: r.job.id as sched::JobId,
-                    team: LOCAL_TEAM,
-                    user: 0,
-                    priority: r.job.priority,
-                    started_at: r.job.started_at.unwrap_or(0),
-                    node: LOCAL_NODE,
-                    gpus: r.job.gpu_indices.clone(),
-                    resources: resources(&r.job),
+                .filter_map(|r| {
+                    // An attempt on a node the executor no longer offers
+                    // holds nothing that could be given to another.
+                    let node = match r.job.node.as_deref() {
+                        Some(name) => node_of.get(name).copied().or(only_node),
+                        None => only_node,
+                    }?;
+                    Some(sched::RunningJob {
+                        id: r.job.id as sched::JobId,
+                        team: LOCAL_TEAM,
+                        user: 0,
+                        priority: r.job.priority,
+                        started_at: r.job.started_at.unwrap_or(0),
+                        node,
+                        gpus: r.job.gpu_indices.clone(),
+                        resources: resources(&r.job),
+                    })
                 })
                 .collect(),
             pending: queued
@@ -897,20 +876,23 @@ impl Jobs {
         };
         let decision = sched::schedule(&state, &sched::Policy::default());
         let by_id: HashMap<i64, &JobRecord> = queued.iter().map(|r| (r.job.id, r)).collect();
-        let mut taken_uids = HashSet::new();
-        if self.inner.config.job_users.is_some() && !decision.starts.is_empty() {
-            for record in &running {
-                let dir = self.attempt_dir(record.job.id, record.job.attempt);
-                if let Some(user) = job_user(&dir) {
-                    taken_uids.insert(user.uid);
-                }
-            }
-        }
+        let nodes: HashMap<sched::NodeId, &sched::Node> =
+            capacity.nodes.iter().map(|n| (n.id, n)).collect();
+        let mut slots = capacity.slots;
         for placement in &decision.starts {
-            if let Some(record) = by_id.get(&(placement.job as i64)) {
-                self.launch(record, &placement.gpus, &mut taken_uids)
-                    .await?;
+            let (Some(record), Some(node)) = (
+                by_id.get(&(placement.job as i64)),
+                nodes.get(&placement.node),
+            ) else {
+                continue;
+            };
+            if slots == Some(0) {
+                // The rest stay queued and start as running jobs end.
+                tracing::warn!(job = record.job.id, "{}", capacity.full);
+                break;
             }
+            self.launch(record, node, &placement.gpus).await?;
+            slots = slots.map(|n| n - 1);
         }
         self.write_positions(&decision.waiting).await
     }
@@ -938,34 +920,14 @@ impl Jobs {
         self.store().set_queue_positions(&changed).await
     }
 
-    /// Starts a queued job on the GPUs the scheduler chose.
-    /// `taken_uids`: the job users of running jobs; the one this job gets is added.
+    /// Starts a queued job on the node and GPUs the scheduler chose.
     async fn launch(
         &self,
         record: &JobRecord,
+        node: &sched::Node,
         gpus: &[u32],
-        taken_uids: &mut HashSet<u32>,
     ) -> Result<(), StoreError> {
         let job = &record.job;
-        let user = match self.inner.config.job_users {
-            Some(range) => match range.free(taken_uids) {
-                Some(uid) => {
-                    taken_uids.insert(uid);
-                    Some(users::JobUser::new(uid))
-                }
-                None => {
-                    // It stays queued and starts when a running job ends.
-                    tracing::warn!(
-                        job = job.id,
-                        "all {} job uids ({range}) are in use; widen job_uids to run more jobs at once",
-                        range.count()
-                    );
-                    return Ok(());
-                }
-            },
-            None => None,
-        };
-        let dir = self.attempt_dir(job.id, job.attempt);
         let now = now_millis();
         let gpu_list = gpus
             .iter()
@@ -980,13 +942,15 @@ impl Jobs {
                 JobState::Starting,
                 JobChange {
                     gpu_indices: Some(gpus.to_vec()),
+                    node: Some(Some(node.name.clone())),
+                    handle: Some(None),
                     started_at: Some(Some(now)),
                     event: Some((
                         "starting".into(),
                         if gpus.is_empty() {
-                            "placed on this machine, no GPU".to_owned()
+                            format!("placed on {}, no GPU", node.name)
                         } else {
-                            format!("placed on GPU {gpu_list}")
+                            format!("placed on {}, GPU {gpu_list}", node.name)
                         },
                     )),
                     ..Default::default()
@@ -996,94 +960,34 @@ impl Jobs {
         if !moved {
             return Ok(()); // cancelled in between
         }
-        let started = self.spawn_shim(record, &dir, gpus, now, user).await;
-        let (pid, pid_start) = match started {
-            Ok(started) => started,
+        let started = match self.attempt(record, node, gpus, now).await {
+            Ok(attempt) => self.inner.executor.start(attempt).await,
+            Err(message) => Err(message),
+        };
+        match started {
+            Ok(started) => {
+                self.mark_running(job, &started).await?;
+                tracing::info!(job = job.id, node = %node.name, gpus = %gpu_list, handle = %started.handle, "job started");
+            }
             Err(message) => {
                 tracing::warn!(job = job.id, %message, "job could not start");
                 self.finish(record, JobState::Failed, None, &message, true)
                     .await?;
-                return Ok(());
             }
-        };
-        // Admins see in the timeline whose files and processes are the job's.
-        let note = user
-            .map(|u| format!(", as uid {}", u.uid))
-            .unwrap_or_default();
-        self.mark_running(job, pid, pid_start, &note).await?;
-        tracing::info!(job = job.id, pid, gpus = %gpu_list, "job started");
-        Ok(())
-    }
-
-    /// Moves a starting job to RUNNING with its shim, and its run with it.
-    async fn mark_running(
-        &self,
-        job: &trainyard_domain::job::Job,
-        pid: i32,
-        pid_start: i64,
-        note: &str,
-    ) -> Result<(), StoreError> {
-        self.store()
-            .move_job(
-                job.id,
-                &[JobState::Starting],
-                JobState::Running,
-                JobChange {
-                    pid: Some(Some(pid)),
-                    pid_start: Some(Some(pid_start)),
-                    event: Some(("started".into(), format!("running (process {pid}{note})"))),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        if let Some(run_id) = &job.run_id
-            && let Err(error) = self
-                .store()
-                .update_run(run_id, Some("RUNNING"), None, None)
-                .await
-        {
-            tracing::warn!(job = job.id, %error, "could not mark the job's run RUNNING");
         }
         Ok(())
     }
 
-    /// Writes the launch file and starts the shim; returns its PID and start time.
-    async fn spawn_shim(
+    /// What the executor needs to start the job's current attempt.
+    async fn attempt(
         &self,
         record: &JobRecord,
-        dir: &Path,
+        node: &sched::Node,
         gpus: &[u32],
         now: i64,
-        user: Option<users::JobUser>,
-    ) -> Result<(i32, i64), String> {
+    ) -> Result<Attempt, String> {
         let job = &record.job;
-        let work = dir.join("work");
-        tokio::fs::create_dir_all(&work)
-            .await
-            .map_err(|e| format!("cannot create {}: {e}", work.display()))?;
-        if user.is_some() {
-            let files = self.files_dir(job.id);
-            if files.is_dir() {
-                // The project's files are copied into the work folder; the
-                // originals are not for other jobs passing through.
-                users::set_mode(&files, 0o700)
-                    .map_err(|e| format!("cannot close {}: {e}", files.display()))?;
-            }
-            // The job's user passes through to its own folders, and reads
-            // nothing else here: the files below are the server's (0600).
-            for folder in [&self.job_dir(job.id), dir] {
-                users::set_mode(folder, 0o711)
-                    .map_err(|e| format!("cannot open {} to the job: {e}", folder.display()))?;
-            }
-        }
-        let files = self.files_dir(job.id);
-        if files.is_dir() {
-            let to = work.clone();
-            tokio::task::spawn_blocking(move || templates::copy_tree(&files, &to))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("cannot copy the job's files into its folder: {e}"))?;
-        }
+        let mut datasets = Vec::new();
         for name in &job.spec.datasets {
             let upload = self
                 .store()
@@ -1091,13 +995,7 @@ impl Jobs {
                 .await
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| format!("the dataset `{name}` no longer exists"))?;
-            let data = work.join("data");
-            tokio::fs::create_dir_all(&data)
-                .await
-                .map_err(|e| format!("cannot create {}: {e}", data.display()))?;
-            tokio::fs::symlink(self.upload_dir(&upload), data.join(name))
-                .await
-                .map_err(|e| format!("cannot link the dataset `{name}`: {e}"))?;
+            datasets.push((name.clone(), self.upload_dir(&upload)));
         }
         let command = job
             .spec
@@ -1115,203 +1013,82 @@ impl Jobs {
             ),
             _ => None,
         };
-        let mut env = self.environment(job, gpus, token.as_deref());
-        if let Some(user) = user {
-            // A home and a temporary folder of its own: the server's are
-            // not the job's to read or write.
-            let to = work.clone();
-            let folders = [dir.join("home"), dir.join("tmp")];
-            let made = folders.clone();
-            tokio::task::spawn_blocking(move || {
-                for folder in &made {
-                    std::fs::create_dir_all(folder)?;
-                    users::set_mode(folder, 0o700)?;
-                }
-                for path in made.iter().chain([&to]) {
-                    tree::chown_tree(path, user.uid, user.gid)?;
-                }
-                users::set_mode(&to, 0o700)?;
-                Ok::<_, std::io::Error>(())
-            })
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("cannot give the job its folders: {e}"))?;
-            // Folders it cannot pass through would only fail its lookups
-            // (a root's ~/.cargo/bin, a pyenv shim): it gets the others.
-            if let Some(path) = env.get("PATH") {
-                env.insert("PATH".to_owned(), reachable_path(path));
-            }
-            let [home, tmp] = folders;
-            env.insert("HOME".to_owned(), home.display().to_string());
-            env.insert("TMPDIR".to_owned(), tmp.display().to_string());
-            for name in ["USER", "LOGNAME"] {
-                env.insert(name.to_owned(), format!("trainyard-job-{}", job.id));
-            }
-        }
-        let launch = shim::Launch {
+        let files = self.files_dir(job.id);
+        Ok(Attempt {
+            record: record.clone(),
+            node: node.name.clone(),
+            gpus: gpus.to_vec(),
             command,
-            cwd: work,
-            env,
+            env: environment(job, token.as_deref()),
+            files: files.is_dir().then_some(files),
+            datasets,
             deadline_ms: now + (job.max_runtime_secs as i64).saturating_mul(1000),
-            stop_grace_secs: self.inner.config.stop_grace_secs,
-            venv_root: Some(self.inner.config.venv_root.clone()),
-            venv_env: self.venv_env(user.is_some()),
-            user,
-            cgroup: self.job_group(job),
-        };
-        let launch_json = serde_json::to_vec_pretty(&launch).map_err(|e| e.to_string())?;
-        // It holds the job's token: the server's alone to read.
-        write_private(&dir.join(shim::LAUNCH_FILE), &launch_json)
-            .map_err(|e| format!("cannot write the launch file: {e}"))?;
-        let shim_log = private_file(&dir.join("shim.log"))
-            .map_err(|e| format!("cannot create the shim log: {e}"))?;
-        let shim_err = shim_log.try_clone().map_err(|e| e.to_string())?;
-        let mut child = tokio::process::Command::new(&self.inner.config.shim_program)
-            .arg("job-shim")
-            .arg(dir)
-            .stdin(std::process::Stdio::null())
-            .stdout(shim_log)
-            .stderr(shim_err)
-            // Nothing of the server's environment (its database URL): a job
-            // that runs as the server's user could read the shim's.
-            .env_clear()
-            // Its own group: a Ctrl-C to the server does not reach the job.
-            .process_group(0)
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot start the job shim {}: {e}",
-                    self.inner.config.shim_program.display()
-                )
-            })?;
-        let pid = child.id().ok_or("the job shim exited at once")? as i32;
-        let pid_start = shim::process_start(pid).ok_or("the job shim exited at once")?;
-        // Reap it when it ends, and look at once.
-        let jobs = self.clone();
-        tokio::spawn(async move {
-            let _ = child.wait().await;
-            jobs.wake();
-        });
-        Ok((pid, pid_start))
+        })
     }
 
-    /// The job's whole environment: a few of the server's own variables
-    /// (never its secrets), the spec's, the hyperparameters, and what
-    /// Trainyard sets.
-    fn environment(
+    /// Moves a starting job to RUNNING with its executor's handle, and its
+    /// run with it.
+    async fn mark_running(
         &self,
         job: &trainyard_domain::job::Job,
-        gpus: &[u32],
-        token: Option<&str>,
-    ) -> BTreeMap<String, String> {
-        let mut env = BTreeMap::new();
-        for name in [
-            "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "USER", "LOGNAME",
-        ] {
-            if let Ok(value) = std::env::var(name) {
-                env.insert(name.to_owned(), value);
-            }
+        started: &Started,
+    ) -> Result<(), StoreError> {
+        let moved = self
+            .store()
+            .move_job(
+                job.id,
+                &[JobState::Starting],
+                JobState::Running,
+                JobChange {
+                    handle: Some(Some(started.handle.clone())),
+                    event: Some(("started".into(), format!("running ({})", started.note))),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if moved
+            && let Some(run_id) = &job.run_id
+            && let Err(error) = self
+                .store()
+                .update_run(run_id, Some("RUNNING"), None, None)
+                .await
+        {
+            tracing::warn!(job = job.id, %error, "could not mark the job's run RUNNING");
         }
-        env.entry("PATH".to_owned())
-            .or_insert_with(|| "/usr/local/bin:/usr/bin:/bin".to_owned());
-        // Python buffers stdout in a pipe or file; live logs need it not to.
-        env.insert("PYTHONUNBUFFERED".to_owned(), "1".to_owned());
-        for (name, value) in &job.spec.env {
-            env.insert(name.clone(), value.clone());
-        }
-        for (name, value) in &job.spec.hyperparameters {
-            env.insert(hp_env_name(name), value.to_string());
-        }
-        let gpu_list = gpus
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        // An empty list hides every GPU from CUDA: a CPU job stays off them.
-        env.insert("CUDA_VISIBLE_DEVICES".to_owned(), gpu_list);
-        // The indices are NVML's, in PCI bus order; CUDA's own default
-        // order (fastest first) could name another card.
-        env.insert("CUDA_DEVICE_ORDER".to_owned(), "PCI_BUS_ID".to_owned());
-        env.insert(
-            "MLFLOW_TRACKING_URI".to_owned(),
-            self.inner.config.tracking_uri.clone(),
-        );
-        if let Some(run_id) = &job.run_id {
-            env.insert("MLFLOW_RUN_ID".to_owned(), run_id.clone());
-        }
-        if let Some(token) = token {
-            env.insert("MLFLOW_TRACKING_TOKEN".to_owned(), token.to_owned());
-        }
-        if let Some(experiment_id) = job.experiment_id {
-            env.insert("MLFLOW_EXPERIMENT_ID".to_owned(), experiment_id.to_string());
-        }
-        env.insert("TRAINYARD_JOB_ID".to_owned(), job.id.to_string());
-        env
+        Ok(())
     }
 
-    /// What an environment's build gets of the server's variables: the
-    /// server's, never the spec's, as environments are shared. HOME only
-    /// where jobs run as the server's user (a pyenv Python finds itself
-    /// through it); a job user's build gets an empty one.
-    fn venv_env(&self, job_user: bool) -> BTreeMap<String, String> {
-        let mut env = BTreeMap::new();
-        if let Ok(path) = std::env::var("PATH") {
-            let path = if job_user {
-                reachable_path(&path)
-            } else {
-                path
-            };
-            env.insert("PATH".to_owned(), path);
-        }
-        if !job_user && let Ok(home) = std::env::var("HOME") {
-            env.insert("HOME".to_owned(), home);
-        }
-        env
-    }
-
-    /// Whether a started job still runs; records its end when it does not,
-    /// and passes a cancel request on to its shim.
-    async fn still_running(&self, record: &JobRecord) -> Result<bool, StoreError> {
-        let job = &record.job;
-        let dir = self.attempt_dir(job.id, job.attempt);
-        if let Some(exit) = shim::read_exit(&dir) {
-            self.ended(record, &exit).await?;
-            return Ok(false);
-        }
-        let alive = match (record.pid, record.pid_start) {
-            (Some(pid), Some(start)) => shim::process_alive(pid, start),
-            // Starting without a recorded process: the server stopped while
-            // starting it. The shim says who it is in its folder.
-            _ => match shim::read_pid_file(&dir) {
-                Some((pid, start)) if shim::process_alive(pid, start) => {
-                    self.mark_running(job, pid, start, ", found again after a restart")
-                        .await?;
-                    return Ok(true);
+    /// Asks the executor what became of a started attempt and records it:
+    /// Some (the record as it now stands) while it runs, None once it ended.
+    /// A cancel request is passed on.
+    async fn watch(&self, record: JobRecord) -> Result<Option<JobRecord>, StoreError> {
+        match self.inner.executor.observe(&record).await {
+            Observation::Running => {
+                if record.job.cancel_requested
+                    && let Err(error) = self.inner.executor.stop(&record).await
+                {
+                    tracing::warn!(job = record.job.id, %error, "could not stop the job");
                 }
-                _ => false,
-            },
-        };
-        if !alive {
-            // It may have written its exit file just now.
-            if let Some(exit) = shim::read_exit(&dir) {
-                self.ended(record, &exit).await?;
-            } else {
-                self.lost(record).await?;
+                Ok(Some(record))
             }
-            return Ok(false);
-        }
-        if job.cancel_requested {
-            let cancel = dir.join(shim::CANCEL_FILE);
-            if !cancel.exists()
-                && let Err(error) = tokio::fs::write(&cancel, b"").await
-            {
-                tracing::warn!(job = job.id, %error, "could not pass the cancel on to the job");
+            Observation::Adopted(started) => {
+                self.mark_running(&record.job, &started).await?;
+                Ok(Some(self.store().get_job(record.job.id).await?))
+            }
+            Observation::Ended(ending) => {
+                self.ended(&record, &ending).await?;
+                Ok(None)
+            }
+            Observation::Lost(message) => {
+                tracing::warn!(job = record.job.id, %message, "job lost");
+                self.finish(&record, JobState::Lost, None, &message, true)
+                    .await?;
+                Ok(None)
             }
         }
-        Ok(true)
     }
 
-    async fn ended(&self, record: &JobRecord, exit: &Exit) -> Result<(), StoreError> {
+    async fn ended(&self, record: &JobRecord, exit: &Ending) -> Result<(), StoreError> {
         let job = &record.job;
         let code = exit.exit_code.or(exit.signal.map(|signal| 128 + signal));
         let how = match (exit.exit_code, exit.signal) {
@@ -1338,59 +1115,27 @@ impl Jobs {
                 ),
             ),
         };
-        if let Some(usage) = exit.usage {
-            let limit = trainyard_domain::format_bytes(usage.memory_limit_bytes);
-            if usage.oom_kills > 0 && state == JobState::Failed {
-                message = match exit.reason {
-                    EndReason::StartFailed => format!(
-                        "{message} (out of memory: installing its Python environment reached its limit of {limit} (resources.memory); ask for more memory)"
-                    ),
-                    EndReason::Exited => format!(
-                        "out of memory: it reached its limit of {limit} (resources.memory) and the kernel stopped it ({how}); ask for more memory or make it use less"
-                    ),
-                    EndReason::Timeout | EndReason::Cancelled => message,
-                };
-            }
-            message.push_str(&usage_summary(&usage));
+        if exit.out_of_memory && state == JobState::Failed {
+            let limit = trainyard_domain::format_bytes(
+                exit.usage
+                    .map(|u| u.memory_limit_bytes)
+                    .unwrap_or(job.memory_mib.saturating_mul(1 << 20)),
+            );
+            message = match exit.reason {
+                EndReason::StartFailed => format!(
+                    "{message} (out of memory: installing its Python environment reached its limit of {limit} (resources.memory); ask for more memory)"
+                ),
+                EndReason::Exited => format!(
+                    "out of memory: it reached its limit of {limit} (resources.memory) and the kernel stopped it ({how}); ask for more memory or make it use less"
+                ),
+                EndReason::Timeout | EndReason::Cancelled => message,
+            };
+        }
+        if let Some(usage) = &exit.usage {
+            message.push_str(&usage_summary(usage));
         }
         tracing::info!(job = job.id, state = %state, %message, "job ended");
         self.finish(record, state, code, &message, true).await
-    }
-
-    async fn lost(&self, record: &JobRecord) -> Result<(), StoreError> {
-        tracing::warn!(
-            job = record.job.id,
-            "job lost: its shim is gone without an exit record"
-        );
-        // What the shim would have done at the end.
-        let dir = self.attempt_dir(record.job.id, record.job.attempt);
-        let launch = read_launch(&dir);
-        if let Some(spec) = launch.as_ref().and_then(|l| l.cgroup.as_ref()) {
-            let group = cgroups::Group::existing(spec);
-            if let Ok(Err(error)) = tokio::task::spawn_blocking(move || group.remove()).await {
-                tracing::warn!(job = record.job.id, %error, "could not remove the lost job's control group");
-            }
-        }
-        if let Some(user) = launch.and_then(|l| l.user) {
-            let closed = tokio::task::spawn_blocking(move || {
-                users::kill_all(user.uid)?;
-                users::remove_left_behind(user.uid);
-                users::remove_ipc_of(user.uid);
-                users::set_mode(&dir, 0o700)
-            })
-            .await;
-            if let Ok(Err(error)) = closed {
-                tracing::warn!(job = record.job.id, %error, "could not clean up after the lost job");
-            }
-        }
-        self.finish(
-            record,
-            JobState::Lost,
-            None,
-            "lost: its supervising process is gone and left no exit record",
-            true,
-        )
-        .await
     }
 
     /// Records the end of an attempt, and queues the next one when the
@@ -1444,8 +1189,8 @@ impl Jobs {
                     JobState::Queued,
                     JobChange {
                         gpu_indices: Some(Vec::new()),
-                        pid: Some(None),
-                        pid_start: Some(None),
+                        handle: Some(None),
+                        node: Some(None),
                         exit_code: Some(exit_code),
                         started_at: Some(None),
                         queued_at: Some(now_millis()),
@@ -1465,15 +1210,7 @@ impl Jobs {
                 .await?;
             return Ok(());
         }
-        if self.inner.config.job_users.is_some() {
-            // Ended for good: no job user passes through its folder again.
-            let folder = self.job_dir(job.id);
-            if let Err(error) = users::set_mode(&folder, 0o700)
-                && error.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(job = job.id, %error, "could not close the job's folder");
-            }
-        }
+        self.inner.executor.retire(record).await;
         self.store()
             .move_job(
                 job.id,
@@ -1526,24 +1263,6 @@ fn usage_summary(usage: &cgroups::Usage) -> String {
     }
 }
 
-/// The folders of a PATH that a job's user can pass through.
-fn reachable_path(path: &str) -> String {
-    path.split(':')
-        .filter(|d| !d.is_empty() && users::check_reachable(Path::new(d)).is_ok())
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-fn read_launch(dir: &Path) -> Option<shim::Launch> {
-    let text = std::fs::read(dir.join(shim::LAUNCH_FILE)).ok()?;
-    serde_json::from_slice::<shim::Launch>(&text).ok()
-}
-
-/// Who the job of an attempt folder runs as, from its launch file.
-fn job_user(dir: &Path) -> Option<users::JobUser> {
-    read_launch(dir)?.user
-}
-
 /// Makes `path` and whatever is missing on the way to it closed (0700)
 /// from their creation on: a job's folder and files are its owner's
 /// project (secrets among them) while it waits, and other jobs' users pass
@@ -1558,7 +1277,7 @@ fn private_folder(path: &Path) -> std::io::Result<()> {
 }
 
 /// A new file that only its owner may read, from its creation on.
-fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+pub(crate) fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)
@@ -1568,7 +1287,7 @@ fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut file = private_file(path)?;
     file.write_all(bytes)?;
@@ -1598,6 +1317,31 @@ fn set_modes(dir: &Path, file: u32, folder: u32) -> std::io::Result<()> {
         }
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(folder))
+}
+
+/// Trainyard's variables for a job: the spec's, the hyperparameters'
+/// (`HP_*`), its run and the run's token. The executor adds its own.
+fn environment(job: &trainyard_domain::job::Job, token: Option<&str>) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    // Python buffers stdout in a pipe or file; live logs need it not to.
+    env.insert("PYTHONUNBUFFERED".to_owned(), "1".to_owned());
+    for (name, value) in &job.spec.env {
+        env.insert(name.clone(), value.clone());
+    }
+    for (name, value) in &job.spec.hyperparameters {
+        env.insert(hp_env_name(name), value.to_string());
+    }
+    if let Some(run_id) = &job.run_id {
+        env.insert("MLFLOW_RUN_ID".to_owned(), run_id.clone());
+    }
+    if let Some(token) = token {
+        env.insert("MLFLOW_TRACKING_TOKEN".to_owned(), token.to_owned());
+    }
+    if let Some(experiment_id) = job.experiment_id {
+        env.insert("MLFLOW_EXPERIMENT_ID".to_owned(), experiment_id.to_string());
+    }
+    env.insert("TRAINYARD_JOB_ID".to_owned(), job.id.to_string());
+    env
 }
 
 fn resources(job: &trainyard_domain::job::Job) -> sched::Resources {
@@ -1659,47 +1403,8 @@ fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', "'\\''"))
 }
 
-/// The last `max` bytes of a log (from a line start where one is near) as
-/// text, and the log's size. A log not yet written reads as empty.
-pub async fn read_tail(path: &Path, max: u64) -> std::io::Result<(String, u64)> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let mut file = match tokio::fs::File::open(path).await {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((String::new(), 0)),
-        Err(e) => return Err(e),
-    };
-    let size = file.metadata().await?.len();
-    let start = size.saturating_sub(max);
-    file.seek(std::io::SeekFrom::Start(start)).await?;
-    let mut bytes = Vec::with_capacity((size - start) as usize);
-    file.take(size - start).read_to_end(&mut bytes).await?;
-    let mut text = &bytes[..];
-    if start > 0
-        && let Some(newline) = text.iter().position(|b| *b == b'\n')
-    {
-        text = &text[newline + 1..];
-    }
-    Ok((String::from_utf8_lossy(text).into_owned(), size))
-}
-
-/// Up to `limit` bytes of a log from `offset`, and the log's size.
-pub async fn read_from(path: &Path, offset: u64, limit: u64) -> std::io::Result<(Vec<u8>, u64)> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let mut file = match tokio::fs::File::open(path).await {
-        Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(e) => return Err(e),
-    };
-    let size = file.metadata().await?.len();
-    if offset >= size {
-        return Ok((Vec::new(), size));
-    }
-    file.seek(std::io::SeekFrom::Start(offset)).await?;
-    let want = (size - offset).min(limit);
-    let mut bytes = Vec::with_capacity(want as usize);
-    file.take(want).read_to_end(&mut bytes).await?;
-    Ok((bytes, size))
-}
+#[cfg(test)]
+mod supervisor_tests;
 
 #[cfg(test)]
 mod tests {

@@ -34,18 +34,17 @@ pub enum JobsOf {
     UserOrTeams(i64, Vec<i64>),
 }
 
-/// A job with what only the server needs: who owns it and the process
-/// that supervises it while it runs.
+/// A job with what only the server needs: who owns it and the executor's
+/// handle of its running attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
     pub job: Job,
     pub owner_id: Option<i64>,
     pub team_id: Option<i64>,
     pub node_id: Option<i64>,
-    pub pid: Option<i32>,
-    /// The supervising process's start time (clock ticks after boot), so a
-    /// reused PID is never mistaken for it.
-    pub pid_start: Option<i64>,
+    /// What the executor knows its running attempt by (its own format: the
+    /// local executor's supervising process, a Kubernetes Job's name).
+    pub handle: Option<String>,
 }
 
 impl JobRecord {
@@ -80,8 +79,9 @@ impl JobsOf {
 pub struct JobChange {
     pub gpu_indices: Option<Vec<u32>>,
     pub node_id: Option<Option<i64>>,
-    pub pid: Option<Option<i32>>,
-    pub pid_start: Option<Option<i64>>,
+    pub handle: Option<Option<String>>,
+    /// The node the attempt runs on, by name.
+    pub node: Option<Option<String>>,
     pub exit_code: Option<Option<i32>>,
     pub started_at: Option<Option<i64>>,
     pub finished_at: Option<Option<i64>>,
@@ -128,6 +128,7 @@ fn record(m: job::Model) -> Result<JobRecord, StoreError> {
             retries: m.retries.max(0) as u32,
             attempt: m.attempt.max(0) as u32,
             gpu_indices: gpu_list(m.gpu_indices.as_deref()),
+            node: m.node,
             exit_code: m.exit_code,
             queue_position: m.queue_position.map(|p| p.max(0) as u32),
             pending_reason: m.pending_reason,
@@ -141,8 +142,7 @@ fn record(m: job::Model) -> Result<JobRecord, StoreError> {
         owner_id: m.owner_id,
         team_id: m.team_id,
         node_id: m.node_id,
-        pid: m.pid,
-        pid_start: m.pid_start,
+        handle: m.handle,
     })
 }
 
@@ -180,8 +180,8 @@ impl Store {
             max_runtime_secs: Set(new.max_runtime_secs as i64),
             retries: Set(new.spec.retries as i32),
             gpu_indices: Set(None),
-            pid: Set(None),
-            pid_start: Set(None),
+            handle: Set(None),
+            node: Set(None),
             queue_position: Set(None),
             pending_reason: Set(None),
             cancel_requested: Set(false),
@@ -325,11 +325,11 @@ impl Store {
         if let Some(v) = change.node_id {
             update = update.col_expr(job::Column::NodeId, Expr::value(v));
         }
-        if let Some(v) = change.pid {
-            update = update.col_expr(job::Column::Pid, Expr::value(v));
+        if let Some(v) = change.handle {
+            update = update.col_expr(job::Column::Handle, Expr::value(v));
         }
-        if let Some(v) = change.pid_start {
-            update = update.col_expr(job::Column::PidStart, Expr::value(v));
+        if let Some(v) = change.node {
+            update = update.col_expr(job::Column::Node, Expr::value(v));
         }
         if let Some(v) = change.exit_code {
             update = update.col_expr(job::Column::ExitCode, Expr::value(v));

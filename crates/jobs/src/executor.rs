@@ -1,0 +1,156 @@
+//! The executor port: what the supervisor ([`crate::Jobs`]) asks of
+//! whatever runs the attempts of jobs, on this machine ([`crate::local`])
+//! or elsewhere.
+//!
+//! The supervisor alone decides (placement, through the scheduler) and
+//! records (states, exits, retries, the timeline, queue positions). An
+//! executor offers capacity, starts an attempt where it was placed, tells
+//! what became of it without recording anything, stops it, and serves its
+//! log. The handle of a running attempt is the executor's own, stored by
+//! the supervisor as it is given.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use trainyard_scheduler as sched;
+use trainyard_store::JobRecord;
+
+pub use crate::cgroups::Usage;
+pub use crate::shim::EndReason;
+
+/// What an executor offers now.
+#[derive(Debug, Clone, Default)]
+pub struct Capacity {
+    /// Its nodes with everything they have (not what is free: the
+    /// supervisor subtracts its running jobs); those that take nothing new
+    /// are not schedulable.
+    pub nodes: Vec<sched::Node>,
+    /// How many more attempts may start now whatever the nodes hold (the
+    /// local executor's free job uids); None: no such bound.
+    pub slots: Option<usize>,
+    /// What a refusal says of the GPUs on offer, after "asks for N GPU(s);":
+    /// "this server has 2 (found by NVML …)".
+    pub gpus_said: String,
+    /// What a refusal calls the place it measured ("this machine").
+    pub place: String,
+    /// Why nothing more starts when `slots` is 0.
+    pub full: String,
+}
+
+impl Capacity {
+    /// The node with the most of each, for what a job can never get.
+    pub fn largest(&self) -> (u32, u32, u64) {
+        self.nodes.iter().fold((0, 0, 0), |(g, c, m), n| {
+            (g.max(n.gpus), c.max(n.cpu_millis), m.max(n.memory_mib))
+        })
+    }
+}
+
+/// One attempt of a job, placed by the supervisor.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub record: JobRecord,
+    /// The node it was placed on, by name, and its GPUs there.
+    pub node: String,
+    pub gpus: Vec<u32>,
+    /// The command, hyperparameters filled in.
+    pub command: String,
+    /// Trainyard's variables for the job: the spec's, the hyperparameters'
+    /// (`HP_*`), its run and the run's token. The executor adds what is its
+    /// own (the tracking URI its jobs reach, which GPUs, a PATH); these win
+    /// over the executor's base, its own win over these.
+    pub env: BTreeMap<String, String>,
+    /// The job's files (template and project) to start from, if any.
+    pub files: Option<PathBuf>,
+    /// The datasets it names, with where their files are.
+    pub datasets: Vec<(String, PathBuf)>,
+    /// When it must be stopped, in milliseconds since the Unix epoch.
+    pub deadline_ms: i64,
+}
+
+/// An attempt the executor runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    /// What the executor knows it by; stored as given, handed back with the
+    /// record to observe and stop it.
+    pub handle: String,
+    /// For the timeline: "process 1234, as uid 50001".
+    pub note: String,
+}
+
+/// How an attempt ended, as its executor saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ending {
+    pub reason: EndReason,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Why it could not start (`StartFailed`).
+    pub message: Option<String>,
+    /// It was stopped for going past its memory.
+    pub out_of_memory: bool,
+    /// What it used, where the executor measures it.
+    pub usage: Option<Usage>,
+}
+
+/// What became of a started attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    /// It runs (or is still being set up) under the handle on record.
+    Running,
+    /// It runs under a handle the record lacks: the server stopped while
+    /// starting it. It is adopted, never started twice.
+    Adopted(Started),
+    Ended(Ending),
+    /// It is gone and left no word of how it ended; the executor has
+    /// released what it held for it.
+    Lost(String),
+}
+
+/// Runs attempts. Object-safe, so the server picks one at start-up.
+#[async_trait::async_trait]
+pub trait Executor: Send + Sync + 'static {
+    /// `local`, `kubernetes`.
+    fn kind(&self) -> &'static str;
+
+    /// Makes ready what the executor needs once, at the server's start;
+    /// `active`: the jobs that wait or run.
+    async fn prepare(&self, active: &[JobRecord]) -> Result<(), String>;
+
+    /// Its nodes and what else bounds new attempts. Err: it cannot tell now
+    /// (its API is away); nothing new starts, nothing is lost.
+    async fn capacity(&self) -> Result<Capacity, String>;
+
+    /// Starts an attempt; Err says why it could not, for the job's end.
+    async fn start(&self, attempt: Attempt) -> Result<Started, String>;
+
+    /// What became of an attempt in STARTING or RUNNING. Records nothing.
+    async fn observe(&self, record: &JobRecord) -> Observation;
+
+    /// Asks a running attempt to stop (a cancel): it is given the stop
+    /// grace, then killed, and is observed as ended. Repeating it is harmless.
+    async fn stop(&self, record: &JobRecord) -> Result<(), String>;
+
+    /// Completes when an attempt may have changed (a process ended, a
+    /// watch event), so that the supervisor looks at once rather than at
+    /// its next tick.
+    async fn changed(&self) {
+        std::future::pending::<()>().await
+    }
+
+    /// A job ended for good: nothing of it runs again.
+    async fn retire(&self, record: &JobRecord);
+
+    /// Up to `limit` bytes of an attempt's log from `offset`, and the log's
+    /// size. A log not yet written reads as empty.
+    async fn read_log(
+        &self,
+        job: i64,
+        attempt: u32,
+        offset: u64,
+        limit: u64,
+    ) -> std::io::Result<(Vec<u8>, u64)>;
+
+    /// The last `max` bytes of an attempt's log (from a line start where
+    /// one is near) as text, and the log's size.
+    async fn log_tail(&self, job: i64, attempt: u32, max: u64) -> std::io::Result<(String, u64)>;
+}

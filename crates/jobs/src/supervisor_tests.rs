@@ -1,0 +1,547 @@
+//! The supervisor against a fake executor, in-process: no processes, no
+//! cluster. The fake starts nothing; each test says what became of an
+//! attempt, and checks what the supervisor recorded.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use trainyard_domain::JobState;
+use trainyard_domain::identity::User;
+use trainyard_scheduler as sched;
+use trainyard_store::testing::TestDb;
+use trainyard_store::{JobRecord, Store};
+
+use crate::executor::{
+    Attempt, Capacity, EndReason, Ending, Executor, Observation, Started, Usage,
+};
+use crate::{Jobs, JobsConfig, SubmitError, archive, parse_spec};
+
+/// An executor that remembers what it was asked and answers what the test
+/// set.
+#[derive(Default)]
+struct Fake {
+    nodes: Mutex<Vec<sched::Node>>,
+    /// Capacity cannot be told (the API is away).
+    away: Mutex<bool>,
+    slots: Mutex<Option<usize>>,
+    started: Mutex<Vec<Attempt>>,
+    /// What observing a job's attempt says; Running where unset.
+    fate: Mutex<HashMap<i64, Observation>>,
+    refuse_start: Mutex<Option<String>>,
+    stopped: Mutex<Vec<i64>>,
+    retired: Mutex<Vec<i64>>,
+}
+
+fn node(id: u32, name: &str, gpus: u32) -> sched::Node {
+    sched::Node {
+        id,
+        name: name.to_owned(),
+        gpus,
+        cpu_millis: 64_000,
+        memory_mib: 512 * 1024,
+        schedulable: true,
+    }
+}
+
+impl Fake {
+    fn set_fate(&self, job: i64, observation: Observation) {
+        self.fate.lock().unwrap().insert(job, observation);
+    }
+
+    fn started(&self) -> Vec<Attempt> {
+        self.started.lock().unwrap().clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Executor for Fake {
+    fn kind(&self) -> &'static str {
+        "fake"
+    }
+
+    async fn prepare(&self, _active: &[JobRecord]) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn capacity(&self) -> Result<Capacity, String> {
+        if *self.away.lock().unwrap() {
+            return Err("the API is away".to_owned());
+        }
+        Ok(Capacity {
+            nodes: self.nodes.lock().unwrap().clone(),
+            slots: *self.slots.lock().unwrap(),
+            gpus_said: "the largest node has 8".to_owned(),
+            place: "the largest node".to_owned(),
+            full: "no room".to_owned(),
+        })
+    }
+
+    async fn start(&self, attempt: Attempt) -> Result<Started, String> {
+        if let Some(why) = self.refuse_start.lock().unwrap().clone() {
+            return Err(why);
+        }
+        let handle = format!(
+            "job-{}-{}",
+            attempt.record.job.id, attempt.record.job.attempt
+        );
+        self.started.lock().unwrap().push(attempt);
+        Ok(Started {
+            handle: handle.clone(),
+            note: format!("as {handle}"),
+        })
+    }
+
+    async fn observe(&self, record: &JobRecord) -> Observation {
+        self.fate
+            .lock()
+            .unwrap()
+            .remove(&record.job.id)
+            .unwrap_or(Observation::Running)
+    }
+
+    async fn stop(&self, record: &JobRecord) -> Result<(), String> {
+        self.stopped.lock().unwrap().push(record.job.id);
+        Ok(())
+    }
+
+    async fn retire(&self, record: &JobRecord) {
+        self.retired.lock().unwrap().push(record.job.id);
+    }
+
+    async fn read_log(
+        &self,
+        _job: i64,
+        _attempt: u32,
+        _offset: u64,
+        _limit: u64,
+    ) -> std::io::Result<(Vec<u8>, u64)> {
+        Ok((Vec::new(), 0))
+    }
+
+    async fn log_tail(
+        &self,
+        _job: i64,
+        _attempt: u32,
+        _max: u64,
+    ) -> std::io::Result<(String, u64)> {
+        Ok((String::new(), 0))
+    }
+}
+
+struct Setup {
+    jobs: Jobs,
+    fake: Arc<Fake>,
+    user: User,
+    _db: TestDb,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(nodes: Vec<sched::Node>) -> Setup {
+    let db = TestDb::new().await;
+    let store = Store::connect(&db.url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Arc::new(Fake::default());
+    *fake.nodes.lock().unwrap() = nodes;
+    let jobs = Jobs::new(
+        store.clone(),
+        JobsConfig {
+            root: dir.path().join("jobs"),
+            templates_dir: dir.path().join("templates"),
+            uploads_root: dir.path().join("uploads"),
+            upload_limits: archive::Limits {
+                max_bytes: 1 << 20,
+                max_files: 100,
+            },
+        },
+        fake.clone(),
+    );
+    let user = store.local_admin().await.unwrap();
+    Setup {
+        jobs,
+        fake,
+        user,
+        _db: db,
+        _dir: dir,
+    }
+}
+
+impl Setup {
+    async fn submit(&self, json: &str) -> i64 {
+        let spec = parse_spec(false, json.as_bytes()).unwrap();
+        self.jobs.submit(spec, &self.user).await.unwrap().job.id
+    }
+
+    async fn job(&self, id: i64) -> JobRecord {
+        self.jobs.store().get_job(id).await.unwrap()
+    }
+
+    async fn timeline(&self, id: i64) -> Vec<String> {
+        self.jobs
+            .store()
+            .job_events(id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| format!("{}: {}", e.kind, e.message))
+            .collect()
+    }
+
+    async fn run_status(&self, record: &JobRecord) -> String {
+        let run_id = record.job.run_id.as_deref().unwrap();
+        self.jobs.store().get_run(run_id).await.unwrap().info.status
+    }
+}
+
+fn exited(code: i32) -> Observation {
+    Observation::Ended(Ending {
+        reason: EndReason::Exited,
+        exit_code: Some(code),
+        signal: None,
+        message: None,
+        out_of_memory: false,
+        usage: None,
+    })
+}
+
+#[tokio::test]
+async fn an_attempt_is_placed_started_and_its_end_recorded() {
+    let s = setup(vec![node(0, "a", 8), node(1, "b", 8)]).await;
+    let id = s
+        .submit(
+            r#"{"name": "train", "command": "python train.py --lr {lr}",
+                "resources": {"gpus": 2}, "hyperparameters": {"lr": 0.5},
+                "env": {"SEED": "7"}}"#,
+        )
+        .await;
+    s.jobs.cycle().await.unwrap();
+
+    let started = s.fake.started();
+    assert_eq!(started.len(), 1);
+    let attempt = &started[0];
+    assert_eq!(attempt.gpus.len(), 2);
+    assert_eq!(attempt.command, "python train.py --lr 0.5");
+    assert_eq!(attempt.env["SEED"], "7");
+    assert_eq!(attempt.env["HP_LR"], "0.5");
+    assert_eq!(attempt.env["TRAINYARD_JOB_ID"], id.to_string());
+    assert!(attempt.env.contains_key("MLFLOW_TRACKING_TOKEN"));
+    let record = s.job(id).await;
+    assert_eq!(record.job.state, JobState::Running);
+    assert_eq!(record.handle.as_deref(), Some(&*format!("job-{id}-0")));
+    assert_eq!(record.job.node.as_deref(), Some(&*attempt.node));
+    assert_eq!(record.job.gpu_indices, attempt.gpus);
+    assert_eq!(s.run_status(&record).await, "RUNNING");
+
+    // Observed running: nothing is started twice.
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.fake.started().len(), 1);
+
+    s.fake.set_fate(id, exited(0));
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(id).await;
+    assert_eq!(record.job.state, JobState::Succeeded);
+    assert_eq!(record.job.exit_code, Some(0));
+    assert_eq!(s.run_status(&record).await, "FINISHED");
+    assert_eq!(*s.fake.retired.lock().unwrap(), vec![id]);
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e == &format!("started: running (as job-{id}-0)")),
+        "{timeline:?}"
+    );
+    assert!(
+        timeline.iter().any(|e| e == "finished: exited with code 0"),
+        "{timeline:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failure_is_retried_with_a_new_run_until_the_retries_are_spent() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let id = s
+        .submit(r#"{"name": "flaky", "command": "false", "retries": 1}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    let first = s.job(id).await;
+    s.fake.set_fate(id, exited(3));
+    s.jobs.cycle().await.unwrap();
+    let requeued = s.job(id).await;
+    assert_eq!(requeued.job.state, JobState::Queued);
+    assert_eq!(requeued.handle, None, "the old attempt's handle is gone");
+    assert_eq!(requeued.job.node, None);
+
+    // Started again on the next look, under a new handle and run.
+    s.jobs.cycle().await.unwrap();
+    let second = s.job(id).await;
+    assert_eq!(second.job.attempt, 1);
+    assert_eq!(second.job.state, JobState::Running);
+    assert_ne!(second.job.run_id, first.job.run_id);
+    assert_eq!(second.handle.as_deref(), Some(&*format!("job-{id}-1")));
+    assert_eq!(s.run_status(&first).await, "FAILED");
+    assert_eq!(s.fake.started().len(), 2);
+
+    s.fake.set_fate(id, exited(3));
+    s.jobs.cycle().await.unwrap();
+    let last = s.job(id).await;
+    assert_eq!(last.job.state, JobState::Failed);
+    assert_eq!(last.job.exit_code, Some(3));
+    assert_eq!(s.fake.started().len(), 2, "no third attempt");
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e.starts_with("retried: exited with code 3; retrying (attempt 2 of 2)")),
+        "{timeline:?}"
+    );
+}
+
+#[tokio::test]
+async fn out_of_memory_is_said_in_words() {
+    let s = setup(vec![node(0, "a", 0)]).await;
+    let id = s
+        .submit(r#"{"name": "big", "command": "x", "resources": {"memory": "1Gi"}}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    // Where the executor measures nothing, the limit is the job's own.
+    s.fake.set_fate(
+        id,
+        Observation::Ended(Ending {
+            reason: EndReason::Exited,
+            exit_code: None,
+            signal: Some(9),
+            message: None,
+            out_of_memory: true,
+            usage: None,
+        }),
+    );
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(id).await;
+    assert_eq!(record.job.state, JobState::Failed);
+    assert_eq!(record.job.exit_code, Some(137));
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline.iter().any(|e| e.contains(
+            "out of memory: it reached its limit of 1.0 GiB (resources.memory) and the kernel stopped it (killed by signal 9)"
+        )),
+        "{timeline:?}"
+    );
+
+    // Measured usage is added to the end of the timeline.
+    let id = s.submit(r#"{"name": "measured", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    s.fake.set_fate(
+        id,
+        Observation::Ended(Ending {
+            reason: EndReason::Exited,
+            exit_code: Some(0),
+            signal: None,
+            message: None,
+            out_of_memory: false,
+            usage: Some(Usage {
+                memory_limit_bytes: 1 << 30,
+                memory_peak_bytes: Some(1 << 20),
+                oom_kills: 0,
+                cpu_usec: Some(2_500_000),
+            }),
+        }),
+    );
+    s.jobs.cycle().await.unwrap();
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline.iter().any(|e| e.ends_with("CPU time 2.5 s")),
+        "{timeline:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_attempt_is_recorded_and_retried() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let id = s
+        .submit(r#"{"name": "lost", "command": "x", "retries": 1}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    s.fake
+        .set_fate(id, Observation::Lost("lost: its node is gone".to_owned()));
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(id).await;
+    assert_eq!(record.job.attempt, 1);
+    assert_eq!(record.job.state, JobState::Queued);
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(id).await.job.state, JobState::Running);
+    assert_eq!(s.fake.started().len(), 2);
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e.starts_with("retried: lost: its node is gone; retrying")),
+        "{timeline:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_is_passed_on_and_its_end_recorded() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let id = s.submit(r#"{"name": "long", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    s.jobs.cancel(id).await.unwrap();
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(*s.fake.stopped.lock().unwrap(), vec![id]);
+    assert_eq!(s.job(id).await.job.state, JobState::Running);
+    s.fake.set_fate(
+        id,
+        Observation::Ended(Ending {
+            reason: EndReason::Cancelled,
+            exit_code: None,
+            signal: Some(15),
+            message: None,
+            out_of_memory: false,
+            usage: None,
+        }),
+    );
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(id).await;
+    assert_eq!(record.job.state, JobState::Cancelled);
+    assert_eq!(s.run_status(&record).await, "KILLED");
+}
+
+#[tokio::test]
+async fn an_attempt_found_after_a_restart_is_adopted_not_started_again() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let id = s.submit(r#"{"name": "adopted", "command": "x"}"#).await;
+    // The server stopped between placing it and recording its handle.
+    let moved = s
+        .jobs
+        .store()
+        .move_job(
+            id,
+            &[JobState::Queued],
+            JobState::Starting,
+            trainyard_store::JobChange {
+                node: Some(Some("a".to_owned())),
+                gpu_indices: Some(vec![0]),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(moved);
+    s.fake.set_fate(
+        id,
+        Observation::Adopted(Started {
+            handle: "found-1".to_owned(),
+            note: "found again".to_owned(),
+        }),
+    );
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(id).await;
+    assert_eq!(record.job.state, JobState::Running);
+    assert_eq!(record.handle.as_deref(), Some("found-1"));
+    assert!(s.fake.started().is_empty());
+
+    // Its GPU stays taken: a second one-GPU job waits.
+    let other = s
+        .submit(r#"{"name": "next", "command": "x", "resources": {"gpus": 1}}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    assert!(s.fake.started().is_empty());
+    assert_eq!(s.job(other).await.job.state, JobState::Queued);
+}
+
+#[tokio::test]
+async fn placement_fills_a_node_before_taking_another() {
+    let s = setup(vec![node(0, "a", 8), node(1, "b", 8)]).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(
+            s.submit(r#"{"name": "two", "command": "x", "resources": {"gpus": 2}}"#)
+                .await,
+        );
+        s.jobs.cycle().await.unwrap();
+    }
+    let nodes: Vec<String> = s.fake.started().iter().map(|a| a.node.clone()).collect();
+    assert_eq!(nodes.len(), 4);
+    assert!(
+        nodes.iter().all(|n| n == &nodes[0]),
+        "best fit packs one node: {nodes:?}"
+    );
+    // An 8-GPU job still finds the other node whole.
+    let eight = s
+        .submit(r#"{"name": "eight", "command": "x", "resources": {"gpus": 8}}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(eight).await;
+    assert_eq!(record.job.state, JobState::Running);
+    assert_ne!(record.job.node, Some(nodes[0].clone()));
+}
+
+#[tokio::test]
+async fn a_job_no_node_can_hold_is_refused_at_submission() {
+    let s = setup(vec![node(0, "a", 8), node(1, "b", 8)]).await;
+    let spec = parse_spec(
+        false,
+        br#"{"name": "nine", "command": "x", "resources": {"gpus": 9}}"#,
+    )
+    .unwrap();
+    match s.jobs.submit(spec, &s.user).await {
+        Err(SubmitError::Invalid(errors)) => {
+            assert_eq!(errors[0].field, "resources.gpus");
+            assert_eq!(
+                errors[0].message,
+                "asks for 9 GPU(s); the largest node has 8"
+            );
+        }
+        other => panic!("{:?}", other.map(|r| r.job.id)),
+    }
+}
+
+#[tokio::test]
+async fn while_the_executor_cannot_tell_its_capacity_nothing_starts_and_nothing_is_lost() {
+    let s = setup(vec![node(0, "a", 2)]).await;
+    let running = s.submit(r#"{"name": "one", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    *s.fake.away.lock().unwrap() = true;
+    let waiting = s.submit(r#"{"name": "two", "command": "x"}"#).await;
+    for _ in 0..3 {
+        s.jobs.cycle().await.unwrap();
+    }
+    assert_eq!(s.fake.started().len(), 1);
+    assert_eq!(s.job(running).await.job.state, JobState::Running);
+    assert_eq!(s.job(waiting).await.job.state, JobState::Queued);
+    // It comes back: the waiting job starts, the running one is untouched.
+    *s.fake.away.lock().unwrap() = false;
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.fake.started().len(), 2);
+    assert_eq!(s.job(waiting).await.job.state, JobState::Running);
+    assert_eq!(s.job(running).await.job.state, JobState::Running);
+}
+
+#[tokio::test]
+async fn no_more_start_than_the_executor_has_slots_for() {
+    let s = setup(vec![node(0, "a", 8)]).await;
+    *s.fake.slots.lock().unwrap() = Some(1);
+    let a = s.submit(r#"{"name": "a", "command": "x"}"#).await;
+    let b = s.submit(r#"{"name": "b", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.fake.started().len(), 1);
+    assert_eq!(s.job(a).await.job.state, JobState::Running);
+    assert_eq!(s.job(b).await.job.state, JobState::Queued);
+}
+
+#[tokio::test]
+async fn an_attempt_the_executor_cannot_start_fails_with_its_reason() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    *s.fake.refuse_start.lock().unwrap() = Some("the image cannot be pulled".to_owned());
+    let id = s.submit(r#"{"name": "bad", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(id).await;
+    assert_eq!(record.job.state, JobState::Failed);
+    assert_eq!(s.run_status(&record).await, "FAILED");
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e == "finished: the image cannot be pulled"),
+        "{timeline:?}"
+    );
+}

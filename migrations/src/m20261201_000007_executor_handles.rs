@@ -1,0 +1,89 @@
+//! A running attempt is known by its executor's own handle (the local
+//! executor's supervising process and its start time, a Kubernetes Job's
+//! name), and by the node it runs on, instead of a process id in two
+//! columns.
+
+use sea_orm_migration::prelude::*;
+
+#[derive(DeriveMigrationName)]
+pub struct Migration;
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+
+    async fn up(&self, m: &SchemaManager) -> Result<(), DbErr> {
+        for mut column in [
+            ColumnDef::new(Jobs::Handle)
+                .string_len(400)
+                .null()
+                .to_owned(),
+            ColumnDef::new(Jobs::Node).string_len(253).null().to_owned(),
+        ] {
+            m.alter_table(
+                Table::alter()
+                    .table(Jobs::Table)
+                    .add_column(&mut column)
+                    .to_owned(),
+            )
+            .await?;
+        }
+        // What runs now keeps being found: the local executor's handle is
+        // `pid:start`.
+        m.get_connection()
+            .execute_unprepared(
+                "UPDATE jobs SET handle = CAST(pid AS TEXT) || ':' || CAST(pid_start AS TEXT) \
+                 WHERE pid IS NOT NULL AND pid_start IS NOT NULL",
+            )
+            .await?;
+        for column in [Jobs::PidStart, Jobs::Pid] {
+            m.alter_table(
+                Table::alter()
+                    .table(Jobs::Table)
+                    .drop_column(column)
+                    .to_owned(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn down(&self, m: &SchemaManager) -> Result<(), DbErr> {
+        for mut column in [
+            ColumnDef::new(Jobs::Pid).integer().null().to_owned(),
+            ColumnDef::new(Jobs::PidStart)
+                .big_integer()
+                .null()
+                .to_owned(),
+        ] {
+            m.alter_table(
+                Table::alter()
+                    .table(Jobs::Table)
+                    .add_column(&mut column)
+                    .to_owned(),
+            )
+            .await?;
+        }
+        for column in [Jobs::Node, Jobs::Handle] {
+            m.alter_table(
+                Table::alter()
+                    .table(Jobs::Table)
+                    .drop_column(column)
+                    .to_owned(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(DeriveIden, Clone, Copy)]
+enum Jobs {
+    Table,
+    Pid,
+    PidStart,
+    Handle,
+    Node,
+}
