@@ -583,6 +583,7 @@ pub fn JobPage() -> impl IntoView {
                                     if q.is_empty() { "–".to_owned() } else { q }
                                 }</dd>
                                 <dt>"GPUs"</dt><dd>{gpus_text(&job)}</dd>
+                                <dt>"Node"</dt><dd data-testid="job-node">{job.node.clone().unwrap_or_else(|| "–".to_owned())}</dd>
                                 <dt>"CPUs, memory"</dt><dd data-testid="job-resources">{resources_text(&job)}</dd>
                                 <dt>"Attempt"</dt><dd>{job.attempt + 1} " of " {job.retries + 1}</dd>
                                 <dt>"Ran for"</dt><dd>{ran_for(&job, now)}</dd>
@@ -594,6 +595,10 @@ pub fn JobPage() -> impl IntoView {
                                     (_, run) => view! { <code>{run.unwrap_or_default()}</code> }.into_any(),
                                 }}</dd>
                                 <dt>"Submitted"</dt><dd>{format_utc(job.created_at)}</dd>
+                                {(job.spec.template.is_some() || job.spec.project.is_some()).then(|| view! {
+                                    <dt>"Files"</dt>
+                                    <dd><a href=format!("/api/trainyard/v1/jobs/{}/files", job.id) download=format!("job-{}-files.tar", job.id) data-testid="job-files">"what it started from (tar)"</a></dd>
+                                })}
                             </dl>
                             <h2>"Timeline"</h2>
                             <ol class="timeline" data-testid="events">

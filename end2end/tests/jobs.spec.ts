@@ -5,7 +5,7 @@
 import { expect, test, type APIRequestContext, type Page } from '@playwright/test';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -47,6 +47,14 @@ test('the demo template runs from the catalog and its log streams live', async (
 
   // Running, with the log arriving while it runs, then finished.
   await expectState(page, 'Running', 240_000);
+  // Where it runs: the local executor's one node, this machine.
+  const host = readFileSync('/proc/sys/kernel/hostname', 'utf8').trim();
+  await expect(page.getByTestId('job-node')).toHaveText(host || 'local');
+  // What it started from: the template's files, as a tar archive.
+  const files = await page.request.get((await page.getByTestId('job-files').getAttribute('href'))!);
+  expect(files.status()).toBe(200);
+  expect(files.headers()['content-type']).toBe('application/x-tar');
+  expect((await files.body()).includes(Buffer.from('train.py'))).toBe(true);
   const log = page.getByTestId('log');
   await expect(log).toContainText(/epoch \d+\/80/, { timeout: 60_000 });
   await expect(page.getByTestId('job-state')).toHaveText('Running');

@@ -204,16 +204,17 @@ pub async fn jobs(remote: &Remote, state: Option<&str>, limit: u64) -> Result<Ex
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:>6}  {:<10}  {:>4}  {:<32}  WAITING FOR",
+        "{:>6}  {:<10}  {:>4}  {:<32}  WHERE (OR WAITING FOR)",
         "ID", "STATE", "GPUS", "NAME"
     );
     for job in list {
+        // A waiting job's place and reason; a placed one's node.
         let waiting = match (
             job["queue_position"].as_u64(),
             job["pending_reason"].as_str(),
         ) {
             (Some(p), Some(reason)) => format!("#{p} · {reason}"),
-            _ => String::new(),
+            _ => job["node"].as_str().unwrap_or("").to_owned(),
         };
         let name: String = job["name"]
             .as_str()

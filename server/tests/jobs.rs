@@ -844,6 +844,14 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
         stdout.contains("SUCCEEDED") && stdout.contains("cli job"),
         "{stdout}"
     );
+    // Where it ran: the local executor's node, named as the job says.
+    let node = job(&server, 1).await["job"]["node"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!node.is_empty());
+    let row = stdout.lines().find(|l| l.contains("cli job")).unwrap();
+    assert!(row.trim_end().ends_with(&node), "{stdout}");
 
     // A spec with problems is refused before anything runs, field by field.
     std::fs::write(&spec, "name: broken\nresources: {gpus: 99}\n").unwrap();
