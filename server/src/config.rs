@@ -316,28 +316,7 @@ pub struct Config {
     pub auth: AuthConfig,
 }
 
-/// How jobs are held to their CPUs and memory (`job_limits`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobLimits {
-    /// With a control group per job where the server can make them.
-    Auto,
-    /// With a control group per job; the server does not start without.
-    Cgroup,
-    /// Not enforced.
-    None,
-}
-
-/// Who the local executor's jobs run as (`job_uids`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobUids {
-    /// A uid of the range per job when the server runs as root, and the
-    /// data folder can be laid out for it; otherwise as the server's user.
-    Auto,
-    /// As the server's own user.
-    ServerUser,
-    /// A uid of this range per job; the server must run as root.
-    Range(trainyard_jobs::users::UidRange),
-}
+pub use trainyard_jobs::machine::{JobLimits, JobUids};
 
 /// How people sign in.
 #[derive(Debug, Clone)]

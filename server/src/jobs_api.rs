@@ -2,8 +2,6 @@
 //! YAML), list, show with the timeline, cancel, and read the log from a byte
 //! offset (what `trainyard logs -f` and the job page poll).
 
-use std::os::unix::fs::PermissionsExt;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -550,14 +548,10 @@ pub async fn upload(
     // The server's alone, from the first byte: running jobs pass through
     // the uploads folder, and an archive on its way is somebody's project.
     let incoming = state.data_dir.join("uploads").join(".incoming");
-    tokio::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&incoming)
+    let folder = incoming.clone();
+    tokio::task::spawn_blocking(move || trainyard_jobs::private_folder(&folder))
         .await
-        .map_err(io_error)?;
-    tokio::fs::set_permissions(&incoming, std::fs::Permissions::from_mode(0o700))
-        .await
+        .map_err(|e| io_error(std::io::Error::other(e)))?
         .map_err(io_error)?;
     let temp = incoming.join(uuid::Uuid::new_v4().simple().to_string());
     // Removed however this ends.

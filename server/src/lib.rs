@@ -5,8 +5,6 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 mod explorer;
-mod job_limits;
-mod job_users;
 mod jobs_api;
 pub mod metrics;
 mod mlflow;
@@ -19,6 +17,7 @@ mod tokens_api;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use trainyard_jobs::machine;
 
 use axum::Router;
 use axum::extract::FromRef;
@@ -158,6 +157,18 @@ impl AppState {
             artifact_usage: Default::default(),
             data_dir: config.data_dir.clone(),
         })
+    }
+}
+
+/// What the local executor's set-up reads of the settings.
+fn machine_settings(config: &Config) -> machine::MachineSettings {
+    machine::MachineSettings {
+        job_uids: config.job_uids,
+        job_limits: config.job_limits,
+        sign_in: config.auth.oidc.is_some(),
+        data_dir: config.data_dir.clone(),
+        venv_dir: config.venv_dir.clone(),
+        database_file: config::sqlite_path(&config.database_url),
     }
 }
 
@@ -342,36 +353,12 @@ pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
 /// Finds this machine's GPUs (NVML, or `simulated_gpus` without a driver),
 /// records them as its node, and returns how many jobs may use.
 pub async fn discover_gpus(config: &Config, store: &Store) -> Result<Machine, ServerError> {
-    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "local".to_owned());
+    let node = machine::node_name();
     let simulated = config.simulated_gpus;
     let name = node.clone();
-    let inventory = tokio::task::spawn_blocking(move || trainyard_nvml::discover(simulated, &name))
+    let inventory = tokio::task::spawn_blocking(move || machine::gpus(simulated, &name))
         .await
         .map_err(|e| ServerError::Io(std::io::Error::other(e)))?;
-    match inventory.source {
-        trainyard_nvml::Source::Nvml => {
-            tracing::info!(gpus = inventory.gpus.len(), node = %node, "GPUs found by NVML")
-        }
-        trainyard_nvml::Source::Simulated => tracing::info!(
-            gpus = inventory.gpus.len(),
-            node = %node,
-            why = inventory.note.as_deref().unwrap_or(""),
-            "offering simulated GPUs (simulated_gpus)"
-        ),
-    }
-    for gpu in &inventory.gpus {
-        tracing::info!(
-            index = gpu.index,
-            uuid = %gpu.uuid,
-            name = %gpu.name,
-            memory = %trainyard_domain::format_bytes(gpu.memory_total_bytes),
-            "GPU"
-        );
-    }
     let gpus: Vec<trainyard_store::GpuInfo> = inventory
         .gpus
         .iter()
@@ -423,11 +410,14 @@ pub struct Server {
 impl Server {
     pub async fn bind(config: &Config) -> Result<Server, ServerError> {
         let store = open_store(config).await?;
-        let job_users = job_users::decide(config)?;
+        // The local executor's set-up on this machine.
+        let settings = machine_settings(config);
+        let job_users = machine::decide_users(&settings).map_err(config::ConfigError)?;
         if job_users.is_some() {
-            job_users::close_data_folder(config)?;
+            machine::close_data_folder(&settings).map_err(config::ConfigError)?;
         }
-        let job_limits = job_limits::decide(config, job_users)?;
+        let job_limits =
+            machine::decide_limits(&settings, job_users).map_err(config::ConfigError)?;
         sync_templates(config, &store).await?;
         let machine = discover_gpus(config, &store).await?;
         let listener =

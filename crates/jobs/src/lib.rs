@@ -8,6 +8,7 @@ pub mod archive;
 pub mod cgroups;
 pub mod executor;
 pub mod local;
+pub mod machine;
 pub mod shim;
 pub mod templates;
 pub mod tree;
@@ -1267,7 +1268,7 @@ fn usage_summary(usage: &cgroups::Usage) -> String {
 /// from their creation on: a job's folder and files are its owner's
 /// project (secrets among them) while it waits, and other jobs' users pass
 /// through the jobs folder. A job's user is let in only at its launch.
-fn private_folder(path: &Path) -> std::io::Result<()> {
+pub fn private_folder(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
