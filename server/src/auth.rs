@@ -388,7 +388,7 @@ pub async fn gate(
             ..
         }) if !run_token_allows(request.method(), &path) => {
             return permission_denied(
-                "a job's token may only read, and write to its own run, through the MLflow API",
+                "a job's token may only read, and write to its own run, through the MLflow API, and read its own job, files and datasets",
             )
             .into_response();
         }

@@ -357,6 +357,23 @@ pub async fn job_files(remote: &Remote, job: i64, into: &Path) -> Result<ExitCod
             .map_err(|e| CliError(format!("cannot make {}: {e}", into.display())))?,
         Err(e) => return Err(CliError(format!("cannot read {}: {e}", into.display()))),
     }
+    let fetched = fetch_job_inputs(remote, job, into).await;
+    if fetched.is_err() {
+        // Nothing half-fetched stays: a second try starts from an empty folder.
+        if let Ok(entries) = std::fs::read_dir(into) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let _ = match entry.file_type() {
+                    Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(&path),
+                    _ => std::fs::remove_file(&path),
+                };
+            }
+        }
+    }
+    fetched
+}
+
+async fn fetch_job_inputs(remote: &Remote, job: i64, into: &Path) -> Result<ExitCode> {
     let detail = remote
         .get_json(&format!("/api/trainyard/v1/jobs/{job}"))
         .await?;
@@ -395,8 +412,8 @@ pub async fn job_files(remote: &Remote, job: i64, into: &Path) -> Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// Downloads a tar archive beside `into` and unpacks it there, checked as
-/// an upload is (no links, nothing outside the folder).
+/// Downloads a tar archive into `into` and unpacks it there, checked as an
+/// upload is (no links, nothing outside the folder).
 async fn fetch_tar(
     remote: &Remote,
     path: &str,

@@ -281,18 +281,23 @@ const INPUT_LIMITS: trainyard_jobs::archive::Limits = trainyard_jobs::archive::L
 
 /// `GET /api/trainyard/v1/jobs/{id}/files`: what every attempt of the job
 /// starts from (its template's and project's files as at submission), as a
-/// tar archive; one without entries when it has none. Its owner may fetch
-/// it, and so may the job itself with its token (`trainyard job-files`).
+/// tar archive; one without entries when it has none. Its owner (or an
+/// admin) may fetch it, not their teammates (a project is its owner's
+/// alone), and so may the job itself with its token (`trainyard job-files`).
 pub async fn files(
     State(state): State<AppState>,
     Caller(principal): Caller,
     Path(id): Path<i64>,
 ) -> Result<Response, JobsError> {
-    job_as(&state, &principal, id, Access::Read).await?;
-    Ok(tar_response(
-        state.jobs.files_dir(id),
-        format!("job-{id}-files.tar"),
-    ))
+    let record = job_as(&state, &principal, id, Access::Change).await?;
+    if !state.jobs.files_ready(&record.job) {
+        return Err(JobsError::new(
+            StatusCode::CONFLICT,
+            "INVALID_STATE",
+            format!("job {id}'s files are still being copied; ask again in a moment"),
+        ));
+    }
+    tar_response(state.jobs.files_dir(id), format!("job-{id}-files.tar"))
 }
 
 /// `GET /api/trainyard/v1/jobs/{id}/datasets/{name}`: a dataset the job
@@ -302,7 +307,7 @@ pub async fn dataset_of_job(
     Caller(principal): Caller,
     Path((id, name)): Path<(i64, String)>,
 ) -> Result<Response, JobsError> {
-    let record = job_as(&state, &principal, id, Access::Read).await?;
+    let record = job_as(&state, &principal, id, Access::Change).await?;
     let missing = || {
         JobsError::new(
             StatusCode::NOT_FOUND,
@@ -317,42 +322,76 @@ pub async fn dataset_of_job(
         return Err(missing());
     }
     let upload = state.store.dataset(&name).await?.ok_or_else(missing)?;
-    Ok(tar_response(
+    tar_response(
         state.jobs.upload_dir(&upload),
         format!("dataset-{name}.tar"),
-    ))
+    )
+}
+
+/// Archives sent at once, server-wide: each holds a blocking thread while
+/// its reader takes it in.
+const MAX_ARCHIVE_SENDS: usize = 8;
+/// How long a reader may take in nothing before its archive is dropped.
+const ARCHIVE_STALL: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn archive_sends() -> &'static std::sync::Arc<tokio::sync::Semaphore> {
+    static SENDS: std::sync::OnceLock<std::sync::Arc<tokio::sync::Semaphore>> =
+        std::sync::OnceLock::new();
+    SENDS.get_or_init(|| std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_ARCHIVE_SENDS)))
 }
 
 /// A folder as a tar archive, written while it is sent (never whole in
-/// memory or on disk). An error midway cuts the body short, which the
-/// reader sees as a broken archive.
-fn tar_response(dir: std::path::PathBuf, file_name: String) -> Response {
-    /// Writes into the response body; blocks while the client is behind.
-    struct Pipe(tokio::sync::mpsc::Sender<std::io::Result<Bytes>>);
+/// memory or on disk). An error midway cuts the body short, without the
+/// archive's end: the response fails (`trainyard job-files` says so). At most
+/// [`MAX_ARCHIVE_SENDS`] at once (503 past them), and a reader that takes
+/// nothing in for [`ARCHIVE_STALL`] loses its archive.
+fn tar_response(dir: std::path::PathBuf, file_name: String) -> Result<Response, JobsError> {
+    /// Writes into the response body; waits while the client is behind.
+    struct Pipe(
+        tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+        tokio::runtime::Handle,
+    );
     impl std::io::Write for Pipe {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .blocking_send(Ok(Bytes::copy_from_slice(buf)))
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
-            Ok(buf.len())
+            let piece = Ok(Bytes::copy_from_slice(buf));
+            match self
+                .1
+                .block_on(tokio::time::timeout(ARCHIVE_STALL, self.0.send(piece)))
+            {
+                Ok(Ok(())) => Ok(buf.len()),
+                Ok(Err(_)) => Err(std::io::ErrorKind::BrokenPipe.into()),
+                Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+            }
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
+    let Ok(turn) = archive_sends().clone().try_acquire_owned() else {
+        return Err(JobsError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "TEMPORARILY_UNAVAILABLE",
+            format!("{MAX_ARCHIVE_SENDS} archives are being sent already; ask again in a moment"),
+        ));
+    };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let out = std::io::BufWriter::with_capacity(256 * 1024, Pipe(tx.clone()));
+        let _turn = turn;
+        let out = std::io::BufWriter::with_capacity(256 * 1024, Pipe(tx.clone(), runtime.clone()));
         if let Err(error) = trainyard_jobs::archive::pack(&dir, out, INPUT_LIMITS) {
             tracing::warn!(folder = %dir.display(), %error, "could not send a job's inputs");
-            let _ = tx.blocking_send(Err(std::io::Error::other(error.to_string())));
+            let _ = runtime.block_on(tokio::time::timeout(
+                ARCHIVE_STALL,
+                tx.send(Err(std::io::Error::other(error.to_string()))),
+            ));
         }
     });
     let pieces = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|piece| (piece, rx))
     });
     let body = axum::body::Body::from_stream(pieces);
-    (
+    Ok((
         [
             (header::CONTENT_TYPE, "application/x-tar".to_owned()),
             (
@@ -362,7 +401,7 @@ fn tar_response(dir: std::path::PathBuf, file_name: String) -> Response {
         ],
         body,
     )
-        .into_response()
+        .into_response())
 }
 
 /// `POST /api/trainyard/v1/jobs/{id}/cancel`

@@ -694,11 +694,14 @@ async fn a_job_fetches_what_it_starts_from_with_its_own_token() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Its token reaches its own job only, even one of the same owner.
-    let out = fetch(other, &work.path().join("other")).await.unwrap();
+    // Its token reaches its own job only, even one of the same owner; the
+    // refused fetch leaves its folder empty for a second try.
+    let elsewhere = work.path().join("other");
+    let out = fetch(other, &elsewhere).await.unwrap();
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("reaches its own job only"), "{said}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     // And nothing else of the jobs API.
     let denied = request(
         server.addr,

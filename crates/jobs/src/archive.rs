@@ -284,10 +284,47 @@ const PACK_MAX_DEPTH: usize = 128;
 /// never what a link points to (links and special files are left out), at
 /// most `limits` of files and bytes (Err past them). A folder that does not
 /// exist packs as an empty archive (its root entry alone).
-pub fn pack(
+///
+/// An archive that fails midway is left without its end (the two zero
+/// blocks a whole archive ends with).
+pub fn pack(dir: &Path, out: impl Write, limits: Limits) -> Result<Extracted, ArchiveError> {
+    let open = std::rc::Rc::new(std::cell::Cell::new(true));
+    let gate = Gate {
+        inner: out,
+        open: open.clone(),
+    };
+    let result = pack_into(dir, gate, limits, &open);
+    if result.is_err() {
+        // What the builder writes as it is dropped (the end) goes nowhere.
+        open.set(false);
+    }
+    result
+}
+
+/// A writer that refuses everything once closed.
+struct Gate<W> {
+    inner: W,
+    open: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+impl<W: Write> Write for Gate<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.open.get() {
+            return Err(std::io::Error::other("the archive failed"));
+        }
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn pack_into<W: Write>(
     dir: &Path,
-    out: impl std::io::Write,
+    out: W,
     limits: Limits,
+    open: &std::cell::Cell<bool>,
 ) -> Result<Extracted, ArchiveError> {
     let mut builder = tar::Builder::new(out);
     builder.follow_symlinks(false);
@@ -297,8 +334,12 @@ pub fn pack(
     root.set_size(0);
     builder.append_data(&mut root, ".", std::io::empty())?;
     let mut done = Extracted { files: 0, bytes: 0 };
-    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
-        pack_folder(&mut builder, dir, Path::new(""), 0, limits, &mut done)?;
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+        && let Err(error) = pack_folder(&mut builder, dir, Path::new(""), 0, limits, &mut done)
+    {
+        // Closed before the builder is dropped, which would write the end.
+        open.set(false);
+        return Err(error);
     }
     builder.into_inner()?.flush()?;
     Ok(done)

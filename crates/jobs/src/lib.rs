@@ -419,7 +419,7 @@ impl Jobs {
 
     /// Whether a queued job may start: its template's or project's files
     /// (if it has any) are all in place.
-    fn files_ready(&self, job: &trainyard_domain::job::Job) -> bool {
+    pub fn files_ready(&self, job: &trainyard_domain::job::Job) -> bool {
         let needs_files = job.spec.template.is_some() || job.spec.project.is_some();
         !needs_files || self.files_ready_marker(job.id).is_file()
     }
@@ -603,7 +603,7 @@ impl Jobs {
 
     /// A spec that could never run here is refused now, not queued
     /// forever. An executor that cannot tell its capacity now refuses
-    /// nothing: the job waits and says why.
+    /// nothing: the job is queued (and the log says why it was not checked).
     async fn admit(&self, checked: &CheckedJob) -> Result<(), Vec<FieldError>> {
         let capacity = match self.inner.executor.capacity().await {
             Ok(capacity) => capacity,
