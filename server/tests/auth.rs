@@ -748,17 +748,8 @@ print("jobs", call("/api/trainyard/v1/jobs", {"name": "x", "command": "true"}))
     .await;
     assert_eq!(run.json()["run"]["info"]["user_id"], "alice");
     assert_eq!(run.json()["run"]["data"]["metrics"][0]["key"], "loss");
-    let launch: Value = serde_json::from_slice(
-        &std::fs::read(
-            server
-                .data_dir
-                .path()
-                .join(format!("jobs/{id}/0/launch.json")),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let token = launch["env"]["MLFLOW_TRACKING_TOKEN"].as_str().unwrap();
+    let token = common::job_token(&server, id);
+    let token = token.as_str();
     let late = call(
         &server,
         "POST",

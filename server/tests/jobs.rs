@@ -647,17 +647,8 @@ async fn a_job_fetches_what_it_starts_from_with_its_own_token() {
     .await;
     wait_for(&server, id, "RUNNING").await;
     // The token the job was given.
-    let launch: Value = serde_json::from_slice(
-        &std::fs::read(
-            server
-                .data_dir
-                .path()
-                .join(format!("jobs/{id}/0/launch.json")),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    let token = launch["env"]["MLFLOW_TRACKING_TOKEN"].as_str().unwrap();
+    let token = common::job_token(&server, id);
+    let token = token.as_str();
     let fetch = |job: i64, into: &std::path::Path| {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
             .args(["job-files", "--into"])

@@ -193,14 +193,22 @@ impl Setup {
     }
 }
 
-fn exited(code: i32) -> Observation {
-    Observation::Ended(Ending {
-        reason: EndReason::Exited,
-        exit_code: Some(code),
+/// An end for `reason`, nothing else said; tests fill in the rest.
+fn ending(reason: EndReason) -> Ending {
+    Ending {
+        reason,
+        exit_code: None,
         signal: None,
         message: None,
         out_of_memory: false,
         usage: None,
+    }
+}
+
+fn exited(code: i32) -> Observation {
+    Observation::Ended(Ending {
+        exit_code: Some(code),
+        ..ending(EndReason::Exited)
     })
 }
 
@@ -307,12 +315,9 @@ async fn out_of_memory_is_said_in_words() {
     s.fake.set_fate(
         id,
         Observation::Ended(Ending {
-            reason: EndReason::Exited,
-            exit_code: None,
             signal: Some(9),
-            message: None,
             out_of_memory: true,
-            usage: None,
+            ..ending(EndReason::Exited)
         }),
     );
     s.jobs.cycle().await.unwrap();
@@ -333,17 +338,14 @@ async fn out_of_memory_is_said_in_words() {
     s.fake.set_fate(
         id,
         Observation::Ended(Ending {
-            reason: EndReason::Exited,
             exit_code: Some(0),
-            signal: None,
-            message: None,
-            out_of_memory: false,
             usage: Some(Usage {
                 memory_limit_bytes: 1 << 30,
                 memory_peak_bytes: Some(1 << 20),
                 oom_kills: 0,
                 cpu_usec: Some(2_500_000),
             }),
+            ..ending(EndReason::Exited)
         }),
     );
     s.jobs.cycle().await.unwrap();
@@ -391,12 +393,8 @@ async fn a_cancel_is_passed_on_and_its_end_recorded() {
     s.fake.set_fate(
         id,
         Observation::Ended(Ending {
-            reason: EndReason::Cancelled,
-            exit_code: None,
             signal: Some(15),
-            message: None,
-            out_of_memory: false,
-            usage: None,
+            ..ending(EndReason::Cancelled)
         }),
     );
     s.jobs.cycle().await.unwrap();

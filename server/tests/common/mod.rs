@@ -343,6 +343,21 @@ pub async fn wait_longer(
     panic!("job {id} never reached {state}: {}", job(server, id).await);
 }
 
+/// The token a job's first attempt was given (from its launch file; the
+/// local executor's layout).
+pub fn job_token(server: &TestServer, id: i64) -> String {
+    let launch = server
+        .data_dir
+        .path()
+        .join(format!("jobs/{id}/0/launch.json"));
+    let launch: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(launch).unwrap()).unwrap();
+    launch["env"]["MLFLOW_TRACKING_TOKEN"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// The current attempt's log.
 pub async fn log(server: &TestServer, id: i64) -> String {
     let answer = server
