@@ -78,6 +78,31 @@ pub struct Started {
     pub note: String,
 }
 
+/// Why an attempt did not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// It cannot start as asked (a refused spec, a missing file): the
+    /// attempt fails with this reason.
+    Failed(String),
+    /// The executor cannot be reached now (its API is away): the job goes
+    /// back to the queue as it was and is placed again later.
+    Unavailable(String),
+}
+
+impl From<String> for StartError {
+    fn from(message: String) -> StartError {
+        StartError::Failed(message)
+    }
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Failed(m) | StartError::Unavailable(m) => f.write_str(m),
+        }
+    }
+}
+
 /// How an attempt ended, as its executor saw it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ending {
@@ -120,8 +145,10 @@ pub trait Executor: Send + Sync + 'static {
     /// (its API is away); nothing new starts, nothing is lost.
     async fn capacity(&self) -> Result<Capacity, String>;
 
-    /// Starts an attempt; Err says why it could not, for the job's end.
-    async fn start(&self, attempt: Attempt) -> Result<Started, String>;
+    /// Starts an attempt; Err says why it could not: for the job's end, or
+    /// to try again later. Starting an attempt that was started before
+    /// (the server stopped in between) finds it rather than making another.
+    async fn start(&self, attempt: Attempt) -> Result<Started, StartError>;
 
     /// What became of an attempt in STARTING or RUNNING. Records nothing.
     async fn observe(&self, record: &JobRecord) -> Observation;

@@ -25,7 +25,7 @@ use trainyard_domain::{FieldError, JobState};
 use trainyard_scheduler as sched;
 use trainyard_store::{JobChange, JobRecord, NewJob, NewRun, Store, StoreError, now_millis};
 
-use executor::{Attempt, EndReason, Ending, Executor, Observation, Started};
+use executor::{Attempt, EndReason, Ending, Executor, Observation, StartError, Started};
 
 /// A spec that could not be read.
 #[derive(Debug, Clone, PartialEq)]
@@ -963,14 +963,36 @@ impl Jobs {
         }
         let started = match self.attempt(record, node, gpus, now).await {
             Ok(attempt) => self.inner.executor.start(attempt).await,
-            Err(message) => Err(message),
+            Err(message) => Err(StartError::Failed(message)),
         };
         match started {
             Ok(started) => {
                 self.mark_running(job, &started).await?;
                 tracing::info!(job = job.id, node = %node.name, gpus = %gpu_list, handle = %started.handle, "job started");
             }
-            Err(message) => {
+            Err(StartError::Unavailable(message)) => {
+                // Nothing of it ran: back in the queue as it was.
+                tracing::warn!(job = job.id, %message, "job could not start now; it stays queued");
+                self.store()
+                    .move_job(
+                        job.id,
+                        &[JobState::Starting],
+                        JobState::Queued,
+                        JobChange {
+                            gpu_indices: Some(Vec::new()),
+                            node: Some(None),
+                            handle: Some(None),
+                            started_at: Some(None),
+                            event: Some((
+                                "waiting".into(),
+                                format!("could not start: {message}; it will be placed again"),
+                            )),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+            }
+            Err(StartError::Failed(message)) => {
                 tracing::warn!(job = job.id, %message, "job could not start");
                 self.finish(record, JobState::Failed, None, &message, true)
                     .await?;
@@ -1091,6 +1113,10 @@ impl Jobs {
 
     async fn ended(&self, record: &JobRecord, exit: &Ending) -> Result<(), StoreError> {
         let job = &record.job;
+        if exit.reason == EndReason::Disrupted && !job.cancel_requested {
+            let why = exit.message.as_deref().unwrap_or("its node went away");
+            return self.requeue_disrupted(record, why).await;
+        }
         let code = exit.exit_code.or(exit.signal.map(|signal| 128 + signal));
         let how = match (exit.exit_code, exit.signal) {
             (Some(code), _) => format!("exited with code {code}"),
@@ -1108,6 +1134,8 @@ impl Jobs {
                 ),
             ),
             EndReason::Cancelled => (JobState::Cancelled, format!("cancelled ({how})")),
+            // Cancelled while its node went away.
+            EndReason::Disrupted => (JobState::Cancelled, "cancelled".to_owned()),
             EndReason::StartFailed => (
                 JobState::Failed,
                 format!(
@@ -1129,7 +1157,7 @@ impl Jobs {
                 EndReason::Exited => format!(
                     "out of memory: it reached its limit of {limit} (resources.memory) and the kernel stopped it ({how}); ask for more memory or make it use less"
                 ),
-                EndReason::Timeout | EndReason::Cancelled => message,
+                EndReason::Timeout | EndReason::Cancelled | EndReason::Disrupted => message,
             };
         }
         if let Some(usage) = &exit.usage {
@@ -1221,6 +1249,51 @@ impl Jobs {
                     exit_code: Some(exit_code),
                     finished_at: Some(Some(now_millis())),
                     event: Some(("finished".into(), message.to_owned())),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// An attempt ended through no fault of its own (its node was lost,
+    /// it was evicted): its run ends KILLED, and the job goes back to the
+    /// queue with a new attempt that spends none of its retries.
+    async fn requeue_disrupted(&self, record: &JobRecord, why: &str) -> Result<(), StoreError> {
+        let job = &record.job;
+        if let Some(run_id) = &job.run_id {
+            self.end_run(run_id, "KILLED").await;
+        }
+        let next = job.attempt + 1;
+        let run_id = match job.experiment_id {
+            Some(experiment) => Some(
+                self.new_run(&job.spec, experiment, next, record.owner())
+                    .await?,
+            ),
+            None => None,
+        };
+        tracing::info!(job = job.id, %why, "job disrupted; requeued");
+        self.store()
+            .move_job(
+                job.id,
+                &[JobState::Starting, JobState::Running],
+                JobState::Queued,
+                JobChange {
+                    gpu_indices: Some(Vec::new()),
+                    handle: Some(None),
+                    node: Some(None),
+                    started_at: Some(None),
+                    queued_at: Some(now_millis()),
+                    attempt: Some(next),
+                    retries: Some(job.retries.saturating_add(1)),
+                    run_id,
+                    event: Some((
+                        "requeued".into(),
+                        format!(
+                            "disrupted: {why}; placed again without spending a retry (attempt {})",
+                            next + 1
+                        ),
+                    )),
                     ..Default::default()
                 },
             )

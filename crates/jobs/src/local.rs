@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use trainyard_scheduler as sched;
 use trainyard_store::JobRecord;
 
-use crate::executor::{Attempt, Capacity, Ending, Executor, Observation, Started};
+use crate::executor::{Attempt, Capacity, Ending, Executor, Observation, StartError, Started};
 use crate::{cgroups, shim, templates, tree, users};
 
 /// How the local executor is set up.
@@ -415,7 +415,7 @@ impl Executor for LocalExecutor {
         })
     }
 
-    async fn start(&self, attempt: Attempt) -> Result<Started, String> {
+    async fn start(&self, attempt: Attempt) -> Result<Started, StartError> {
         let job = attempt.record.job.id;
         let user = self.take_uid(job)?;
         match self.spawn_shim(&attempt, user).await {
@@ -432,7 +432,7 @@ impl Executor for LocalExecutor {
             }
             Err(message) => {
                 self.release_uid(job);
-                Err(message)
+                Err(StartError::Failed(message))
             }
         }
     }

@@ -71,6 +71,9 @@ pub enum EndReason {
     Cancelled,
     /// It could not be started at all.
     StartFailed,
+    /// Its node went away or it was evicted (Kubernetes): through no fault
+    /// of its own, so it runs again without spending a retry.
+    Disrupted,
 }
 
 /// What the shim writes to `DIR/exit.json` when the command has ended.

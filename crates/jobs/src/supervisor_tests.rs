@@ -12,7 +12,7 @@ use trainyard_store::testing::TestDb;
 use trainyard_store::{JobRecord, Store};
 
 use crate::executor::{
-    Attempt, Capacity, EndReason, Ending, Executor, Observation, Started, Usage,
+    Attempt, Capacity, EndReason, Ending, Executor, Observation, StartError, Started, Usage,
 };
 use crate::{Jobs, JobsConfig, SubmitError, archive, parse_spec};
 
@@ -27,7 +27,7 @@ struct Fake {
     started: Mutex<Vec<Attempt>>,
     /// What observing a job's attempt says; Running where unset.
     fate: Mutex<HashMap<i64, Observation>>,
-    refuse_start: Mutex<Option<String>>,
+    refuse_start: Mutex<Option<StartError>>,
     stopped: Mutex<Vec<i64>>,
     retired: Mutex<Vec<i64>>,
 }
@@ -76,7 +76,7 @@ impl Executor for Fake {
         })
     }
 
-    async fn start(&self, attempt: Attempt) -> Result<Started, String> {
+    async fn start(&self, attempt: Attempt) -> Result<Started, StartError> {
         if let Some(why) = self.refuse_start.lock().unwrap().clone() {
             return Err(why);
         }
@@ -529,7 +529,8 @@ async fn no_more_start_than_the_executor_has_slots_for() {
 #[tokio::test]
 async fn an_attempt_the_executor_cannot_start_fails_with_its_reason() {
     let s = setup(vec![node(0, "a", 1)]).await;
-    *s.fake.refuse_start.lock().unwrap() = Some("the image cannot be pulled".to_owned());
+    *s.fake.refuse_start.lock().unwrap() =
+        Some(StartError::Failed("the image cannot be pulled".to_owned()));
     let id = s.submit(r#"{"name": "bad", "command": "x"}"#).await;
     s.jobs.cycle().await.unwrap();
     let record = s.job(id).await;
@@ -542,4 +543,76 @@ async fn an_attempt_the_executor_cannot_start_fails_with_its_reason() {
             .any(|e| e == "finished: the image cannot be pulled"),
         "{timeline:?}"
     );
+}
+
+#[tokio::test]
+async fn an_executor_out_of_reach_at_the_start_puts_the_job_back_unharmed() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    *s.fake.refuse_start.lock().unwrap() = Some(StartError::Unavailable(
+        "the Kubernetes API cannot be reached".to_owned(),
+    ));
+    let id = s
+        .submit(r#"{"name": "later", "command": "x", "retries": 0}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(id).await;
+    assert_eq!(record.job.state, JobState::Queued);
+    assert_eq!(record.job.attempt, 0);
+    assert!(record.job.node.is_none() && record.job.gpu_indices.is_empty());
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline.iter().any(|e| e
+            == "waiting: could not start: the Kubernetes API cannot be reached; it will be placed again"),
+        "{timeline:?}"
+    );
+    // It comes back: the same attempt starts, with the run it had.
+    *s.fake.refuse_start.lock().unwrap() = None;
+    s.jobs.cycle().await.unwrap();
+    let started = s.job(id).await;
+    assert_eq!(started.job.state, JobState::Running);
+    assert_eq!(started.job.attempt, 0);
+    assert_eq!(started.job.run_id, record.job.run_id);
+}
+
+#[tokio::test]
+async fn a_disrupted_attempt_runs_again_without_spending_a_retry() {
+    let s = setup(vec![node(0, "a", 1), node(1, "b", 1)]).await;
+    let id = s
+        .submit(r#"{"name": "moved", "command": "x", "retries": 0}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    let first = s.job(id).await;
+    assert_eq!(first.job.state, JobState::Running);
+    s.fake.set_fate(
+        id,
+        Observation::Ended(Ending {
+            message: Some("node a was deleted".to_owned()),
+            ..ending(EndReason::Disrupted)
+        }),
+    );
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(id).await.job.state, JobState::Queued);
+    s.jobs.cycle().await.unwrap();
+    let again = s.job(id).await;
+    assert_eq!(again.job.state, JobState::Running, "placed again");
+    assert_eq!(again.job.attempt, 1);
+    assert_eq!(again.job.retries, 1, "the disruption added an attempt");
+    assert_ne!(again.job.run_id, first.job.run_id);
+    assert_eq!(s.run_status(&first).await, "KILLED");
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline.iter().any(|e| e
+            == "requeued: disrupted: node a was deleted; placed again without spending a retry (attempt 2)"),
+        "{timeline:?}"
+    );
+    // A failure after that still has no retry left: it fails.
+    s.fake.set_fate(
+        id,
+        Observation::Ended(Ending {
+            exit_code: Some(1),
+            ..ending(EndReason::Exited)
+        }),
+    );
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(id).await.job.state, JobState::Failed);
 }

@@ -87,6 +87,9 @@ pub struct JobChange {
     pub finished_at: Option<Option<i64>>,
     pub queued_at: Option<i64>,
     pub attempt: Option<u32>,
+    /// Further attempts allowed: raised when an attempt ends through no
+    /// fault of its own (its node went away), so that it spends none.
+    pub retries: Option<u32>,
     pub cancel_requested: Option<bool>,
     /// The run of a new attempt.
     pub run_id: Option<String>,
@@ -345,6 +348,9 @@ impl Store {
         }
         if let Some(v) = change.attempt {
             update = update.col_expr(job::Column::Attempt, Expr::value(v as i32));
+        }
+        if let Some(v) = change.retries {
+            update = update.col_expr(job::Column::Retries, Expr::value(v as i32));
         }
         if let Some(v) = change.cancel_requested {
             update = update.col_expr(job::Column::CancelRequested, Expr::value(v));
