@@ -116,6 +116,72 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "how the local executor holds each job to the CPUs and memory its spec asks for: `cgroup` (a control group per job, v2 or v1; needs root or a delegated cgroup, and the start fails without it), `none` (not enforced), or `auto` (cgroup where it works, else none, said in the log)",
     },
     SettingDoc {
+        key: "executor",
+        env: "TRAINYARD_EXECUTOR",
+        default: "local",
+        meaning: "where jobs run: `local` (this machine, under job shims) or `kubernetes` (each attempt a batch/v1 Job on the node Trainyard placed it on; the kube_* settings below)",
+    },
+    SettingDoc {
+        key: "kube_config",
+        env: "TRAINYARD_KUBE_CONFIG",
+        default: "(none: $KUBECONFIG or ~/.kube/config, else the pod's service account)",
+        meaning: "kubeconfig file of the cluster jobs run on (executor = kubernetes)",
+    },
+    SettingDoc {
+        key: "kube_context",
+        env: "TRAINYARD_KUBE_CONTEXT",
+        default: "(the kubeconfig's current context)",
+        meaning: "context of the kubeconfig to use",
+    },
+    SettingDoc {
+        key: "kube_namespace",
+        env: "TRAINYARD_KUBE_NAMESPACE",
+        default: "(the context's, or the service account's namespace)",
+        meaning: "namespace that jobs' Jobs, pods and Secrets are made in",
+    },
+    SettingDoc {
+        key: "kube_node_selector",
+        env: "TRAINYARD_KUBE_NODE_SELECTOR",
+        default: "(none: every node)",
+        meaning: "labels of the nodes jobs may run on and that count as capacity, `key=value,key2=value2` (e.g. nvidia.com/gpu.present=true)",
+    },
+    SettingDoc {
+        key: "kube_tolerations",
+        env: "TRAINYARD_KUBE_TOLERATIONS",
+        default: "nvidia.com/gpu:NoSchedule",
+        meaning: "taints job pods tolerate, `key[=value][:Effect]` comma-separated (GPU nodes are often tainted); empty: none",
+    },
+    SettingDoc {
+        key: "kube_image",
+        env: "TRAINYARD_KUBE_IMAGE",
+        default: "python:3.12-slim",
+        meaning: "container image of jobs whose spec names none (`image:`)",
+    },
+    SettingDoc {
+        key: "kube_trainyard_image",
+        env: "TRAINYARD_KUBE_TRAINYARD_IMAGE",
+        default: "trainyard:<version>",
+        meaning: "Trainyard's own image, run as each pod's init container (`trainyard job-files`) to fetch the job's files and datasets",
+    },
+    SettingDoc {
+        key: "kube_image_pull_secrets",
+        env: "TRAINYARD_KUBE_IMAGE_PULL_SECRETS",
+        default: "(none)",
+        meaning: "Secrets (in kube_namespace) that job pods pull their images with, comma-separated",
+    },
+    SettingDoc {
+        key: "kube_tracking_url",
+        env: "TRAINYARD_KUBE_TRACKING_URL",
+        default: "<public_url>",
+        meaning: "the address pods reach Trainyard at (MLFLOW_TRACKING_URI and their files), e.g. http://trainyard.trainyard.svc",
+    },
+    SettingDoc {
+        key: "kube_gpu_resource",
+        env: "TRAINYARD_KUBE_GPU_RESOURCE",
+        default: "nvidia.com/gpu",
+        meaning: "the extended resource that counts a node's GPUs",
+    },
+    SettingDoc {
         key: "public_url",
         env: "TRAINYARD_PUBLIC_URL",
         default: "http://<listen>",
@@ -217,6 +283,21 @@ pub struct Settings {
     pub job_stop_grace_secs: u64,
     pub job_uids: String,
     pub job_limits: String,
+    pub executor: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_config: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_context: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_namespace: Option<String>,
+    pub kube_node_selector: String,
+    pub kube_tolerations: String,
+    pub kube_image: String,
+    pub kube_trainyard_image: String,
+    pub kube_image_pull_secrets: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_tracking_url: Option<String>,
+    pub kube_gpu_resource: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -256,6 +337,17 @@ impl Default for Settings {
             job_stop_grace_secs: 10,
             job_uids: "auto".to_owned(),
             job_limits: "auto".to_owned(),
+            executor: "local".to_owned(),
+            kube_config: None,
+            kube_context: None,
+            kube_namespace: None,
+            kube_node_selector: String::new(),
+            kube_tolerations: "nvidia.com/gpu:NoSchedule".to_owned(),
+            kube_image: "python:3.12-slim".to_owned(),
+            kube_trainyard_image: format!("trainyard:{}", env!("CARGO_PKG_VERSION")),
+            kube_image_pull_secrets: String::new(),
+            kube_tracking_url: None,
+            kube_gpu_resource: "nvidia.com/gpu".to_owned(),
             public_url: None,
             oidc_issuer_url: None,
             oidc_client_id: None,
@@ -312,11 +404,30 @@ pub struct Config {
     /// The program started as `PROGRAM job-shim DIR` for each job: this
     /// binary (tests point it at the built one).
     pub job_shim: PathBuf,
+    /// Where jobs run: None on this machine, else on Kubernetes.
+    pub kubernetes: Option<KubeOptions>,
     pub shutdown_grace: std::time::Duration,
     pub auth: AuthConfig,
 }
 
 pub use trainyard_jobs::machine::{JobLimits, JobUids};
+
+/// The Kubernetes executor's settings, checked; what depends on where the
+/// server listens (the tracking URL's default) is filled in at start.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub namespace: Option<String>,
+    pub node_selector: std::collections::BTreeMap<String, String>,
+    pub tolerations: Vec<trainyard_kube::KubeToleration>,
+    pub image: String,
+    pub trainyard_image: String,
+    pub image_pull_secrets: Vec<String>,
+    /// None: the public URL.
+    pub tracking_url: Option<url::Url>,
+    pub gpu_resource: String,
+}
 
 /// How people sign in.
 #[derive(Debug, Clone)]
@@ -523,6 +634,15 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
     tracing_subscriber::EnvFilter::try_new(&s.log)
         .map_err(|e| ConfigError(format!("log: `{}` is not a valid log filter: {e}", s.log)))?;
     let auth = auth_config(&s)?;
+    let kubernetes = match s.executor.trim() {
+        "local" => None,
+        "kubernetes" => Some(kube_options(&s)?),
+        other => {
+            return Err(ConfigError(format!(
+                "executor: `{other}` is not one of `local` or `kubernetes`"
+            )));
+        }
+    };
     let database_url = match s.database_url {
         Some(url) => {
             let url = url.trim().to_owned();
@@ -568,8 +688,72 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         job_uids,
         job_limits,
         job_shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("trainyard")),
+        kubernetes,
         shutdown_grace: std::time::Duration::from_secs(s.shutdown_grace_secs),
         auth,
+    })
+}
+
+fn kube_options(s: &Settings) -> Result<KubeOptions, ConfigError> {
+    fn non_empty(v: &Option<String>) -> Option<String> {
+        v.as_deref()
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    }
+    let node_selector =
+        trainyard_kube::parse_node_selector(&s.kube_node_selector).map_err(|e| {
+            ConfigError(format!(
+                "kube_node_selector: {e}; write key=value,key2=value2"
+            ))
+        })?;
+    let tolerations = trainyard_kube::parse_tolerations(&s.kube_tolerations).map_err(|e| {
+        ConfigError(format!(
+            "kube_tolerations: {e}; write key[=value][:Effect], comma-separated"
+        ))
+    })?;
+    let tracking_url = match non_empty(&s.kube_tracking_url) {
+        Some(text) => {
+            let url = url::Url::parse(text.trim_end_matches('/')).map_err(|e| {
+                ConfigError(format!(
+                    "kube_tracking_url: `{text}` is not a URL ({e}); use the address pods reach Trainyard at, e.g. http://trainyard.trainyard.svc"
+                ))
+            })?;
+            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+                return Err(ConfigError(format!(
+                    "kube_tracking_url: `{text}` must be an http:// or https:// address"
+                )));
+            }
+            Some(url)
+        }
+        None => None,
+    };
+    for (key, value) in [
+        ("kube_image", &s.kube_image),
+        ("kube_trainyard_image", &s.kube_trainyard_image),
+        ("kube_gpu_resource", &s.kube_gpu_resource),
+    ] {
+        if value.trim().is_empty() {
+            return Err(ConfigError(format!("{key}: must not be empty")));
+        }
+    }
+    Ok(KubeOptions {
+        kubeconfig: s.kube_config.clone(),
+        context: non_empty(&s.kube_context),
+        namespace: non_empty(&s.kube_namespace),
+        node_selector,
+        tolerations,
+        image: s.kube_image.trim().to_owned(),
+        trainyard_image: s.kube_trainyard_image.trim().to_owned(),
+        image_pull_secrets: s
+            .kube_image_pull_secrets
+            .split(',')
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        tracking_url,
+        gpu_resource: s.kube_gpu_resource.trim().to_owned(),
     })
 }
 

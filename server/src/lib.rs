@@ -92,9 +92,7 @@ impl AppState {
         config: &Config,
         listen: SocketAddr,
         store: Store,
-        machine: Machine,
-        job_users: Option<trainyard_jobs::users::UidRange>,
-        job_limits: Option<trainyard_jobs::cgroups::Hierarchy>,
+        executor: Arc<dyn trainyard_jobs::executor::Executor>,
     ) -> Result<AppState, ServerError> {
         let leptos_options = LeptosOptions::builder()
             .output_name("trainyard")
@@ -103,9 +101,6 @@ impl AppState {
             .site_addr(listen)
             .env(leptos::config::Env::PROD)
             .build();
-        let executor = trainyard_jobs::local::LocalExecutor::new(local_config(
-            config, listen, machine, job_users, job_limits,
-        ));
         let jobs = trainyard_jobs::Jobs::new(
             store.clone(),
             trainyard_jobs::JobsConfig {
@@ -117,19 +112,10 @@ impl AppState {
                     max_files: 100_000,
                 },
             },
-            Arc::new(executor),
+            executor,
         );
         let mut auth_config = config.auth.clone();
-        if !auth_config.public_url_set {
-            // The address actually bound (port 0 becomes the real port).
-            let mut public = listen;
-            if public.ip().is_unspecified() {
-                public.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-            }
-            if let Ok(url) = url::Url::parse(&format!("http://{public}")) {
-                auth_config.public_url = url;
-            }
-        }
+        auth_config.public_url = public_url(config, listen);
         let oidc = match &auth_config.oidc {
             Some(oidc) => Some(
                 oidc::Oidc::new(oidc.clone(), &auth_config.public_url)
@@ -157,6 +143,46 @@ impl AppState {
             artifact_usage: Default::default(),
             data_dir: config.data_dir.clone(),
         })
+    }
+}
+
+/// Where people reach the server: the setting, else the address actually
+/// bound (port 0 becomes the real port).
+fn public_url(config: &Config, listen: SocketAddr) -> url::Url {
+    if config.auth.public_url_set {
+        return config.auth.public_url.clone();
+    }
+    let mut public = listen;
+    if public.ip().is_unspecified() {
+        public.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    url::Url::parse(&format!("http://{public}")).unwrap_or_else(|_| config.auth.public_url.clone())
+}
+
+/// The Kubernetes executor's set-up: the checked settings, where pods
+/// reach this server, where attempts' logs are kept.
+fn kube_settings(
+    config: &Config,
+    kube: &config::KubeOptions,
+    listen: SocketAddr,
+) -> trainyard_kube::KubeSettings {
+    let tracking = kube
+        .tracking_url
+        .clone()
+        .unwrap_or_else(|| public_url(config, listen));
+    trainyard_kube::KubeSettings {
+        kubeconfig: kube.kubeconfig.clone(),
+        context: kube.context.clone(),
+        namespace: kube.namespace.clone(),
+        node_selector: kube.node_selector.clone(),
+        tolerations: kube.tolerations.clone(),
+        image: kube.image.clone(),
+        trainyard_image: kube.trainyard_image.clone(),
+        image_pull_secrets: kube.image_pull_secrets.clone(),
+        tracking_url: tracking.as_str().trim_end_matches('/').to_owned(),
+        gpu_resource: kube.gpu_resource.clone(),
+        stop_grace_secs: config.job_stop_grace_secs,
+        root: config.data_dir.join("jobs"),
     }
 }
 
@@ -411,15 +437,20 @@ impl Server {
     pub async fn bind(config: &Config) -> Result<Server, ServerError> {
         let store = open_store(config).await?;
         // The local executor's set-up on this machine.
-        let settings = machine_settings(config);
-        let job_users = machine::decide_users(&settings).map_err(config::ConfigError)?;
-        if job_users.is_some() {
-            machine::close_data_folder(&settings).map_err(config::ConfigError)?;
-        }
-        let job_limits =
-            machine::decide_limits(&settings, job_users).map_err(config::ConfigError)?;
+        let local_setup = match config.kubernetes {
+            Some(_) => None,
+            None => {
+                let settings = machine_settings(config);
+                let job_users = machine::decide_users(&settings).map_err(config::ConfigError)?;
+                if job_users.is_some() {
+                    machine::close_data_folder(&settings).map_err(config::ConfigError)?;
+                }
+                let job_limits =
+                    machine::decide_limits(&settings, job_users).map_err(config::ConfigError)?;
+                Some((job_users, job_limits))
+            }
+        };
         sync_templates(config, &store).await?;
-        let machine = discover_gpus(config, &store).await?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -437,12 +468,34 @@ impl Server {
         Ok(Server {
             signals: ShutdownSignals::install()?,
             state: {
-                let state = AppState::new(config, local, store, machine, job_users, job_limits)?;
+                let (executor, setting): (Arc<dyn trainyard_jobs::executor::Executor>, _) =
+                    match (&config.kubernetes, local_setup) {
+                        (Some(kube), _) => {
+                            let settings = kube_settings(config, kube, local);
+                            let executor = trainyard_kube::KubeExecutor::connect(settings)
+                                .await
+                                .map_err(config::ConfigError)?;
+                            tracing::info!(
+                                namespace = executor.namespace(),
+                                "jobs run on Kubernetes"
+                            );
+                            (Arc::new(executor), "executor")
+                        }
+                        (None, setup) => {
+                            let (job_users, job_limits) = setup.unwrap_or_default();
+                            let machine = discover_gpus(config, &store).await?;
+                            let executor = trainyard_jobs::local::LocalExecutor::new(local_config(
+                                config, local, machine, job_users, job_limits,
+                            ));
+                            (Arc::new(executor), "job_uids")
+                        }
+                    };
+                let state = AppState::new(config, local, store, executor)?;
                 state
                     .jobs
                     .prepare()
                     .await
-                    .map_err(|e| config::ConfigError(format!("job_uids: {e}")))?;
+                    .map_err(|e| config::ConfigError(format!("{setting}: {e}")))?;
                 state
             },
             listener,

@@ -25,6 +25,10 @@ pub struct Capacity {
     /// supervisor subtracts its running jobs); those that take nothing new
     /// are not schedulable.
     pub nodes: Vec<sched::Node>,
+    /// The same nodes with all they have, where `nodes` has what others
+    /// (not Trainyard's jobs) hold taken off; empty: as `nodes`. A job is
+    /// refused at submission only if no node could ever hold it.
+    pub in_all: Vec<sched::Node>,
     /// How many more attempts may start now whatever the nodes hold (the
     /// local executor's free job uids); None: no such bound.
     pub slots: Option<usize>,
@@ -38,9 +42,18 @@ pub struct Capacity {
 }
 
 impl Capacity {
+    /// The nodes with all they have.
+    pub fn whole(&self) -> &[sched::Node] {
+        if self.in_all.is_empty() {
+            &self.nodes
+        } else {
+            &self.in_all
+        }
+    }
+
     /// The node with the most of each, for what a job can never get.
     pub fn largest(&self) -> (u32, u32, u64) {
-        self.nodes.iter().fold((0, 0, 0), |(g, c, m), n| {
+        self.whole().iter().fold((0, 0, 0), |(g, c, m), n| {
             (g.max(n.gpus), c.max(n.cpu_millis), m.max(n.memory_mib))
         })
     }

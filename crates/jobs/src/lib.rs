@@ -620,7 +620,7 @@ impl Jobs {
             memory_mib: 0,
         };
         let (_, cpu_millis, memory_mib) = capacity.largest();
-        if sched::admissible(&capacity.nodes, &resources).is_err() {
+        if sched::admissible(capacity.whole(), &resources).is_err() {
             errors.push(FieldError::new(
                 "resources.gpus",
                 format!(

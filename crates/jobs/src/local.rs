@@ -405,6 +405,7 @@ impl Executor for LocalExecutor {
                 memory_mib: c.memory_mib,
                 schedulable: true,
             }],
+            in_all: Vec::new(),
             slots,
             gpus_said: format!(
                 "this server has {} (found by NVML, or set by simulated_gpus)",

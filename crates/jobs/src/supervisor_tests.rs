@@ -69,6 +69,7 @@ impl Executor for Fake {
         }
         Ok(Capacity {
             nodes: self.nodes.lock().unwrap().clone(),
+            in_all: Vec::new(),
             slots: *self.slots.lock().unwrap(),
             gpus_said: "the largest node has 8".to_owned(),
             place: "the largest node".to_owned(),

@@ -1,0 +1,959 @@
+//! The Kubernetes executor: each attempt of a job becomes a `batch/v1` Job
+//! of one pod, pinned (required node affinity) to the node that Trainyard's
+//! scheduler chose, with its token in a Secret the Job owns. What becomes
+//! of it is read from watches (kube::runtime reflectors of nodes, pods and
+//! Jobs), never by polling; its pod's log is followed into the attempt's
+//! log file.
+//!
+//! The handle of an attempt is its Job's name, `trainyard-<job>-<attempt>`:
+//! the same attempt always has the same name, so a server that stopped
+//! while starting one finds it (by name and labels) rather than making a
+//! second.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Toleration};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use tokio::sync::{Notify, watch};
+use trainyard_jobs::executor::{
+    Attempt, Capacity, EndReason, Ending, Executor, Observation, StartError, Started,
+};
+use trainyard_scheduler as sched;
+use trainyard_store::JobRecord;
+
+pub use k8s_openapi::api::core::v1::Toleration as KubeToleration;
+
+pub mod logs;
+pub mod quantity;
+pub mod shape;
+pub mod status;
+
+use status::PodSeen;
+
+/// How the executor reaches the cluster and what it gives each pod.
+#[derive(Debug, Clone)]
+pub struct KubeSettings {
+    /// A kubeconfig file; None: `$KUBECONFIG` or `~/.kube/config`, else the
+    /// pod's own service account (in the cluster).
+    pub kubeconfig: Option<PathBuf>,
+    /// A context of the kubeconfig other than its current one.
+    pub context: Option<String>,
+    /// Where Jobs are made; None: the kubeconfig context's, or the service
+    /// account's namespace.
+    pub namespace: Option<String>,
+    /// Only nodes with these labels run jobs (and count as capacity).
+    pub node_selector: BTreeMap<String, String>,
+    /// What job pods tolerate (GPU nodes are often tainted).
+    pub tolerations: Vec<Toleration>,
+    /// The image of jobs that name none.
+    pub image: String,
+    /// Trainyard's own image, which fetches a job's files before it starts.
+    pub trainyard_image: String,
+    pub image_pull_secrets: Vec<String>,
+    /// Where pods reach Trainyard (`MLFLOW_TRACKING_URI` and the files).
+    pub tracking_url: String,
+    /// The extended resource that counts GPUs.
+    pub gpu_resource: String,
+    /// Seconds between SIGTERM and SIGKILL when a job is stopped.
+    pub stop_grace_secs: u64,
+    /// `<data_dir>/jobs`: the attempt's log is `<id>/<attempt>/output.log`.
+    pub root: PathBuf,
+}
+
+/// `key=value,key2=value2` as a node selector.
+pub fn parse_node_selector(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut selector = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("`{pair}` is not key=value"))?;
+        if key.trim().is_empty() {
+            return Err(format!("`{pair}` has no key"));
+        }
+        selector.insert(key.trim().to_owned(), value.trim().to_owned());
+    }
+    Ok(selector)
+}
+
+/// `key[=value][:Effect]`, comma-separated, as tolerations: without a
+/// value it tolerates the key whatever its value (`Exists`); without an
+/// effect, every effect.
+pub fn parse_tolerations(text: &str) -> Result<Vec<Toleration>, String> {
+    let mut tolerations = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (rest, effect) = match item.rsplit_once(':') {
+            Some((rest, effect)) => {
+                if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+                    return Err(format!(
+                        "`{item}`: the effect must be NoSchedule, PreferNoSchedule or NoExecute, not `{effect}`"
+                    ));
+                }
+                (rest, Some(effect.to_owned()))
+            }
+            None => (item, None),
+        };
+        let (key, value) = match rest.split_once('=') {
+            Some((k, v)) => (k, Some(v.to_owned())),
+            None => (rest, None),
+        };
+        if key.is_empty() {
+            return Err(format!("`{item}` has no key"));
+        }
+        tolerations.push(Toleration {
+            key: Some(key.to_owned()),
+            operator: Some(if value.is_some() { "Equal" } else { "Exists" }.to_owned()),
+            value,
+            effect,
+            toleration_seconds: None,
+        });
+    }
+    Ok(tolerations)
+}
+
+/// The watches, by index into [`Watches::state`].
+const NODES: usize = 0;
+const ALL_PODS: usize = 1;
+const OUR_PODS: usize = 2;
+const JOBS: usize = 3;
+const WATCH_NAMES: [&str; 4] = [
+    "nodes",
+    "pods of all namespaces",
+    "Trainyard's pods",
+    "Jobs",
+];
+
+/// Whether each watch has listed everything once, and whether it fails now.
+#[derive(Default)]
+struct Watches {
+    synced: [AtomicBool; 4],
+    failing: Mutex<[Option<String>; 4]>,
+}
+
+impl Watches {
+    fn ok(&self, which: usize, init_done: bool) {
+        if init_done {
+            self.synced[which].store(true, Ordering::Release);
+        }
+        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        failing[which] = None;
+    }
+
+    fn failed(&self, which: usize, error: String) {
+        let mut failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        if failing[which].is_none() {
+            tracing::warn!(watch = WATCH_NAMES[which], %error, "watching the cluster failed; retrying with backoff");
+        }
+        failing[which] = Some(error);
+    }
+
+    fn synced(&self) -> bool {
+        self.synced.iter().all(|s| s.load(Ordering::Acquire))
+    }
+
+    /// Why what the watches hold cannot be trusted now, if so.
+    fn trouble(&self) -> Option<String> {
+        let failing = self.failing.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((which, error)) = failing
+            .iter()
+            .enumerate()
+            .find_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+        {
+            return Some(format!(
+                "the Kubernetes API cannot be watched ({}): {error}",
+                WATCH_NAMES[which]
+            ));
+        }
+        drop(failing);
+        if let Some(which) = (0..4).find(|i| !self.synced[*i].load(Ordering::Acquire)) {
+            return Some(format!(
+                "the first list of the cluster's {} has not arrived yet",
+                WATCH_NAMES[which]
+            ));
+        }
+        None
+    }
+}
+
+/// What the pod watch keeps for each attempt (by Job name).
+#[derive(Default)]
+struct Attempts {
+    pods: HashMap<String, PodSeen>,
+    /// Log followers, told when their container ended.
+    followers: HashMap<String, (watch::Sender<bool>, tokio::task::AbortHandle)>,
+}
+
+struct Shared {
+    watches: Watches,
+    attempts: Mutex<Attempts>,
+    changed: Notify,
+    root: PathBuf,
+    pods: Api<Pod>,
+    /// The watches' tasks, stopped with the executor.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Shared {
+    fn attempts(&self) -> std::sync::MutexGuard<'_, Attempts> {
+        self.attempts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn log_path(&self, job: i64, attempt: u32) -> PathBuf {
+        self.root
+            .join(job.to_string())
+            .join(attempt.to_string())
+            .join(trainyard_jobs::shim::LOG_FILE)
+    }
+
+    /// One of Trainyard's pods changed: remember how it stands, start
+    /// following its log once it runs, tell the follower when it ended.
+    fn pod_changed(self: &Arc<Self>, pod: &Pod, deleted: bool) {
+        let labels = pod.labels();
+        let (Some(job), Some(attempt), Some(name)) = (
+            labels
+                .get(shape::JOB_LABEL)
+                .and_then(|v| v.parse::<i64>().ok()),
+            labels
+                .get(shape::ATTEMPT_LABEL)
+                .and_then(|v| v.parse::<u32>().ok()),
+            // The Job it belongs to.
+            pod.owner_references()
+                .iter()
+                .find(|o| o.kind == "Job")
+                .map(|o| o.name.clone()),
+        ) else {
+            return;
+        };
+        let mut seen = status::seen(pod);
+        seen.going |= deleted;
+        let finished = seen.finished();
+        let mut attempts = self.attempts();
+        if let Some((follower, _)) = attempts.followers.get(&name) {
+            if finished {
+                let _ = follower.send(true);
+            }
+        } else if seen.started && !deleted {
+            let log = self.log_path(job, attempt);
+            if !logs::done_path(&log).exists() {
+                let (tell, told) = watch::channel(finished);
+                let pods = self.pods.clone();
+                let pod_name = seen.pod.clone();
+                let task = tokio::spawn(logs::follow(pods, pod_name, log, told));
+                attempts
+                    .followers
+                    .insert(name.clone(), (tell, task.abort_handle()));
+            }
+        }
+        attempts.pods.insert(name, seen);
+        drop(attempts);
+        self.changed.notify_one();
+    }
+}
+
+pub struct KubeExecutor {
+    settings: KubeSettings,
+    namespace: String,
+    jobs: Api<Job>,
+    secrets: Api<Secret>,
+    nodes: Store<Node>,
+    all_pods: Store<Pod>,
+    job_store: Store<Job>,
+    shared: Arc<Shared>,
+    /// Jobs made by this server lately, which the watch may not show yet.
+    created: Mutex<HashMap<String, Instant>>,
+    /// Jobs asked to stop.
+    stopping: Mutex<HashSet<String>>,
+}
+
+/// How long a Job this server made may be missing from the watch before
+/// the API is asked whether it is there.
+const CREATED_GRACE: Duration = Duration::from_secs(30);
+
+fn describe(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
+        other => other.to_string(),
+    }
+}
+
+/// Errors that another try may not meet: the API away, overloaded, or not
+/// letting Trainyard in (fixed by an admin, not by the job).
+fn transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => !matches!(status.code, 400 | 422),
+        _ => true,
+    }
+}
+
+impl KubeExecutor {
+    /// Connects to the cluster and starts the watches. Fails only on a
+    /// configuration that cannot work (no kubeconfig, a missing context);
+    /// a cluster that does not answer yet is waited for.
+    pub async fn connect(settings: KubeSettings) -> Result<KubeExecutor, String> {
+        use kube::config::{KubeConfigOptions, Kubeconfig};
+        let options = KubeConfigOptions {
+            context: settings.context.clone(),
+            ..Default::default()
+        };
+        let config = match &settings.kubeconfig {
+            Some(path) => {
+                let file = Kubeconfig::read_from(path).map_err(|e| {
+                    format!("kube_config: cannot read {}: {e}", path.display())
+                })?;
+                kube::Config::from_custom_kubeconfig(file, &options)
+                    .await
+                    .map_err(|e| format!("kube_config {}: {e}", path.display()))?
+            }
+            None if settings.context.is_some() => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| format!("kube_context: {e}"))?,
+            None => kube::Config::infer().await.map_err(|e| {
+                format!("no Kubernetes configuration found (set kube_config, or run in a pod with a service account): {e}")
+            })?,
+        };
+        let namespace = settings
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = Client::try_from(config)
+            .map_err(|e| format!("cannot make a Kubernetes client: {e}"))?;
+        Ok(Self::start_watching(settings, namespace, client))
+    }
+
+    fn start_watching(settings: KubeSettings, namespace: String, client: Client) -> KubeExecutor {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let shared = Arc::new(Shared {
+            watches: Watches::default(),
+            attempts: Mutex::new(Attempts::default()),
+            changed: Notify::new(),
+            root: settings.root.clone(),
+            pods: pods.clone(),
+            tasks: Mutex::new(Vec::new()),
+        });
+        let node_labels = settings
+            .node_selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut node_config = watcher::Config::default();
+        if !node_labels.is_empty() {
+            node_config = node_config.labels(&node_labels);
+        }
+        let nodes = watch_into(
+            Api::<Node>::all(client.clone()),
+            node_config,
+            &shared,
+            NODES,
+            |_, _, _| {},
+        );
+        // What every pod that has not ended asks for: pods of others take
+        // their share of a node.
+        let all_pods = watch_into(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
+            &shared,
+            ALL_PODS,
+            |_, _, _| {},
+        );
+        let managed = shape::managed_selector();
+        let _our_pods = watch_into(
+            pods,
+            watcher::Config::default().labels(&managed),
+            &shared,
+            OUR_PODS,
+            |shared, pod, deleted| shared.pod_changed(pod, deleted),
+        );
+        let job_store = watch_into(
+            Api::<Job>::namespaced(client.clone(), &namespace),
+            watcher::Config::default().labels(&managed),
+            &shared,
+            JOBS,
+            |shared, _, _| shared.changed.notify_one(),
+        );
+        KubeExecutor {
+            jobs: Api::namespaced(client.clone(), &namespace),
+            secrets: Api::namespaced(client, &namespace),
+            settings,
+            namespace,
+            nodes,
+            all_pods,
+            job_store,
+            shared,
+            created: Mutex::new(HashMap::new()),
+            stopping: Mutex::new(HashSet::new()),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn job_named(&self, name: &str) -> Option<Arc<Job>> {
+        self.job_store
+            .get(&ObjectRef::new(name).within(&self.namespace))
+    }
+
+    fn pod_seen(&self, name: &str) -> Option<PodSeen> {
+        self.shared.attempts().pods.get(name).cloned()
+    }
+
+    fn handle_of(record: &JobRecord) -> String {
+        record
+            .handle
+            .clone()
+            .unwrap_or_else(|| shape::attempt_name(&record.job))
+    }
+
+    fn note(&self, name: &str, node: &str) -> String {
+        format!("Kubernetes Job {}/{name} on node {node}", self.namespace)
+    }
+
+    /// Removes a Job and what it owns (its pod, its Secret), once its log
+    /// is all in.
+    fn remove_later(&self, name: String) {
+        let jobs = self.jobs.clone();
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let following = shared
+                    .attempts()
+                    .followers
+                    .get(&name)
+                    .is_some_and(|(_, task)| !task.is_finished());
+                if !following || Instant::now() > deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            match jobs.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_not_found() => {}
+                Err(error) => {
+                    tracing::warn!(job = %name, error = %describe(&error), "could not remove a finished Kubernetes Job; its TTL removes it within a day");
+                }
+            }
+            let mut attempts = shared.attempts();
+            attempts.followers.remove(&name);
+            attempts.pods.remove(&name);
+        });
+    }
+}
+
+/// Starts a watch of `api` into a reflector store, calling `on_change` for
+/// each object that changed (and true if it was deleted).
+fn watch_into<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    shared: &Arc<Shared>,
+    which: usize,
+    on_change: fn(&Arc<Shared>, &K, bool),
+) -> Store<K>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, writer) = reflector::store::<K>();
+    let keep = shared.clone();
+    let shared = shared.clone();
+    let task = tokio::spawn(async move {
+        let stream = watcher(api, config).default_backoff().reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        // Never ends and never gives up: errors are retried with backoff.
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => {
+                    shared
+                        .watches
+                        .ok(which, matches!(event, watcher::Event::InitDone));
+                    match &event {
+                        watcher::Event::Apply(k) | watcher::Event::InitApply(k) => {
+                            on_change(&shared, k, false)
+                        }
+                        watcher::Event::Delete(k) => on_change(&shared, k, true),
+                        watcher::Event::Init => {}
+                        watcher::Event::InitDone => shared.changed.notify_one(),
+                    }
+                }
+                Err(error) => shared.watches.failed(which, error.to_string()),
+            }
+        }
+    });
+    keep.tasks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(task.abort_handle());
+    store
+}
+
+impl Drop for KubeExecutor {
+    /// Its watches and log followers stop with it (a server that stops
+    /// leaves its Jobs running; the next one adopts them).
+    fn drop(&mut self) {
+        for task in self
+            .shared
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+        for (_, (_, task)) in self.shared.attempts().followers.drain() {
+            task.abort();
+        }
+    }
+}
+
+/// What a pod asks of its node: CPU millis, memory MiB, GPUs.
+fn pod_requests(pod: &Pod, gpu_resource: &str) -> (u32, u64, u32) {
+    let Some(spec) = pod.spec.as_ref() else {
+        return (0, 0, 0);
+    };
+    let of = |c: &k8s_openapi::api::core::v1::Container, key: &str| {
+        let resources = c.resources.as_ref()?;
+        resources
+            .requests
+            .as_ref()
+            .and_then(|r| r.get(key))
+            .or_else(|| resources.limits.as_ref().and_then(|l| l.get(key)))
+            .map(|q| q.0.clone())
+    };
+    let sum = |containers: &[k8s_openapi::api::core::v1::Container]| {
+        containers.iter().fold((0u32, 0u64, 0u32), |(c, m, g), k| {
+            (
+                c.saturating_add(
+                    of(k, "cpu")
+                        .and_then(|q| quantity::cpu_millis(&q))
+                        .unwrap_or(0),
+                ),
+                m.saturating_add(
+                    of(k, "memory")
+                        .and_then(|q| quantity::memory_mib(&q))
+                        .unwrap_or(0),
+                ),
+                g.saturating_add(
+                    of(k, gpu_resource)
+                        .and_then(|q| quantity::count(&q))
+                        .unwrap_or(0),
+                ),
+            )
+        })
+    };
+    let main = sum(&spec.containers);
+    // Init containers run one at a time, before the others.
+    let init = spec
+        .init_containers
+        .as_deref()
+        .unwrap_or(&[])
+        .iter()
+        .map(|c| sum(std::slice::from_ref(c)))
+        .fold((0, 0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1), a.2.max(b.2)));
+    (main.0.max(init.0), main.1.max(init.1), main.2.max(init.2))
+}
+
+/// Whether a node takes new pods of ours: Ready, not cordoned, and no
+/// taint that keeps them off which they do not tolerate.
+fn takes_new(node: &Node, tolerations: &[Toleration]) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let spec = node.spec.as_ref();
+    let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+    let blocked = spec
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .any(|taint| {
+            !tolerations.iter().any(|t| {
+                let key = t.key.as_deref().is_none_or(|k| k == taint.key);
+                let value = t.operator.as_deref() == Some("Exists")
+                    || t.value.as_deref() == taint.value.as_deref();
+                let effect = t.effect.as_deref().is_none_or(|e| e == taint.effect);
+                key && value && effect
+            })
+        });
+    ready && !cordoned && !blocked
+}
+
+#[async_trait::async_trait]
+impl Executor for KubeExecutor {
+    fn kind(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    async fn prepare(&self, _active: &[JobRecord]) -> Result<(), String> {
+        // What this server may do is checked once, with a clear word if not.
+        match self
+            .jobs
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.is_forbidden() => {
+                return Err(format!(
+                    "the Kubernetes account cannot list Jobs in namespace {}: {} (apply the Role of helm/trainyard, or check kube_namespace)",
+                    self.namespace, s.message
+                ));
+            }
+            Err(error) => {
+                tracing::warn!(namespace = %self.namespace, error = %describe(&error), "the Kubernetes API does not answer yet; jobs wait until it does");
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.shared.watches.synced() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
+    async fn capacity(&self) -> Result<Capacity, String> {
+        if let Some(trouble) = self.shared.watches.trouble() {
+            return Err(trouble);
+        }
+        let gpu = self.settings.gpu_resource.as_str();
+        // What pods that are not our running attempts hold, per node: other
+        // people's pods, and ours that are going away.
+        let mut held: HashMap<String, (u32, u64, u32)> = HashMap::new();
+        let managed =
+            |p: &Pod| p.labels().get(shape::MANAGED_BY).map(String::as_str) == Some(shape::MANAGER);
+        for pod in self.all_pods.state() {
+            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+                continue;
+            };
+            let ours = managed(&pod) && pod.namespace().as_deref() == Some(&self.namespace);
+            if ours && pod.metadata.deletion_timestamp.is_none() {
+                continue;
+            }
+            let (c, m, g) = pod_requests(&pod, gpu);
+            let entry = held.entry(node).or_default();
+            *entry = (
+                entry.0.saturating_add(c),
+                entry.1.saturating_add(m),
+                entry.2.saturating_add(g),
+            );
+        }
+        let mut nodes: Vec<Arc<Node>> = self.nodes.state();
+        nodes.sort_by_key(|n| n.name_any());
+        let in_all: Vec<sched::Node> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+                let read = |key: &str| allocatable.and_then(|a| a.get(key)).map(|q| q.0.as_str());
+                sched::Node {
+                    id: i as sched::NodeId,
+                    name: node.name_any(),
+                    gpus: read(gpu).and_then(quantity::count).unwrap_or(0),
+                    cpu_millis: read("cpu").and_then(quantity::cpu_millis).unwrap_or(0),
+                    memory_mib: read("memory").and_then(quantity::memory_mib).unwrap_or(0),
+                    schedulable: takes_new(node, &self.settings.tolerations),
+                }
+            })
+            .collect();
+        let nodes: Vec<sched::Node> = in_all
+            .iter()
+            .map(|node| {
+                let (c, m, g) = held.get(&node.name).copied().unwrap_or_default();
+                sched::Node {
+                    gpus: node.gpus.saturating_sub(g),
+                    cpu_millis: node.cpu_millis.saturating_sub(c),
+                    memory_mib: node.memory_mib.saturating_sub(m),
+                    ..node.clone()
+                }
+            })
+            .collect();
+        let count = nodes.len();
+        let largest = in_all.iter().map(|n| n.gpus).max().unwrap_or(0);
+        let selector = if self.settings.node_selector.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " with {}",
+                self.settings
+                    .node_selector
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        };
+        Ok(Capacity {
+            nodes,
+            in_all,
+            slots: None,
+            gpus_said: format!(
+                "the largest of the cluster's {count} node(s){selector} has {largest} ({gpu})"
+            ),
+            place: "the largest node of the cluster".to_owned(),
+            full: String::new(),
+        })
+    }
+
+    async fn start(&self, attempt: Attempt) -> Result<Started, StartError> {
+        let record = &attempt.record.job;
+        let name = shape::attempt_name(record);
+        let node = attempt.node.clone();
+        let job = shape::job(&self.settings, &attempt, trainyard_store::now_millis());
+        let created = match self.jobs.create(&PostParams::default(), &job).await {
+            Ok(created) => created,
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                // Made before the server stopped: found, not made twice.
+                match self.jobs.get(&name).await {
+                    Ok(existing) => existing,
+                    Err(error) => return Err(StartError::Unavailable(describe(&error))),
+                }
+            }
+            Err(error) if transient(&error) => {
+                return Err(StartError::Unavailable(format!(
+                    "the Kubernetes API did not take its Job: {}",
+                    describe(&error)
+                )));
+            }
+            Err(error) => {
+                return Err(StartError::Failed(format!(
+                    "Kubernetes refused its Job: {}",
+                    describe(&error)
+                )));
+            }
+        };
+        self.created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), Instant::now());
+        if let Some(token) = attempt.env.get(shape::TOKEN_VAR) {
+            let owner = created.controller_owner_ref(&()).map(|mut o| {
+                o.block_owner_deletion = Some(true);
+                o
+            });
+            let Some(owner) = owner else {
+                return Err(StartError::Unavailable(
+                    "the Kubernetes API returned its Job without a uid".to_owned(),
+                ));
+            };
+            let secret = shape::secret(
+                &name,
+                owner,
+                token,
+                shape::labels(record.id, record.attempt),
+            );
+            match self.secrets.create(&PostParams::default(), &secret).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+                Err(error) => {
+                    return Err(StartError::Unavailable(format!(
+                        "the Kubernetes API did not take its Secret: {}",
+                        describe(&error)
+                    )));
+                }
+            }
+        }
+        Ok(Started {
+            note: self.note(&name, &node),
+            handle: name,
+        })
+    }
+
+    async fn observe(&self, record: &JobRecord) -> Observation {
+        let name = Self::handle_of(record);
+        if !self.shared.watches.synced() {
+            return Observation::Running; // not known yet; nothing is lost
+        }
+        let pod = self.pod_seen(&name);
+        if let Some(job) = self.job_named(&name) {
+            if record.handle.is_none() {
+                let node = pod
+                    .as_ref()
+                    .and_then(|p| p.node.clone())
+                    .or(record.job.node.clone())
+                    .unwrap_or_default();
+                return Observation::Adopted(Started {
+                    note: format!("{}, found again after a restart", self.note(&name, &node)),
+                    handle: name,
+                });
+            }
+            if let Some(ending) = status::job_ending(&job, pod.as_ref()) {
+                self.created
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&name);
+                // The attempt is over (a retry is another Job): its Job goes
+                // once its log is in.
+                self.remove_later(name);
+                return Observation::Ended(ending);
+            }
+            return Observation::Running;
+        }
+        // Not in the watch: stopped by us, not seen yet, or gone.
+        let stopped = record.job.cancel_requested
+            || self
+                .stopping
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&name);
+        let recent = self
+            .created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&name)
+            .is_some_and(|t| t.elapsed() < CREATED_GRACE);
+        if recent && !stopped {
+            return Observation::Running;
+        }
+        match self.jobs.get_opt(&name).await {
+            Ok(Some(_)) | Err(_) => Observation::Running,
+            Ok(None) if stopped => {
+                self.stopping
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&name);
+                let term = pod.and_then(|p| p.main_end);
+                Observation::Ended(Ending {
+                    reason: EndReason::Cancelled,
+                    exit_code: term.as_ref().map(|t| t.exit_code),
+                    signal: term.and_then(|t| t.signal),
+                    message: None,
+                    out_of_memory: false,
+                    usage: None,
+                })
+            }
+            Ok(None) if record.handle.is_none() => Observation::Lost(
+                "it never reached Kubernetes (the server stopped while starting it)".to_owned(),
+            ),
+            Ok(None) => Observation::Lost(format!(
+                "its Kubernetes Job {}/{name} was deleted by someone else",
+                self.namespace
+            )),
+        }
+    }
+
+    async fn stop(&self, record: &JobRecord) -> Result<(), String> {
+        let name = Self::handle_of(record);
+        let first = self
+            .stopping
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone());
+        if !first
+            && self
+                .job_named(&name)
+                .is_some_and(|j| j.metadata.deletion_timestamp.is_some())
+        {
+            return Ok(()); // already going
+        }
+        // Foreground: the Job goes once its pod has (SIGTERM, the pod's
+        // grace of job_stop_grace_secs, then SIGKILL).
+        match self.jobs.delete(&name, &DeleteParams::foreground()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
+            Err(error) => Err(format!(
+                "could not delete Kubernetes Job {name}: {}",
+                describe(&error)
+            )),
+        }
+    }
+
+    async fn changed(&self) {
+        self.shared.changed.notified().await
+    }
+
+    async fn retire(&self, record: &JobRecord) {
+        let name = Self::handle_of(record);
+        self.stopping
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        self.created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        self.remove_later(name);
+    }
+
+    async fn read_log(
+        &self,
+        job: i64,
+        attempt: u32,
+        offset: u64,
+        limit: u64,
+    ) -> std::io::Result<(Vec<u8>, u64)> {
+        trainyard_jobs::local::read_from(&self.shared.log_path(job, attempt), offset, limit).await
+    }
+
+    async fn log_tail(&self, job: i64, attempt: u32, max: u64) -> std::io::Result<(String, u64)> {
+        trainyard_jobs::local::read_tail(&self.shared.log_path(job, attempt), max).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_selectors_and_tolerations_are_read_from_their_settings() {
+        assert_eq!(
+            parse_node_selector("nvidia.com/gpu.present=true, pool=a100").unwrap(),
+            BTreeMap::from([
+                ("nvidia.com/gpu.present".to_owned(), "true".to_owned()),
+                ("pool".to_owned(), "a100".to_owned())
+            ])
+        );
+        assert!(parse_node_selector("").unwrap().is_empty());
+        assert_eq!(
+            parse_node_selector("gpu").unwrap_err(),
+            "`gpu` is not key=value"
+        );
+        let t = parse_tolerations("nvidia.com/gpu:NoSchedule,dedicated=ml").unwrap();
+        assert_eq!(t[0].key.as_deref(), Some("nvidia.com/gpu"));
+        assert_eq!(t[0].operator.as_deref(), Some("Exists"));
+        assert_eq!(t[0].effect.as_deref(), Some("NoSchedule"));
+        assert_eq!(t[1].value.as_deref(), Some("ml"));
+        assert_eq!(t[1].operator.as_deref(), Some("Equal"));
+        assert_eq!(t[1].effect, None);
+        assert!(
+            parse_tolerations("a:Sometimes")
+                .unwrap_err()
+                .contains("NoSchedule, PreferNoSchedule or NoExecute")
+        );
+    }
+
+    fn node(taints: &[(&str, Option<&str>, &str)], ready: bool) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"},
+            "spec": {"taints": taints.iter().map(|(k, v, e)| serde_json::json!({"key": k, "value": v, "effect": e})).collect::<Vec<_>>()},
+            "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_node_takes_new_pods_when_ready_and_its_taints_are_tolerated() {
+        let gpu = parse_tolerations("nvidia.com/gpu:NoSchedule").unwrap();
+        assert!(takes_new(&node(&[], true), &gpu));
+        assert!(!takes_new(&node(&[], false), &gpu));
+        assert!(takes_new(
+            &node(&[("nvidia.com/gpu", Some("present"), "NoSchedule")], true),
+            &gpu
+        ));
+        assert!(!takes_new(
+            &node(&[("broken", Some("true"), "NoExecute")], true),
+            &gpu
+        ));
+        assert!(takes_new(
+            &node(&[("soft", None, "PreferNoSchedule")], true),
+            &[]
+        ));
+    }
+}

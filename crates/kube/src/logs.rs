@@ -1,0 +1,286 @@
+//! Pod logs followed into the attempt's log file, so that the log page, the
+//! live stream, the download and the command line read it as they read a
+//! local job's, and it outlives the pod.
+//!
+//! The log is asked for with timestamps; the last one written (and how many
+//! lines carried it) is kept beside the log, so that a follower that starts
+//! again (the connection broke, the server restarted) goes on from there
+//! without writing a line twice.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::io::AsyncBufReadExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::LogParams;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+use crate::shape::MAIN;
+
+/// The most of one attempt's log that is kept.
+pub const MAX_LOG_BYTES: u64 = 1 << 30;
+/// Longer lines are cut into pieces of this size.
+const MAX_LINE_BYTES: usize = 64 * 1024;
+/// After the container ended, what the stream still holds arrives within
+/// this (a followed stream may never end by itself).
+const DRAIN_IDLE: Duration = Duration::from_secs(2);
+/// Where the stream pauses this long, the position is kept.
+const SAVE_IDLE: Duration = Duration::from_millis(200);
+
+/// Where the follower stands: the last timestamp written and how many
+/// lines carried it.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Position {
+    last: Option<Timestamp>,
+    same: u64,
+}
+
+fn position_path(log: &Path) -> PathBuf {
+    log.with_extension("log.position")
+}
+
+/// Written once the whole log is in: nothing follows it again.
+pub fn done_path(log: &Path) -> PathBuf {
+    log.with_extension("log.done")
+}
+
+async fn read_position(log: &Path) -> Position {
+    let Ok(text) = tokio::fs::read_to_string(position_path(log)).await else {
+        return Position::default();
+    };
+    let mut parts = text.split_whitespace();
+    Position {
+        last: parts.next().and_then(|t| t.parse().ok()),
+        same: parts.next().and_then(|n| n.parse().ok()).unwrap_or(0),
+    }
+}
+
+async fn write_position(log: &Path, position: &Position) {
+    if let Some(last) = position.last {
+        let _ = tokio::fs::write(position_path(log), format!("{last} {}", position.same)).await;
+    }
+}
+
+/// Splits `2026-12-01T10:00:00.123456789Z text` into its time and text.
+fn split_timestamp(line: &[u8]) -> Option<(Timestamp, &[u8])> {
+    let space = line.iter().position(|b| *b == b' ')?;
+    let time = std::str::from_utf8(&line[..space]).ok()?.parse().ok()?;
+    Some((time, &line[space + 1..]))
+}
+
+/// Follows the main container's log of `pod` into `log` until `finished`
+/// says the container ended and the stream is drained, or the pod is gone.
+pub async fn follow(
+    pods: Api<Pod>,
+    pod: String,
+    log: PathBuf,
+    mut finished: watch::Receiver<bool>,
+) {
+    if let Some(dir) = log.parent()
+        && let Err(error) = tokio::fs::create_dir_all(dir).await
+    {
+        tracing::warn!(%error, log = %log.display(), "cannot make the folder of a job's log");
+        return;
+    }
+    let mut position = read_position(&log).await;
+    let mut file = match tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .await
+    {
+        Ok(file) => file,
+        Err(error) => {
+            tracing::warn!(%error, log = %log.display(), "cannot open a job's log");
+            return;
+        }
+    };
+    let mut size = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+    let mut failures = 0u32;
+    let mut saved = std::time::Instant::now();
+    loop {
+        let params = LogParams {
+            container: Some(MAIN.to_owned()),
+            follow: true,
+            timestamps: true,
+            since_time: position.last,
+            ..Default::default()
+        };
+        let ended_before = *finished.borrow();
+        let stream = match pods.log_stream(&pod, &params).await {
+            Ok(stream) => stream,
+            Err(kube::Error::Api(status)) if status.is_not_found() => break,
+            Err(error) => {
+                if ended_before && failures >= 3 {
+                    tracing::warn!(%error, %pod, "the end of a job's log could not be read");
+                    break;
+                }
+                failures += 1;
+                tokio::time::sleep(Duration::from_millis(500 * u64::from(failures.min(10)))).await;
+                continue;
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        // Lines already written that carry the resumed-from time.
+        let mut skip = position.same;
+        let mut piece = Vec::new();
+        let mut continued = false;
+        // Lines written since the position was last kept.
+        let mut unsaved = false;
+        let outcome = loop {
+            let finished_now = *finished.borrow();
+            // Reading is cancel-safe: what it took is in `piece`, and the
+            // next read goes on from there.
+            let read = read_piece(&mut stream, &mut piece);
+            let got = if finished_now {
+                match tokio::time::timeout(DRAIN_IDLE, read).await {
+                    Ok(got) => got,
+                    Err(_) => break Outcome::Drained,
+                }
+            } else {
+                tokio::select! {
+                    got = read => got,
+                    _ = finished.changed() => continue,
+                    // Kept whenever the stream pauses: a restart writes no
+                    // line twice that was written before the pause.
+                    _ = tokio::time::sleep(SAVE_IDLE), if unsaved => {
+                        let _ = file.flush().await;
+                        write_position(&log, &position).await;
+                        unsaved = false;
+                        continue;
+                    }
+                }
+            };
+            match got {
+                Ok(0) => break Outcome::Ended,
+                Ok(_) => {}
+                Err(_) => break Outcome::Broken,
+            }
+            failures = 0;
+            unsaved = true;
+            let piece = std::mem::take(&mut piece);
+            let whole = piece.ends_with(b"\n");
+            let text: &[u8] = if continued {
+                &piece
+            } else {
+                match split_timestamp(&piece) {
+                    Some((time, text)) => {
+                        if Some(time) == position.last {
+                            if skip > 0 {
+                                skip -= 1;
+                                continued = !whole;
+                                continue;
+                            }
+                            position.same += 1;
+                        } else if position.last.is_some_and(|last| time < last) {
+                            continued = !whole;
+                            continue;
+                        } else {
+                            position.last = Some(time);
+                            position.same = 1;
+                        }
+                        text
+                    }
+                    None => &piece,
+                }
+            };
+            continued = !whole;
+            if size + text.len() as u64 > MAX_LOG_BYTES {
+                let note = format!(
+                    "\n[trainyard: the log reached {}; the rest is not kept]\n",
+                    trainyard_domain::format_bytes(MAX_LOG_BYTES)
+                );
+                let _ = file.write_all(note.as_bytes()).await;
+                break Outcome::Full;
+            }
+            if file.write_all(text).await.is_err() {
+                break Outcome::Full;
+            }
+            size += text.len() as u64;
+            // Kept at least once a second while lines keep coming.
+            if saved.elapsed() >= Duration::from_secs(1) {
+                let _ = file.flush().await;
+                write_position(&log, &position).await;
+                saved = std::time::Instant::now();
+                unsaved = false;
+            }
+        };
+        let _ = file.flush().await;
+        write_position(&log, &position).await;
+        match outcome {
+            Outcome::Drained | Outcome::Full => break,
+            Outcome::Ended if *finished.borrow() => break,
+            Outcome::Ended | Outcome::Broken => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    let _ = file.flush().await;
+    write_position(&log, &position).await;
+    let _ = tokio::fs::write(done_path(&log), b"").await;
+}
+
+enum Outcome {
+    /// The container ended and nothing more came.
+    Drained,
+    /// The stream ended (the container ended, or the connection closed).
+    Ended,
+    Broken,
+    /// The log is at its limit, or cannot be written.
+    Full,
+}
+
+/// Reads up to a newline, or MAX_LINE_BYTES, into `out`; 0 at the end.
+async fn read_piece<R: futures::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    out: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    loop {
+        let buffer = reader.fill_buf().await?;
+        if buffer.is_empty() {
+            return Ok(out.len());
+        }
+        let room = MAX_LINE_BYTES - out.len();
+        let (take, done) = match buffer.iter().take(room).position(|b| *b == b'\n') {
+            Some(newline) => (newline + 1, true),
+            None => (buffer.len().min(room), buffer.len() >= room),
+        };
+        out.extend_from_slice(&buffer[..take]);
+        reader.consume_unpin(take);
+        if done {
+            return Ok(out.len());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn long_lines_are_cut_and_lines_keep_their_newlines() {
+        let long = "x".repeat(MAX_LINE_BYTES + 10);
+        let text = format!("one\n{long}\ntwo");
+        let mut reader = futures::io::Cursor::new(text.into_bytes());
+        let mut pieces = Vec::new();
+        loop {
+            let mut piece = Vec::new();
+            if read_piece(&mut reader, &mut piece).await.unwrap() == 0 {
+                break;
+            }
+            pieces.push(piece.len());
+        }
+        assert_eq!(pieces, vec![4, MAX_LINE_BYTES, 11, 3]);
+    }
+
+    #[test]
+    fn a_timestamp_is_split_from_its_line() {
+        let (time, text) = split_timestamp(b"2026-12-01T10:00:00.5Z step 1 loss=0.5\n").unwrap();
+        assert_eq!(time.to_string(), "2026-12-01T10:00:00.5Z");
+        assert_eq!(text, b"step 1 loss=0.5\n");
+        assert!(split_timestamp(b"no time here").is_none());
+    }
+}

@@ -1,0 +1,356 @@
+//! What one attempt looks like in Kubernetes: a `batch/v1` Job of one pod,
+//! pinned to the node Trainyard placed it on, and a Secret (owned by the
+//! Job) that holds the attempt's tracking token.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    LocalObjectReference, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret,
+    SecretKeySelector, SecurityContext, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use trainyard_jobs::executor::Attempt;
+
+use crate::KubeSettings;
+
+/// Every object Trainyard makes carries this label.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGER: &str = "trainyard";
+pub const JOB_LABEL: &str = "trainyard.dev/job";
+pub const ATTEMPT_LABEL: &str = "trainyard.dev/attempt";
+pub const RUN_ANNOTATION: &str = "trainyard.dev/run";
+pub const NAME_ANNOTATION: &str = "trainyard.dev/job-name";
+/// The container that runs the job's command.
+pub const MAIN: &str = "main";
+/// The init container that fetches the job's files.
+pub const FILES: &str = "files";
+/// Where the job's files are, and its working folder.
+pub const WORKSPACE: &str = "/workspace";
+/// The one variable that is a secret: it goes in the Secret, never the spec.
+pub const TOKEN_VAR: &str = "MLFLOW_TRACKING_TOKEN";
+/// The uid and gid jobs run as (images' own root user is refused).
+pub const JOB_UID: i64 = 1000;
+/// A finished Job is removed by Kubernetes after a day if Trainyard has
+/// not removed it first (it does once it recorded the end).
+const FINISHED_TTL_SECS: i32 = 24 * 3600;
+
+/// What the main container runs: the job's requirements.txt installed
+/// into an environment of its own (over the image's packages, so that a
+/// CUDA image's PyTorch is kept), then the job's command (`$1`), as the
+/// local executor does.
+pub const RUN: &str = r#"set -e
+if [ -f requirements.txt ]; then
+  echo "trainyard: installing requirements.txt"
+  python3 -m venv --system-site-packages /tmp/trainyard-venv
+  /tmp/trainyard-venv/bin/python -m pip install --disable-pip-version-check --no-input -r requirements.txt
+  PATH="/tmp/trainyard-venv/bin:$PATH"
+  export PATH
+fi
+exec /bin/sh -c "$1"
+"#;
+
+/// The Job (and Secret) name of an attempt:
+/// `trainyard-<job>-<attempt>-<first 8 characters of its run id>`. The same
+/// attempt always gets the same name, so it is never made twice; the run's
+/// part (random) keeps apart the Jobs of two Trainyards, or of one
+/// reinstalled on a new database, that share a namespace.
+pub fn job_name(job: i64, attempt: u32, run: Option<&str>) -> String {
+    let mut name = format!("trainyard-{job}-{attempt}");
+    let tag: String = run
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    if !tag.is_empty() {
+        name.push('-');
+        name.push_str(&tag);
+    }
+    name
+}
+
+/// The name of a job's current attempt.
+pub fn attempt_name(job: &trainyard_domain::job::Job) -> String {
+    job_name(job.id, job.attempt, job.run_id.as_deref())
+}
+
+/// The labels that tie an object to a job's attempt.
+pub fn labels(job: i64, attempt: u32) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_owned(), MANAGER.to_owned()),
+        (JOB_LABEL.to_owned(), job.to_string()),
+        (ATTEMPT_LABEL.to_owned(), attempt.to_string()),
+    ])
+}
+
+/// The label selector of everything Trainyard makes.
+pub fn managed_selector() -> String {
+    format!("{MANAGED_BY}={MANAGER}")
+}
+
+fn hardened() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        allow_privilege_escalation: Some(false),
+        privileged: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            add: None,
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
+
+fn plain(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        value_from: None,
+    }
+}
+
+fn from_secret(name: &str, secret: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.to_owned(),
+                key: name.to_owned(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn quantities(pairs: &[(&str, String)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity(v.clone())))
+        .collect()
+}
+
+/// The Job of an attempt. `now_ms`: when it is made, for the deadline.
+pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
+    let record = &attempt.record.job;
+    let name = attempt_name(record);
+    let labels = labels(record.id, record.attempt);
+    let mut annotations = BTreeMap::from([(NAME_ANNOTATION.to_owned(), record.name.clone())]);
+    if let Some(run) = &record.run_id {
+        annotations.insert(RUN_ANNOTATION.to_owned(), run.clone());
+    }
+
+    // Trainyard's variables, then the executor's own (which win): where
+    // Trainyard is, and the token from the Secret.
+    let mut env: Vec<EnvVar> = attempt
+        .env
+        .iter()
+        .filter(|(k, _)| k.as_str() != TOKEN_VAR && k.as_str() != "MLFLOW_TRACKING_URI")
+        .map(|(k, v)| plain(k, v))
+        .collect();
+    env.push(plain("MLFLOW_TRACKING_URI", &settings.tracking_url));
+    env.push(plain("HOME", "/tmp"));
+    let has_token = attempt.env.contains_key(TOKEN_VAR);
+    if has_token {
+        env.push(from_secret(TOKEN_VAR, &name));
+    }
+
+    let gpus = record.gpus.to_string();
+    let cpu = format!("{}m", record.cpu_millis.max(1));
+    let memory = format!("{}Mi", record.memory_mib.max(1));
+    let mut limits = vec![("cpu", cpu.clone()), ("memory", memory.clone())];
+    if record.gpus > 0 {
+        limits.push((settings.gpu_resource.as_str(), gpus));
+    }
+    let workspace = VolumeMount {
+        name: "workspace".to_owned(),
+        mount_path: WORKSPACE.to_owned(),
+        ..Default::default()
+    };
+    let main = Container {
+        name: MAIN.to_owned(),
+        image: Some(
+            record
+                .spec
+                .image
+                .clone()
+                .unwrap_or_else(|| settings.image.clone()),
+        ),
+        command: Some(vec![
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            RUN.to_owned(),
+            "trainyard-job".to_owned(),
+            attempt.command.clone(),
+        ]),
+        working_dir: Some(WORKSPACE.to_owned()),
+        env: Some(env),
+        resources: Some(ResourceRequirements {
+            // Requests equal limits: the job gets what it asked for, no more.
+            requests: Some(quantities(&limits)),
+            limits: Some(quantities(&limits)),
+            ..Default::default()
+        }),
+        security_context: Some(hardened()),
+        volume_mounts: Some(vec![workspace.clone()]),
+        ..Default::default()
+    };
+    // The job's files and datasets, fetched with its own token by
+    // Trainyard's image (`trainyard job-files`).
+    let needs_files = attempt.files.is_some() || !attempt.datasets.is_empty();
+    let init = (needs_files && has_token).then(|| Container {
+        name: FILES.to_owned(),
+        image: Some(settings.trainyard_image.clone()),
+        command: Some(vec![
+            "trainyard".to_owned(),
+            "job-files".to_owned(),
+            "--into".to_owned(),
+            WORKSPACE.to_owned(),
+        ]),
+        env: Some(vec![
+            plain("TRAINYARD_JOB_ID", &record.id.to_string()),
+            plain("MLFLOW_TRACKING_URI", &settings.tracking_url),
+            from_secret(TOKEN_VAR, &name),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities(&[
+                ("cpu", "100m".to_owned()),
+                ("memory", "128Mi".to_owned()),
+            ])),
+            limits: Some(quantities(&[
+                ("cpu", "1".to_owned()),
+                ("memory", "512Mi".to_owned()),
+            ])),
+            ..Default::default()
+        }),
+        security_context: Some(hardened()),
+        volume_mounts: Some(vec![workspace]),
+        ..Default::default()
+    });
+
+    let deadline_secs = ((attempt.deadline_ms - now_ms) / 1000).max(1);
+    let tolerations: Vec<Toleration> = settings.tolerations.clone();
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: Some(labels.clone()),
+            annotations: Some(annotations.clone()),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            // Trainyard retries, with a new attempt and run.
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(deadline_secs),
+            ttl_seconds_after_finished: Some(FINISHED_TTL_SECS),
+            // A pod that was disrupted (node lost, evicted, preempted) fails
+            // the Job at once, so that Trainyard places the attempt again,
+            // on a node that is there, without spending a retry.
+            pod_failure_policy: Some(PodFailurePolicy {
+                rules: vec![PodFailurePolicyRule {
+                    action: "FailJob".to_owned(),
+                    on_exit_codes: None,
+                    on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                        type_: "DisruptionTarget".to_owned(),
+                        status: Some("True".to_owned()),
+                    }]),
+                }],
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    annotations: Some(annotations),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".to_owned()),
+                    automount_service_account_token: Some(false),
+                    enable_service_links: Some(false),
+                    termination_grace_period_seconds: Some(settings.stop_grace_secs as i64),
+                    // Trainyard placed it: kube-scheduler only confirms.
+                    affinity: Some(Affinity {
+                        node_affinity: Some(NodeAffinity {
+                            required_during_scheduling_ignored_during_execution: Some(
+                                NodeSelector {
+                                    node_selector_terms: vec![NodeSelectorTerm {
+                                        match_fields: Some(vec![NodeSelectorRequirement {
+                                            key: "metadata.name".to_owned(),
+                                            operator: "In".to_owned(),
+                                            values: Some(vec![attempt.node.clone()]),
+                                        }]),
+                                        match_expressions: None,
+                                    }],
+                                },
+                            ),
+                            preferred_during_scheduling_ignored_during_execution: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    node_selector: (!settings.node_selector.is_empty())
+                        .then(|| settings.node_selector.clone()),
+                    tolerations: (!tolerations.is_empty()).then_some(tolerations),
+                    image_pull_secrets: (!settings.image_pull_secrets.is_empty()).then(|| {
+                        settings
+                            .image_pull_secrets
+                            .iter()
+                            .map(|s| LocalObjectReference { name: s.clone() })
+                            .collect()
+                    }),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(JOB_UID),
+                        run_as_group: Some(JOB_UID),
+                        fs_group: Some(JOB_UID),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            localhost_profile: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    volumes: Some(vec![Volume {
+                        name: "workspace".to_owned(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Default::default()
+                    }]),
+                    init_containers: init.map(|c| vec![c]),
+                    containers: vec![main],
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Secret of an attempt, owned by its Job (so removed with it).
+pub fn secret(
+    name: &str,
+    owner: OwnerReference,
+    token: &str,
+    labels: BTreeMap<String, String>,
+) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([(TOKEN_VAR.to_owned(), token.to_owned())])),
+        type_: Some("Opaque".to_owned()),
+        immutable: Some(true),
+        ..Default::default()
+    }
+}
