@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: fmt, clippy, the release build, unit and
 # integration tests on SQLite and on a throwaway PostgreSQL, the browser tests
-# in headless Chromium against the release server, and the smoke test of the
-# Kubernetes control plane built for tests (end2end/k8s).
+# in headless Chromium against the release server, the smoke test of the
+# Kubernetes control plane built for tests (end2end/k8s) and the Kubernetes
+# executor's tests on it.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
@@ -73,6 +74,9 @@ fi
 k8s_build=""
 "$ROOT/end2end/k8s/smoke.sh" 2>&1 | tee -a "$log"
 
+step "the Kubernetes executor on the test cluster (end2end/k8s/executor.sh)"
+"$ROOT/end2end/k8s/executor.sh" 2>&1 | tee "$work/k8s-executor.log"
+
 step "job limits on cgroup v2, in a virtual machine (end2end/cgroup-v2)"
 if [ "$(id -u)" -eq 0 ]; then
   # This machine mounts cgroup v1; current distributions mount v2 alone.
@@ -100,7 +104,8 @@ browser_passed=$(grep -oE '^ +[0-9]+ passed' "$log" | awk '{ s += $1 } END { pri
 mlflow_passed=$(grep -oE '^[0-9]+ passed' "$log" | awk '{ s += $1 } END { print s + 0 }')
 echo
 k8s_passed=$(grep -oE '^smoke: [0-9]+ passed' "$log" | awk '{ s += $2 } END { print s + 0 }')
+executor_passed=$({ grep -oE 'test result: ok\. [0-9]+ passed' "$work/k8s-executor.log" 2>/dev/null || true; } | awk '{ s += $4 } END { print s + 0 }')
 v2_passed=$({ grep -oE 'test result: ok\. [0-9]+ passed' "$work/cgroup-v2.log" 2>/dev/null || true; } | awk '{ s += $4 } END { print s + 0 }')
 gpu_passed=$(grep -oE '^gpu-check: [0-9]+ passed' "$log" | awk '{ s += $2 } END { print s + 0 }')
-echo "cargo: $cargo_passed passed; mlflow client: $mlflow_passed passed; browser: $browser_passed passed; Kubernetes smoke: $k8s_passed passed; job limits on cgroup v2: $v2_passed passed; GPU check: $gpu_passed passed"
-echo "$((cargo_passed + mlflow_passed + browser_passed + k8s_passed + v2_passed + gpu_passed)) passed, 0 failed"
+echo "cargo: $cargo_passed passed; mlflow client: $mlflow_passed passed; browser: $browser_passed passed; Kubernetes smoke: $k8s_passed passed; Kubernetes executor: $executor_passed passed; job limits on cgroup v2: $v2_passed passed; GPU check: $gpu_passed passed"
+echo "$((cargo_passed + mlflow_passed + browser_passed + k8s_passed + executor_passed + v2_passed + gpu_passed)) passed, 0 failed"

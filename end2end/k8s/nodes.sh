@@ -5,8 +5,9 @@
 #
 #   end2end/k8s/nodes.sh [N=4]
 #
-# GPU_PRODUCT, GPU_COUNT, GPU_MEMORY_MIB, NODE_CPU, NODE_MEMORY, NODE_PODS and
-# NODE_PREFIX change what the nodes advertise.
+# GPU_PRODUCT, GPU_COUNT, GPU_MEMORY_MIB, NODE_CPU, NODE_MEMORY, NODE_PODS,
+# NODE_PREFIX and NODE_POOL (the label trainyard.dev/pool, default "default")
+# change what the nodes advertise.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 load_cluster_env
@@ -22,6 +23,7 @@ gpu_memory_mib="${GPU_MEMORY_MIB:-81559}"   # as NVIDIA GPU feature discovery re
 cpu="${NODE_CPU:-224}"
 memory="${NODE_MEMORY:-2Ti}"
 pods="${NODE_PODS:-110}"
+pool="${NODE_POOL:-default}"
 
 # Multi-document files of up to 100 nodes, applied by up to 8 kubectl at once
 # (one kubectl sends its objects one after the other). Server-side apply, so
@@ -41,6 +43,7 @@ metadata:
     node.alpha.kubernetes.io/ttl: "0"
   labels:
     type: kwok
+    trainyard.dev/pool: $pool
     kubernetes.io/hostname: $name
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
@@ -70,7 +73,7 @@ log "applied $n nodes in $(( created - start )) ms; waiting for kwok to make the
 ready=0
 deadline=$(( SECONDS + 120 + n / 5 ))
 while :; do
-  ready="$(kubectl get nodes -l type=kwok -o jsonpath='{range .items[*]}{range .status.conditions[?(@.type=="Ready")]}{.status}{"\n"}{end}{end}' | grep -c '^True$' || true)"
+  ready="$(kubectl get nodes -l "type=kwok,trainyard.dev/pool=$pool" -o jsonpath='{range .items[*]}{range .status.conditions[?(@.type=="Ready")]}{.status}{"\n"}{end}{end}' | grep -c '^True$' || true)"
   (( ready >= n )) && break
   (( SECONDS < deadline )) || die "only $ready of $n nodes Ready after waiting; see $K8S_STATE/logs/kwok.log"
   sleep 0.5

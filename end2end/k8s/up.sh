@@ -172,6 +172,14 @@ leaderElection:
   leaderElect: false
 EOF
 # More parallel status updates than kwok's default 4, for 1,000 nodes.
+# Every pod's main container "logs" the lines of pod-logs/main.log (CRI
+# format, as a kubelet keeps them), served through the real pods/log path.
+mkdir -p "$S/pod-logs"
+cat > "$S/pod-logs/main.log" <<EOF
+2026-12-01T10:00:00.000000001Z stdout F kwok: epoch 1 loss=0.912
+2026-12-01T10:00:00.000000002Z stdout F kwok: epoch 2 loss=0.431
+2026-12-01T10:00:00.000000003Z stderr F kwok: epoch 3 loss=0.207
+EOF
 cat > "$S/kwok.yaml" <<EOF
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
@@ -179,6 +187,19 @@ options:
   podPlayStageParallelism: 16
   nodePlayStageParallelism: 16
   nodeLeaseParallelism: 16
+  # Serve pods' logs (ClusterLogs below) through the kubelet API.
+  enableDebuggingHandlers: true
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: trainyard-pod-logs
+spec:
+  selector: {}
+  logs:
+  - containers: [main]
+    logsFile: $S/pod-logs/main.log
+    follow: true
 EOF
 
 # start NAME: start component NAME on its current ports, in the background,

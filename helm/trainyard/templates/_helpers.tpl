@@ -21,3 +21,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ include "trainyard.fullname" . }}-database
 {{- end -}}
 {{- end -}}
+
+{{- define "trainyard.serviceAccount" -}}
+{{ .Values.kubernetes.serviceAccountName | default (include "trainyard.fullname" .) }}
+{{- end -}}

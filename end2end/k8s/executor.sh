@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The Kubernetes executor's tests (server/tests/kubernetes.rs) on the test
+# cluster: start it with GPU nodes in two pools, give the server the chart's
+# own RBAC (helm/trainyard/templates/rbac.yaml) through a ServiceAccount
+# token (TokenRequest), so that a verb the chart lacks fails the tests, run
+# them, and stop the cluster again (always, also on failure).
+#
+#   end2end/k8s/executor.sh [test name filter]
+#
+# Uses its own state folder (K8S_STATE, default /tmp/trainyard-k8s-executor).
+set -euo pipefail
+export K8S_STATE="${K8S_STATE:-/tmp/trainyard-k8s-executor}"
+unset GPU_PRODUCT GPU_COUNT GPU_MEMORY_MIB NODE_CPU NODE_MEMORY NODE_PODS NODE_PREFIX NODE_POOL
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# One namespace per test server (Job names restart at 1 with each database).
+NAMESPACES=12
+
+finish() {
+  local rc=$?
+  if (( rc != 0 )) && [[ -f "$K8S_STATE/kubeconfig" ]]; then
+    echo "--- Jobs, pods and events at the failure ---"
+    "$K8S_BIN/kubectl" --kubeconfig "$K8S_STATE/kubeconfig" get nodes,jobs,pods -A -o wide 2>&1 | tail -n 40 || true
+    "$K8S_BIN/kubectl" --kubeconfig "$K8S_STATE/kubeconfig" get events -A --sort-by=.lastTimestamp 2>&1 | tail -n 30 || true
+  fi
+  "$K8S_DIR/down.sh" || rc=1
+  exit "$rc"
+}
+trap finish EXIT
+
+log "starting the cluster (state in $K8S_STATE)"
+"$K8S_DIR/up.sh" 0 >/dev/null
+load_cluster_env
+NODE_POOL=default "$K8S_DIR/nodes.sh" 4
+NODE_POOL=evict NODE_PREFIX=evict-node- "$K8S_DIR/nodes.sh" 2
+NODE_POOL=busy NODE_PREFIX=busy-node- "$K8S_DIR/nodes.sh" 1
+
+# The server's account, exactly as the chart makes it (release "trainyard" in
+# namespace "trainyard"), bound in each test namespace.
+kubectl create namespace trainyard >/dev/null
+for i in $(seq 1 "$NAMESPACES"); do
+  kubectl create namespace "trainyard-test-$i" >/dev/null
+  helm template trainyard "$ROOT/helm/trainyard" --namespace trainyard \
+    --set executor=kubernetes --set "kubernetes.namespace=trainyard-test-$i" \
+    --set database.url=postgres://unused --show-only templates/rbac.yaml |
+    kubectl apply -f - >/dev/null
+done
+token="$(kubectl -n trainyard create token trainyard-trainyard --duration 2h)"
+ca="$(base64 -w0 <"$K8S_STATE/pki/ca.crt")"
+cat >"$K8S_STATE/executor.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: trainyard
+  cluster:
+    server: $API_SERVER
+    certificate-authority-data: $ca
+users:
+- name: trainyard-executor
+  user:
+    token: $token
+contexts:
+- name: executor
+  context:
+    cluster: trainyard
+    user: trainyard-executor
+    namespace: trainyard-test-1
+current-context: executor
+EOF
+chmod 600 "$K8S_STATE/executor.kubeconfig"
+log "cluster ready: 4 nodes in pool default, 2 in pool evict, 1 in pool busy, $NAMESPACES test namespaces"
+
+cd "$ROOT"
+export TEST_KUBECONFIG="$K8S_STATE/executor.kubeconfig"
+export TEST_KUBE_ADMIN_KUBECONFIG="$K8S_STATE/kubeconfig"
+export TEST_KUBECTL="$K8S_BIN/kubectl"
+export TEST_K8S_DIR="$K8S_DIR"
+export TEST_KUBE_NAMESPACES="$NAMESPACES"
+# The same selection of packages as scripts/test.sh builds, so that nothing
+# is built again. The API outage stops kube-apiserver for everyone: it runs
+# alone, after the others.
+tests=(cargo test --locked --release --workspace --exclude trainyard-frontend --test kubernetes --)
+"${tests[@]}" --ignored --test-threads 4 --skip api_outage "$@"
+if [[ $# -eq 0 || "api_outage" == *"$1"* ]]; then
+  "${tests[@]}" --ignored api_outage
+fi

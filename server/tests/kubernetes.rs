@@ -1,0 +1,674 @@
+//! The Kubernetes executor on the test cluster of end2end/k8s: a real
+//! kube-apiserver, controller manager and scheduler, with kwok playing the
+//! kubelets of GPU nodes. `end2end/k8s/executor.sh` starts the cluster,
+//! gives the server the chart's RBAC through a ServiceAccount token, and
+//! runs these (they are ignored by a plain `cargo test`, which has no
+//! cluster).
+//!
+//! kwok runs no containers: a pod "runs" for the job's `FAKE_RUN_SECONDS`
+//! and ends with `FAKE_EXIT_CODE` (OOMKilled with `FAKE_OOM=true`), or
+//! succeeds (end2end/k8s/kwok-stages.yaml); its log is served from a file
+//! through the real pods/log path.
+
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::{TestServer, post_json, submit, wait_for, wait_longer};
+use serde_json::{Value, json};
+
+const NEEDS: &str = "needs the test cluster: run end2end/k8s/executor.sh";
+
+struct Cluster {
+    /// The server's own account: the chart's RBAC, through a token.
+    kubeconfig: String,
+    /// The cluster admin, for what tests do to the cluster.
+    admin: String,
+    kubectl: String,
+    dir: String,
+    namespaces: u32,
+}
+
+fn cluster() -> Cluster {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} unset: {NEEDS}"));
+    Cluster {
+        kubeconfig: var("TEST_KUBECONFIG"),
+        admin: var("TEST_KUBE_ADMIN_KUBECONFIG"),
+        kubectl: var("TEST_KUBECTL"),
+        dir: var("TEST_K8S_DIR"),
+        namespaces: var("TEST_KUBE_NAMESPACES").parse().unwrap(),
+    }
+}
+
+/// A namespace of its own for each test server (job ids start again at 1
+/// with each database), from the first; the last is the API outage's,
+/// which runs in a test program of its own.
+fn namespace() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let count = cluster().namespaces;
+    assert!(
+        n + 1 < count,
+        "more test servers than test namespaces ({count})"
+    );
+    format!("trainyard-test-{}", n + 1)
+}
+
+fn last_namespace() -> String {
+    format!("trainyard-test-{}", cluster().namespaces)
+}
+
+/// The Job of a job's only attempt so far.
+fn job_of(namespace: &str, id: i64) -> String {
+    let names = jobs_of(namespace, id);
+    assert_eq!(names.len(), 1, "{names:?}");
+    names[0].clone()
+}
+
+/// kubectl as `kubeconfig`: whether it succeeded, and what it printed.
+fn kubectl_as(kubeconfig: &str, args: &[&str]) -> (bool, String) {
+    let c = cluster();
+    let out = Command::new(&c.kubectl)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// kubectl as the cluster's admin; panics if it fails.
+fn kubectl(args: &[&str]) -> String {
+    let (ok, text) = kubectl_as(&cluster().admin, args);
+    assert!(ok, "kubectl {args:?}: {text}");
+    text
+}
+
+fn kubectl_json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&kubectl(&all)).unwrap()
+}
+
+fn exists(namespace: &str, kind: &str, name: &str) -> bool {
+    let (ok, text) = kubectl_as(&cluster().admin, &["-n", namespace, "get", kind, name]);
+    assert!(ok || text.contains("NotFound"), "{text}");
+    ok
+}
+
+/// The Kubernetes Jobs of a Trainyard job, by name.
+fn jobs_of(namespace: &str, id: i64) -> Vec<String> {
+    let list = kubectl_json(&[
+        "-n",
+        namespace,
+        "get",
+        "jobs",
+        "-l",
+        &format!("trainyard.dev/job={id}"),
+    ]);
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn until(what: &str, seconds: u64, mut check: impl FnMut() -> bool) {
+    for _ in 0..seconds * 5 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{what}: not within {seconds} s");
+}
+
+fn settings(namespace: &str, pool: &str) -> Vec<(String, String)> {
+    let c = cluster();
+    [
+        ("TRAINYARD_EXECUTOR", "kubernetes"),
+        ("TRAINYARD_KUBE_CONFIG", c.kubeconfig.as_str()),
+        ("TRAINYARD_KUBE_NAMESPACE", namespace),
+        (
+            "TRAINYARD_KUBE_NODE_SELECTOR",
+            &format!("trainyard.dev/pool={pool}"),
+        ),
+        ("TRAINYARD_KUBE_TOLERATIONS", ""),
+        ("TRAINYARD_KUBE_IMAGE", "trainyard/fake-trainer:1"),
+        ("TRAINYARD_KUBE_TRAINYARD_IMAGE", "trainyard/server:test"),
+        (
+            "TRAINYARD_KUBE_TRACKING_URL",
+            "http://trainyard.trainyard.svc:3000",
+        ),
+        ("TRAINYARD_JOB_STOP_GRACE_SECS", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+fn as_refs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+async fn server(namespace: &str, pool: &str) -> TestServer {
+    TestServer::start_with(&as_refs(&settings(namespace, pool))).await
+}
+
+async fn run_status(server: &TestServer, detail: &Value) -> String {
+    let run_id = detail["job"]["run_id"].as_str().unwrap();
+    let answer = server
+        .get(&format!("/api/2.0/mlflow/runs/get?run_id={run_id}"))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()["run"]["info"]["status"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn last_message(detail: &Value) -> String {
+    let events = detail["events"].as_array().unwrap();
+    events.last().unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn timeline(detail: &Value) -> Vec<String> {
+    detail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e["kind"].as_str().unwrap(),
+                e["message"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+async fn cancel(server: &TestServer, id: i64) {
+    let answer = post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{id}/cancel"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn a_job_becomes_a_pinned_hardened_kubernetes_job_and_its_log_is_kept() {
+    let ns = namespace();
+    let s = server(&ns, "default").await;
+    let id = submit(
+        &s,
+        json!({
+            "name": "on-kubernetes",
+            "command": "python train.py --epochs 3",
+            "resources": {"gpus": 2, "cpus": 4, "memory": "16Gi"},
+            "env": {"FAKE_RUN_SECONDS": "4", "WANDB_MODE": "offline"},
+            "max_runtime": "1h",
+        }),
+    )
+    .await;
+    let running = wait_for(&s, id, "RUNNING").await;
+    let node = running["job"]["node"].as_str().unwrap().to_owned();
+    assert!(node.starts_with("gpu-node-"), "{running}");
+    let name = job_of(&ns, id);
+    let run_id = running["job"]["run_id"].as_str().unwrap();
+    assert_eq!(name, format!("trainyard-{id}-0-{}", &run_id[..8]));
+
+    let job = kubectl_json(&["-n", &ns, "get", "job", &name]);
+    let labels = &job["metadata"]["labels"];
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "trainyard");
+    assert_eq!(labels["trainyard.dev/attempt"], "0");
+    assert_eq!(
+        job["metadata"]["annotations"]["trainyard.dev/run"],
+        running["job"]["run_id"]
+    );
+    let spec = &job["spec"];
+    assert_eq!(spec["backoffLimit"], 0, "Trainyard retries, not Kubernetes");
+    let deadline = spec["activeDeadlineSeconds"].as_i64().unwrap();
+    assert!((3500..=3600).contains(&deadline), "{deadline}");
+    let rule = &spec["podFailurePolicy"]["rules"][0];
+    assert_eq!(rule["action"], "FailJob");
+    assert_eq!(rule["onPodConditions"][0]["type"], "DisruptionTarget");
+    let pod = &spec["template"]["spec"];
+    let term = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        [0]["matchFields"][0];
+    assert_eq!(term["key"], "metadata.name");
+    assert_eq!(
+        term["values"],
+        json!([node]),
+        "pinned where Trainyard placed it"
+    );
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["restartPolicy"], "Never");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let main = &pod["containers"][0];
+    assert_eq!(main["name"], "main");
+    assert_eq!(main["image"], "trainyard/fake-trainer:1");
+    assert_eq!(main["command"][4], "python train.py --epochs 3");
+    assert!(pod["initContainers"].is_null(), "no files to fetch: {pod}");
+    let security = &main["securityContext"];
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+    let limits = &main["resources"]["limits"];
+    assert_eq!(limits["nvidia.com/gpu"], "2");
+    assert_eq!(limits["cpu"], "4");
+    assert_eq!(limits["memory"], "16Gi");
+    assert_eq!(main["resources"]["requests"], *limits);
+    let env = main["env"].as_array().unwrap();
+    let var = |n: &str| env.iter().find(|e| e["name"] == n).cloned();
+    assert_eq!(var("WANDB_MODE").unwrap()["value"], "offline");
+    assert_eq!(
+        var("MLFLOW_TRACKING_URI").unwrap()["value"],
+        "http://trainyard.trainyard.svc:3000"
+    );
+    assert_eq!(var("TRAINYARD_JOB_ID").unwrap()["value"], id.to_string());
+    // The token is in the Secret, never in the spec.
+    let token = var("MLFLOW_TRACKING_TOKEN").unwrap();
+    assert!(token.get("value").is_none(), "{token}");
+    assert_eq!(token["valueFrom"]["secretKeyRef"]["name"], name);
+    let secret = kubectl_json(&["-n", &ns, "get", "secret", &name]);
+    let owner = &secret["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Job");
+    assert_eq!(owner["uid"], job["metadata"]["uid"]);
+    assert!(secret["data"]["MLFLOW_TRACKING_TOKEN"].is_string());
+    // kube-scheduler agreed with the placement.
+    let pods = kubectl_json(&["-n", &ns, "get", "pods", "-l", &format!("job-name={name}")]);
+    assert_eq!(pods["items"][0]["spec"]["nodeName"], node.as_str());
+
+    let done = wait_for(&s, id, "SUCCEEDED").await;
+    assert_eq!(done["job"]["exit_code"], 0);
+    assert_eq!(run_status(&s, &done).await, "FINISHED");
+    // The pod's log, read through pods/log, is the job's log.
+    let mut log = String::new();
+    for _ in 0..50 {
+        log = common::log(&s, id).await;
+        if log.contains("epoch 3") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        log.contains(
+            "kwok: epoch 1 loss=0.912\nkwok: epoch 2 loss=0.431\nkwok: epoch 3 loss=0.207\n"
+        ),
+        "{log:?}"
+    );
+    // The finished Job goes, and its Secret with it; the log stays.
+    until("the finished Job removed", 60, || {
+        !exists(&ns, "job", &name)
+    })
+    .await;
+    until("its Secret removed with it", 60, || {
+        !exists(&ns, "secret", &name)
+    })
+    .await;
+    assert!(common::log(&s, id).await.contains("epoch 2"));
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn a_failing_pod_fails_the_job_with_its_exit_code_and_oom_is_said_in_words() {
+    let ns = namespace();
+    let s = server(&ns, "default").await;
+    let failing = submit(
+        &s,
+        json!({"name": "exits-3", "command": "python train.py",
+               "env": {"FAKE_RUN_SECONDS": "1", "FAKE_EXIT_CODE": "3"}}),
+    )
+    .await;
+    let oom = submit(
+        &s,
+        json!({"name": "too-big", "command": "python train.py",
+               "resources": {"memory": "2Gi"},
+               "env": {"FAKE_RUN_SECONDS": "1", "FAKE_EXIT_CODE": "137", "FAKE_OOM": "true"}}),
+    )
+    .await;
+    let failed = wait_for(&s, failing, "FAILED").await;
+    assert_eq!(failed["job"]["exit_code"], 3);
+    assert_eq!(last_message(&failed), "exited with code 3");
+    assert_eq!(run_status(&s, &failed).await, "FAILED");
+    let oom = wait_for(&s, oom, "FAILED").await;
+    assert_eq!(oom["job"]["exit_code"], 137);
+    let message = last_message(&oom);
+    assert!(
+        message.starts_with("out of memory: it reached its limit of 2.0 GiB (resources.memory)"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn cancel_deletes_the_job_and_max_runtime_stops_it() {
+    let ns = namespace();
+    let s = server(&ns, "default").await;
+    let long = submit(
+        &s,
+        json!({"name": "long", "command": "sleep 600", "env": {"FAKE_RUN_SECONDS": "600"}}),
+    )
+    .await;
+    let limited = submit(
+        &s,
+        json!({"name": "limited", "command": "sleep 600", "max_runtime": "3s",
+               "env": {"FAKE_RUN_SECONDS": "600"}}),
+    )
+    .await;
+    wait_for(&s, long, "RUNNING").await;
+    cancel(&s, long).await;
+    let cancelled = wait_for(&s, long, "CANCELLED").await;
+    assert_eq!(run_status(&s, &cancelled).await, "KILLED");
+    assert!(
+        jobs_of(&ns, long).is_empty(),
+        "the Job is deleted on cancel"
+    );
+
+    let stopped = wait_for(&s, limited, "FAILED").await;
+    let message = last_message(&stopped);
+    assert!(
+        message.starts_with("stopped after its max runtime of 3 s"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn what_no_node_can_hold_is_refused_and_others_pods_make_jobs_wait() {
+    let ns = namespace();
+    // Pool "busy": one node, six of whose GPUs another team's pod holds.
+    let s = server(&ns, "busy").await;
+    let answer = post_json(
+        s.addr,
+        "/api/trainyard/v1/jobs",
+        &json!({"name": "nine", "command": "x", "resources": {"gpus": 9}}),
+    )
+    .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert!(
+        answer.body.contains("asks for 9 GPU(s); the largest of the cluster's 1 node(s) with trainyard.dev/pool=busy has 8 (nvidia.com/gpu)"),
+        "{}",
+        answer.body
+    );
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "another-teams-pod", "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"trainyard.dev/pool": "busy"},
+            "containers": [{"name": "c", "image": "x",
+                            "resources": {"limits": {"nvidia.com/gpu": "6"}}}]
+        }
+    });
+    let file = s.data_dir.path().join("pod.json");
+    std::fs::write(&file, pod.to_string()).unwrap();
+    kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    until("the other team's pod Running", 30, || {
+        kubectl(&[
+            "-n",
+            "default",
+            "get",
+            "pod",
+            "another-teams-pod",
+            "-o",
+            "jsonpath={.status.phase}",
+        ]) == "Running"
+    })
+    .await;
+    // Four GPUs: the node has 8, but only 2 free of the other pod.
+    let id = submit(
+        &s,
+        json!({"name": "four", "command": "x", "resources": {"gpus": 4},
+               "env": {"FAKE_RUN_SECONDS": "1"}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = common::job(&s, id).await;
+    assert_eq!(waiting["job"]["state"], "QUEUED", "{waiting}");
+    assert!(waiting["job"]["pending_reason"].is_string(), "{waiting}");
+    kubectl(&[
+        "-n",
+        "default",
+        "delete",
+        "pod",
+        "another-teams-pod",
+        "--wait=true",
+    ]);
+    wait_longer(&s, id, "SUCCEEDED", 90).await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn an_evicted_attempt_runs_again_on_another_node_without_spending_a_retry() {
+    let ns = namespace();
+    let s = server(&ns, "evict").await;
+    let id = submit(
+        &s,
+        json!({"name": "evicted", "command": "x", "retries": 0,
+               "resources": {"gpus": 8}, "env": {"FAKE_RUN_SECONDS": "600"}}),
+    )
+    .await;
+    let first = wait_for(&s, id, "RUNNING").await;
+    let node = first["job"]["node"].as_str().unwrap().to_owned();
+    kubectl(&[
+        "taint",
+        "node",
+        &node,
+        "trainyard.dev/broken=true:NoExecute",
+    ]);
+    let result = async {
+        let mut moved = Value::Null;
+        for _ in 0..600 {
+            let detail = common::job(&s, id).await;
+            if detail["job"]["state"] == "RUNNING" && detail["job"]["attempt"] == 1 {
+                moved = detail;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        moved
+    }
+    .await;
+    kubectl(&["taint", "node", &node, "trainyard.dev/broken-"]);
+    assert!(!result.is_null(), "{}", common::job(&s, id).await);
+    assert_ne!(result["job"]["node"], node.as_str());
+    assert_eq!(
+        result["job"]["retries"], 1,
+        "the disruption added an attempt"
+    );
+    let events = timeline(&result);
+    assert!(
+        events.iter().any(
+            |e| e.starts_with(&format!("requeued: disrupted: on node {node}, "))
+                && e.ends_with("placed again without spending a retry (attempt 2)")
+        ),
+        "{events:?}"
+    );
+    assert_eq!(run_status(&s, &first).await, "KILLED");
+    cancel(&s, id).await;
+    wait_for(&s, id, "CANCELLED").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn a_restarted_server_adopts_what_runs_and_never_makes_a_second_job() {
+    let ns = namespace();
+    let s = server(&ns, "default").await;
+    let id = submit(
+        &s,
+        json!({"name": "survives", "command": "x", "env": {"FAKE_RUN_SECONDS": "8"}}),
+    )
+    .await;
+    let running = wait_for(&s, id, "RUNNING").await;
+    let run_id = running["job"]["run_id"].as_str().unwrap().to_owned();
+    let (db, data) = s.crash().await;
+    let again = TestServer::start_in(db, data, &as_refs(&settings(&ns, "default"))).await;
+    let done = wait_longer(&again, id, "SUCCEEDED", 60).await;
+    assert_eq!(done["job"]["attempt"], 0, "{done}");
+    let kinds: Vec<String> = timeline(&done);
+    assert_eq!(
+        kinds.iter().filter(|e| e.starts_with("started:")).count(),
+        1,
+        "{kinds:?}"
+    );
+    let log = common::log(&again, id).await;
+    assert_eq!(log.matches("epoch 1 loss").count(), 1, "{log:?}");
+    // One Job for its one attempt, ever (removed now that it ended).
+    let created: Vec<String> = kubectl(&[
+        "-n",
+        &ns,
+        "get",
+        "events",
+        "--field-selector",
+        "reason=SuccessfulCreate,involvedObject.kind=Job",
+        "-o",
+        "jsonpath={range .items[*]}{.involvedObject.name}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .filter(|l| l.starts_with(&format!("trainyard-{id}-")))
+    .map(str::to_owned)
+    .collect();
+    assert_eq!(created, vec![format!("trainyard-{id}-0-{}", &run_id[..8])]);
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn the_servers_account_may_do_what_jobs_need_and_no_more() {
+    let c = cluster();
+    let ns = namespace();
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        // The answer; kubectl may add a warning line after it.
+        let (_, text) = kubectl_as(&c.kubeconfig, &all);
+        text.lines().next().unwrap_or_default().trim().to_owned()
+    };
+    for allowed in [
+        ["create", "jobs.batch"],
+        ["delete", "jobs.batch"],
+        ["watch", "pods"],
+        ["get", "pods/log"],
+        ["create", "secrets"],
+    ] {
+        assert_eq!(
+            can(&[allowed[0], allowed[1], "-n", &ns]),
+            "yes",
+            "{allowed:?}"
+        );
+    }
+    assert_eq!(can(&["list", "nodes"]), "yes");
+    for refused in [
+        vec!["get", "secrets", "-n", &ns],
+        vec!["create", "pods", "-n", &ns],
+        vec!["create", "jobs.batch", "-n", "default"],
+        vec!["delete", "nodes"],
+        vec!["patch", "nodes"],
+        vec!["create", "pods/exec", "-n", &ns],
+    ] {
+        assert_eq!(can(&refused), "no", "{refused:?}");
+    }
+    // A refused verb is refused by the API itself.
+    let (ok, text) = kubectl_as(&c.kubeconfig, &["-n", &ns, "get", "secrets"]);
+    assert!(!ok && text.contains("Forbidden"), "{text}");
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn api_outage_of_30_seconds_loses_nothing() {
+    let c = cluster();
+    let ns = last_namespace();
+    let s = server(&ns, "default").await;
+    let running = submit(
+        &s,
+        json!({"name": "through-it", "command": "x", "env": {"FAKE_RUN_SECONDS": "20"}}),
+    )
+    .await;
+    wait_for(&s, running, "RUNNING").await;
+    let outage = std::thread::spawn({
+        let script = format!("{}/api-outage.sh", c.dir);
+        move || Command::new(script).arg("30").status().unwrap()
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Submitted while the API is away: it waits, it is not refused or lost.
+    let later = submit(
+        &s,
+        json!({"name": "while-away", "command": "x", "env": {"FAKE_RUN_SECONDS": "2"}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = common::job(&s, running).await;
+    assert_eq!(during["job"]["state"], "RUNNING", "{during}");
+    let waiting = common::job(&s, later).await;
+    assert_eq!(waiting["job"]["state"], "QUEUED", "{waiting}");
+    let status = tokio::task::spawn_blocking(move || outage.join().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "api-outage.sh failed");
+    for id in [running, later] {
+        let done = wait_longer(&s, id, "SUCCEEDED", 120).await;
+        assert_eq!(done["job"]["attempt"], 0, "{done}");
+    }
+    assert!(common::log(&s, running).await.contains("epoch 3"));
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn a_template_jobs_files_are_fetched_by_an_init_container_with_its_token() {
+    let ns = namespace();
+    let s = server(&ns, "default").await;
+    let id = submit(
+        &s,
+        json!({"name": "demo", "template": "cpu-demo", "hyperparameters": {"epochs": 3}}),
+    )
+    .await;
+    wait_for(&s, id, "RUNNING").await;
+    let job = kubectl_json(&["-n", &ns, "get", "job", &job_of(&ns, id)]);
+    let pod = &job["spec"]["template"]["spec"];
+    let init = &pod["initContainers"][0];
+    assert_eq!(init["name"], "files");
+    assert_eq!(init["image"], "trainyard/server:test");
+    assert_eq!(
+        init["command"],
+        json!(["trainyard", "job-files", "--into", "/workspace"])
+    );
+    let env = init["env"].as_array().unwrap();
+    let token = env
+        .iter()
+        .find(|e| e["name"] == "MLFLOW_TRACKING_TOKEN")
+        .unwrap();
+    assert!(token.get("value").is_none(), "{token}");
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "TRAINYARD_JOB_ID"
+                && e["value"].as_str() == Some(&*id.to_string()))
+    );
+    assert_eq!(init["securityContext"]["allowPrivilegeEscalation"], false);
+    // Both containers share the workspace; the command runs in it.
+    assert_eq!(init["volumeMounts"][0]["mountPath"], "/workspace");
+    let main = &pod["containers"][0];
+    assert_eq!(main["workingDir"], "/workspace");
+    assert_eq!(
+        main["command"][4],
+        "python train.py --epochs 3 --lr 0.05 --hidden 64 --noise 0.15 --seed 0 --delay 0.1"
+    );
+    assert_eq!(main["resources"]["limits"]["memory"], "1Gi");
+    assert!(main["resources"]["limits"].get("nvidia.com/gpu").is_none());
+    wait_for(&s, id, "SUCCEEDED").await;
+}
