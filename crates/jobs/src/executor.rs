@@ -135,6 +135,9 @@ pub struct Ending {
 pub enum Observation {
     /// It runs (or is still being set up) under the handle on record.
     Running,
+    /// It was started but waits, and why, in the executor's words (no node
+    /// takes its pod yet, its image cannot be pulled).
+    Waiting(String),
     /// It runs under a handle the record lacks: the server stopped while
     /// starting it. It is adopted, never started twice.
     Adopted(Started),

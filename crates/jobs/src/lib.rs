@@ -129,6 +129,8 @@ struct Inner {
     wake: tokio::sync::Notify,
     /// Queue positions last written, so a cycle writes only changes.
     positions: Mutex<HashMap<i64, (u32, String)>>,
+    /// Why each started attempt waits, as last written to its timeline.
+    waiting: Mutex<HashMap<i64, String>>,
 }
 
 /// Until teams exist, every job belongs to one team without a quota, so a
@@ -146,6 +148,7 @@ impl Jobs {
                 executor,
                 wake: tokio::sync::Notify::new(),
                 positions: Mutex::new(HashMap::new()),
+                waiting: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -1085,8 +1088,14 @@ impl Jobs {
     /// Some (the record as it now stands) while it runs, None once it ended.
     /// A cancel request is passed on.
     async fn watch(&self, record: JobRecord) -> Result<Option<JobRecord>, StoreError> {
-        match self.inner.executor.observe(&record).await {
-            Observation::Running => {
+        let observed = self.inner.executor.observe(&record).await;
+        let why = match &observed {
+            Observation::Waiting(why) => Some(why.clone()),
+            _ => None,
+        };
+        self.note_waiting(&record, why).await?;
+        match observed {
+            Observation::Running | Observation::Waiting(_) => {
                 if record.job.cancel_requested
                     && let Err(error) = self.inner.executor.stop(&record).await
                 {
@@ -1109,6 +1118,45 @@ impl Jobs {
                 Ok(None)
             }
         }
+    }
+
+    /// Writes why a started attempt waits to its timeline, once for each
+    /// new reason.
+    async fn note_waiting(
+        &self,
+        record: &JobRecord,
+        why: Option<String>,
+    ) -> Result<(), StoreError> {
+        let id = record.job.id;
+        let changed = {
+            let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            match why {
+                Some(why) if waiting.get(&id) != Some(&why) => {
+                    waiting.insert(id, why.clone());
+                    Some(why)
+                }
+                Some(_) => None,
+                None => {
+                    waiting.remove(&id);
+                    None
+                }
+            }
+        };
+        if let Some(why) = changed {
+            let state = record.job.state;
+            self.store()
+                .move_job(
+                    id,
+                    &[state],
+                    state,
+                    JobChange {
+                        event: Some(("waiting".into(), why)),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+        }
+        Ok(())
     }
 
     async fn ended(&self, record: &JobRecord, exit: &Ending) -> Result<(), StoreError> {

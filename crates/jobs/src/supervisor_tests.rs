@@ -617,3 +617,38 @@ async fn a_disrupted_attempt_runs_again_without_spending_a_retry() {
     s.jobs.cycle().await.unwrap();
     assert_eq!(s.job(id).await.job.state, JobState::Failed);
 }
+
+#[tokio::test]
+async fn why_a_started_attempt_waits_is_written_once_for_each_new_reason() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let id = s.submit(r#"{"name": "pending", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    let why = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu";
+    for _ in 0..3 {
+        s.fake.set_fate(id, Observation::Waiting(why.to_owned()));
+        s.jobs.cycle().await.unwrap();
+    }
+    s.fake.set_fate(
+        id,
+        Observation::Waiting("ImagePullBackOff (container main)".to_owned()),
+    );
+    s.jobs.cycle().await.unwrap();
+    let timeline = s.timeline(id).await;
+    let waits: Vec<&String> = timeline
+        .iter()
+        .filter(|e| e.starts_with("waiting: "))
+        .collect();
+    assert_eq!(
+        waits,
+        vec![
+            &format!("waiting: {why}"),
+            &"waiting: ImagePullBackOff (container main)".to_owned()
+        ]
+    );
+    // It still runs, and a cancel reaches it while it waits.
+    assert_eq!(s.job(id).await.job.state, JobState::Running);
+    s.jobs.cancel(id).await.unwrap();
+    s.fake.set_fate(id, Observation::Waiting(why.to_owned()));
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(*s.fake.stopped.lock().unwrap(), vec![id]);
+}

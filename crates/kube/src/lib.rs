@@ -794,6 +794,14 @@ impl Executor for KubeExecutor {
                 self.remove_later(name);
                 return Observation::Ended(ending);
             }
+            // Why its pod waits: kube-scheduler's message, an image that
+            // cannot be pulled.
+            if let Some(why) = pod
+                .filter(|p| !p.started && !p.finished())
+                .and_then(|p| p.waiting)
+            {
+                return Observation::Waiting(why);
+            }
             return Observation::Running;
         }
         // Not in the watch: stopped by us, not seen yet, or gone.
