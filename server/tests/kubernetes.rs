@@ -672,3 +672,36 @@ async fn a_template_jobs_files_are_fetched_by_an_init_container_with_its_token()
     assert!(main["resources"]["limits"].get("nvidia.com/gpu").is_none());
     wait_for(&s, id, "SUCCEEDED").await;
 }
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn a_namespace_the_account_may_not_use_stops_the_start_with_the_fix() {
+    let db = trainyard_store::testing::TestDb::new().await;
+    let data = tempfile::tempdir().unwrap();
+    let mut vars = settings("default", "default");
+    vars.extend([
+        ("TRAINYARD_LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
+        ("TRAINYARD_DATABASE_URL".to_owned(), db.url.clone()),
+        (
+            "TRAINYARD_DATA_DIR".to_owned(),
+            data.path().display().to_string(),
+        ),
+        (
+            "TRAINYARD_TEMPLATES_DIR".to_owned(),
+            common::workspace_root()
+                .join("templates")
+                .display()
+                .to_string(),
+        ),
+    ]);
+    let config = trainyard::config::load_from(None, &Default::default(), &vars).unwrap();
+    let error = match trainyard::Server::bind(&config).await {
+        Ok(_) => panic!("the server started in a namespace its account may not use"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains("the Kubernetes account may not list Jobs in namespace default")
+            && error.contains("helm/trainyard/templates/rbac.yaml"),
+        "{error}"
+    );
+}

@@ -974,8 +974,14 @@ impl Jobs {
                 tracing::info!(job = job.id, node = %node.name, gpus = %gpu_list, handle = %started.handle, "job started");
             }
             Err(StartError::Unavailable(message)) => {
-                // Nothing of it ran: back in the queue as it was.
+                // Nothing of it ran: back in the queue as it was. The reason
+                // goes to its timeline once, not at every try.
                 tracing::warn!(job = job.id, %message, "job could not start now; it stays queued");
+                let why = format!("could not start: {message}; it will be placed again");
+                let new = {
+                    let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+                    waiting.insert(job.id, why.clone()).as_ref() != Some(&why)
+                };
                 self.store()
                     .move_job(
                         job.id,
@@ -986,10 +992,7 @@ impl Jobs {
                             node: Some(None),
                             handle: Some(None),
                             started_at: Some(None),
-                            event: Some((
-                                "waiting".into(),
-                                format!("could not start: {message}; it will be placed again"),
-                            )),
+                            event: new.then(|| ("waiting".into(), why)),
                             ..Default::default()
                         },
                     )

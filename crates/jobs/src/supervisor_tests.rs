@@ -556,15 +556,20 @@ async fn an_executor_out_of_reach_at_the_start_puts_the_job_back_unharmed() {
         .submit(r#"{"name": "later", "command": "x", "retries": 0}"#)
         .await;
     s.jobs.cycle().await.unwrap();
+    s.jobs.cycle().await.unwrap();
     let record = s.job(id).await;
     assert_eq!(record.job.state, JobState::Queued);
     assert_eq!(record.job.attempt, 0);
     assert!(record.job.node.is_none() && record.job.gpu_indices.is_empty());
     let timeline = s.timeline(id).await;
-    assert!(
-        timeline.iter().any(|e| e
-            == "waiting: could not start: the Kubernetes API cannot be reached; it will be placed again"),
-        "{timeline:?}"
+    assert_eq!(
+        timeline
+            .iter()
+            .filter(|e| *e
+                == "waiting: could not start: the Kubernetes API cannot be reached; it will be placed again")
+            .count(),
+        1,
+        "said once however often it is tried: {timeline:?}"
     );
     // It comes back: the same attempt starts, with the run it had.
     *s.fake.refuse_start.lock().unwrap() = None;

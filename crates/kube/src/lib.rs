@@ -263,6 +263,9 @@ pub struct KubeExecutor {
     namespace: String,
     jobs: Api<Job>,
     secrets: Api<Secret>,
+    /// For the checks of what the account may read.
+    client_nodes: Api<Node>,
+    client_pods: Api<Pod>,
     nodes: Store<Node>,
     all_pods: Store<Pod>,
     job_store: Store<Job>,
@@ -271,7 +274,14 @@ pub struct KubeExecutor {
     created: Mutex<HashMap<String, Instant>>,
     /// Jobs asked to stop.
     stopping: Mutex<HashSet<String>>,
+    /// After a start the API did not take: until when nothing else starts,
+    /// and why (so that a namespace or a right that is missing is not
+    /// tried again every half second).
+    paused: Mutex<Option<(Instant, String)>>,
 }
+
+/// How long starts wait after the API did not take one.
+const START_PAUSE: Duration = Duration::from_secs(5);
 
 /// How long a Job this server made may be missing from the watch before
 /// the API is asked whether it is there.
@@ -381,6 +391,8 @@ impl KubeExecutor {
         );
         KubeExecutor {
             jobs: Api::namespaced(client.clone(), &namespace),
+            client_nodes: Api::all(client.clone()),
+            client_pods: Api::all(client.clone()),
             secrets: Api::namespaced(client, &namespace),
             settings,
             namespace,
@@ -390,6 +402,7 @@ impl KubeExecutor {
             shared,
             created: Mutex::new(HashMap::new()),
             stopping: Mutex::new(HashSet::new()),
+            paused: Mutex::new(None),
         }
     }
 
@@ -588,6 +601,72 @@ fn takes_new(node: &Node, tolerations: &[Toleration]) -> bool {
     ready && !cordoned && !blocked
 }
 
+impl KubeExecutor {
+    async fn start_attempt(&self, attempt: Attempt) -> Result<Started, StartError> {
+        let record = &attempt.record.job;
+        let name = shape::attempt_name(record);
+        let node = attempt.node.clone();
+        let job = shape::job(&self.settings, &attempt, trainyard_store::now_millis());
+        let created = match self.jobs.create(&PostParams::default(), &job).await {
+            Ok(created) => created,
+            Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                // Made before the server stopped: found, not made twice.
+                match self.jobs.get(&name).await {
+                    Ok(existing) => existing,
+                    Err(error) => return Err(StartError::Unavailable(describe(&error))),
+                }
+            }
+            Err(error) if transient(&error) => {
+                return Err(StartError::Unavailable(format!(
+                    "the Kubernetes API did not take its Job: {}",
+                    describe(&error)
+                )));
+            }
+            Err(error) => {
+                return Err(StartError::Failed(format!(
+                    "Kubernetes refused its Job: {}",
+                    describe(&error)
+                )));
+            }
+        };
+        self.created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), Instant::now());
+        if let Some(token) = attempt.env.get(shape::TOKEN_VAR) {
+            let owner = created.controller_owner_ref(&()).map(|mut o| {
+                o.block_owner_deletion = Some(true);
+                o
+            });
+            let Some(owner) = owner else {
+                return Err(StartError::Unavailable(
+                    "the Kubernetes API returned its Job without a uid".to_owned(),
+                ));
+            };
+            let secret = shape::secret(
+                &name,
+                owner,
+                token,
+                shape::labels(record.id, record.attempt),
+            );
+            match self.secrets.create(&PostParams::default(), &secret).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+                Err(error) => {
+                    return Err(StartError::Unavailable(format!(
+                        "the Kubernetes API did not take its Secret: {}",
+                        describe(&error)
+                    )));
+                }
+            }
+        }
+        Ok(Started {
+            note: self.note(&name, &node),
+            handle: name,
+        })
+    }
+}
+
 #[async_trait::async_trait]
 impl Executor for KubeExecutor {
     fn kind(&self) -> &'static str {
@@ -595,21 +674,36 @@ impl Executor for KubeExecutor {
     }
 
     async fn prepare(&self, _active: &[JobRecord]) -> Result<(), String> {
-        // What this server may do is checked once, with a clear word if not.
-        match self
-            .jobs
-            .list_metadata(&ListParams::default().limit(1))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.is_forbidden() => {
-                return Err(format!(
-                    "the Kubernetes account cannot list Jobs in namespace {}: {} (apply the Role of helm/trainyard, or check kube_namespace)",
-                    self.namespace, s.message
-                ));
-            }
-            Err(error) => {
-                tracing::warn!(namespace = %self.namespace, error = %describe(&error), "the Kubernetes API does not answer yet; jobs wait until it does");
+        // What this server may read is checked once, with a clear word if
+        // not (what it may make is said by the first start that fails).
+        let one = ListParams::default().limit(1);
+        let checks = [
+            (
+                format!("list Jobs in namespace {}", self.namespace),
+                self.jobs.list_metadata(&one).await.err(),
+            ),
+            (
+                "list nodes".to_owned(),
+                self.client_nodes.list_metadata(&one).await.err(),
+            ),
+            (
+                "list pods of all namespaces".to_owned(),
+                self.client_pods.list_metadata(&one).await.err(),
+            ),
+        ];
+        for (what, error) in checks {
+            match error {
+                None => {}
+                Some(kube::Error::Api(s)) if s.is_forbidden() => {
+                    return Err(format!(
+                        "the Kubernetes account may not {what}: {} (apply the Role and ClusterRole of helm/trainyard/templates/rbac.yaml, or check kube_namespace)",
+                        s.message
+                    ));
+                }
+                Some(error) => {
+                    tracing::warn!(namespace = %self.namespace, error = %describe(&error), "the Kubernetes API does not answer yet; jobs wait until it does");
+                    break;
+                }
             }
         }
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -622,6 +716,15 @@ impl Executor for KubeExecutor {
     async fn capacity(&self) -> Result<Capacity, String> {
         if let Some(trouble) = self.shared.watches.trouble() {
             return Err(trouble);
+        }
+        if let Some((until, why)) = self
+            .paused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            && Instant::now() < until
+        {
+            return Err(format!("{why}; trying again shortly"));
         }
         let gpu = self.settings.gpu_resource.as_str();
         // What pods that are not our running attempts hold, per node: other
@@ -703,67 +806,12 @@ impl Executor for KubeExecutor {
     }
 
     async fn start(&self, attempt: Attempt) -> Result<Started, StartError> {
-        let record = &attempt.record.job;
-        let name = shape::attempt_name(record);
-        let node = attempt.node.clone();
-        let job = shape::job(&self.settings, &attempt, trainyard_store::now_millis());
-        let created = match self.jobs.create(&PostParams::default(), &job).await {
-            Ok(created) => created,
-            Err(kube::Error::Api(s)) if s.is_already_exists() => {
-                // Made before the server stopped: found, not made twice.
-                match self.jobs.get(&name).await {
-                    Ok(existing) => existing,
-                    Err(error) => return Err(StartError::Unavailable(describe(&error))),
-                }
-            }
-            Err(error) if transient(&error) => {
-                return Err(StartError::Unavailable(format!(
-                    "the Kubernetes API did not take its Job: {}",
-                    describe(&error)
-                )));
-            }
-            Err(error) => {
-                return Err(StartError::Failed(format!(
-                    "Kubernetes refused its Job: {}",
-                    describe(&error)
-                )));
-            }
-        };
-        self.created
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.clone(), Instant::now());
-        if let Some(token) = attempt.env.get(shape::TOKEN_VAR) {
-            let owner = created.controller_owner_ref(&()).map(|mut o| {
-                o.block_owner_deletion = Some(true);
-                o
-            });
-            let Some(owner) = owner else {
-                return Err(StartError::Unavailable(
-                    "the Kubernetes API returned its Job without a uid".to_owned(),
-                ));
-            };
-            let secret = shape::secret(
-                &name,
-                owner,
-                token,
-                shape::labels(record.id, record.attempt),
-            );
-            match self.secrets.create(&PostParams::default(), &secret).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-                Err(error) => {
-                    return Err(StartError::Unavailable(format!(
-                        "the Kubernetes API did not take its Secret: {}",
-                        describe(&error)
-                    )));
-                }
-            }
+        let started = self.start_attempt(attempt).await;
+        if let Err(StartError::Unavailable(why)) = &started {
+            *self.paused.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((Instant::now() + START_PAUSE, why.clone()));
         }
-        Ok(Started {
-            note: self.note(&name, &node),
-            handle: name,
-        })
+        started
     }
 
     async fn observe(&self, record: &JobRecord) -> Observation {
