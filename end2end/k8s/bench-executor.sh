@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# make bench-k8s-executor: the Kubernetes executor against the bare control
+# plane, in one run on the test cluster (end2end/k8s).
+#
+#   end2end/k8s/bench-executor.sh [NODES=1000] [JOBS=5000]
+#
+# 1. The reference: JOBS one-GPU Jobs created straight with the API (kubectl,
+#    8 at a time), from the first create to every pod Running.
+# 2. Trainyard (release build, SQLite, executor = kubernetes): JOBS one-GPU
+#    jobs submitted through the REST API (8 at a time); for each, submit →
+#    its Job created and submit → its pod Running (p50, p99), and jobs
+#    started per second from the first submission to the last pod Running.
+# 3. The check: no node holds more than its 8 GPUs of our pods.
+#
+# kwok's pods run until deleted (FAKE_RUN_SECONDS = 1 day). Times from
+# Kubernetes have its one-second resolution; submissions are timed here in
+# milliseconds.
+set -euo pipefail
+export K8S_STATE="${K8S_STATE:-/tmp/trainyard-k8s-bench}"
+unset GPU_PRODUCT GPU_COUNT GPU_MEMORY_MIB NODE_CPU NODE_MEMORY NODE_PODS NODE_PREFIX NODE_POOL
+source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+nodes="${1:-1000}"
+jobs="${2:-5000}"
+[[ "$nodes" =~ ^[0-9]+$ && "$jobs" =~ ^[0-9]+$ ]] || die "usage: bench-executor.sh [NODES] [JOBS]"
+(( jobs <= nodes * 8 )) || die "$jobs one-GPU jobs do not fit on $nodes nodes of 8 GPUs"
+
+"$ROOT/scripts/build.sh" >/dev/null
+work="$(mktemp -d)"
+server=""
+finish() {
+  local rc=$?
+  [[ -z "$server" ]] || kill "$server" 2>/dev/null || true
+  wait 2>/dev/null || true
+  "$K8S_DIR/down.sh" >/dev/null || true
+  (( rc == 0 )) || { echo "server log:"; tail -20 "$work/server.log" 2>/dev/null || true; }
+  rm -rf "$work"
+  exit "$rc"
+}
+trap finish EXIT
+
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
+"$K8S_DIR/up.sh" 0 >/dev/null
+load_cluster_env
+"$K8S_DIR/nodes.sh" "$nodes" 2>/dev/null
+
+# Seconds since the epoch of RFC 3339 times, one per line (one `date` for all).
+epoch() { date -f - +%s; }
+# p50 and p99 of numbers, one per line.
+percentiles() { sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) { print "- -"; exit } i = int(NR * 0.99); if (i < 1) i = 1; print a[int((NR + 1) / 2)], a[i] }'; }
+running_pods() {
+  kubectl get pods -n "$1" --field-selector=status.phase=Running -o name 2>/dev/null | wc -l
+}
+wait_running() { # NAMESPACE COUNT
+  local deadline=$((SECONDS + 1800))
+  until (( $(running_pods "$1") >= $2 )); do
+    (( SECONDS < deadline )) || die "only $(running_pods "$1") of $2 pods Running in $1 after 30 minutes"
+    sleep 1
+  done
+}
+
+# ------------------------------------------------------------ 1. bare Jobs
+kubectl create namespace bare >/dev/null
+mkdir "$work/bare"
+for ((i = 1; i <= jobs; i++)); do
+  cat >>"$work/bare/chunk-$(( (i - 1) / 100 )).yaml" <<EOF
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: bare-$i, namespace: bare}
+spec:
+  backoffLimit: 0
+  template:
+    metadata: {annotations: {trainyard.dev/run-seconds: "86400"}}
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: trainyard/fake-trainer
+        resources: {limits: {nvidia.com/gpu: 1, cpu: 100m, memory: 64Mi}}
+EOF
+done
+bare_start=$(now_ms)
+printf '%s\0' "$work/bare"/chunk-*.yaml | xargs -0 -n 1 -P 8 kubectl create -o name -f >/dev/null
+bare_created=$(now_ms)
+wait_running bare "$jobs"
+bare_done=$(now_ms)
+bare_rate=$(awk -v n="$jobs" -v ms=$((bare_done - bare_start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
+log "bare: $jobs Jobs created in $((bare_created - bare_start)) ms, all pods Running after $((bare_done - bare_start)) ms"
+kubectl delete namespace bare --wait=false >/dev/null
+
+# ------------------------------------------------------------ 2. Trainyard
+kubectl create namespace bench >/dev/null
+port=39620
+url="http://127.0.0.1:$port"
+TRAINYARD_LISTEN="127.0.0.1:$port" TRAINYARD_DATA_DIR="$work/data" TRAINYARD_LOG=warn \
+  TRAINYARD_TEMPLATES_DIR="$ROOT/templates" TRAINYARD_EXECUTOR=kubernetes \
+  TRAINYARD_KUBE_CONFIG="$K8S_STATE/kubeconfig" TRAINYARD_KUBE_NAMESPACE=bench \
+  TRAINYARD_KUBE_NODE_SELECTOR=trainyard.dev/pool=default TRAINYARD_KUBE_TOLERATIONS= \
+  "$CARGO_TARGET_DIR/release/trainyard" serve >"$work/server.log" 2>&1 &
+server=$!
+for _ in $(seq 1 120); do curl -sf "$url/readyz" >/dev/null && break; sleep 0.5; done
+curl -sf "$url/readyz" >/dev/null || die "Trainyard did not start: $(tail -5 "$work/server.log")"
+# The bare Jobs' pods go first: their GPUs are free again for ours.
+until (( $(kubectl get pods -n bare -o name 2>/dev/null | wc -l) == 0 )); do sleep 1; done
+
+body='{"name": "bench", "command": "python train.py", "resources": {"gpus": 1, "cpus": 0.1, "memory": "64Mi"}, "env": {"FAKE_RUN_SECONDS": "86400"}}'
+submit_worker() { # COUNT: submits COUNT jobs, prints "ID SENT_MS" per job
+  local i sent answer
+  for ((i = 0; i < $1; i++)); do
+    sent=$(date +%s%3N)
+    answer="$(curl -sf -X POST "$url/api/trainyard/v1/jobs" -H 'Content-Type: application/json' -d "$body")" \
+      || { echo "submission failed" >&2; return 1; }
+    echo "$(grep -o '"id":[0-9]*' <<<"$answer" | head -1 | cut -d: -f2) $sent"
+  done
+}
+export -f submit_worker
+export url body
+ty_start=$(now_ms)
+per=$(( (jobs + 7) / 8 ))
+for w in $(seq 0 7); do
+  n=$(( jobs - w * per )); (( n > per )) && n=$per; (( n > 0 )) || continue
+  bash -c "submit_worker $n" >"$work/sent-$w.txt" &
+done
+wait_submitters() { local p; for p in $(jobs -p); do [[ "$p" == "$server" ]] || wait "$p"; done; }
+wait_submitters
+ty_submitted=$(now_ms)
+cat "$work"/sent-*.txt | sort -n >"$work/sent.txt"
+(( $(wc -l <"$work/sent.txt") == jobs )) || die "not every submission was answered"
+wait_running bench "$jobs"
+ty_done=$(now_ms)
+ty_rate=$(awk -v n="$jobs" -v ms=$((ty_done - ty_start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
+
+# Per job: when its Job was made and when its pod became Ready (Running).
+kubectl get jobs -n bench -o jsonpath='{range .items[*]}{.metadata.labels.trainyard\.dev/job} {.metadata.creationTimestamp}{"\n"}{end}' | sort -n >"$work/jobs.txt"
+kubectl get pods -n bench -o jsonpath='{range .items[*]}{.metadata.labels.trainyard\.dev/job} {.status.conditions[?(@.type=="Ready")].lastTransitionTime}{"\n"}{end}' | sort -n >"$work/pods.txt"
+latency() { # FILE: "ID TIME" → seconds after its submission, one per line
+  paste -d' ' <(cut -d' ' -f1 "$1") <(cut -d' ' -f2 "$1" | epoch) |
+    join - "$work/sent.txt" | awk '{ d = $2 - int($3 / 1000); if (d < 0) d = 0; print d }'
+}
+read -r created_p50 created_p99 < <(latency "$work/jobs.txt" | percentiles)
+read -r running_p50 running_p99 < <(latency "$work/pods.txt" | percentiles)
+
+# ------------------------------------------------------------ 3. the check
+most=$(kubectl get pods -n bench -o jsonpath='{range .items[*]}{.spec.nodeName} {.spec.containers[0].resources.limits.nvidia\.com/gpu}{"\n"}{end}' |
+  awk '{ g[$1] += $2 } END { m = 0; for (n in g) if (g[n] > m) m = g[n]; print m }')
+(( most <= 8 )) || die "a node holds $most GPUs of Trainyard's pods"
+
+echo
+printf '%-58s %14s %14s\n' "$nodes nodes x 8 GPUs, $jobs one-GPU jobs" "Trainyard" "bare Jobs"
+printf '%-58s %14s %14s\n' "jobs (pods) Running per second, first create to last pod" "$ty_rate" "$bare_rate"
+printf '%-58s %14s\n' "submit -> Job created, p50 / p99 (s)" "$created_p50 / $created_p99"
+printf '%-58s %14s\n' "submit -> pod Running, p50 / p99 (s)" "$running_p50 / $running_p99"
+printf '%-58s %14s\n' "REST submissions answered (8 at a time), jobs/s" \
+  "$(awk -v n="$jobs" -v ms=$((ty_submitted - ty_start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')"
+printf '%-58s %14s\n' "most GPUs of our pods on one node" "$most"
+echo "target: >= 100 jobs/s and within 20 % of the bare path; no node over 8 GPUs"
