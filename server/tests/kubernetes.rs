@@ -705,3 +705,64 @@ async fn a_namespace_the_account_may_not_use_stops_the_start_with_the_fix() {
         "{error}"
     );
 }
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn another_installs_pods_in_the_namespace_are_not_taken_for_ours() {
+    let ns = namespace();
+    // A Job left by an earlier install on another database: the same job
+    // id and attempt, its own run, still running.
+    let earlier = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "trainyard-1-0-0ld1n5ta", "namespace": ns,
+                     "labels": {"app.kubernetes.io/managed-by": "trainyard",
+                                "trainyard.dev/job": "1", "trainyard.dev/attempt": "0"}},
+        "spec": {"backoffLimit": 0, "template": {
+            "metadata": {"labels": {"app.kubernetes.io/managed-by": "trainyard",
+                                    "trainyard.dev/job": "1", "trainyard.dev/attempt": "0"}},
+            "spec": {"restartPolicy": "Never",
+                     "nodeSelector": {"trainyard.dev/pool": "default"},
+                     "containers": [{"name": "main", "image": "x",
+                                     "env": [{"name": "FAKE_RUN_SECONDS", "value": "600"}]}]}}}
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("earlier.json");
+    std::fs::write(&file, earlier.to_string()).unwrap();
+    kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    until("the earlier install's pod Running", 30, || {
+        kubectl(&[
+            "-n",
+            &ns,
+            "get",
+            "pods",
+            "-l",
+            "job-name=trainyard-1-0-0ld1n5ta",
+            "-o",
+            "jsonpath={.items[*].status.phase}",
+        ]) == "Running"
+    })
+    .await;
+    let s = server(&ns, "default").await;
+    let id = submit(
+        &s,
+        json!({"name": "mine", "command": "x", "env": {"FAKE_RUN_SECONDS": "2"}}),
+    )
+    .await;
+    assert_eq!(id, 1);
+    let done = wait_for(&s, id, "SUCCEEDED").await;
+    assert_eq!(done["job"]["attempt"], 0);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = common::log(&s, id).await;
+    assert_eq!(log.matches("epoch 1 loss").count(), 1, "{log:?}");
+    // The earlier install's Job is left alone.
+    assert!(exists(&ns, "job", "trainyard-1-0-0ld1n5ta"));
+    kubectl(&[
+        "-n",
+        &ns,
+        "delete",
+        "job",
+        "trainyard-1-0-0ld1n5ta",
+        "--cascade=foreground",
+        "--wait=false",
+    ]);
+}

@@ -189,6 +189,12 @@ struct Attempts {
     pods: HashMap<String, PodSeen>,
     /// Log followers, told when their container ended.
     followers: HashMap<String, (watch::Sender<bool>, tokio::task::AbortHandle)>,
+    /// The job and attempt of each Job, from its pod's labels.
+    ids: HashMap<String, (i64, u32)>,
+    /// The Jobs of this server's records (made by it, or observed for one):
+    /// only their logs are followed. Another Trainyard's pods in the same
+    /// namespace (an install before this one) may carry the same job ids.
+    ours: HashSet<String>,
 }
 
 struct Shared {
@@ -234,27 +240,55 @@ impl Shared {
         };
         let mut seen = status::seen(pod);
         seen.going |= deleted;
-        let finished = seen.finished();
         let mut attempts = self.attempts();
-        if let Some((follower, _)) = attempts.followers.get(&name) {
+        if deleted && !attempts.ours.contains(&name) {
+            // Gone, and nothing of ours waits for word of it.
+            attempts.pods.remove(&name);
+            attempts.ids.remove(&name);
+            return;
+        }
+        attempts.ids.insert(name.clone(), (job, attempt));
+        attempts.pods.insert(name.clone(), seen);
+        self.follow_if_ours(&mut attempts, &name);
+        drop(attempts);
+        self.changed.notify_one();
+    }
+
+    /// Marks a Job as one of this server's, and follows its log if its pod
+    /// runs.
+    fn claim(&self, name: &str) {
+        let mut attempts = self.attempts();
+        if attempts.ours.insert(name.to_owned()) {
+            self.follow_if_ours(&mut attempts, name);
+        }
+    }
+
+    /// Starts following the log of a Job of ours whose main container
+    /// started, or tells its follower that the container ended.
+    fn follow_if_ours(&self, attempts: &mut Attempts, name: &str) {
+        let (Some(seen), Some(&(job, attempt))) = (attempts.pods.get(name), attempts.ids.get(name))
+        else {
+            return;
+        };
+        let finished = seen.finished();
+        if let Some((follower, _)) = attempts.followers.get(name) {
             if finished {
                 let _ = follower.send(true);
             }
-        } else if seen.started && !deleted {
-            let log = self.log_path(job, attempt);
-            if !logs::done_path(&log).exists() {
-                let (tell, told) = watch::channel(finished);
-                let pods = self.pods.clone();
-                let pod_name = seen.pod.clone();
-                let task = tokio::spawn(logs::follow(pods, pod_name, log, told));
-                attempts
-                    .followers
-                    .insert(name.clone(), (tell, task.abort_handle()));
-            }
+            return;
         }
-        attempts.pods.insert(name, seen);
-        drop(attempts);
-        self.changed.notify_one();
+        if !attempts.ours.contains(name) || !seen.started || seen.going {
+            return;
+        }
+        let log = self.log_path(job, attempt);
+        if logs::done_path(&log).exists() {
+            return;
+        }
+        let (tell, told) = watch::channel(finished);
+        let task = tokio::spawn(logs::follow(self.pods.clone(), seen.pod.clone(), log, told));
+        attempts
+            .followers
+            .insert(name.to_owned(), (tell, task.abort_handle()));
     }
 }
 
@@ -458,6 +492,8 @@ impl KubeExecutor {
             let mut attempts = shared.attempts();
             attempts.followers.remove(&name);
             attempts.pods.remove(&name);
+            attempts.ids.remove(&name);
+            attempts.ours.remove(&name);
         });
     }
 }
@@ -633,6 +669,7 @@ impl KubeExecutor {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.clone(), Instant::now());
+        self.shared.claim(&name);
         if let Some(token) = attempt.env.get(shape::TOKEN_VAR) {
             let owner = created.controller_owner_ref(&()).map(|mut o| {
                 o.block_owner_deletion = Some(true);
@@ -821,6 +858,7 @@ impl Executor for KubeExecutor {
         }
         let pod = self.pod_seen(&name);
         if let Some(job) = self.job_named(&name) {
+            self.shared.claim(&name);
             if record.handle.is_none() {
                 let node = pod
                     .as_ref()
