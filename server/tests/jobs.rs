@@ -6,7 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{TestServer, job, log, post_json, request, submit, tar_gz, wait_for, wait_longer};
+use common::{
+    TestServer, job, last_message, log, post_json, request, run, submit, tar_gz, wait_for,
+    wait_longer,
+};
 use serde_json::{Value, json};
 
 async fn submit_yaml(server: &TestServer, yaml: &str) -> common::Response {
@@ -18,23 +21,6 @@ async fn submit_yaml(server: &TestServer, yaml: &str) -> common::Response {
         yaml.as_bytes(),
     )
     .await
-}
-
-async fn run(server: &TestServer, run_id: &str) -> Value {
-    let answer = server
-        .get(&format!("/api/2.0/mlflow/runs/get?run_id={run_id}"))
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    answer.json()["run"].clone()
-}
-
-/// The message of a job's newest timeline entry (its end, once it ended).
-fn last_message(detail: &Value) -> String {
-    let events = detail["events"].as_array().unwrap();
-    events.last().unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .to_owned()
 }
 
 fn event_kinds(detail: &Value) -> Vec<String> {

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{TestServer, post_json, submit, wait_for, wait_longer};
+use common::{TestServer, last_message, post_json, submit, wait_for, wait_longer};
 use serde_json::{Value, json};
 
 const NEEDS: &str = "needs the test cluster: run end2end/k8s/executor.sh";
@@ -165,19 +165,7 @@ async fn server(namespace: &str, pool: &str) -> TestServer {
 
 async fn run_status(server: &TestServer, detail: &Value) -> String {
     let run_id = detail["job"]["run_id"].as_str().unwrap();
-    let answer = server
-        .get(&format!("/api/2.0/mlflow/runs/get?run_id={run_id}"))
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    answer.json()["run"]["info"]["status"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-fn last_message(detail: &Value) -> String {
-    let events = detail["events"].as_array().unwrap();
-    events.last().unwrap()["message"]
+    common::run(server, run_id).await["info"]["status"]
         .as_str()
         .unwrap()
         .to_owned()

@@ -130,6 +130,20 @@ pub struct Ending {
     pub usage: Option<Usage>,
 }
 
+impl Ending {
+    /// An end for `reason`, nothing else said.
+    pub fn of(reason: EndReason) -> Ending {
+        Ending {
+            reason,
+            exit_code: None,
+            signal: None,
+            message: None,
+            out_of_memory: false,
+            usage: None,
+        }
+    }
+}
+
 /// What became of a started attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Observation {

@@ -1254,41 +1254,27 @@ impl Jobs {
             self.end_run(run_id, run_status).await;
         }
         if retry {
-            let next = job.attempt + 1;
-            let run_id = match job.experiment_id {
-                Some(experiment) => Some(
-                    self.new_run(&job.spec, experiment, next, record.owner())
-                        .await?,
-                ),
-                None => None,
-            };
-            self.store()
-                .move_job(
-                    job.id,
+            let retries = job.retries;
+            return self
+                .requeue(
+                    record,
                     &from,
-                    JobState::Queued,
                     JobChange {
-                        gpu_indices: Some(Vec::new()),
-                        handle: Some(None),
-                        node: Some(None),
                         exit_code: Some(exit_code),
-                        started_at: Some(None),
-                        queued_at: Some(now_millis()),
-                        attempt: Some(next),
-                        run_id,
-                        event: Some((
+                        ..Default::default()
+                    },
+                    |next| {
+                        (
                             "retried".into(),
                             format!(
                                 "{message}; retrying (attempt {} of {})",
                                 next + 1,
-                                job.retries + 1
+                                retries + 1
                             ),
-                        )),
-                        ..Default::default()
+                        )
                     },
                 )
-                .await?;
-            return Ok(());
+                .await;
         }
         self.inner.executor.retire(record).await;
         self.store()
@@ -1315,6 +1301,38 @@ impl Jobs {
         if let Some(run_id) = &job.run_id {
             self.end_run(run_id, "KILLED").await;
         }
+        tracing::info!(job = job.id, %why, "job disrupted; requeued");
+        self.requeue(
+            record,
+            &[JobState::Starting, JobState::Running],
+            JobChange {
+                retries: Some(job.retries.saturating_add(1)),
+                ..Default::default()
+            },
+            |next| {
+                (
+                    "requeued".into(),
+                    format!(
+                        "disrupted: {why}; placed again without spending a retry (attempt {})",
+                        next + 1
+                    ),
+                )
+            },
+        )
+        .await
+    }
+
+    /// Puts a job back in the queue for its next attempt, with a new run
+    /// (its current run was ended by the caller); `change` adds to what
+    /// every requeue changes, `event` gets the next attempt's number.
+    async fn requeue(
+        &self,
+        record: &JobRecord,
+        from: &[JobState],
+        change: JobChange,
+        event: impl FnOnce(u32) -> (String, String),
+    ) -> Result<(), StoreError> {
+        let job = &record.job;
         let next = job.attempt + 1;
         let run_id = match job.experiment_id {
             Some(experiment) => Some(
@@ -1323,11 +1341,10 @@ impl Jobs {
             ),
             None => None,
         };
-        tracing::info!(job = job.id, %why, "job disrupted; requeued");
         self.store()
             .move_job(
                 job.id,
-                &[JobState::Starting, JobState::Running],
+                from,
                 JobState::Queued,
                 JobChange {
                     gpu_indices: Some(Vec::new()),
@@ -1336,16 +1353,9 @@ impl Jobs {
                     started_at: Some(None),
                     queued_at: Some(now_millis()),
                     attempt: Some(next),
-                    retries: Some(job.retries.saturating_add(1)),
                     run_id,
-                    event: Some((
-                        "requeued".into(),
-                        format!(
-                            "disrupted: {why}; placed again without spending a retry (attempt {})",
-                            next + 1
-                        ),
-                    )),
-                    ..Default::default()
+                    event: Some(event(next)),
+                    ..change
                 },
             )
             .await?;

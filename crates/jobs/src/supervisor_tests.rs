@@ -194,22 +194,10 @@ impl Setup {
     }
 }
 
-/// An end for `reason`, nothing else said; tests fill in the rest.
-fn ending(reason: EndReason) -> Ending {
-    Ending {
-        reason,
-        exit_code: None,
-        signal: None,
-        message: None,
-        out_of_memory: false,
-        usage: None,
-    }
-}
-
 fn exited(code: i32) -> Observation {
     Observation::Ended(Ending {
         exit_code: Some(code),
-        ..ending(EndReason::Exited)
+        ..Ending::of(EndReason::Exited)
     })
 }
 
@@ -318,7 +306,7 @@ async fn out_of_memory_is_said_in_words() {
         Observation::Ended(Ending {
             signal: Some(9),
             out_of_memory: true,
-            ..ending(EndReason::Exited)
+            ..Ending::of(EndReason::Exited)
         }),
     );
     s.jobs.cycle().await.unwrap();
@@ -346,7 +334,7 @@ async fn out_of_memory_is_said_in_words() {
                 oom_kills: 0,
                 cpu_usec: Some(2_500_000),
             }),
-            ..ending(EndReason::Exited)
+            ..Ending::of(EndReason::Exited)
         }),
     );
     s.jobs.cycle().await.unwrap();
@@ -395,7 +383,7 @@ async fn a_cancel_is_passed_on_and_its_end_recorded() {
         id,
         Observation::Ended(Ending {
             signal: Some(15),
-            ..ending(EndReason::Cancelled)
+            ..Ending::of(EndReason::Cancelled)
         }),
     );
     s.jobs.cycle().await.unwrap();
@@ -593,7 +581,7 @@ async fn a_disrupted_attempt_runs_again_without_spending_a_retry() {
         id,
         Observation::Ended(Ending {
             message: Some("node a was deleted".to_owned()),
-            ..ending(EndReason::Disrupted)
+            ..Ending::of(EndReason::Disrupted)
         }),
     );
     s.jobs.cycle().await.unwrap();
@@ -616,7 +604,7 @@ async fn a_disrupted_attempt_runs_again_without_spending_a_retry() {
         id,
         Observation::Ended(Ending {
             exit_code: Some(1),
-            ..ending(EndReason::Exited)
+            ..Ending::of(EndReason::Exited)
         }),
     );
     s.jobs.cycle().await.unwrap();

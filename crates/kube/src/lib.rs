@@ -915,12 +915,9 @@ impl Executor for KubeExecutor {
                     .remove(&name);
                 let term = pod.and_then(|p| p.main_end);
                 Observation::Ended(Ending {
-                    reason: EndReason::Cancelled,
                     exit_code: term.as_ref().map(|t| t.exit_code),
                     signal: term.and_then(|t| t.signal),
-                    message: None,
-                    out_of_memory: false,
-                    usage: None,
+                    ..Ending::of(EndReason::Cancelled)
                 })
             }
             Ok(None) if record.handle.is_none() => Observation::Lost(

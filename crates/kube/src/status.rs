@@ -132,23 +132,12 @@ fn job_condition<'a>(
         .find(|c| c.type_ == kind && c.status == "True")
 }
 
-fn ending(reason: EndReason) -> Ending {
-    Ending {
-        reason,
-        exit_code: None,
-        signal: None,
-        message: None,
-        out_of_memory: false,
-        usage: None,
-    }
-}
-
 /// How a finished Job ended; None while it has not.
 pub fn job_ending(job: &Job, pod: Option<&PodSeen>) -> Option<Ending> {
     if job_condition(job, "Complete").is_some() {
         return Some(Ending {
             exit_code: Some(0),
-            ..ending(EndReason::Exited)
+            ..Ending::of(EndReason::Exited)
         });
     }
     let failed = job_condition(job, "Failed")?;
@@ -170,20 +159,20 @@ pub fn job_ending(job: &Job, pod: Option<&PodSeen>) -> Option<Ending> {
             .unwrap_or_default();
         return Some(Ending {
             message: Some(format!("{on}{why}")),
-            ..ending(EndReason::Disrupted)
+            ..Ending::of(EndReason::Disrupted)
         });
     }
     if reason == "PodFailurePolicy" && message.contains("DisruptionTarget") {
         return Some(Ending {
             message: Some(message),
-            ..ending(EndReason::Disrupted)
+            ..Ending::of(EndReason::Disrupted)
         });
     }
     if reason == "DeadlineExceeded" {
-        return Some(with_exit(ending(EndReason::Timeout)));
+        return Some(with_exit(Ending::of(EndReason::Timeout)));
     }
     if main_end.is_some() {
-        return Some(with_exit(ending(EndReason::Exited)));
+        return Some(with_exit(Ending::of(EndReason::Exited)));
     }
     if let Some(t) = pod.and_then(|p| p.init_failed.as_ref()) {
         let detail = t
@@ -197,12 +186,12 @@ pub fn job_ending(job: &Job, pod: Option<&PodSeen>) -> Option<Ending> {
                 "fetching its files ({FILES} container) failed with exit code {}{detail}",
                 t.exit_code
             )),
-            ..ending(EndReason::StartFailed)
+            ..Ending::of(EndReason::StartFailed)
         });
     }
     Some(Ending {
         message: Some(format!("Kubernetes failed its Job: {reason}: {message}")),
-        ..ending(EndReason::StartFailed)
+        ..Ending::of(EndReason::StartFailed)
     })
 }
 

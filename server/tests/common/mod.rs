@@ -380,3 +380,21 @@ pub async fn new_run(addr: SocketAddr, name: Option<&str>) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// A run as `runs/get` answers it.
+pub async fn run(server: &TestServer, run_id: &str) -> serde_json::Value {
+    let answer = server
+        .get(&format!("/api/2.0/mlflow/runs/get?run_id={run_id}"))
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.json()["run"].clone()
+}
+
+/// The message of a job's newest timeline entry (its end, once it ended).
+pub fn last_message(detail: &serde_json::Value) -> String {
+    let events = detail["events"].as_array().unwrap();
+    events.last().unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
