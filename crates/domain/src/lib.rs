@@ -116,6 +116,32 @@ pub struct NodeSummary {
     pub last_seen: Option<i64>,
 }
 
+/// Where jobs run, as the admin page shows it: each node of the executor
+/// with its GPUs, by whom they are held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutorNodes {
+    /// `local`, `kubernetes`.
+    pub executor: String,
+    pub nodes: Vec<ExecutorNode>,
+    /// Why the executor cannot tell its nodes now (its API is away).
+    pub unavailable: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutorNode {
+    pub name: String,
+    /// Takes new jobs (not cordoned, Ready, not tainted against them).
+    pub takes_jobs: bool,
+    pub gpus: u32,
+    /// Held by Trainyard's jobs that start or run there.
+    pub used: u32,
+    /// Held by what is not Trainyard's (other pods on a Kubernetes node).
+    pub others: u32,
+    pub free: u32,
+    /// The Trainyard jobs on it, by id.
+    pub jobs: Vec<i64>,
+}
+
 /// A rule broken by input, naming the field so the UI can point at it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[error("{field}: {message}")]

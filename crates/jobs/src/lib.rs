@@ -131,6 +131,9 @@ struct Inner {
     positions: Mutex<HashMap<i64, (u32, String)>>,
     /// Why each started attempt waits, as last written to its timeline.
     waiting: Mutex<HashMap<i64, String>>,
+    /// How long the last cycle spent looking at jobs and placing them,
+    /// before it started any.
+    looked: Mutex<Duration>,
 }
 
 /// Until teams exist, every job belongs to one team without a quota, so a
@@ -138,6 +141,10 @@ struct Inner {
 const LOCAL_TEAM: sched::TeamId = 0;
 /// How often the supervisor looks at running jobs when nothing wakes it.
 const TICK: Duration = Duration::from_millis(500);
+/// The least time between the starts of two cycles.
+const MIN_CYCLE: Duration = Duration::from_millis(100);
+/// How many attempts the supervisor starts at once.
+const CONCURRENT_STARTS: usize = 32;
 
 impl Jobs {
     pub fn new(store: Store, config: JobsConfig, executor: Arc<dyn Executor>) -> Jobs {
@@ -149,6 +156,7 @@ impl Jobs {
                 wake: tokio::sync::Notify::new(),
                 positions: Mutex::new(HashMap::new()),
                 waiting: Mutex::new(HashMap::new()),
+                looked: Mutex::new(Duration::ZERO),
             }),
         }
     }
@@ -679,28 +687,85 @@ impl Jobs {
         } else {
             format!("{} (attempt {})", spec.name.trim(), attempt + 1)
         };
-        let run = store
-            .create_run(NewRun {
-                experiment_id,
-                user_id: user_name.unwrap_or_else(|| "trainyard".to_owned()),
-                owner_id: owner.user_id,
-                team_id: owner.team_id,
-                run_name: Some(name),
-                start_time: None,
-                tags: vec![("trainyard.attempt".to_owned(), attempt.to_string())],
-            })
+        let run_id = store
+            .insert_run(
+                NewRun {
+                    experiment_id,
+                    user_id: user_name.unwrap_or_else(|| "trainyard".to_owned()),
+                    owner_id: owner.user_id,
+                    team_id: owner.team_id,
+                    run_name: Some(name),
+                    start_time: None,
+                    tags: vec![("trainyard.attempt".to_owned(), attempt.to_string())],
+                },
+                "SCHEDULED",
+            )
             .await?;
-        let run_id = run.info.run_id.clone();
         let params: Vec<(String, String)> = spec
             .hyperparameters
             .iter()
             .map(|(k, v)| (k.clone(), v.to_string()))
             .collect();
-        store.log_batch(&run_id, &[], &params, &[]).await?;
-        store
-            .update_run(&run_id, Some("SCHEDULED"), None, None)
-            .await?;
+        if !params.is_empty() {
+            store.log_batch(&run_id, &[], &params, &[]).await?;
+        }
         Ok(run_id)
+    }
+
+    /// The executor's nodes and who holds their GPUs: Trainyard's jobs
+    /// (those that start or run), what is not Trainyard's, and what is
+    /// free. An executor that cannot tell now says why.
+    pub async fn nodes(&self) -> Result<trainyard_domain::ExecutorNodes, StoreError> {
+        let active = self.store().active_jobs().await?;
+        let mut on: HashMap<String, (u32, Vec<i64>)> = HashMap::new();
+        for r in &active {
+            if let (JobState::Starting | JobState::Running, Some(node)) =
+                (r.job.state, r.job.node.as_deref())
+            {
+                let entry = on.entry(node.to_owned()).or_default();
+                entry.0 += r.job.gpu_indices.len() as u32;
+                entry.1.push(r.job.id);
+            }
+        }
+        let executor = self.inner.executor.kind().to_owned();
+        let capacity = match self.inner.executor.capacity().await {
+            Ok(capacity) => capacity,
+            Err(why) => {
+                return Ok(trainyard_domain::ExecutorNodes {
+                    executor,
+                    nodes: Vec::new(),
+                    unavailable: Some(why),
+                });
+            }
+        };
+        let offered: HashMap<&str, u32> = capacity
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.gpus))
+            .collect();
+        let nodes = capacity
+            .whole()
+            .iter()
+            .map(|n| {
+                let offered = offered.get(n.name.as_str()).copied().unwrap_or(0);
+                let (used, mut jobs) = on.remove(&n.name).unwrap_or_default();
+                jobs.sort_unstable();
+                trainyard_domain::ExecutorNode {
+                    name: n.name.clone(),
+                    takes_jobs: n.schedulable,
+                    gpus: n.gpus,
+                    used,
+                    others: n.gpus.saturating_sub(offered),
+                    free: offered.saturating_sub(used),
+                    jobs,
+                }
+            })
+            .collect();
+        Ok(trainyard_domain::ExecutorNodes {
+            executor,
+            nodes,
+            unavailable: None,
+        })
     }
 
     /// Asks a job to stop; the supervisor stops it.
@@ -788,20 +853,30 @@ impl Jobs {
     /// Schedules and supervises until the task is aborted.
     pub async fn run_forever(self) {
         loop {
+            let began = tokio::time::Instant::now();
             if let Err(error) = self.cycle().await {
                 tracing::warn!(%error, "job supervisor cycle failed; trying again");
             }
+            // What wakes it comes in bursts (a submission each, a watch
+            // event per pod): one cycle takes in all that came meanwhile,
+            // and the next one begins no sooner than twice the time this
+            // one spent looking (not waiting on starts) after it, so that
+            // thousands of jobs never keep a core busy with cycles.
+            let looked = *self.inner.looked.lock().unwrap_or_else(|p| p.into_inner());
+            let next = began + (looked * 2).max(MIN_CYCLE);
             tokio::select! {
                 _ = self.inner.wake.notified() => {}
                 _ = self.inner.executor.changed() => {}
                 _ = tokio::time::sleep(TICK) => {}
             }
+            tokio::time::sleep_until(next).await;
         }
     }
 
     /// One look at every unfinished job: ended ones are recorded, cancels
     /// are passed on, queued ones are placed or told why not.
     pub async fn cycle(&self) -> Result<(), StoreError> {
+        let began = std::time::Instant::now();
         let active = self.store().active_jobs().await?;
         let mut running = Vec::new();
         let mut queued = Vec::new();
@@ -879,24 +954,46 @@ impl Jobs {
             usage: sched::Usage::default(),
         };
         let decision = sched::schedule(&state, &sched::Policy::default());
+        *self.inner.looked.lock().unwrap_or_else(|p| p.into_inner()) = began.elapsed();
         let by_id: HashMap<i64, &JobRecord> = queued.iter().map(|r| (r.job.id, r)).collect();
         let nodes: HashMap<sched::NodeId, &sched::Node> =
             capacity.nodes.iter().map(|n| (n.id, n)).collect();
-        let mut slots = capacity.slots;
-        for placement in &decision.starts {
-            let (Some(record), Some(node)) = (
-                by_id.get(&(placement.job as i64)),
-                nodes.get(&placement.node),
-            ) else {
-                continue;
-            };
-            if slots == Some(0) {
-                // The rest stay queued and start as running jobs end.
-                tracing::warn!(job = record.job.id, "{}", capacity.full);
-                break;
+        let mut starts: Vec<_> = decision
+            .starts
+            .iter()
+            .filter_map(|placement| {
+                let record = by_id.get(&(placement.job as i64))?;
+                let node = nodes.get(&placement.node)?;
+                Some(((*record).clone(), (*node).clone(), placement.gpus.clone()))
+            })
+            .collect();
+        if let Some(slots) = capacity.slots
+            && starts.len() > slots
+        {
+            // The rest stay queued and start as running jobs end.
+            tracing::warn!(job = starts[slots].0.job.id, "{}", capacity.full);
+            starts.truncate(slots);
+        }
+        // The placements do not overlap, so their starts may run side by
+        // side: an executor's start waits on its API (two calls for a
+        // Kubernetes Job), and one at a time would bound the rate by that
+        // wait. The store orders the writes.
+        use futures::StreamExt;
+        let mut launches = futures::stream::iter(starts)
+            .map(|(record, node, gpus)| {
+                let jobs = self.clone();
+                async move { jobs.launch(&record, &node, &gpus).await }
+            })
+            .buffer_unordered(CONCURRENT_STARTS);
+        let mut first_error = None;
+        while let Some(result) = launches.next().await {
+            if let Err(error) = result {
+                first_error.get_or_insert(error);
             }
-            self.launch(record, node, &placement.gpus).await?;
-            slots = slots.map(|n| n - 1);
+        }
+        drop(launches);
+        if let Some(error) = first_error {
+            return Err(error);
         }
         self.write_positions(&decision.waiting).await
     }
@@ -1077,10 +1174,7 @@ impl Jobs {
             .await?;
         if moved
             && let Some(run_id) = &job.run_id
-            && let Err(error) = self
-                .store()
-                .update_run(run_id, Some("RUNNING"), None, None)
-                .await
+            && let Err(error) = self.store().set_run_status(run_id, "RUNNING").await
         {
             tracing::warn!(job = job.id, %error, "could not mark the job's run RUNNING");
         }

@@ -21,6 +21,8 @@ use crate::{Jobs, JobsConfig, SubmitError, archive, parse_spec};
 #[derive(Default)]
 struct Fake {
     nodes: Mutex<Vec<sched::Node>>,
+    /// The nodes with all they have, where others hold some of `nodes`.
+    in_all: Mutex<Vec<sched::Node>>,
     /// Capacity cannot be told (the API is away).
     away: Mutex<bool>,
     slots: Mutex<Option<usize>>,
@@ -69,7 +71,7 @@ impl Executor for Fake {
         }
         Ok(Capacity {
             nodes: self.nodes.lock().unwrap().clone(),
-            in_all: Vec::new(),
+            in_all: self.in_all.lock().unwrap().clone(),
             slots: *self.slots.lock().unwrap(),
             gpus_said: "the largest node has 8".to_owned(),
             place: "the largest node".to_owned(),
@@ -211,6 +213,20 @@ async fn an_attempt_is_placed_started_and_its_end_recorded() {
                 "env": {"SEED": "7"}}"#,
         )
         .await;
+    // Its run waits as SCHEDULED, with the hyperparameters as params.
+    let queued = s.job(id).await;
+    assert_eq!(s.run_status(&queued).await, "SCHEDULED");
+    let run = s
+        .jobs
+        .store()
+        .get_run(queued.job.run_id.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        run.params.iter().any(|(k, v)| k == "lr" && v == "0.5"),
+        "{:?}",
+        run.params
+    );
     s.jobs.cycle().await.unwrap();
 
     let started = s.fake.started();
@@ -644,4 +660,55 @@ async fn why_a_started_attempt_waits_is_written_once_for_each_new_reason() {
     s.fake.set_fate(id, Observation::Waiting(why.to_owned()));
     s.jobs.cycle().await.unwrap();
     assert_eq!(*s.fake.stopped.lock().unwrap(), vec![id]);
+}
+
+#[tokio::test]
+async fn the_nodes_say_who_holds_their_gpus() {
+    let s = setup(vec![node(0, "a", 6), node(1, "b", 8)]).await;
+    // Others hold 2 of a's 8 GPUs; b is cordoned.
+    *s.fake.in_all.lock().unwrap() = vec![node(0, "a", 8), {
+        let mut b = node(1, "b", 8);
+        b.schedulable = false;
+        b
+    }];
+    s.fake.nodes.lock().unwrap()[1].schedulable = false;
+    let id = s
+        .submit(r#"{"name": "train", "command": "x", "resources": {"gpus": 4}}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(id).await.job.node.as_deref(), Some("a"));
+
+    let view = s.jobs.nodes().await.unwrap();
+    assert_eq!(view.executor, "fake");
+    assert_eq!(view.unavailable, None);
+    let a = &view.nodes[0];
+    assert_eq!(
+        (
+            a.name.as_str(),
+            a.takes_jobs,
+            a.gpus,
+            a.used,
+            a.others,
+            a.free,
+            a.jobs.clone()
+        ),
+        ("a", true, 8, 4, 2, 2, vec![id])
+    );
+    let b = &view.nodes[1];
+    assert_eq!(
+        (
+            b.name.as_str(),
+            b.takes_jobs,
+            b.gpus,
+            b.used,
+            b.others,
+            b.free
+        ),
+        ("b", false, 8, 0, 0, 8)
+    );
+
+    *s.fake.away.lock().unwrap() = true;
+    let view = s.jobs.nodes().await.unwrap();
+    assert!(view.nodes.is_empty());
+    assert_eq!(view.unavailable.as_deref(), Some("the API is away"));
 }

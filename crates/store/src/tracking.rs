@@ -419,6 +419,13 @@ impl Store {
     // ------------------------------------------------------------------------ runs
 
     pub async fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
+        let run_id = self.insert_run(new, "RUNNING").await?;
+        self.get_run(&run_id).await
+    }
+
+    /// Creates a run in `status` (RUNNING, or SCHEDULED for a job's run that
+    /// waits for its start) and returns its id.
+    pub async fn insert_run(&self, new: NewRun, status: &str) -> Result<String, StoreError> {
         let _turn = self.write_turn().await;
         let experiment = self.require_active_experiment(new.experiment_id).await?;
         // A run is filed under its experiment's team, so that whoever sees
@@ -463,7 +470,9 @@ impl Store {
             .bind(team_id)
             .push(", ")
             .bind(new.user_id.clone())
-            .push(", 'RUNNING', ")
+            .push(", ")
+            .bind(status.to_owned())
+            .push(", ")
             .bind(start_time)
             .push(", 'active', ")
             .bind(artifact_uri)
@@ -475,7 +484,7 @@ impl Store {
         }
         upsert_run_tags(&txn, self.sql(), &run_id, &tags).await?;
         txn.commit().await?;
-        self.get_run(&run_id).await
+        Ok(run_id)
     }
 
     pub async fn get_run(&self, run_id: &str) -> Result<Run, StoreError> {
@@ -652,6 +661,29 @@ impl Store {
         txn.commit().await?;
         self.run_changed(run_id);
         Ok(self.get_run(run_id).await?.info)
+    }
+
+    /// Sets an active run's status, in one statement, reading nothing back
+    /// (what a job's start and end need). A run that is deleted or gone is
+    /// left as it is: false.
+    pub async fn set_run_status(&self, run_id: &str, status: &str) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let mut sql = self.sql();
+        sql.push("UPDATE runs SET status = ")
+            .bind(status.to_owned())
+            .push(" WHERE id = ")
+            .bind(run_id.to_owned())
+            .push(" AND lifecycle_stage = 'active'");
+        let changed = self
+            .connection()
+            .execute_raw(sql.build())
+            .await?
+            .rows_affected()
+            == 1;
+        if changed {
+            self.run_changed(run_id);
+        }
+        Ok(changed)
     }
 
     pub async fn set_run_deleted(&self, run_id: &str, deleted: bool) -> Result<(), StoreError> {
