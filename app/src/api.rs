@@ -7,7 +7,7 @@ use trainyard_domain::identity::{ApiToken, Me, NewApiToken, UserSummary};
 use trainyard_domain::identity::{TokenRequest, Via};
 use trainyard_domain::job::{Job, JobEvent};
 use trainyard_domain::template::Template;
-use trainyard_domain::{NodeSummary, Overview};
+use trainyard_domain::{ExecutorNodes, Overview};
 
 use crate::error::AppError;
 
@@ -130,9 +130,12 @@ pub async fn get_overview() -> Result<Overview, AppError> {
         .await?)
 }
 
-#[server(endpoint = "list_nodes")]
-pub async fn list_nodes() -> Result<Vec<NodeSummary>, AppError> {
-    Ok(store()?.list_nodes().await?)
+/// Where jobs run: the executor's nodes and who holds their GPUs; for
+/// admins.
+#[server(endpoint = "node_use")]
+pub async fn node_use() -> Result<ExecutorNodes, AppError> {
+    admin_only("see the nodes")?;
+    Ok(jobs()?.nodes().await?)
 }
 
 #[cfg(feature = "ssr")]

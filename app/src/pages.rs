@@ -4,7 +4,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
-use crate::api::{EndSessions, get_overview, list_nodes, list_template_specs, list_users};
+use crate::api::{EndSessions, get_overview, list_template_specs, list_users, node_use};
 use crate::error::AppError;
 
 /// An error as the pages show it: what happened and what to do.
@@ -170,35 +170,85 @@ pub fn TemplatesPage() -> impl IntoView {
 
 #[component]
 pub fn AdminPage() -> impl IntoView {
-    let nodes = Resource::new(|| (), |_| list_nodes());
     view! {
         <Title text="Admin"/>
         <section class="page-head"><h1>"Admin"</h1></section>
         <Users/>
+        <Nodes/>
+    }
+}
+
+/// Where jobs run: each node of the executor with its GPUs, held by
+/// Trainyard's jobs, by others, or free, as a bar and in numbers.
+#[component]
+fn Nodes() -> impl IntoView {
+    let nodes = Resource::new(|| (), |_| node_use());
+    view! {
         <h2>"GPU nodes"</h2>
         <Suspense fallback=|| view! { <p class="muted">"Loading nodes…"</p> }>
             {move || Suspend::new(async move {
                 match nodes.await {
-                    Ok(list) if list.is_empty() => view! {
-                        <p class="empty" data-testid="nodes-empty">
-                            "No GPU nodes have reported yet. Each node appears here, with its GPUs, once its agent reports."
-                        </p>
-                    }.into_any(),
-                    Ok(list) => view! {
-                        <table class="table" data-testid="nodes">
-                            <thead><tr><th>"Node"</th><th>"State"</th><th class="num">"GPUs"</th><th>"Last seen"</th></tr></thead>
-                            <tbody>
-                                {list.into_iter().map(|n| view! {
-                                    <tr>
-                                        <td>{n.name}</td>
-                                        <td>{n.state}</td>
-                                        <td class="num">{n.gpus}</td>
-                                        <td>{n.last_seen.map(format_utc).unwrap_or_else(|| "never".to_owned())}</td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    }.into_any(),
+                    Ok(view) => {
+                        let executor = view.executor.clone();
+                        let total: u32 = view.nodes.iter().map(|n| n.gpus).sum();
+                        let used: u32 = view.nodes.iter().map(|n| n.used).sum();
+                        let free: u32 = view.nodes.iter().filter(|n| n.takes_jobs).map(|n| n.free).sum();
+                        let summary = format!(
+                            "{} node(s) of the {executor} executor: {total} GPU(s), {used} held by Trainyard's jobs, {free} free",
+                            view.nodes.len()
+                        );
+                        if let Some(why) = view.unavailable {
+                            view! {
+                                <p class="empty" data-testid="nodes-unavailable">
+                                    {format!("The {executor} executor cannot tell its nodes now: {why}")}
+                                </p>
+                            }.into_any()
+                        } else if view.nodes.is_empty() {
+                            view! {
+                                <p class="empty" data-testid="nodes-empty">
+                                    {format!("The {executor} executor has no nodes that take jobs: check its node selector and that the nodes offer GPUs.")}
+                                </p>
+                            }.into_any()
+                        } else {
+                            view! {
+                                <p class="muted" data-testid="nodes-summary">{summary}</p>
+                                <table class="table" data-testid="nodes">
+                                    <thead><tr>
+                                        <th>"Node"</th><th>"State"</th><th>"GPUs"</th>
+                                        <th class="num">"Trainyard"</th><th class="num">"Others"</th>
+                                        <th class="num">"Free"</th><th>"Jobs"</th>
+                                    </tr></thead>
+                                    <tbody>
+                                        {view.nodes.into_iter().map(|n| {
+                                            let share = |k: u32| format!("width: {}%", if n.gpus == 0 { 0.0 } else { 100.0 * k as f64 / n.gpus as f64 });
+                                            let title = format!("{} of {} GPU(s) held by Trainyard's jobs, {} by others, {} free", n.used, n.gpus, n.others, n.free);
+                                            view! {
+                                                <tr data-node=n.name.clone()>
+                                                    <td>{n.name.clone()}</td>
+                                                    <td data-testid="node-state">{if n.takes_jobs { "takes jobs" } else { "takes no new jobs" }}</td>
+                                                    <td>
+                                                        <div class="gpu-bar" role="img" aria-label=title.clone() title=title>
+                                                            <span class="gpu-used" style=share(n.used)></span>
+                                                            <span class="gpu-others" style=share(n.others)></span>
+                                                        </div>
+                                                        <span class="muted">{n.gpus}</span>
+                                                    </td>
+                                                    <td class="num" data-testid="node-used">{n.used}</td>
+                                                    <td class="num" data-testid="node-others">{n.others}</td>
+                                                    <td class="num" data-testid="node-free">{n.free}</td>
+                                                    <td>
+                                                        {n.jobs.iter().map(|id| view! {
+                                                            <a href=format!("/jobs/{id}")>{format!("#{id}")}</a>" "
+                                                        }).collect_view()}
+                                                    </td>
+                                                </tr>
+                                            }
+                                        }).collect_view()}
+                                    </tbody>
+                                </table>
+                            }.into_any()
+                        }
+                    }
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                 }
             })}

@@ -193,6 +193,22 @@ test('a job waiting for the only GPU shows its place and reason', async ({ page,
     await expect(row).toContainText('#1 · no node has 1 free GPU; largest free block is 0');
     await expect(row).toContainText('Queued');
     await expect(page.locator(`tr[data-job="${first}"]`)).toContainText('Running');
+
+    // The admin page draws who holds the machine's GPU.
+    await page.goto('/admin');
+    await expect(page.getByTestId('nodes-summary')).toHaveText(
+      "1 node(s) of the local executor: 1 GPU(s), 1 held by Trainyard's jobs, 0 free",
+    );
+    const node = page.getByTestId('nodes').locator('tbody tr');
+    await expect(node).toHaveCount(1);
+    await expect(node.getByTestId('node-state')).toHaveText('takes jobs');
+    await expect(node.getByTestId('node-used')).toHaveText('1');
+    await expect(node.getByTestId('node-free')).toHaveText('0');
+    await expect(node.getByRole('img')).toHaveAttribute(
+      'aria-label',
+      "1 of 1 GPU(s) held by Trainyard's jobs, 0 by others, 0 free",
+    );
+    await expect(node.getByRole('link', { name: `#${first}` })).toHaveAttribute('href', `/jobs/${first}`);
   } finally {
     await cancelByApi(request, second);
     await cancelByApi(request, first);

@@ -506,6 +506,16 @@ pub async fn logs(
     Ok(response)
 }
 
+/// `GET /api/trainyard/v1/nodes` (admins): the executor's nodes, with
+/// their GPUs held by Trainyard's jobs, by others, and free.
+pub async fn nodes(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+) -> Result<Json<trainyard_domain::ExecutorNodes>, JobsError> {
+    admin_only(&principal, "see the nodes")?;
+    Ok(Json(state.jobs.nodes().await?))
+}
+
 /// `PUT /api/trainyard/v1/templates/{slug}` with the template as YAML or
 /// JSON: creates or replaces a template made by an admin.
 pub async fn save_template(

@@ -182,6 +182,7 @@ fn kube_settings(
         tracking_url: tracking.as_str().trim_end_matches('/').to_owned(),
         gpu_resource: kube.gpu_resource.clone(),
         stop_grace_secs: config.job_stop_grace_secs,
+        image_pull_timeout: kube.image_pull_timeout,
         root: config.data_dir.join("jobs"),
     }
 }
@@ -302,6 +303,7 @@ pub fn router(state: AppState) -> Router {
                     get(jobs_api::stream_logs),
                 )
                 .route("/api/trainyard/v1/templates", get(jobs_api::templates))
+                .route("/api/trainyard/v1/nodes", get(jobs_api::nodes))
                 .route(
                     "/api/trainyard/v1/uploads",
                     get(jobs_api::uploads).post(jobs_api::upload),
