@@ -39,6 +39,8 @@ cargo clippy --locked -p trainyard-frontend --target wasm32-unknown-unknown -- -
 
 step "release build"
 cargo leptos build --release
+# What later steps run (end2end/k8s/executor.sh builds it when run alone).
+export E2E_RELEASE_BUILT=1
 
 # As root (CI), the job limits' tests fail where they cannot make control
 # groups, instead of skipping.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Kubernetes executor's tests (server/tests/kubernetes.rs) on the test
-# cluster: start it with GPU nodes in two pools, give the server the chart's
+# cluster: start it with GPU nodes in four pools, give the server the chart's
 # own RBAC (helm/trainyard/templates/rbac.yaml) through a ServiceAccount
 # token (TokenRequest), so that a verb the chart lacks fails the tests, run
 # them, and stop the cluster again (always, also on failure).
@@ -15,7 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # One namespace per test server (Job names restart at 1 with each database).
-NAMESPACES=12
+NAMESPACES=14
 
 finish() {
   local rc=$?
@@ -35,14 +35,15 @@ load_cluster_env
 NODE_POOL=default "$K8S_DIR/nodes.sh" 4
 NODE_POOL=evict NODE_PREFIX=evict-node- "$K8S_DIR/nodes.sh" 2
 NODE_POOL=busy NODE_PREFIX=busy-node- "$K8S_DIR/nodes.sh" 1
+NODE_POOL=gone NODE_PREFIX=gone-node- "$K8S_DIR/nodes.sh" 2
 
 # The server's account, exactly as the chart makes it (release "trainyard" in
 # namespace "trainyard"), bound in each test namespace.
 kubectl create namespace trainyard >/dev/null
-for i in $(seq 1 "$NAMESPACES"); do
-  kubectl create namespace "trainyard-test-$i" >/dev/null
+for ns in $(seq -f 'trainyard-test-%g' 1 "$NAMESPACES") trainyard-browser; do
+  kubectl create namespace "$ns" >/dev/null
   helm template trainyard "$ROOT/helm/trainyard" --namespace trainyard \
-    --set executor=kubernetes --set "kubernetes.namespace=trainyard-test-$i" \
+    --set executor=kubernetes --set "kubernetes.namespace=$ns" \
     --set database.url=postgres://unused --show-only templates/rbac.yaml |
     kubectl apply -f - >/dev/null
 done
@@ -69,7 +70,7 @@ contexts:
 current-context: executor
 EOF
 chmod 600 "$K8S_STATE/executor.kubeconfig"
-log "cluster ready: 4 nodes in pool default, 2 in pool evict, 1 in pool busy, $NAMESPACES test namespaces"
+log "cluster ready: 4 nodes in pool default, 2 in pool evict, 1 in pool busy, 2 in pool gone, $NAMESPACES test namespaces"
 
 cd "$ROOT"
 export TEST_KUBECONFIG="$K8S_STATE/executor.kubeconfig"
@@ -82,6 +83,14 @@ export TEST_KUBE_NAMESPACES="$NAMESPACES"
 # alone, after the others.
 tests=(cargo test --locked --release --workspace --exclude trainyard-frontend --test kubernetes --)
 "${tests[@]}" --ignored --test-threads 4 --skip api_outage "$@"
+# The browser: a job submitted from the form runs on the cluster (the
+# release server and its site; scripts/test.sh has built them already).
+if [[ $# -eq 0 || "browser" == *"$1"* ]]; then
+  [[ -n "${E2E_RELEASE_BUILT:-}" ]] || "$ROOT/scripts/build.sh" >/dev/null
+  (cd "$ROOT/end2end" && TEST_KUBE_BROWSER_NAMESPACE=trainyard-browser \
+    E2E_TRAINYARD_BIN="$CARGO_TARGET_DIR/release/trainyard" \
+    npx playwright test -c playwright.k8s.config.ts)
+fi
 if [[ $# -eq 0 || "api_outage" == *"$1"* ]]; then
   "${tests[@]}" --ignored api_outage
 fi

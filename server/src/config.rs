@@ -182,6 +182,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "the extended resource that counts a node's GPUs",
     },
     SettingDoc {
+        key: "kube_image_pull_timeout_secs",
+        env: "TRAINYARD_KUBE_IMAGE_PULL_TIMEOUT_SECS",
+        default: "300",
+        meaning: "seconds a job's pod may keep failing to pull its image (ErrImagePull, ImagePullBackOff) before the attempt fails and frees its GPUs; a name that is no image fails at once",
+    },
+    SettingDoc {
         key: "public_url",
         env: "TRAINYARD_PUBLIC_URL",
         default: "http://<listen>",
@@ -298,6 +304,7 @@ pub struct Settings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_tracking_url: Option<String>,
     pub kube_gpu_resource: String,
+    pub kube_image_pull_timeout_secs: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -348,6 +355,7 @@ impl Default for Settings {
             kube_image_pull_secrets: String::new(),
             kube_tracking_url: None,
             kube_gpu_resource: "nvidia.com/gpu".to_owned(),
+            kube_image_pull_timeout_secs: 300,
             public_url: None,
             oidc_issuer_url: None,
             oidc_client_id: None,
@@ -427,6 +435,7 @@ pub struct KubeOptions {
     /// None: the public URL.
     pub tracking_url: Option<url::Url>,
     pub gpu_resource: String,
+    pub image_pull_timeout: std::time::Duration,
 }
 
 /// How people sign in.
@@ -754,6 +763,7 @@ fn kube_options(s: &Settings) -> Result<KubeOptions, ConfigError> {
             .collect(),
         tracking_url,
         gpu_resource: s.kube_gpu_resource.trim().to_owned(),
+        image_pull_timeout: std::time::Duration::from_secs(s.kube_image_pull_timeout_secs),
     })
 }
 

@@ -146,6 +146,7 @@ fn settings(namespace: &str, pool: &str) -> Vec<(String, String)> {
             "http://trainyard.trainyard.svc:3000",
         ),
         ("TRAINYARD_JOB_STOP_GRACE_SECS", "1"),
+        ("TRAINYARD_KUBE_IMAGE_PULL_TIMEOUT_SECS", "4"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -184,6 +185,18 @@ fn timeline(detail: &Value) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The job once its second attempt runs, within `seconds`; Null if not.
+async fn second_attempt_running(server: &TestServer, id: i64, seconds: u64) -> Value {
+    for _ in 0..seconds * 10 {
+        let detail = common::job(server, id).await;
+        if detail["job"]["state"] == "RUNNING" && detail["job"]["attempt"] == 1 {
+            return detail;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Value::Null
 }
 
 async fn cancel(server: &TestServer, id: i64) {
@@ -420,7 +433,28 @@ async fn what_no_node_can_hold_is_refused_and_others_pods_make_jobs_wait() {
         ]) == "Running"
     })
     .await;
-    // Four GPUs: the node has 8, but only 2 free of the other pod.
+    // The two GPUs left go to a job of ours; the admins' view of the node
+    // says who holds what.
+    let two = submit(
+        &s,
+        json!({"name": "two", "command": "x", "resources": {"gpus": 2},
+               "env": {"FAKE_RUN_SECONDS": "600"}}),
+    )
+    .await;
+    wait_for(&s, two, "RUNNING").await;
+    let answer = s.get("/api/trainyard/v1/nodes").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let view: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(view["executor"], "kubernetes", "{view}");
+    let nodes = view["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{view}");
+    assert_eq!(
+        nodes[0],
+        json!({"name": "busy-node-0001", "takes_jobs": true, "gpus": 8, "used": 2,
+               "others": 6, "free": 0, "jobs": [two]}),
+        "{view}"
+    );
+    // Four GPUs: the node has 8, but none free of the other pod and ours.
     let id = submit(
         &s,
         json!({"name": "four", "command": "x", "resources": {"gpus": 4},
@@ -431,6 +465,7 @@ async fn what_no_node_can_hold_is_refused_and_others_pods_make_jobs_wait() {
     let waiting = common::job(&s, id).await;
     assert_eq!(waiting["job"]["state"], "QUEUED", "{waiting}");
     assert!(waiting["job"]["pending_reason"].is_string(), "{waiting}");
+    cancel(&s, two).await;
     kubectl(&[
         "-n",
         "default",
@@ -461,19 +496,7 @@ async fn an_evicted_attempt_runs_again_on_another_node_without_spending_a_retry(
         &node,
         "trainyard.dev/broken=true:NoExecute",
     ]);
-    let result = async {
-        let mut moved = Value::Null;
-        for _ in 0..600 {
-            let detail = common::job(&s, id).await;
-            if detail["job"]["state"] == "RUNNING" && detail["job"]["attempt"] == 1 {
-                moved = detail;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        moved
-    }
-    .await;
+    let result = second_attempt_running(&s, id, 60).await;
     kubectl(&["taint", "node", &node, "trainyard.dev/broken-"]);
     assert!(!result.is_null(), "{}", common::job(&s, id).await);
     assert_ne!(result["job"]["node"], node.as_str());
@@ -492,6 +515,81 @@ async fn an_evicted_attempt_runs_again_on_another_node_without_spending_a_retry(
     assert_eq!(run_status(&s, &first).await, "KILLED");
     cancel(&s, id).await;
     wait_for(&s, id, "CANCELLED").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn a_deleted_nodes_attempt_runs_again_on_another_node_without_spending_a_retry() {
+    let ns = namespace();
+    let s = server(&ns, "gone").await;
+    let id = submit(
+        &s,
+        json!({"name": "orphaned", "command": "x", "retries": 0,
+               "resources": {"gpus": 8}, "env": {"FAKE_RUN_SECONDS": "600"}}),
+    )
+    .await;
+    let first = wait_for(&s, id, "RUNNING").await;
+    let node = first["job"]["node"].as_str().unwrap().to_owned();
+    let first_job = job_of(&ns, id);
+    kubectl(&["delete", "node", &node, "--wait=false"]);
+    // Well before Kubernetes' pod garbage collector would tell (40 s on).
+    let moved = second_attempt_running(&s, id, 30).await;
+    assert!(!moved.is_null(), "{}", common::job(&s, id).await);
+    assert_ne!(moved["job"]["node"], node.as_str());
+    assert_eq!(moved["job"]["retries"], 1, "the lost node added an attempt");
+    let events = timeline(&moved);
+    assert!(
+        events.iter().any(|e| e
+            == &format!(
+                "requeued: disrupted: on node {node}, which was deleted from the cluster; placed again without spending a retry (attempt 2)"
+            )),
+        "{events:?}"
+    );
+    assert_eq!(run_status(&s, &first).await, "KILLED");
+    // The lost attempt's Job is removed; the new one stays.
+    until("the lost attempt's Job removed", 60, || {
+        !exists(&ns, "job", &first_job)
+    })
+    .await;
+    assert_eq!(jobs_of(&ns, id).len(), 1);
+    cancel(&s, id).await;
+    wait_for(&s, id, "CANCELLED").await;
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn an_image_that_cannot_be_pulled_fails_the_attempt_and_frees_its_gpus() {
+    let ns = namespace();
+    let s = server(&ns, "default").await;
+    let id = submit(
+        &s,
+        json!({"name": "unpullable", "command": "x", "retries": 0,
+               "image": "registry.invalid/missing:1", "resources": {"gpus": 1}}),
+    )
+    .await;
+    let detail = wait_longer(&s, id, "FAILED", 90).await;
+    let message = last_message(&detail);
+    assert!(
+        message.starts_with("could not start: its image could not be pulled (tried for ")
+            && message.contains(
+                "ImagePullBackOff: Back-off pulling image \"registry.invalid/missing:1\""
+            )
+            && message.ends_with("check the job's image and the image pull secrets"),
+        "{message}"
+    );
+    // While the kubelet tried, the job said why it waited.
+    let events = timeline(&detail);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with("waiting: ImagePullBackOff: Back-off pulling image")),
+        "{events:?}"
+    );
+    assert_eq!(run_status(&s, &detail).await, "FAILED");
+    until("the failed attempt's Job removed", 60, || {
+        jobs_of(&ns, id).is_empty()
+    })
+    .await;
 }
 
 #[tokio::test]

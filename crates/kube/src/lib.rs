@@ -65,6 +65,8 @@ pub struct KubeSettings {
     pub gpu_resource: String,
     /// Seconds between SIGTERM and SIGKILL when a job is stopped.
     pub stop_grace_secs: u64,
+    /// How long a pod's image may fail to pull before its attempt fails.
+    pub image_pull_timeout: Duration,
     /// `<data_dir>/jobs`: the attempt's log is `<id>/<attempt>/output.log`.
     pub root: PathBuf,
 }
@@ -241,6 +243,17 @@ impl Shared {
         let mut seen = status::seen(pod);
         seen.going |= deleted;
         let mut attempts = self.attempts();
+        if seen.pull_failed.is_some() {
+            // The kubelet retries a pull with back-off: how long it has
+            // failed is counted from the first time it was seen failing.
+            seen.pull_failing_since = Some(
+                attempts
+                    .pods
+                    .get(&name)
+                    .and_then(|before| before.pull_failing_since)
+                    .unwrap_or_else(Instant::now),
+            );
+        }
         if deleted && !attempts.ours.contains(&name) {
             // Gone, and nothing of ours waits for word of it.
             attempts.pods.remove(&name);
@@ -312,7 +325,14 @@ pub struct KubeExecutor {
     /// and why (so that a namespace or a right that is missing is not
     /// tried again every half second).
     paused: Mutex<Option<(Instant, String)>>,
+    /// Nodes that the watch of selected nodes lacks, as the API last said:
+    /// when it was asked, and whether the node is gone.
+    node_checks: Mutex<HashMap<String, (Instant, bool)>>,
 }
+
+/// How often the API is asked again whether a node missing from the watch
+/// is gone.
+const NODE_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// How long starts wait after the API did not take one.
 const START_PAUSE: Duration = Duration::from_secs(5);
@@ -437,6 +457,7 @@ impl KubeExecutor {
             created: Mutex::new(HashMap::new()),
             stopping: Mutex::new(HashSet::new()),
             paused: Mutex::new(None),
+            node_checks: Mutex::new(HashMap::new()),
         }
     }
 
@@ -453,6 +474,30 @@ impl KubeExecutor {
         self.shared.attempts().pods.get(name).cloned()
     }
 
+    /// Whether a node was deleted from the cluster. A node missing from
+    /// the watch may only have lost the selector's labels (its pods run
+    /// on), so the API is asked, at most every few seconds per node; an API
+    /// that does not answer says nothing is gone.
+    async fn node_gone(&self, node: &str) -> bool {
+        if self.nodes.get(&ObjectRef::new(node)).is_some() {
+            return false;
+        }
+        if let Some(&(at, gone)) = self
+            .node_checks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(node)
+            && at.elapsed() < NODE_CHECK_EVERY
+        {
+            return gone;
+        }
+        let gone = matches!(self.client_nodes.get_opt(node).await, Ok(None));
+        let mut checks = self.node_checks.lock().unwrap_or_else(|p| p.into_inner());
+        checks.retain(|_, (at, _)| at.elapsed() < NODE_CHECK_EVERY * 12);
+        checks.insert(node.to_owned(), (Instant::now(), gone));
+        gone
+    }
+
     fn handle_of(record: &JobRecord) -> String {
         record
             .handle
@@ -462,6 +507,16 @@ impl KubeExecutor {
 
     fn note(&self, name: &str, node: &str) -> String {
         format!("Kubernetes Job {}/{name} on node {node}", self.namespace)
+    }
+
+    /// An attempt is over (a retry is another Job): its Job goes once its
+    /// log is in.
+    fn let_go(&self, name: String) {
+        self.created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&name);
+        self.remove_later(name);
     }
 
     /// Removes a Job and what it owns (its pod, its Secret), once its log
@@ -871,21 +926,53 @@ impl Executor for KubeExecutor {
                 });
             }
             if let Some(ending) = status::job_ending(&job, pod.as_ref()) {
-                self.created
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&name);
-                // The attempt is over (a retry is another Job): its Job goes
-                // once its log is in.
-                self.remove_later(name);
+                self.let_go(name);
                 return Observation::Ended(ending);
             }
-            // Why its pod waits: kube-scheduler's message, an image that
-            // cannot be pulled.
-            if let Some(why) = pod
-                .filter(|p| !p.started && !p.finished())
-                .and_then(|p| p.waiting)
+            // A node deleted from the cluster runs nothing more; Kubernetes
+            // collects its pods only after a while (40 s and more): the
+            // attempt is placed again now, without spending a retry.
+            if let Some(node) = pod
+                .as_ref()
+                .filter(|p| !p.finished())
+                .and_then(|p| p.node.clone())
+                && self.node_gone(&node).await
             {
+                self.let_go(name);
+                return Observation::Ended(Ending {
+                    message: Some(format!(
+                        "on node {node}, which was deleted from the cluster"
+                    )),
+                    ..Ending::of(EndReason::Disrupted)
+                });
+            }
+            let waiting = pod.filter(|p| !p.started && !p.finished());
+            // An image that cannot be pulled fails the attempt once the
+            // kubelet has tried for a while (a name that is not an image
+            // at once), rather than holding its GPUs for ever.
+            if let Some((failure, waited)) = waiting.as_ref().and_then(|p| {
+                let failure = p.pull_failed.as_ref()?;
+                let waited = p.pull_failing_since.map_or(Duration::ZERO, |t| t.elapsed());
+                (failure.permanent || waited >= self.settings.image_pull_timeout)
+                    .then(|| (failure.clone(), waited))
+            }) {
+                self.let_go(name);
+                let tried = if failure.permanent {
+                    String::new()
+                } else {
+                    format!(" (tried for {} s)", waited.as_secs())
+                };
+                return Observation::Ended(Ending {
+                    message: Some(format!(
+                        "its image could not be pulled{tried}: {}; check the job's image and the image pull secrets",
+                        failure.why
+                    )),
+                    ..Ending::of(EndReason::StartFailed)
+                });
+            }
+            // Why its pod waits: kube-scheduler's message, an image that
+            // cannot be pulled (yet).
+            if let Some(why) = waiting.and_then(|p| p.waiting) {
                 return Observation::Waiting(why);
             }
             return Observation::Running;

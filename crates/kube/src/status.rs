@@ -2,7 +2,7 @@
 //! pod's state as last seen, and how a finished Job ended.
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
 use trainyard_jobs::executor::{EndReason, Ending};
 
 use crate::shape::{FILES, MAIN};
@@ -46,7 +46,32 @@ pub struct PodSeen {
     pub waiting: Option<String>,
     /// It is being deleted, or is gone.
     pub going: bool,
+    /// Its image could not be pulled (the kubelet's last word).
+    pub pull_failed: Option<PullFailure>,
+    /// Since when it has been seen failing to pull, by this server.
+    pub pull_failing_since: Option<std::time::Instant>,
 }
+
+/// A container whose image could not be pulled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PullFailure {
+    /// "ImagePullBackOff: Back-off pulling image … (image x, container main)".
+    pub why: String,
+    /// No retry can help (the name is not an image reference, or the
+    /// node may never pull): it fails at once.
+    pub permanent: bool,
+}
+
+/// What a kubelet says of a container whose image it cannot pull, and
+/// whether retrying can help.
+const PULL_FAILURES: &[(&str, bool)] = &[
+    ("ErrImagePull", false),
+    ("ImagePullBackOff", false),
+    ("RegistryUnavailable", false),
+    ("SignatureValidationFailed", false),
+    ("InvalidImageName", true),
+    ("ErrImageNeverPull", true),
+];
 
 impl PodSeen {
     /// Its main container will write no more.
@@ -90,22 +115,42 @@ pub fn seen(pod: &Pod) -> PodSeen {
         .iter()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False")
         .and_then(|c| c.message.clone().or(c.reason.clone()));
-    let container_waiting = status.and_then(|s| {
-        s.init_container_statuses
-            .iter()
-            .chain(s.container_statuses.iter())
-            .flatten()
-            .find_map(|c| {
-                let w = c.state.as_ref()?.waiting.as_ref()?;
-                let reason = w.reason.as_deref()?;
-                // Being made is not waiting for anything.
-                (reason != "ContainerCreating" && reason != "PodInitializing").then(|| {
-                    match &w.message {
-                        Some(m) => format!("{reason}: {m} (container {})", c.name),
-                        None => format!("{reason} (container {})", c.name),
-                    }
-                })
-            })
+    // Its containers that wait, init containers first: the container, its
+    // reason, and the kubelet's message.
+    let waiting: Vec<(&ContainerStatus, &str, Option<&str>)> = status
+        .into_iter()
+        .flat_map(|s| {
+            s.init_container_statuses
+                .iter()
+                .chain(s.container_statuses.iter())
+                .flatten()
+        })
+        .filter_map(|c| {
+            let w = c.state.as_ref()?.waiting.as_ref()?;
+            let message = w.message.as_deref().filter(|m| !m.is_empty());
+            Some((c, w.reason.as_deref()?, message))
+        })
+        .collect();
+    let said = |reason: &str, message: Option<&str>| match message {
+        Some(m) => format!("{reason}: {m}"),
+        None => reason.to_owned(),
+    };
+    let container_waiting = waiting
+        .iter()
+        // Being made is not waiting for anything.
+        .find(|(_, reason, _)| *reason != "ContainerCreating" && *reason != "PodInitializing")
+        .map(|(c, reason, message)| format!("{} (container {})", said(reason, *message), c.name));
+    let pull_failed = waiting.iter().find_map(|(c, reason, message)| {
+        let &(_, permanent) = PULL_FAILURES.iter().find(|(r, _)| r == reason)?;
+        Some(PullFailure {
+            why: format!(
+                "{} (image {}, container {})",
+                said(reason, *message),
+                c.image,
+                c.name
+            ),
+            permanent,
+        })
     });
     PodSeen {
         pod: pod.metadata.name.clone().unwrap_or_default(),
@@ -117,6 +162,8 @@ pub fn seen(pod: &Pod) -> PodSeen {
         disruption,
         waiting: unscheduled.or(container_waiting),
         going: pod.metadata.deletion_timestamp.is_some(),
+        pull_failed,
+        pull_failing_since: None,
     }
 }
 
@@ -323,5 +370,27 @@ mod tests {
             Some("ImagePullBackOff: Back-off pulling image \"x\" (container main)")
         );
         assert!(!pulling.started && !pulling.finished());
+        assert_eq!(
+            pulling.pull_failed,
+            Some(PullFailure {
+                why: "ImagePullBackOff: Back-off pulling image \"x\" (image x, container main)"
+                    .to_owned(),
+                permanent: false,
+            })
+        );
+        let invalid = pod(
+            serde_json::json!({"phase": "Pending", "containerStatuses": [
+                {"name": "main", "image": "Not An Image", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"waiting": {"reason": "InvalidImageName"}}}
+            ]}),
+        );
+        assert!(invalid.pull_failed.is_some_and(|p| p.permanent));
+        let creating = pod(
+            serde_json::json!({"phase": "Pending", "containerStatuses": [
+                {"name": "main", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"waiting": {"reason": "ContainerCreating"}}}
+            ]}),
+        );
+        assert_eq!((creating.waiting, creating.pull_failed), (None, None));
     }
 }
