@@ -1,5 +1,5 @@
 # The two commands: `make run` and `make test`. The scripts do the work.
-.PHONY: run build test bench-tracking bench-scheduler bench-jobs bench-k8s bench-k8s-executor bench-explorer gpu-check fmt lint clean-db
+.PHONY: run build test bench-tracking bench-scheduler bench-jobs bench-k8s bench-k8s-executor bench-k8s-fragmentation bench-explorer image gpu-check fmt lint clean-db
 
 run:      ## install what is missing, build the release, serve http://127.0.0.1:3000
 	@scripts/run.sh
@@ -27,6 +27,12 @@ bench-k8s: ## the test cluster: build and start-up time, 1,000 nodes, 5,000 GPU 
 
 bench-k8s-executor: ## the Kubernetes executor beside bare Jobs: 1,000 nodes x 8 GPUs, 5,000 one-GPU jobs
 	@end2end/k8s/bench-executor.sh
+
+bench-k8s-fragmentation: ## 1/2/4/8-GPU jobs on 100 nodes: Trainyard's placement beside kube-scheduler's (occupancy, 8-GPU waits)
+	@end2end/k8s/bench-fragmentation.sh
+
+image:    ## Trainyard's container image (deploy/Dockerfile) from the release build; needs a Docker engine
+	@scripts/image.sh
 
 bench-scheduler: ## one scheduling cycle: 10,000 pending jobs on 1,000 nodes x 8 GPUs
 	@bash -c 'source scripts/common.sh && cargo bench --locked -p trainyard-scheduler --bench cycle'
