@@ -106,7 +106,9 @@ browser_passed=$(grep -oE '^ +[0-9]+ passed' "$log" | awk '{ s += $1 } END { pri
 mlflow_passed=$(grep -oE '^[0-9]+ passed' "$log" | awk '{ s += $1 } END { print s + 0 }')
 echo
 k8s_passed=$(grep -oE '^smoke: [0-9]+ passed' "$log" | awk '{ s += $2 } END { print s + 0 }')
-executor_passed=$({ grep -oE 'test result: ok\. [0-9]+ passed' "$work/k8s-executor.log" 2>/dev/null || true; } | awk '{ s += $4 } END { print s + 0 }')
+# Its cargo tests, and its browser test ("  1 passed (9.6s)").
+executor_passed=$({ grep -oE 'test result: ok\. [0-9]+ passed|^ +[0-9]+ passed' "$work/k8s-executor.log" 2>/dev/null || true; } |
+  awk '{ s += ($1 == "test" ? $4 : $1) } END { print s + 0 }')
 v2_passed=$({ grep -oE 'test result: ok\. [0-9]+ passed' "$work/cgroup-v2.log" 2>/dev/null || true; } | awk '{ s += $4 } END { print s + 0 }')
 gpu_passed=$(grep -oE '^gpu-check: [0-9]+ passed' "$log" | awk '{ s += $2 } END { print s + 0 }')
 echo "cargo: $cargo_passed passed; mlflow client: $mlflow_passed passed; browser: $browser_passed passed; Kubernetes smoke: $k8s_passed passed; Kubernetes executor: $executor_passed passed; job limits on cgroup v2: $v2_passed passed; GPU check: $gpu_passed passed"
