@@ -45,8 +45,6 @@ echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at t
 load_cluster_env
 "$K8S_DIR/nodes.sh" "$nodes" 2>/dev/null
 
-# Seconds since the epoch of RFC 3339 times, one per line (one `date` for all).
-epoch() { date -f - +%s; }
 # p50 and p99 of numbers, one per line.
 percentiles() { sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) { print "- -"; exit } i = int(NR * 0.99); if (i < 1) i = 1; print a[int((NR + 1) / 2)], a[i] }'; }
 running_pods() {
@@ -92,16 +90,7 @@ kubectl delete namespace bare --wait=false >/dev/null
 
 # ------------------------------------------------------------ 2. Trainyard
 kubectl create namespace bench >/dev/null
-port=39620
-url="http://127.0.0.1:$port"
-TRAINYARD_LISTEN="127.0.0.1:$port" TRAINYARD_DATA_DIR="$work/data" TRAINYARD_LOG=warn \
-  TRAINYARD_TEMPLATES_DIR="$ROOT/templates" TRAINYARD_EXECUTOR=kubernetes \
-  TRAINYARD_KUBE_CONFIG="$K8S_STATE/kubeconfig" TRAINYARD_KUBE_NAMESPACE=bench \
-  TRAINYARD_KUBE_NODE_SELECTOR=trainyard.dev/pool=default TRAINYARD_KUBE_TOLERATIONS= \
-  "$CARGO_TARGET_DIR/release/trainyard" serve >"$work/server.log" 2>&1 &
-server=$!
-for _ in $(seq 1 120); do curl -sf "$url/readyz" >/dev/null && break; sleep 0.5; done
-curl -sf "$url/readyz" >/dev/null || die "Trainyard did not start: $(tail -5 "$work/server.log")"
+serve_trainyard bench 39620 "$work"
 # The bare Jobs' pods go first: their GPUs are free again for ours.
 until (( $(kubectl get pods -n bare -o name 2>/dev/null | wc -l) == 0 )); do sleep 1; done
 

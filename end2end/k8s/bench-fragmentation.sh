@@ -133,16 +133,7 @@ until (( $(kubectl get pods -n spread -o name 2>/dev/null | wc -l) == 0 )); do s
 
 # ------------------------------------------------- 2. Trainyard's placement
 kubectl create namespace packed >/dev/null
-port=39621
-url="http://127.0.0.1:$port"
-TRAINYARD_LISTEN="127.0.0.1:$port" TRAINYARD_DATA_DIR="$work/data" TRAINYARD_LOG=warn \
-  TRAINYARD_TEMPLATES_DIR="$ROOT/templates" TRAINYARD_EXECUTOR=kubernetes \
-  TRAINYARD_KUBE_CONFIG="$K8S_STATE/kubeconfig" TRAINYARD_KUBE_NAMESPACE=packed \
-  TRAINYARD_KUBE_NODE_SELECTOR=trainyard.dev/pool=default TRAINYARD_KUBE_TOLERATIONS= \
-  "$CARGO_TARGET_DIR/release/trainyard" serve >"$work/server.log" 2>&1 &
-server=$!
-for _ in $(seq 1 120); do curl -sf "$url/readyz" >/dev/null && break; sleep 0.5; done
-curl -sf "$url/readyz" >/dev/null || die "Trainyard did not start: $(tail -5 "$work/server.log")"
+serve_trainyard packed 39621 "$work"
 submit_trainyard() { # FILE: "INDEX ID SENT_MS" per job to packed-sent.txt
   local i g secs _ answer sent
   while read -r i g secs _; do
@@ -176,7 +167,7 @@ cp "$work/spread-samples.txt" "$work/spread.txt"
 # When each job's pod was first Running (Ready): "INDEX EPOCH_SECONDS".
 ready_times() { # SAMPLES
   awk '$7 != "" && !($3 in r) { r[$3] = 1; print $3, $7 }' "$1" >"$work/ready-raw.txt"
-  paste -d' ' <(cut -d' ' -f1 "$work/ready-raw.txt") <(cut -d' ' -f2 "$work/ready-raw.txt" | date -f - +%s)
+  paste -d' ' <(cut -d' ' -f1 "$work/ready-raw.txt") <(cut -d' ' -f2 "$work/ready-raw.txt" | epoch)
 }
 # Per sample: "SECONDS_SINCE_START OCCUPANCY_% NODES_WHOLLY_FREE JOBS_WAITING";
 # waiting: arrived, its pod not Running yet.

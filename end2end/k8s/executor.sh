@@ -3,7 +3,8 @@
 # cluster: start it with GPU nodes in four pools, give the server the chart's
 # own RBAC (helm/trainyard/templates/rbac.yaml) through a ServiceAccount
 # token (TokenRequest), so that a verb the chart lacks fails the tests, run
-# them, and stop the cluster again (always, also on failure).
+# them and a job submitted from the browser (end2end/k8s-browser/), and stop
+# the cluster again (always, also on failure).
 #
 #   end2end/k8s/executor.sh [test name filter]
 #

@@ -64,6 +64,25 @@ die() { printf 'ERROR: %s\n' "$*" >&2; exit 1; }
 
 # Milliseconds since the epoch (for timings).
 now_ms() { date +%s%3N; }
+# Seconds since the epoch of RFC 3339 times, one per line (one `date` for all).
+epoch() { date -f - +%s; }
+
+# For the benchmarks: the release server with executor = kubernetes on
+# loopback PORT, its jobs in NAMESPACE on the nodes of pool `default`, its
+# data and log (server.log) in DIR, as the cluster's admin. Sets `server`
+# (its pid) and `url`, and returns once it is ready.
+serve_trainyard() { # NAMESPACE PORT DIR
+  url="http://127.0.0.1:$2"
+  TRAINYARD_LISTEN="127.0.0.1:$2" TRAINYARD_DATA_DIR="$3/data" TRAINYARD_LOG=warn \
+    TRAINYARD_TEMPLATES_DIR="$ROOT/templates" TRAINYARD_EXECUTOR=kubernetes \
+    TRAINYARD_KUBE_CONFIG="$K8S_STATE/kubeconfig" TRAINYARD_KUBE_NAMESPACE="$1" \
+    TRAINYARD_KUBE_NODE_SELECTOR=trainyard.dev/pool=default TRAINYARD_KUBE_TOLERATIONS= \
+    "$CARGO_TARGET_DIR/release/trainyard" serve >"$3/server.log" 2>&1 &
+  server=$!
+  local _
+  for _ in $(seq 1 120); do curl -sf "$url/readyz" >/dev/null && return 0; sleep 0.5; done
+  die "Trainyard did not start: $(tail -5 "$3/server.log")"
+}
 
 # For scripts that talk to a running cluster: KUBECONFIG, the built kubectl on
 # PATH, and the ports that up.sh wrote to $K8S_STATE/env.
