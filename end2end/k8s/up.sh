@@ -180,6 +180,14 @@ cat > "$S/pod-logs/main.log" <<EOF
 2026-12-01T10:00:00.000000002Z stdout F kwok: epoch 2 loss=0.431
 2026-12-01T10:00:00.000000003Z stderr F kwok: epoch 3 loss=0.207
 EOF
+# kwok follows each streamed log with a file watcher of its own (an inotify
+# instance, as a kubelet's log reader does): past Linux's default of 128 per
+# user, the streams of further running pods end at once with "failed to
+# create fsnotify watcher: too many open files". Raised where this may.
+inotify=/proc/sys/fs/inotify/max_user_instances
+if (( $(cat "$inotify" 2>/dev/null || echo 8192) < 8192 )) && ! { echo 8192 >"$inotify"; } 2>/dev/null; then
+  log "fs.inotify.max_user_instances is $(cat "$inotify"): past that many running pods, kwok ends their log streams (raise it as root)"
+fi
 cat > "$S/kwok.yaml" <<EOF
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration

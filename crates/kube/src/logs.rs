@@ -79,34 +79,18 @@ pub async fn follow(
     log: PathBuf,
     mut finished: watch::Receiver<bool>,
 ) {
-    if let Some(dir) = log.parent()
-        && let Err(error) = tokio::fs::create_dir_all(dir).await
-    {
-        tracing::warn!(%error, log = %log.display(), "cannot make the folder of a job's log");
+    let Some(mut writer) = Writer::open(log, pod.clone()).await else {
         return;
-    }
-    let mut position = read_position(&log).await;
-    let mut file = match tokio::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .await
-    {
-        Ok(file) => file,
-        Err(error) => {
-            tracing::warn!(%error, log = %log.display(), "cannot open a job's log");
-            return;
-        }
     };
-    let mut size = file.metadata().await.map(|m| m.len()).unwrap_or(0);
     let mut failures = 0u32;
-    let mut saved = std::time::Instant::now();
+    // Streams in a row that ended having brought nothing new.
+    let mut quiet = 0u32;
     loop {
         let params = LogParams {
             container: Some(MAIN.to_owned()),
             follow: true,
             timestamps: true,
-            since_time: position.last,
+            since_time: writer.position.last,
             ..Default::default()
         };
         let ended_before = *finished.borrow();
@@ -118,14 +102,102 @@ pub async fn follow(
                     tracing::warn!(%error, %pod, "the end of a job's log could not be read");
                     break;
                 }
+                let pause = reconnect_pause(failures);
                 failures += 1;
-                tokio::time::sleep(Duration::from_millis(500 * u64::from(failures.min(10)))).await;
+                pause_unless_ended(pause, &mut finished).await;
                 continue;
             }
         };
-        let mut stream = std::pin::pin!(stream);
+        let size_before = writer.size;
+        let outcome = writer.take(std::pin::pin!(stream), &mut finished).await;
+        if writer.size > size_before {
+            failures = 0;
+        }
+        match outcome {
+            Outcome::Drained | Outcome::Full => break,
+            Outcome::Ended if *finished.borrow() => break,
+            Outcome::Ended | Outcome::Broken => {
+                // A kubelet keeps a followed stream open while the
+                // container runs; one that ends again and again (a proxy's
+                // idle timeout, a kubelet out of file watchers) is asked
+                // again less and less often, so that thousands of running
+                // pods do not keep the API busy. The container's end is
+                // waited for at once.
+                quiet = if writer.size > size_before {
+                    0
+                } else {
+                    quiet + 1
+                };
+                pause_unless_ended(reconnect_pause(quiet), &mut finished).await;
+            }
+        }
+    }
+    writer.save().await;
+    let _ = tokio::fs::write(done_path(&writer.log), b"").await;
+}
+
+/// Writes what log streams bring into an attempt's log, each line once.
+struct Writer {
+    log: PathBuf,
+    pod: String,
+    file: tokio::fs::File,
+    position: Position,
+    size: u64,
+    /// When the position was last kept.
+    saved: std::time::Instant,
+    /// A stream's breaking off was said in the server's log.
+    warned: bool,
+}
+
+impl Writer {
+    async fn open(log: PathBuf, pod: String) -> Option<Writer> {
+        if let Some(dir) = log.parent()
+            && let Err(error) = tokio::fs::create_dir_all(dir).await
+        {
+            tracing::warn!(%error, log = %log.display(), "cannot make the folder of a job's log");
+            return None;
+        }
+        let position = read_position(&log).await;
+        let file = match tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .await
+        {
+            Ok(file) => file,
+            Err(error) => {
+                tracing::warn!(%error, log = %log.display(), "cannot open a job's log");
+                return None;
+            }
+        };
+        let size = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+        Some(Writer {
+            log,
+            pod,
+            file,
+            position,
+            size,
+            saved: std::time::Instant::now(),
+            warned: false,
+        })
+    }
+
+    async fn save(&mut self) {
+        let _ = self.file.flush().await;
+        write_position(&self.log, &self.position).await;
+        self.saved = std::time::Instant::now();
+    }
+
+    /// Writes what one stream (asked for with timestamps, from the last
+    /// one written) brings, until it ends or breaks, or the container
+    /// ended and nothing more comes.
+    async fn take<R: futures::io::AsyncBufRead + Unpin>(
+        &mut self,
+        mut stream: R,
+        finished: &mut watch::Receiver<bool>,
+    ) -> Outcome {
         // Lines already written that carry the resumed-from time.
-        let mut skip = position.same;
+        let mut skip = self.position.same;
         let mut piece = Vec::new();
         let mut continued = false;
         // Lines written since the position was last kept.
@@ -143,12 +215,11 @@ pub async fn follow(
             } else {
                 tokio::select! {
                     got = read => got,
-                    _ = finished.changed() => continue,
+                    Ok(()) = finished.changed() => continue,
                     // Kept whenever the stream pauses: a restart writes no
                     // line twice that was written before the pause.
                     _ = tokio::time::sleep(SAVE_IDLE), if unsaved => {
-                        let _ = file.flush().await;
-                        write_position(&log, &position).await;
+                        self.save().await;
                         unsaved = false;
                         continue;
                     }
@@ -159,8 +230,6 @@ pub async fn follow(
                 Ok(_) => {}
                 Err(_) => break Outcome::Broken,
             }
-            failures = 0;
-            unsaved = true;
             let piece = std::mem::take(&mut piece);
             let whole = piece.ends_with(b"\n");
             let text: &[u8] = if continued {
@@ -168,6 +237,7 @@ pub async fn follow(
             } else {
                 match split_timestamp(&piece) {
                     Some((time, text)) => {
+                        let position = &mut self.position;
                         if Some(time) == position.last {
                             if skip > 0 {
                                 skip -= 1;
@@ -184,44 +254,70 @@ pub async fn follow(
                         }
                         text
                     }
-                    None => &piece,
+                    None => {
+                        // Asked with timestamps, every line of the
+                        // container's has one: this is the kubelet's (or a
+                        // proxy's) word about the stream, not the job's. It
+                        // stays out of the log, and the stream is asked for
+                        // again later.
+                        if !self.warned {
+                            self.warned = true;
+                            let said = String::from_utf8_lossy(&piece[..piece.len().min(300)]);
+                            tracing::warn!(pod = %self.pod, said = %said.trim_end(), "a pod's log stream broke off");
+                        }
+                        break Outcome::Broken;
+                    }
                 }
             };
             continued = !whole;
-            if size + text.len() as u64 > MAX_LOG_BYTES {
+            unsaved = true;
+            if self.size + text.len() as u64 > MAX_LOG_BYTES {
                 let note = format!(
                     "\n[trainyard: the log reached {}; the rest is not kept]\n",
                     trainyard_domain::format_bytes(MAX_LOG_BYTES)
                 );
-                let _ = file.write_all(note.as_bytes()).await;
+                let _ = self.file.write_all(note.as_bytes()).await;
                 break Outcome::Full;
             }
-            if file.write_all(text).await.is_err() {
+            if self.file.write_all(text).await.is_err() {
                 break Outcome::Full;
             }
-            size += text.len() as u64;
+            self.size += text.len() as u64;
             // Kept at least once a second while lines keep coming.
-            if saved.elapsed() >= Duration::from_secs(1) {
-                let _ = file.flush().await;
-                write_position(&log, &position).await;
-                saved = std::time::Instant::now();
+            if self.saved.elapsed() >= Duration::from_secs(1) {
+                self.save().await;
                 unsaved = false;
             }
         };
-        let _ = file.flush().await;
-        write_position(&log, &position).await;
-        match outcome {
-            Outcome::Drained | Outcome::Full => break,
-            Outcome::Ended if *finished.borrow() => break,
-            Outcome::Ended | Outcome::Broken => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }
+        self.save().await;
+        outcome
     }
-    let _ = file.flush().await;
-    write_position(&log, &position).await;
-    let _ = tokio::fs::write(done_path(&log), b"").await;
 }
+
+/// How long to wait before following again after `quiet` streams in a
+/// row ended with nothing new: half a second, doubling up to half a
+/// minute.
+fn reconnect_pause(quiet: u32) -> Duration {
+    RECONNECT_FIRST
+        .saturating_mul(1 << quiet.min(6))
+        .min(RECONNECT_MOST)
+}
+
+/// Waits `pause`, or less if the container ends meanwhile (its log is then
+/// read to the end at once).
+async fn pause_unless_ended(pause: Duration, finished: &mut watch::Receiver<bool>) {
+    if *finished.borrow() {
+        tokio::time::sleep(pause.min(RECONNECT_FIRST)).await;
+        return;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(pause) => {}
+        Ok(()) = finished.changed() => {}
+    }
+}
+
+const RECONNECT_FIRST: Duration = Duration::from_millis(500);
+const RECONNECT_MOST: Duration = Duration::from_secs(30);
 
 enum Outcome {
     /// The container ended and nothing more came.
@@ -274,6 +370,67 @@ mod tests {
             pieces.push(piece.len());
         }
         assert_eq!(pieces, vec![4, MAX_LINE_BYTES, 11, 3]);
+    }
+
+    async fn take(log: &Path, stream: &str) -> (Outcome, String) {
+        let (_tell, mut finished) = watch::channel(false);
+        let mut writer = Writer::open(log.to_owned(), "p".to_owned()).await.unwrap();
+        let outcome = writer
+            .take(
+                futures::io::Cursor::new(stream.as_bytes().to_vec()),
+                &mut finished,
+            )
+            .await;
+        (outcome, std::fs::read_to_string(log).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_stream_asked_again_writes_each_line_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0").join("output.log");
+        let (outcome, text) = take(
+            &log,
+            "2026-12-01T10:00:00.1Z a\n2026-12-01T10:00:00.2Z b\n2026-12-01T10:00:00.2Z c\n",
+        )
+        .await;
+        assert!(matches!(outcome, Outcome::Ended));
+        assert_eq!(text, "a\nb\nc\n");
+        // Asked again from the last time written: what carried it is
+        // skipped, what is earlier too, the rest is added.
+        let (_, text) = take(
+            &log,
+            "2026-12-01T10:00:00.1Z a\n2026-12-01T10:00:00.2Z b\n2026-12-01T10:00:00.2Z c\n\
+             2026-12-01T10:00:00.2Z d\n2026-12-01T10:00:01Z e\n",
+        )
+        .await;
+        assert_eq!(text, "a\nb\nc\nd\ne\n");
+    }
+
+    #[tokio::test]
+    async fn what_the_kubelet_says_about_a_stream_stays_out_of_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("output.log");
+        let (outcome, text) = take(
+            &log,
+            "2026-12-01T10:00:00.1Z step 1\nfailed to create fsnotify watcher: too many open files",
+        )
+        .await;
+        assert!(matches!(outcome, Outcome::Broken));
+        assert_eq!(text, "step 1\n");
+        // A long line cut into pieces is the container's all the same.
+        let long = "x".repeat(MAX_LINE_BYTES + 10);
+        let (outcome, text) = take(&log, &format!("2026-12-01T10:00:02Z {long}\n")).await;
+        assert!(matches!(outcome, Outcome::Ended));
+        assert_eq!(text, format!("step 1\n{long}\n"));
+    }
+
+    #[test]
+    fn streams_that_keep_ending_empty_are_asked_again_less_often() {
+        assert_eq!(reconnect_pause(0), Duration::from_millis(500));
+        assert_eq!(reconnect_pause(1), Duration::from_secs(1));
+        assert_eq!(reconnect_pause(5), Duration::from_secs(16));
+        assert_eq!(reconnect_pause(6), RECONNECT_MOST);
+        assert_eq!(reconnect_pause(1_000), RECONNECT_MOST);
     }
 
     #[test]
