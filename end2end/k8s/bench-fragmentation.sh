@@ -57,13 +57,17 @@ awk -v n="$jobs" -v span="$arrival" 'BEGIN {
 }' >"$work/workload.txt"
 read -r demand eights < <(awk '{ d += $2 * $3; if ($2 == 8) e++ } END { print d, e }' "$work/workload.txt")
 
-# Every 2 s until stopped: "T_MS POD JOB NODE GPUS PHASE READY_TIME" per pod.
+# Every 2 s until stopped: "T_MS POD JOB NODE GPUS PHASE READY_TIME" per pod,
+# "-" for what it lacks yet (a node, Ready=True: a Pending pod has Ready=False
+# with a time of its own).
 sample() { # NAMESPACE OUT
   local t
   while :; do
     t=$(now_ms)
-    kubectl get pods -n "$1" -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.labels.trainyard\.dev/job} {.spec.nodeName} {.spec.containers[0].resources.limits.nvidia\.com/gpu} {.status.phase} {.status.conditions[?(@.type=="Ready")].lastTransitionTime}{"\n"}{end}' 2>/dev/null |
-      awk -v t="$t" 'NF >= 5 { print t, $0 }' >>"$2"
+    kubectl get pods -n "$1" -o jsonpath='{range .items[*]}{.metadata.name}{"\t"}{.metadata.labels.trainyard\.dev/job}{"\t"}{.spec.nodeName}{"\t"}{.spec.containers[0].resources.limits.nvidia\.com/gpu}{"\t"}{.status.phase}{"\t"}{.status.conditions[?(@.type=="Ready")].status}{"\t"}{.status.conditions[?(@.type=="Ready")].lastTransitionTime}{"\n"}{end}' 2>/dev/null |
+      awk -F'\t' -v t="$t" 'NF == 7 && $1 != "" {
+        for (i = 1; i <= 5; i++) if ($i == "") $i = "-"
+        print t, $1, $2, $3, $4, $5, ($6 == "True" && $7 != "") ? $7 : "-" }' >>"$2"
     sleep 2
   done
 }
@@ -166,7 +170,7 @@ cp "$work/spread-samples.txt" "$work/spread.txt"
 # ------------------------------------------------- 3. side by side
 # When each job's pod was first Running (Ready): "INDEX EPOCH_SECONDS".
 ready_times() { # SAMPLES
-  awk '$7 != "" && !($3 in r) { r[$3] = 1; print $3, $7 }' "$1" >"$work/ready-raw.txt"
+  awk '$7 != "-" && !($3 in r) { r[$3] = 1; print $3, $7 }' "$1" >"$work/ready-raw.txt"
   paste -d' ' <(cut -d' ' -f1 "$work/ready-raw.txt") <(cut -d' ' -f2 "$work/ready-raw.txt" | epoch)
 }
 # Per sample: "SECONDS_SINCE_START OCCUPANCY_% NODES_WHOLLY_FREE JOBS_WAITING";
@@ -176,7 +180,7 @@ occupancy() { # SAMPLES START_MS SENT READY
     FILENAME == ARGV[1] { sent[$1] = $2; next }
     FILENAME == ARGV[2] { ready[$1] = $2 * 1000; next }
     { t = $1; if (!(t in seen)) { seen[t] = 1; times[++n] = t }
-      if ($6 == "Running" && $7 != "") { used[t] += $5; if (!((t, $4) in busy)) { busy[t, $4] = 1; b[t]++ } } }
+      if ($6 == "Running" && $7 != "-") { used[t] += $5; if (!((t, $4) in busy)) { busy[t, $4] = 1; b[t]++ } } }
     END {
       for (i = 1; i <= n; i++) {
         t = times[i]; w = 0
