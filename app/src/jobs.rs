@@ -584,6 +584,9 @@ pub fn JobPage() -> impl IntoView {
                                 }</dd>
                                 <dt>"GPUs"</dt><dd>{gpus_text(&job)}</dd>
                                 <dt>"Node"</dt><dd data-testid="job-node">{job.node.clone().unwrap_or_else(|| "–".to_owned())}</dd>
+                                {job.pod.clone().map(|pod| view! {
+                                    <dt>"Pod"</dt><dd data-testid="job-pod"><code>{pod}</code></dd>
+                                })}
                                 <dt>"CPUs, memory"</dt><dd data-testid="job-resources">{resources_text(&job)}</dd>
                                 <dt>"Attempt"</dt><dd>{job.attempt + 1} " of " {job.retries + 1}</dd>
                                 <dt>"Ran for"</dt><dd>{ran_for(&job, now)}</dd>

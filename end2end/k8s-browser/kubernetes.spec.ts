@@ -18,6 +18,7 @@ test('a job from the browser runs as a Kubernetes Job and its pod log shows', as
 
   await expect(page.getByTestId('job-state')).toHaveText('Succeeded');
   await expect(page.getByTestId('job-node')).toHaveText(/^gpu-node-000[1-4]$/);
+  await expect(page.getByTestId('job-pod')).toHaveText(new RegExp(`^trainyard-${id}-0-[0-9a-f]{8}-[a-z0-9]{5}$`));
   const events = page.getByTestId('events');
   await expect(events).toContainText(
     new RegExp(`running \\(Kubernetes Job [a-z0-9-]+/trainyard-${id}-0-[0-9a-f]{8} on node gpu-node-000[1-4]\\)`),

@@ -50,6 +50,7 @@ test('the demo template runs from the catalog and its log streams live', async (
   // Where it runs: the local executor's one node, this machine.
   const host = readFileSync('/proc/sys/kernel/hostname', 'utf8').trim();
   await expect(page.getByTestId('job-node')).toHaveText(host || 'local');
+  await expect(page.getByTestId('job-pod')).toHaveCount(0);
   // What it started from: the template's files, as a tar archive.
   const files = await page.request.get((await page.getByTestId('job-files').getAttribute('href'))!);
   expect(files.status()).toBe(200);

@@ -9,6 +9,7 @@ mod m20261130_000004_job_execution;
 mod m20261130_000005_uploads;
 mod m20261130_000006_identity;
 mod m20261201_000007_executor_handles;
+mod m20261202_000008_job_pods;
 
 pub struct Migrator;
 
@@ -23,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000005_uploads::Migration),
             Box::new(m20261130_000006_identity::Migration),
             Box::new(m20261201_000007_executor_handles::Migration),
+            Box::new(m20261202_000008_job_pods::Migration),
         ]
     }
 }

@@ -66,6 +66,23 @@ impl MigrationTrait for Migration {
             )
             .await?;
         }
+        // The local executor's `pid:start` handles back into their columns
+        // (a Kubernetes Job's name has no place there).
+        let split = match m.get_database_backend() {
+            sea_orm_migration::sea_orm::DatabaseBackend::Postgres => {
+                "pid = CAST(split_part(handle, ':', 1) AS INTEGER), \
+                 pid_start = CAST(split_part(handle, ':', 2) AS BIGINT) \
+                 WHERE handle ~ '^[0-9]+:[0-9]+$'"
+            }
+            _ => {
+                "pid = CAST(substr(handle, 1, instr(handle, ':') - 1) AS INTEGER), \
+                 pid_start = CAST(substr(handle, instr(handle, ':') + 1) AS INTEGER) \
+                 WHERE handle GLOB '[0-9]*:[0-9]*' AND handle NOT GLOB '*[^0-9:]*'"
+            }
+        };
+        m.get_connection()
+            .execute_unprepared(&format!("UPDATE jobs SET {split}"))
+            .await?;
         for column in [Jobs::Node, Jobs::Handle] {
             m.alter_table(
                 Table::alter()

@@ -208,13 +208,16 @@ pub async fn jobs(remote: &Remote, state: Option<&str>, limit: u64) -> Result<Ex
         "ID", "STATE", "GPUS", "NAME"
     );
     for job in list {
-        // A waiting job's place and reason; a placed one's node.
+        // A waiting job's place and reason; a placed one's node (and pod).
         let waiting = match (
             job["queue_position"].as_u64(),
             job["pending_reason"].as_str(),
+            job["node"].as_str(),
+            job["pod"].as_str(),
         ) {
-            (Some(p), Some(reason)) => format!("#{p} · {reason}"),
-            _ => job["node"].as_str().unwrap_or("").to_owned(),
+            (Some(p), Some(reason), _, _) => format!("#{p} · {reason}"),
+            (_, _, Some(node), Some(pod)) => format!("{node} · pod {pod}"),
+            (_, _, node, _) => node.unwrap_or("").to_owned(),
         };
         let name: String = job["name"]
             .as_str()

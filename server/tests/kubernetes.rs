@@ -296,9 +296,30 @@ async fn a_job_becomes_a_pinned_hardened_kubernetes_job_and_its_log_is_kept() {
     // kube-scheduler agreed with the placement.
     let pods = kubectl_json(&["-n", &ns, "get", "pods", "-l", &format!("job-name={name}")]);
     assert_eq!(pods["items"][0]["spec"]["nodeName"], node.as_str());
+    let pod_name = pods["items"][0]["metadata"]["name"].as_str().unwrap();
 
     let done = wait_for(&s, id, "SUCCEEDED").await;
     assert_eq!(done["job"]["exit_code"], 0);
+    // Where it ran, kept after the end: the node and its pod.
+    assert_eq!(done["job"]["node"], node.as_str());
+    assert_eq!(done["job"]["pod"], pod_name, "{done}");
+    // And so says the command line.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["jobs", "--server", &format!("http://{}", s.addr)])
+        .env_remove("TRAINYARD_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let row = listed
+        .lines()
+        .find(|l| l.contains("on-kubernetes"))
+        .unwrap();
+    assert!(
+        row.trim_end()
+            .ends_with(&format!("{node} · pod {pod_name}")),
+        "{listed}"
+    );
     assert_eq!(run_status(&s, &done).await, "FINISHED");
     // The pod's log, read through pods/log, is the job's log.
     let mut log = String::new();

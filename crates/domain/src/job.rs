@@ -188,6 +188,10 @@ pub struct Job {
     /// (kept after it ends).
     #[serde(default)]
     pub node: Option<String>,
+    /// The Kubernetes pod of its attempt, once there is one (kept after it
+    /// ends); none on the local executor.
+    #[serde(default)]
+    pub pod: Option<String>,
     pub exit_code: Option<i32>,
     /// 1-based place in the queue while QUEUED.
     pub queue_position: Option<u32>,

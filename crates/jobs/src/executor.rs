@@ -183,6 +183,13 @@ pub trait Executor: Send + Sync + 'static {
     /// What became of an attempt in STARTING or RUNNING. Records nothing.
     async fn observe(&self, record: &JobRecord) -> Observation;
 
+    /// The name of what runs an attempt where the executor has one beside
+    /// its handle (a Kubernetes Job's pod), once it exists: shown with the
+    /// node. Records nothing.
+    fn pod(&self, _record: &JobRecord) -> Option<String> {
+        None
+    }
+
     /// Asks a running attempt to stop (a cancel): it is given the stop
     /// grace, then killed, and is observed as ended. Repeating it is harmless.
     async fn stop(&self, record: &JobRecord) -> Result<(), String>;

@@ -340,28 +340,22 @@ impl Jobs {
                 other => other.into(),
             });
         }
-        let run_id = self
-            .new_run(&checked.spec, experiment_id, 0, owner.as_owner())
+        let (run, params) = self
+            .run_for(&checked.spec, experiment_id, 0, owner.as_owner())
             .await?;
         let record = store
             .create_job(NewJob {
                 spec: checked.spec.clone(),
                 owner_id: Some(owner.id),
                 team_id: owner.primary_team(),
-                experiment_id,
-                run_id: run_id.clone(),
                 cpu_millis: checked.cpu_millis,
                 memory_mib: checked.memory_mib,
                 max_runtime_secs: checked.max_runtime_secs,
+                run,
+                params,
+                tags: Vec::new(),
+                submitted: "queued".to_owned(),
             })
-            .await?;
-        store
-            .log_batch(
-                &run_id,
-                &[],
-                &[],
-                &[("trainyard.job_id".to_owned(), record.job.id.to_string())],
-            )
             .await?;
         if let Err(message) = self
             .snapshot_files(record.job.id, template.as_ref(), project.as_ref())
@@ -668,18 +662,17 @@ impl Jobs {
         }
     }
 
-    /// The tracking run of one attempt, SCHEDULED, with the
-    /// hyperparameters as params.
-    async fn new_run(
+    /// The tracking run of one attempt (SCHEDULED once made), and its
+    /// params: the hyperparameters.
+    async fn run_for(
         &self,
         spec: &JobSpec,
         experiment_id: i64,
         attempt: u32,
         owner: Owner,
-    ) -> Result<String, StoreError> {
-        let store = self.store();
+    ) -> Result<(NewRun, Vec<(String, String)>), StoreError> {
         let user_name = match owner.user_id {
-            Some(id) => store.user(id).await?.map(|u| u.username),
+            Some(id) => self.store().user(id).await?.map(|u| u.username),
             None => None,
         };
         let name = if attempt == 0 {
@@ -687,27 +680,35 @@ impl Jobs {
         } else {
             format!("{} (attempt {})", spec.name.trim(), attempt + 1)
         };
-        let run_id = store
-            .insert_run(
-                NewRun {
-                    experiment_id,
-                    user_id: user_name.unwrap_or_else(|| "trainyard".to_owned()),
-                    owner_id: owner.user_id,
-                    team_id: owner.team_id,
-                    run_name: Some(name),
-                    start_time: None,
-                    tags: vec![("trainyard.attempt".to_owned(), attempt.to_string())],
-                },
-                "SCHEDULED",
-            )
-            .await?;
-        let params: Vec<(String, String)> = spec
+        let run = NewRun {
+            experiment_id,
+            user_id: user_name.unwrap_or_else(|| "trainyard".to_owned()),
+            owner_id: owner.user_id,
+            team_id: owner.team_id,
+            run_name: Some(name),
+            start_time: None,
+            tags: vec![("trainyard.attempt".to_owned(), attempt.to_string())],
+        };
+        let params = spec
             .hyperparameters
             .iter()
             .map(|(k, v)| (k.clone(), v.to_string()))
             .collect();
+        Ok((run, params))
+    }
+
+    /// The tracking run of a further attempt, made SCHEDULED.
+    async fn new_run(
+        &self,
+        spec: &JobSpec,
+        experiment_id: i64,
+        attempt: u32,
+        owner: Owner,
+    ) -> Result<String, StoreError> {
+        let (run, params) = self.run_for(spec, experiment_id, attempt, owner).await?;
+        let run_id = self.store().insert_run(run, "SCHEDULED").await?;
         if !params.is_empty() {
-            store.log_batch(&run_id, &[], &params, &[]).await?;
+            self.store().log_batch(&run_id, &[], &params, &[]).await?;
         }
         Ok(run_id)
     }
@@ -795,33 +796,21 @@ impl Jobs {
             StoreError::Rejected(format!("job {id} has no experiment left to log to"))
         })?;
         let spec = old.job.spec.clone();
-        let run_id = self.new_run(&spec, experiment_id, 0, old.owner()).await?;
+        let (run, params) = self.run_for(&spec, experiment_id, 0, old.owner()).await?;
         let record = self
             .store()
             .create_job(NewJob {
                 spec,
                 owner_id: old.owner_id,
                 team_id: old.team_id,
-                experiment_id,
-                run_id: run_id.clone(),
                 cpu_millis: old.job.cpu_millis,
                 memory_mib: old.job.memory_mib,
                 max_runtime_secs: old.job.max_runtime_secs,
+                run,
+                params,
+                tags: vec![("trainyard.retry_of".to_owned(), id.to_string())],
+                submitted: format!("queued, a retry of job {id}"),
             })
-            .await?;
-        self.store()
-            .log_batch(
-                &run_id,
-                &[],
-                &[],
-                &[
-                    ("trainyard.job_id".to_owned(), record.job.id.to_string()),
-                    ("trainyard.retry_of".to_owned(), id.to_string()),
-                ],
-            )
-            .await?;
-        self.store()
-            .add_job_event(record.job.id, "submitted", &format!("a retry of job {id}"))
             .await?;
         let from = self.files_dir(id);
         let to = self.files_dir(record.job.id);
@@ -878,6 +867,28 @@ impl Jobs {
     pub async fn cycle(&self) -> Result<(), StoreError> {
         let began = std::time::Instant::now();
         let active = self.store().active_jobs().await?;
+        // Where started attempts run, as their executors name it (asked
+        // before they are observed: one that ended is let go), written
+        // for all of them at once.
+        let pods: Vec<_> = active
+            .iter()
+            .filter_map(|record| {
+                let from: &'static [JobState] = match record.job.state {
+                    JobState::Starting => &[JobState::Starting],
+                    JobState::Running => &[JobState::Running],
+                    _ => return None,
+                };
+                let pod = self.inner.executor.pod(record)?;
+                (record.job.pod.as_ref() != Some(&pod)).then(|| {
+                    let change = JobChange {
+                        pod: Some(Some(pod)),
+                        ..Default::default()
+                    };
+                    (record.job.id, from, record.job.state, change)
+                })
+            })
+            .collect();
+        self.store().move_jobs(pods).await?;
         let mut running = Vec::new();
         let mut queued = Vec::new();
         for record in active {
@@ -974,28 +985,10 @@ impl Jobs {
             tracing::warn!(job = starts[slots].0.job.id, "{}", capacity.full);
             starts.truncate(slots);
         }
-        // The placements do not overlap, so their starts may run side by
-        // side: an executor's start waits on its API (two calls for a
-        // Kubernetes Job), and one at a time would bound the rate by that
-        // wait. The store orders the writes.
-        use futures::StreamExt;
-        let mut launches = futures::stream::iter(starts)
-            .map(|(record, node, gpus)| {
-                let jobs = self.clone();
-                async move { jobs.launch(&record, &node, &gpus).await }
-            })
-            .buffer_unordered(CONCURRENT_STARTS);
-        let mut first_error = None;
-        while let Some(result) = launches.next().await {
-            if let Err(error) = result {
-                first_error.get_or_insert(error);
-            }
-        }
-        drop(launches);
-        if let Some(error) = first_error {
-            return Err(error);
-        }
-        self.write_positions(&decision.waiting).await
+        let launched = self.launch(starts).await;
+        // Positions are written even when a start could not be recorded.
+        let positions = self.write_positions(&decision.waiting).await;
+        launched.and(positions)
     }
 
     async fn write_positions(&self, waiting: &[sched::Waiting]) -> Result<(), StoreError> {
@@ -1021,86 +1014,152 @@ impl Jobs {
         self.store().set_queue_positions(&changed).await
     }
 
-    /// Starts a queued job on the node and GPUs the scheduler chose.
+    /// Starts the cycle's placements. They do not overlap, so their starts
+    /// run side by side (an executor's start waits on its API: two calls
+    /// for a Kubernetes Job), and the store sees three writes for all of
+    /// them rather than four for each: placed (STARTING, node and GPUs),
+    /// their runs' tokens, and started (RUNNING, with their handles).
     async fn launch(
         &self,
-        record: &JobRecord,
-        node: &sched::Node,
-        gpus: &[u32],
+        starts: Vec<(JobRecord, sched::Node, Vec<u32>)>,
     ) -> Result<(), StoreError> {
-        let job = &record.job;
+        use futures::StreamExt;
+        if starts.is_empty() {
+            return Ok(());
+        }
         let now = now_millis();
-        let gpu_list = gpus
+        let moves = starts
             .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        let moved = self
-            .store()
+            .map(|(record, node, gpus)| {
+                let gpu_list = gpus
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",");
+                (
+                    record.job.id,
+                    &[JobState::Queued][..],
+                    JobState::Starting,
+                    JobChange {
+                        gpu_indices: Some(gpus.clone()),
+                        node: Some(Some(node.name.clone())),
+                        handle: Some(None),
+                        pod: Some(None),
+                        started_at: Some(Some(now)),
+                        event: Some((
+                            "starting".into(),
+                            if gpus.is_empty() {
+                                format!("placed on {}, no GPU", node.name)
+                            } else {
+                                format!("placed on {}, GPU {gpu_list}", node.name)
+                            },
+                        )),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        let moved = self.store().move_jobs(moves).await?;
+        // Those cancelled in between are not started.
+        let starts: Vec<_> = starts
+            .into_iter()
+            .zip(moved)
+            .filter_map(|(start, moved)| moved.then_some(start))
+            .collect();
+        // The job's token writes to its run only, and ends with it.
+        let wanted: Vec<(i64, String)> = starts
+            .iter()
+            .filter_map(|(r, _, _)| Some((r.owner_id?, r.job.run_id.clone()?)))
+            .collect();
+        let mut tokens = match self.store().create_run_tokens(&wanted).await {
+            Ok(tokens) => Ok(tokens.into_iter()),
+            Err(e) => Err(format!("cannot make the job's tracking token: {e}")),
+        };
+        let starts: Vec<_> = starts
+            .into_iter()
+            .map(|(record, node, gpus)| {
+                let token = match (&mut tokens, record.owner_id, &record.job.run_id) {
+                    (Ok(made), Some(_), Some(_)) => Ok(made.next()),
+                    (Ok(_), _, _) => Ok(None),
+                    (Err(message), _, _) => Err(message.clone()),
+                };
+                (record, node, gpus, token)
+            })
+            .collect();
+        let ended: Vec<_> = futures::stream::iter(starts)
+            .map(|(record, node, gpus, token)| {
+                let jobs = self.clone();
+                async move {
+                    let started = match token {
+                        Ok(token) => match jobs.attempt(&record, &node, &gpus, now, token).await {
+                            Ok(attempt) => jobs.inner.executor.start(attempt).await,
+                            Err(message) => Err(StartError::Failed(message)),
+                        },
+                        Err(message) => Err(StartError::Failed(message)),
+                    };
+                    (record, node, gpus, started)
+                }
+            })
+            .buffer_unordered(CONCURRENT_STARTS)
+            .collect()
+            .await;
+        let mut running = Vec::new();
+        let mut first_error = None;
+        for (record, node, gpus, started) in ended {
+            let job = &record.job;
+            let outcome = match started {
+                Ok(started) => {
+                    tracing::info!(job = job.id, node = %node.name, gpus = ?gpus, handle = %started.handle, "job started");
+                    running.push((record, started));
+                    Ok(())
+                }
+                Err(StartError::Unavailable(message)) => {
+                    self.not_started_now(&record, &message).await
+                }
+                Err(StartError::Failed(message)) => {
+                    tracing::warn!(job = job.id, %message, "job could not start");
+                    self.finish(&record, JobState::Failed, None, &message, true)
+                        .await
+                }
+            };
+            if let Err(error) = outcome {
+                first_error.get_or_insert(error);
+            }
+        }
+        let marked = self.mark_running(&running).await;
+        match first_error {
+            Some(error) => Err(error),
+            None => marked,
+        }
+    }
+
+    /// An attempt that could not start now (the executor's API is away):
+    /// nothing of it ran, so it goes back to the queue as it was. The
+    /// reason goes to its timeline once, not at every try.
+    async fn not_started_now(&self, record: &JobRecord, message: &str) -> Result<(), StoreError> {
+        let job = &record.job;
+        tracing::warn!(job = job.id, %message, "job could not start now; it stays queued");
+        let why = format!("could not start: {message}; it will be placed again");
+        let new = {
+            let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            waiting.insert(job.id, why.clone()).as_ref() != Some(&why)
+        };
+        self.store()
             .move_job(
                 job.id,
-                &[JobState::Queued],
-                JobState::Starting,
+                &[JobState::Starting],
+                JobState::Queued,
                 JobChange {
-                    gpu_indices: Some(gpus.to_vec()),
-                    node: Some(Some(node.name.clone())),
+                    gpu_indices: Some(Vec::new()),
+                    node: Some(None),
                     handle: Some(None),
-                    started_at: Some(Some(now)),
-                    event: Some((
-                        "starting".into(),
-                        if gpus.is_empty() {
-                            format!("placed on {}, no GPU", node.name)
-                        } else {
-                            format!("placed on {}, GPU {gpu_list}", node.name)
-                        },
-                    )),
+                    pod: Some(None),
+                    started_at: Some(None),
+                    event: new.then(|| ("waiting".into(), why)),
                     ..Default::default()
                 },
             )
             .await?;
-        if !moved {
-            return Ok(()); // cancelled in between
-        }
-        let started = match self.attempt(record, node, gpus, now).await {
-            Ok(attempt) => self.inner.executor.start(attempt).await,
-            Err(message) => Err(StartError::Failed(message)),
-        };
-        match started {
-            Ok(started) => {
-                self.mark_running(job, &started).await?;
-                tracing::info!(job = job.id, node = %node.name, gpus = %gpu_list, handle = %started.handle, "job started");
-            }
-            Err(StartError::Unavailable(message)) => {
-                // Nothing of it ran: back in the queue as it was. The reason
-                // goes to its timeline once, not at every try.
-                tracing::warn!(job = job.id, %message, "job could not start now; it stays queued");
-                let why = format!("could not start: {message}; it will be placed again");
-                let new = {
-                    let mut waiting = self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner());
-                    waiting.insert(job.id, why.clone()).as_ref() != Some(&why)
-                };
-                self.store()
-                    .move_job(
-                        job.id,
-                        &[JobState::Starting],
-                        JobState::Queued,
-                        JobChange {
-                            gpu_indices: Some(Vec::new()),
-                            node: Some(None),
-                            handle: Some(None),
-                            started_at: Some(None),
-                            event: new.then(|| ("waiting".into(), why)),
-                            ..Default::default()
-                        },
-                    )
-                    .await?;
-            }
-            Err(StartError::Failed(message)) => {
-                tracing::warn!(job = job.id, %message, "job could not start");
-                self.finish(record, JobState::Failed, None, &message, true)
-                    .await?;
-            }
-        }
         Ok(())
     }
 
@@ -1111,6 +1170,7 @@ impl Jobs {
         node: &sched::Node,
         gpus: &[u32],
         now: i64,
+        token: Option<String>,
     ) -> Result<Attempt, String> {
         let job = &record.job;
         let mut datasets = Vec::new();
@@ -1129,16 +1189,6 @@ impl Jobs {
             .as_deref()
             .map(|c| render_command(c, &job.spec.hyperparameters))
             .ok_or_else(|| "the job has no command".to_owned())?;
-        // The job's token writes to its run only, and ends with it.
-        let token = match (&job.run_id, record.owner_id) {
-            (Some(run_id), Some(owner)) => Some(
-                self.store()
-                    .create_run_token(owner, run_id)
-                    .await
-                    .map_err(|e| format!("cannot make the job's tracking token: {e}"))?,
-            ),
-            _ => None,
-        };
         let files = self.files_dir(job.id);
         Ok(Attempt {
             record: record.clone(),
@@ -1152,31 +1202,32 @@ impl Jobs {
         })
     }
 
-    /// Moves a starting job to RUNNING with its executor's handle, and its
-    /// run with it.
-    async fn mark_running(
-        &self,
-        job: &trainyard_domain::job::Job,
-        started: &Started,
-    ) -> Result<(), StoreError> {
-        let moved = self
-            .store()
-            .move_job(
-                job.id,
-                &[JobState::Starting],
-                JobState::Running,
-                JobChange {
-                    handle: Some(Some(started.handle.clone())),
-                    event: Some(("started".into(), format!("running ({})", started.note))),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        if moved
-            && let Some(run_id) = &job.run_id
-            && let Err(error) = self.store().set_run_status(run_id, "RUNNING").await
-        {
-            tracing::warn!(job = job.id, %error, "could not mark the job's run RUNNING");
+    /// Moves starting jobs to RUNNING with their executor's handles, and
+    /// their runs with them, in two writes.
+    async fn mark_running(&self, started: &[(JobRecord, Started)]) -> Result<(), StoreError> {
+        let moves = started
+            .iter()
+            .map(|(record, started)| {
+                (
+                    record.job.id,
+                    &[JobState::Starting][..],
+                    JobState::Running,
+                    JobChange {
+                        handle: Some(Some(started.handle.clone())),
+                        event: Some(("started".into(), format!("running ({})", started.note))),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        let moved = self.store().move_jobs(moves).await?;
+        let runs: Vec<String> = started
+            .iter()
+            .zip(moved)
+            .filter_map(|((record, _), moved)| moved.then(|| record.job.run_id.clone()).flatten())
+            .collect();
+        if let Err(error) = self.store().set_runs_status(&runs, "RUNNING").await {
+            tracing::warn!(%error, "could not mark the jobs' runs RUNNING");
         }
         Ok(())
     }
@@ -1201,7 +1252,7 @@ impl Jobs {
                 Ok(Some(record))
             }
             Observation::Adopted(started) => {
-                self.mark_running(&record.job, &started).await?;
+                self.mark_running(&[(record.clone(), started)]).await?;
                 Ok(Some(self.store().get_job(record.job.id).await?))
             }
             Observation::Ended(ending) => {
@@ -1444,6 +1495,7 @@ impl Jobs {
                     gpu_indices: Some(Vec::new()),
                     handle: Some(None),
                     node: Some(None),
+                    pod: Some(None),
                     started_at: Some(None),
                     queued_at: Some(now_millis()),
                     attempt: Some(next),

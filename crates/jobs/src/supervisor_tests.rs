@@ -32,6 +32,8 @@ struct Fake {
     refuse_start: Mutex<Option<StartError>>,
     stopped: Mutex<Vec<i64>>,
     retired: Mutex<Vec<i64>>,
+    /// The pod of each handle, where the test made one.
+    pods: Mutex<HashMap<String, String>>,
 }
 
 fn node(id: u32, name: &str, gpus: u32) -> sched::Node {
@@ -100,6 +102,11 @@ impl Executor for Fake {
             .unwrap()
             .remove(&record.job.id)
             .unwrap_or(Observation::Running)
+    }
+
+    fn pod(&self, record: &JobRecord) -> Option<String> {
+        let handle = record.handle.as_deref()?;
+        self.pods.lock().unwrap().get(handle).cloned()
     }
 
     async fn stop(&self, record: &JobRecord) -> Result<(), String> {
@@ -277,12 +284,22 @@ async fn a_failure_is_retried_with_a_new_run_until_the_retries_are_spent() {
         .await;
     s.jobs.cycle().await.unwrap();
     let first = s.job(id).await;
+    assert_eq!(first.job.pod, None, "no pod yet");
+    // Its pod is recorded once the executor has one.
+    s.fake
+        .pods
+        .lock()
+        .unwrap()
+        .insert(format!("job-{id}-0"), "pod-of-0".to_owned());
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(id).await.job.pod.as_deref(), Some("pod-of-0"));
     s.fake.set_fate(id, exited(3));
     s.jobs.cycle().await.unwrap();
     let requeued = s.job(id).await;
     assert_eq!(requeued.job.state, JobState::Queued);
     assert_eq!(requeued.handle, None, "the old attempt's handle is gone");
     assert_eq!(requeued.job.node, None);
+    assert_eq!(requeued.job.pod, None, "nor its pod");
 
     // Started again on the next look, under a new handle and run.
     s.jobs.cycle().await.unwrap();

@@ -1017,6 +1017,14 @@ impl Executor for KubeExecutor {
         }
     }
 
+    fn pod(&self, record: &JobRecord) -> Option<String> {
+        self.shared
+            .attempts()
+            .pods
+            .get(&Self::handle_of(record))
+            .map(|p| p.pod.clone())
+    }
+
     async fn stop(&self, record: &JobRecord) -> Result<(), String> {
         let name = Self::handle_of(record);
         let first = self

@@ -563,6 +563,40 @@ impl Store {
         Ok(secret)
     }
 
+    /// [`Store::create_run_token`] for many runs in one transaction (a
+    /// cycle's starts): (user, run) → the token, in the order given.
+    pub async fn create_run_tokens(
+        &self,
+        runs: &[(i64, String)],
+    ) -> Result<Vec<String>, StoreError> {
+        if runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _turn = self.write_turn().await;
+        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let mut secrets = Vec::with_capacity(runs.len());
+        for (user_id, run_id) in runs {
+            let secret = format!("{TOKEN_PREFIX}{}", random_secret());
+            api_token::ActiveModel {
+                user_id: Set(*user_id),
+                name: Set(format!("job run {run_id}")),
+                token_hash: Set(secret_hash(&secret)),
+                prefix: Set(secret.chars().take(10).collect()),
+                run_id: Set(Some(run_id.clone())),
+                created_at: Set(now_millis()),
+                last_used_at: Set(None),
+                expires_at: Set(None),
+                revoked_at: Set(None),
+                ..Default::default()
+            }
+            .insert(&txn)
+            .await?;
+            secrets.push(secret);
+        }
+        txn.commit().await?;
+        Ok(secrets)
+    }
+
     pub async fn revoke_run_tokens(&self, run_id: &str) -> Result<u64, StoreError> {
         let _turn = self.write_turn().await;
         let result = api_token::Entity::update_many()

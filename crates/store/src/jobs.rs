@@ -10,19 +10,25 @@ use trainyard_domain::JobState;
 use trainyard_domain::job::{Job, JobEvent, JobSpec};
 
 use crate::entity::{job, job_event};
-use crate::{Store, StoreError, now_millis};
+use crate::{NewRun, Store, StoreError, now_millis};
 
-/// A job to queue; its run exists already.
+/// A job to queue, with the tracking run of its first attempt.
 #[derive(Debug, Clone)]
 pub struct NewJob {
     pub spec: JobSpec,
     pub owner_id: Option<i64>,
     pub team_id: Option<i64>,
-    pub experiment_id: i64,
-    pub run_id: String,
     pub cpu_millis: u32,
     pub memory_mib: u64,
     pub max_runtime_secs: u64,
+    /// The run, made SCHEDULED; its experiment is the job's. It is tagged
+    /// `trainyard.job_id` with the new job's id.
+    pub run: NewRun,
+    /// The run's params (the hyperparameters) and further tags.
+    pub params: Vec<(String, String)>,
+    pub tags: Vec<(String, String)>,
+    /// The timeline's first entry, after "submitted: ".
+    pub submitted: String,
 }
 
 /// Whose jobs a list shows.
@@ -82,6 +88,8 @@ pub struct JobChange {
     pub handle: Option<Option<String>>,
     /// The node the attempt runs on, by name.
     pub node: Option<Option<String>>,
+    /// What runs the attempt there, in its executor's words (a pod).
+    pub pod: Option<Option<String>>,
     pub exit_code: Option<Option<i32>>,
     pub started_at: Option<Option<i64>>,
     pub finished_at: Option<Option<i64>>,
@@ -132,6 +140,7 @@ fn record(m: job::Model) -> Result<JobRecord, StoreError> {
             attempt: m.attempt.max(0) as u32,
             gpu_indices: gpu_list(m.gpu_indices.as_deref()),
             node: m.node,
+            pod: m.pod,
             exit_code: m.exit_code,
             queue_position: m.queue_position.map(|p| p.max(0) as u32),
             pending_reason: m.pending_reason,
@@ -154,19 +163,25 @@ fn not_found_job(id: i64) -> StoreError {
 }
 
 impl Store {
-    /// Queues a job and starts its timeline.
+    /// Queues a job with its run and starts its timeline, in one
+    /// transaction: all of it or nothing.
     pub async fn create_job(&self, new: NewJob) -> Result<JobRecord, StoreError> {
         let _turn = self.write_turn().await;
         let now = now_millis();
         let spec_json = serde_json::to_string(&new.spec)
             .map_err(|e| StoreError::Rejected(format!("the spec cannot be stored: {e}")))?;
+        let experiment_id = new.run.experiment_id;
         let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let run_id = self.insert_run_in(&txn, new.run, "SCHEDULED").await?;
+        if !new.params.is_empty() {
+            self.insert_params(&txn, &run_id, &new.params).await?;
+        }
         let model = job::ActiveModel {
             name: Set(new.spec.name.trim().to_owned()),
             owner_id: Set(new.owner_id),
             team_id: Set(new.team_id),
-            experiment_id: Set(Some(new.experiment_id)),
-            run_id: Set(Some(new.run_id)),
+            experiment_id: Set(Some(experiment_id)),
+            run_id: Set(Some(run_id.clone())),
             template_slug: Set(new.spec.template.clone()),
             state: Set(JobState::Queued.as_str().to_owned()),
             priority: Set(new.spec.priority),
@@ -185,6 +200,7 @@ impl Store {
             gpu_indices: Set(None),
             handle: Set(None),
             node: Set(None),
+            pod: Set(None),
             queue_position: Set(None),
             pending_reason: Set(None),
             cancel_requested: Set(false),
@@ -197,12 +213,16 @@ impl Store {
             job_id: Set(model.id),
             time: Set(now),
             kind: Set("submitted".to_owned()),
-            message: Set("queued".to_owned()),
+            message: Set(new.submitted),
             ..Default::default()
         }
         .insert(&txn)
         .await?;
+        let mut tags = vec![("trainyard.job_id".to_owned(), model.id.to_string())];
+        tags.extend(new.tags);
+        crate::tracking::upsert_run_tags(&txn, self.sql(), &run_id, &tags).await?;
         txn.commit().await?;
+        self.run_changed(&run_id);
         record(model)
     }
 
@@ -307,73 +327,106 @@ impl Store {
         to: JobState,
         change: JobChange,
     ) -> Result<bool, StoreError> {
+        let moved = self.move_jobs(vec![(id, from, to, change)]).await?;
+        Ok(moved.first().copied().unwrap_or(false))
+    }
+
+    /// [`Store::move_job`] for many jobs in one transaction (a cycle's
+    /// starts): whether each moved, in the order given.
+    pub async fn move_jobs(
+        &self,
+        moves: Vec<(i64, &[JobState], JobState, JobChange)>,
+    ) -> Result<Vec<bool>, StoreError> {
+        if moves.is_empty() {
+            return Ok(Vec::new());
+        }
         let _turn = self.write_turn().await;
         let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
-        let mut update = job::Entity::update_many()
-            .col_expr(job::Column::State, Expr::value(to.as_str()))
-            .filter(job::Column::Id.eq(id))
-            .filter(job::Column::State.is_in(from.iter().map(|s| s.as_str())));
-        if to != JobState::Queued {
-            update = update
-                .col_expr(job::Column::QueuePosition, Expr::value(Option::<i32>::None))
-                .col_expr(
-                    job::Column::PendingReason,
-                    Expr::value(Option::<String>::None),
-                );
-        }
-        if let Some(gpus) = &change.gpu_indices {
-            let text = (!gpus.is_empty()).then(|| gpu_text(gpus));
-            update = update.col_expr(job::Column::GpuIndices, Expr::value(text));
-        }
-        if let Some(v) = change.node_id {
-            update = update.col_expr(job::Column::NodeId, Expr::value(v));
-        }
-        if let Some(v) = change.handle {
-            update = update.col_expr(job::Column::Handle, Expr::value(v));
-        }
-        if let Some(v) = change.node {
-            update = update.col_expr(job::Column::Node, Expr::value(v));
-        }
-        if let Some(v) = change.exit_code {
-            update = update.col_expr(job::Column::ExitCode, Expr::value(v));
-        }
-        if let Some(v) = change.started_at {
-            update = update.col_expr(job::Column::StartedAt, Expr::value(v));
-        }
-        if let Some(v) = change.finished_at {
-            update = update.col_expr(job::Column::FinishedAt, Expr::value(v));
-        }
-        if let Some(v) = change.queued_at {
-            update = update.col_expr(job::Column::QueuedAt, Expr::value(v));
-        }
-        if let Some(v) = change.attempt {
-            update = update.col_expr(job::Column::Attempt, Expr::value(v as i32));
-        }
-        if let Some(v) = change.retries {
-            update = update.col_expr(job::Column::Retries, Expr::value(v as i32));
-        }
-        if let Some(v) = change.cancel_requested {
-            update = update.col_expr(job::Column::CancelRequested, Expr::value(v));
-        }
-        if let Some(v) = change.run_id {
-            update = update.col_expr(job::Column::RunId, Expr::value(v));
-        }
-        let moved = update.exec(&txn).await?.rows_affected == 1;
-        if moved && let Some((kind, message)) = change.event {
-            job_event::ActiveModel {
-                job_id: Set(id),
-                time: Set(now_millis()),
-                kind: Set(kind),
-                message: Set(message),
-                ..Default::default()
-            }
-            .insert(&txn)
-            .await?;
+        let mut moved = Vec::with_capacity(moves.len());
+        for (id, from, to, change) in moves {
+            moved.push(move_job_in(&txn, id, from, to, change).await?);
         }
         txn.commit().await?;
         Ok(moved)
     }
+}
 
+/// One job's move within a transaction.
+async fn move_job_in(
+    txn: &sea_orm::DatabaseTransaction,
+    id: i64,
+    from: &[JobState],
+    to: JobState,
+    change: JobChange,
+) -> Result<bool, StoreError> {
+    let mut update = job::Entity::update_many()
+        .col_expr(job::Column::State, Expr::value(to.as_str()))
+        .filter(job::Column::Id.eq(id))
+        .filter(job::Column::State.is_in(from.iter().map(|s| s.as_str())));
+    if to != JobState::Queued {
+        update = update
+            .col_expr(job::Column::QueuePosition, Expr::value(Option::<i32>::None))
+            .col_expr(
+                job::Column::PendingReason,
+                Expr::value(Option::<String>::None),
+            );
+    }
+    if let Some(gpus) = &change.gpu_indices {
+        let text = (!gpus.is_empty()).then(|| gpu_text(gpus));
+        update = update.col_expr(job::Column::GpuIndices, Expr::value(text));
+    }
+    if let Some(v) = change.node_id {
+        update = update.col_expr(job::Column::NodeId, Expr::value(v));
+    }
+    if let Some(v) = change.handle {
+        update = update.col_expr(job::Column::Handle, Expr::value(v));
+    }
+    if let Some(v) = change.node {
+        update = update.col_expr(job::Column::Node, Expr::value(v));
+    }
+    if let Some(v) = change.pod {
+        update = update.col_expr(job::Column::Pod, Expr::value(v));
+    }
+    if let Some(v) = change.exit_code {
+        update = update.col_expr(job::Column::ExitCode, Expr::value(v));
+    }
+    if let Some(v) = change.started_at {
+        update = update.col_expr(job::Column::StartedAt, Expr::value(v));
+    }
+    if let Some(v) = change.finished_at {
+        update = update.col_expr(job::Column::FinishedAt, Expr::value(v));
+    }
+    if let Some(v) = change.queued_at {
+        update = update.col_expr(job::Column::QueuedAt, Expr::value(v));
+    }
+    if let Some(v) = change.attempt {
+        update = update.col_expr(job::Column::Attempt, Expr::value(v as i32));
+    }
+    if let Some(v) = change.retries {
+        update = update.col_expr(job::Column::Retries, Expr::value(v as i32));
+    }
+    if let Some(v) = change.cancel_requested {
+        update = update.col_expr(job::Column::CancelRequested, Expr::value(v));
+    }
+    if let Some(v) = change.run_id {
+        update = update.col_expr(job::Column::RunId, Expr::value(v));
+    }
+    let moved = update.exec(txn).await?.rows_affected == 1;
+    if moved && let Some((kind, message)) = change.event {
+        job_event::ActiveModel {
+            job_id: Set(id),
+            time: Set(now_millis()),
+            kind: Set(kind),
+            message: Set(message),
+            ..Default::default()
+        }
+        .insert(txn)
+        .await?;
+    }
+    Ok(moved)
+}
+
+impl Store {
     /// Adds an entry to a job's timeline.
     pub async fn add_job_event(
         &self,

@@ -30,6 +30,88 @@ async fn migrations_apply_once_and_readiness_follows() {
 }
 
 #[tokio::test]
+async fn undoing_the_executor_handles_gives_running_jobs_their_pids_back() {
+    use sea_orm::{ConnectionTrait, Statement};
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let owner = store.local_admin().await.unwrap();
+    let experiment = store
+        .create_experiment("handles", owner.as_owner())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for handle in ["4242:987654321", "trainyard-7-0-abcdef12"] {
+        let job = store
+            .create_job(NewJob {
+                spec: serde_json::from_str(r#"{"name": "j", "command": "x"}"#).unwrap(),
+                owner_id: Some(owner.id),
+                team_id: None,
+                cpu_millis: 1000,
+                memory_mib: 1024,
+                max_runtime_secs: 60,
+                run: NewRun {
+                    experiment_id: experiment,
+                    user_id: "t".to_owned(),
+                    owner_id: Some(owner.id),
+                    team_id: None,
+                    run_name: None,
+                    start_time: None,
+                    tags: Vec::new(),
+                },
+                params: Vec::new(),
+                tags: Vec::new(),
+                submitted: "queued".to_owned(),
+            })
+            .await
+            .unwrap();
+        store
+            .move_job(
+                job.job.id,
+                &[JobState::Queued],
+                JobState::Running,
+                JobChange {
+                    handle: Some(Some(handle.to_owned())),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        ids.push(job.job.id);
+    }
+    // Down past migration 7 (and 8, after it).
+    Migrator::down(store.connection(), Some(2)).await.unwrap();
+    let backend = store.connection().get_database_backend();
+    let pids: Vec<(Option<i64>, Option<i64>)> = {
+        let mut out = Vec::new();
+        for id in &ids {
+            let row = store
+                .connection()
+                .query_one_raw(Statement::from_string(
+                    backend,
+                    format!(
+                        "SELECT CAST(pid AS BIGINT) AS pid, pid_start FROM jobs WHERE id = {id}"
+                    ),
+                ))
+                .await
+                .unwrap()
+                .unwrap();
+            out.push((
+                row.try_get::<Option<i64>>("", "pid").unwrap(),
+                row.try_get::<Option<i64>>("", "pid_start").unwrap(),
+            ));
+        }
+        out
+    };
+    assert_eq!(pids, vec![(Some(4242), Some(987654321)), (None, None)]);
+    // And up again: the local one's handle is back.
+    store.migrate().await.unwrap();
+    assert_eq!(
+        store.get_job(ids[0]).await.unwrap().handle.as_deref(),
+        Some("4242:987654321")
+    );
+}
+
+#[tokio::test]
 async fn overview_counts_what_is_stored() {
     let db = TestDb::new().await;
     let store = migrated(&db).await;

@@ -427,14 +427,33 @@ impl Store {
     /// waits for its start) and returns its id.
     pub async fn insert_run(&self, new: NewRun, status: &str) -> Result<String, StoreError> {
         let _turn = self.write_turn().await;
-        let experiment = self.require_active_experiment(new.experiment_id).await?;
+        let txn = self.connection().begin().await?;
+        let run_id = self.insert_run_in(&txn, new, status).await?;
+        txn.commit().await?;
+        Ok(run_id)
+    }
+
+    /// [`Store::insert_run`] within a transaction (the caller holds the
+    /// write turn).
+    pub(crate) async fn insert_run_in(
+        &self,
+        txn: &DatabaseTransaction,
+        new: NewRun,
+        status: &str,
+    ) -> Result<String, StoreError> {
+        let experiment = crate::entity::experiment::Entity::find_by_id(new.experiment_id)
+            .one(txn)
+            .await?
+            .ok_or_else(|| not_found_experiment(new.experiment_id))?;
+        if experiment.lifecycle_stage != "active" {
+            return Err(StoreError::Rejected(format!(
+                "The experiment {} must be in the 'active' state. Current state is {}.",
+                new.experiment_id, experiment.lifecycle_stage
+            )));
+        }
         // A run is filed under its experiment's team, so that whoever sees
         // the experiment sees its runs; in Default, under its creator's.
-        let team_id = self
-            .experiment_owner(new.experiment_id)
-            .await?
-            .team_id
-            .or(new.team_id);
+        let team_id = experiment.team_id.or(new.team_id);
         let tag_name = new
             .tags
             .iter()
@@ -456,7 +475,6 @@ impl Store {
             experiment.artifact_location.trim_end_matches('/')
         );
         let start_time = new.start_time.unwrap_or_else(now_millis);
-        let txn = self.connection().begin().await?;
         let mut sql = self.sql();
         sql.push("INSERT INTO runs (id, experiment_id, name, user_id, team_id, user_name, status, start_time, lifecycle_stage, artifact_uri) VALUES (")
             .bind(run_id.clone())
@@ -482,8 +500,7 @@ impl Store {
         if !tags.iter().any(|(k, _)| k == RUN_NAME_TAG) {
             tags.push((RUN_NAME_TAG.to_owned(), name));
         }
-        upsert_run_tags(&txn, self.sql(), &run_id, &tags).await?;
-        txn.commit().await?;
+        upsert_run_tags(txn, self.sql(), &run_id, &tags).await?;
         Ok(run_id)
     }
 
@@ -686,6 +703,30 @@ impl Store {
         Ok(changed)
     }
 
+    /// [`Store::set_run_status`] for many active runs in one statement.
+    pub async fn set_runs_status(
+        &self,
+        run_ids: &[String],
+        status: &str,
+    ) -> Result<(), StoreError> {
+        if run_ids.is_empty() {
+            return Ok(());
+        }
+        let _turn = self.write_turn().await;
+        for chunk in run_ids.chunks(500) {
+            let mut sql = self.sql();
+            sql.push("UPDATE runs SET status = ")
+                .bind(status.to_owned())
+                .push(" WHERE lifecycle_stage = 'active' AND id IN ")
+                .bind_list(chunk.iter().cloned());
+            self.connection().execute_raw(sql.build()).await?;
+        }
+        for run_id in run_ids {
+            self.run_changed(run_id);
+        }
+        Ok(())
+    }
+
     pub async fn set_run_deleted(&self, run_id: &str, deleted: bool) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         self.run_stage(self.connection(), run_id).await?;
@@ -729,7 +770,7 @@ impl Store {
         Ok(())
     }
 
-    async fn insert_params(
+    pub(crate) async fn insert_params(
         &self,
         txn: &DatabaseTransaction,
         run_id: &str,
@@ -1089,7 +1130,7 @@ async fn upsert_experiment_tag(
 
 /// Upserts run tags (the last of a repeated key wins); `mlflow.runName`
 /// renames the run too.
-async fn upsert_run_tags(
+pub(crate) async fn upsert_run_tags(
     conn: &impl ConnectionTrait,
     mut sql: Sql,
     run_id: &str,

@@ -28,6 +28,7 @@ pub struct Model {
     pub gpu_indices: Option<String>,
     pub handle: Option<String>,
     pub node: Option<String>,
+    pub pod: Option<String>,
     pub queue_position: Option<i32>,
     pub pending_reason: Option<String>,
     pub cancel_requested: bool,
