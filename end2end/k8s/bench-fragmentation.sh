@@ -124,14 +124,22 @@ wait_done() {
     sleep 2
   done
 }
-sample spread "$work/spread-samples.txt" &
-sampler=$!
-spread_start=$(now_ms)
-feed create_bare
-wait_done
-spread_end=$(now_ms)
-kill "$sampler"; wait "$sampler" 2>/dev/null || true; sampler=""
-log "kube-scheduler: $jobs jobs done in $(( (spread_end - spread_start) / 1000 )) s"
+# One run, sampled from its first job to its last one done; sets
+# NAMESPACE_start and NAMESPACE_end (ms).
+measure() { # NAMESPACE FEEDER WHO
+  sample "$1" "$work/$1-samples.txt" &
+  sampler=$!
+  local start end
+  start=$(now_ms)
+  feed "$2"
+  wait_done
+  end=$(now_ms)
+  kill "$sampler"; wait "$sampler" 2>/dev/null || true; sampler=""
+  printf -v "$1_start" %s "$start"
+  printf -v "$1_end" %s "$end"
+  log "$3: $jobs jobs done in $(( (end - start) / 1000 )) s"
+}
+measure spread create_bare kube-scheduler
 kubectl delete namespace spread --wait=false >/dev/null
 until (( $(kubectl get pods -n spread -o name 2>/dev/null | wc -l) == 0 )); do sleep 1; done
 
@@ -153,14 +161,7 @@ remaining() {
   curl -sf "$url/api/trainyard/v1/jobs?scope=all&state=QUEUED,STARTING,RUNNING&limit=1000" |
     grep -o '"state":"[A-Z]*"' | wc -l
 }
-sample packed "$work/packed-samples.txt" &
-sampler=$!
-packed_start=$(now_ms)
-feed submit_trainyard
-wait_done
-packed_end=$(now_ms)
-kill "$sampler"; wait "$sampler" 2>/dev/null || true; sampler=""
-log "Trainyard: $jobs jobs done in $(( (packed_end - packed_start) / 1000 )) s"
+measure packed submit_trainyard Trainyard
 # Trainyard's job ids → the workload's indices, so both runs read alike.
 awk 'NR == FNR { idx[$2] = $1; next } ($3 in idx) { $3 = idx[$3]; print }' \
   "$work/packed-ids.txt" "$work/packed-samples.txt" >"$work/packed.txt"

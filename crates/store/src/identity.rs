@@ -492,22 +492,9 @@ impl Store {
         run_id: Option<String>,
         expires_at: Option<i64>,
     ) -> Result<(api_token::Model, String), StoreError> {
-        let secret = format!("{TOKEN_PREFIX}{}", random_secret());
+        let (model, secret) = new_token(user_id, name, run_id, expires_at);
         let _turn = self.write_turn().await;
-        let model = api_token::ActiveModel {
-            user_id: Set(user_id),
-            name: Set(name),
-            token_hash: Set(secret_hash(&secret)),
-            prefix: Set(secret.chars().take(10).collect()),
-            run_id: Set(run_id),
-            created_at: Set(now_millis()),
-            last_used_at: Set(None),
-            expires_at: Set(expires_at),
-            revoked_at: Set(None),
-            ..Default::default()
-        }
-        .insert(self.connection())
-        .await?;
+        let model = model.insert(self.connection()).await?;
         Ok((model, secret))
     }
 
@@ -552,15 +539,10 @@ impl Store {
     /// stops working when [`Store::revoke_run_tokens`] is called at the
     /// job's end.
     pub async fn create_run_token(&self, user_id: i64, run_id: &str) -> Result<String, StoreError> {
-        let (_, secret) = self
-            .insert_token(
-                user_id,
-                format!("job run {run_id}"),
-                Some(run_id.to_owned()),
-                None,
-            )
+        let mut secrets = self
+            .create_run_tokens(&[(user_id, run_id.to_owned())])
             .await?;
-        Ok(secret)
+        Ok(secrets.remove(0))
     }
 
     /// [`Store::create_run_token`] for many runs in one transaction (a
@@ -576,21 +558,13 @@ impl Store {
         let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
         let mut secrets = Vec::with_capacity(runs.len());
         for (user_id, run_id) in runs {
-            let secret = format!("{TOKEN_PREFIX}{}", random_secret());
-            api_token::ActiveModel {
-                user_id: Set(*user_id),
-                name: Set(format!("job run {run_id}")),
-                token_hash: Set(secret_hash(&secret)),
-                prefix: Set(secret.chars().take(10).collect()),
-                run_id: Set(Some(run_id.clone())),
-                created_at: Set(now_millis()),
-                last_used_at: Set(None),
-                expires_at: Set(None),
-                revoked_at: Set(None),
-                ..Default::default()
-            }
-            .insert(&txn)
-            .await?;
+            let (model, secret) = new_token(
+                *user_id,
+                format!("job run {run_id}"),
+                Some(run_id.clone()),
+                None,
+            );
+            model.insert(&txn).await?;
             secrets.push(secret);
         }
         txn.commit().await?;
@@ -762,4 +736,27 @@ fn token_from_model(m: api_token::Model) -> ApiToken {
         last_used_at: m.last_used_at,
         expires_at: m.expires_at,
     }
+}
+
+/// A new token's row and its secret (only its hash is stored).
+fn new_token(
+    user_id: i64,
+    name: String,
+    run_id: Option<String>,
+    expires_at: Option<i64>,
+) -> (api_token::ActiveModel, String) {
+    let secret = format!("{TOKEN_PREFIX}{}", random_secret());
+    let model = api_token::ActiveModel {
+        user_id: Set(user_id),
+        name: Set(name),
+        token_hash: Set(secret_hash(&secret)),
+        prefix: Set(secret.chars().take(10).collect()),
+        run_id: Set(run_id),
+        created_at: Set(now_millis()),
+        last_used_at: Set(None),
+        expires_at: Set(expires_at),
+        revoked_at: Set(None),
+        ..Default::default()
+    };
+    (model, secret)
 }
