@@ -10,6 +10,7 @@ mod m20261130_000005_uploads;
 mod m20261130_000006_identity;
 mod m20261201_000007_executor_handles;
 mod m20261202_000008_job_pods;
+mod m20261202_000009_gpu_telemetry;
 
 pub struct Migrator;
 
@@ -25,6 +26,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261130_000006_identity::Migration),
             Box::new(m20261201_000007_executor_handles::Migration),
             Box::new(m20261202_000008_job_pods::Migration),
+            Box::new(m20261202_000009_gpu_telemetry::Migration),
         ]
     }
 }

@@ -2,6 +2,13 @@
 //! driver's libnvidia-ml at run time) where an NVIDIA driver is present, or
 //! else a configured number of simulated GPUs, so that the whole flow runs on
 //! a machine without one.
+//!
+//! [`Sampler`] reads every GPU on a period: NVML's counters where a driver
+//! is present, or simulated readings that follow what runs on each GPU.
+
+mod sample;
+
+pub use sample::{Load, Sampler};
 
 /// One GPU as the scheduler and the admin pages know it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,7 @@ pub mod jobs;
 mod nodes;
 pub mod series;
 mod sql;
+pub mod telemetry;
 mod templates;
 pub mod tracking;
 mod uploads;
@@ -16,6 +17,7 @@ mod uploads;
 pub use identity::{LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
 pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
 pub use nodes::GpuInfo;
+pub use telemetry::{Heat, NodeGpu};
 pub use tracking::{DEFAULT_EXPERIMENT, MetricIn, NewRun, Viewer};
 pub use uploads::NewUpload;
 
@@ -456,5 +458,7 @@ pub mod testing;
 mod identity_tests;
 #[cfg(test)]
 mod series_tests;
+#[cfg(test)]
+mod telemetry_tests;
 #[cfg(test)]
 mod tracking_tests;

@@ -1,7 +1,7 @@
 //! Nodes and their GPUs as the executors find them: the local executor
 //! registers this machine at start-up.
 
-use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{ActiveModelTrait, ColumnTrait, Condition, EntityTrait, QueryFilter, Set};
 
 use crate::entity::{gpu, node};
 use crate::{Store, StoreError, now_millis};
@@ -47,22 +47,52 @@ impl Store {
                 .id
             }
         };
-        // Replaced whole: a GPU's index or UUID may change with the hardware.
-        gpu::Entity::delete_many()
-            .filter(gpu::Column::NodeId.eq(node_id))
-            .exec(&txn)
+        // Matched by UUID, so that a GPU keeps its id (and its telemetry)
+        // across registrations; its index and name follow the hardware.
+        let wanted: std::collections::HashSet<&str> =
+            gpus.iter().map(|g| g.uuid.as_str()).collect();
+        let known = gpu::Entity::find()
+            .filter(
+                Condition::any()
+                    .add(gpu::Column::NodeId.eq(node_id))
+                    .add(gpu::Column::Uuid.is_in(wanted.iter().copied())),
+            )
+            .all(&txn)
             .await?;
+        let gone: Vec<i64> = known
+            .iter()
+            .filter(|m| m.node_id == node_id && !wanted.contains(m.uuid.as_str()))
+            .map(|m| m.id)
+            .collect();
+        if !gone.is_empty() {
+            gpu::Entity::delete_many()
+                .filter(gpu::Column::Id.is_in(gone))
+                .exec(&txn)
+                .await?;
+        }
         for g in gpus {
-            gpu::ActiveModel {
-                node_id: Set(node_id),
-                index: Set(g.index as i32),
-                uuid: Set(g.uuid.clone()),
-                name: Set(g.name.clone()),
-                memory_total_bytes: Set(g.memory_total_bytes as i64),
-                ..Default::default()
+            match known.iter().find(|m| m.uuid == g.uuid) {
+                Some(m) => {
+                    let mut active: gpu::ActiveModel = m.clone().into();
+                    active.node_id = Set(node_id);
+                    active.index = Set(g.index as i32);
+                    active.name = Set(g.name.clone());
+                    active.memory_total_bytes = Set(g.memory_total_bytes as i64);
+                    active.update(&txn).await?;
+                }
+                None => {
+                    gpu::ActiveModel {
+                        node_id: Set(node_id),
+                        index: Set(g.index as i32),
+                        uuid: Set(g.uuid.clone()),
+                        name: Set(g.name.clone()),
+                        memory_total_bytes: Set(g.memory_total_bytes as i64),
+                        ..Default::default()
+                    }
+                    .insert(&txn)
+                    .await?;
+                }
             }
-            .insert(&txn)
-            .await?;
         }
         txn.commit().await?;
         Ok(node_id)

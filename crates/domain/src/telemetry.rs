@@ -1,0 +1,161 @@
+//! GPU telemetry: what a GPU reports at one moment (as NVML says it), the
+//! batches a node sends, and the series the admin and job pages draw.
+
+use serde::{Deserialize, Serialize};
+
+/// A process on a GPU and the GPU memory it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    /// None where the driver does not say (as under WDDM).
+    pub used_bytes: Option<u64>,
+}
+
+/// One GPU at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    /// Its index on the node, as `CUDA_VISIBLE_DEVICES` names it.
+    pub index: u32,
+    pub uuid: String,
+    /// Share of the last sample period a kernel ran (percent, 0–100).
+    pub gpu_util: u8,
+    /// Share of the period the memory was read or written (percent).
+    pub mem_util: u8,
+    pub mem_used_bytes: u64,
+    pub mem_total_bytes: u64,
+    /// Degrees Celsius.
+    pub temperature_c: u32,
+    pub power_mw: u32,
+    pub power_limit_mw: u32,
+    pub sm_clock_mhz: u32,
+    pub mem_clock_mhz: u32,
+    /// Volatile ECC error counts since the driver loaded; None where the
+    /// GPU has no ECC or it is off.
+    pub ecc_corrected: Option<u64>,
+    pub ecc_uncorrected: Option<u64>,
+    pub processes: Vec<GpuProcess>,
+}
+
+/// An XID error a GPU raised (NVML's critical XID event).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XidEvent {
+    pub t_ms: i64,
+    pub uuid: String,
+    /// The XID code (e.g. 79: the GPU fell off the bus); None when NVML
+    /// could not tell it.
+    pub code: Option<u64>,
+}
+
+/// The samples of every GPU of a node taken at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reading {
+    /// Milliseconds since the Unix epoch.
+    pub t_ms: i64,
+    pub gpus: Vec<GpuSample>,
+}
+
+/// The samples of one GPU folded over a bucket of time: a raw sample is a
+/// bucket of one. Means are over the samples, except where it says max.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GpuPoint {
+    /// The bucket's start (for a raw sample, its time), ms since the epoch.
+    pub t_ms: i64,
+    /// How many samples the bucket folds.
+    pub count: u32,
+    pub gpu_util: f32,
+    pub gpu_util_max: f32,
+    pub mem_util: f32,
+    /// The most memory used in the bucket.
+    pub mem_used_bytes: u64,
+    pub temperature_c: f32,
+    pub temperature_max_c: f32,
+    pub power_w: f32,
+    pub power_max_w: f32,
+    pub sm_clock_mhz: f32,
+    pub mem_clock_mhz: f32,
+}
+
+/// The quantities a GPU chart can draw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuQuantity {
+    Utilization,
+    Memory,
+    Temperature,
+    Power,
+}
+
+impl GpuQuantity {
+    pub const ALL: [GpuQuantity; 4] = [
+        GpuQuantity::Utilization,
+        GpuQuantity::Memory,
+        GpuQuantity::Temperature,
+        GpuQuantity::Power,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuQuantity::Utilization => "utilization",
+            GpuQuantity::Memory => "memory",
+            GpuQuantity::Temperature => "temperature",
+            GpuQuantity::Power => "power",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GpuQuantity> {
+        GpuQuantity::ALL.into_iter().find(|q| q.as_str() == s)
+    }
+
+    /// The axis title, with its unit.
+    pub fn title(self) -> &'static str {
+        match self {
+            GpuQuantity::Utilization => "GPU utilization (%)",
+            GpuQuantity::Memory => "GPU memory used (GiB)",
+            GpuQuantity::Temperature => "Temperature (°C)",
+            GpuQuantity::Power => "Power draw (W)",
+        }
+    }
+
+    /// The value of a point in the chart's unit.
+    pub fn value(self, p: &GpuPoint) -> f64 {
+        match self {
+            GpuQuantity::Utilization => p.gpu_util as f64,
+            GpuQuantity::Memory => p.mem_used_bytes as f64 / (1u64 << 30) as f64,
+            GpuQuantity::Temperature => p.temperature_c as f64,
+            GpuQuantity::Power => p.power_w as f64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse_back_from_their_names() {
+        for q in GpuQuantity::ALL {
+            assert_eq!(GpuQuantity::parse(q.as_str()), Some(q));
+        }
+        assert_eq!(GpuQuantity::parse("fan"), None);
+    }
+
+    #[test]
+    fn memory_is_drawn_in_gib() {
+        let p = GpuPoint {
+            t_ms: 0,
+            count: 1,
+            gpu_util: 50.0,
+            gpu_util_max: 50.0,
+            mem_util: 0.0,
+            mem_used_bytes: 3 << 30,
+            temperature_c: 0.0,
+            temperature_max_c: 0.0,
+            power_w: 0.0,
+            power_max_w: 0.0,
+            sm_clock_mhz: 0.0,
+            mem_clock_mhz: 0.0,
+        };
+        assert_eq!(GpuQuantity::Memory.value(&p), 3.0);
+        assert_eq!(GpuQuantity::Utilization.value(&p), 50.0);
+    }
+}
