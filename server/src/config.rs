@@ -98,6 +98,24 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "GPUs the local executor offers when NVML finds none (jobs see them as CUDA_VISIBLE_DEVICES indices)",
     },
     SettingDoc {
+        key: "gpu_sample_secs",
+        env: "TRAINYARD_GPU_SAMPLE_SECS",
+        default: "10",
+        meaning: "seconds between two samples of every GPU (utilization, memory, temperature, power, clocks, ECC and XID errors), 1 to 3600",
+    },
+    SettingDoc {
+        key: "gpu_idle_percent",
+        env: "TRAINYARD_GPU_IDLE_PERCENT",
+        default: "5",
+        meaning: "a GPU held by a job and below this utilization (percent) for `gpu_idle_minutes` is flagged as allocated but idle",
+    },
+    SettingDoc {
+        key: "gpu_idle_minutes",
+        env: "TRAINYARD_GPU_IDLE_MINUTES",
+        default: "30",
+        meaning: "minutes a held GPU must stay below `gpu_idle_percent` to be flagged as idle",
+    },
+    SettingDoc {
         key: "job_stop_grace_secs",
         env: "TRAINYARD_JOB_STOP_GRACE_SECS",
         default: "10",
@@ -286,6 +304,9 @@ pub struct Settings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub venv_dir: Option<PathBuf>,
     pub simulated_gpus: u32,
+    pub gpu_sample_secs: u64,
+    pub gpu_idle_percent: f64,
+    pub gpu_idle_minutes: u64,
     pub job_stop_grace_secs: u64,
     pub job_uids: String,
     pub job_limits: String,
@@ -341,6 +362,9 @@ impl Default for Settings {
             templates_dir: PathBuf::from("templates"),
             venv_dir: None,
             simulated_gpus: 0,
+            gpu_sample_secs: 10,
+            gpu_idle_percent: 5.0,
+            gpu_idle_minutes: 30,
             job_stop_grace_secs: 10,
             job_uids: "auto".to_owned(),
             job_limits: "auto".to_owned(),
@@ -384,6 +408,14 @@ pub struct Overrides {
     pub database_url: Option<String>,
 }
 
+/// How GPUs are sampled and when a held GPU counts as idle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TelemetrySettings {
+    pub sample_every: std::time::Duration,
+    pub idle_percent: f32,
+    pub idle_after: std::time::Duration,
+}
+
 /// A configuration that failed, naming the setting and what to do.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -406,6 +438,7 @@ pub struct Config {
     pub templates_dir: PathBuf,
     pub venv_dir: PathBuf,
     pub simulated_gpus: u32,
+    pub telemetry: TelemetrySettings,
     pub job_stop_grace_secs: u64,
     pub job_uids: JobUids,
     pub job_limits: JobLimits,
@@ -640,6 +673,24 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
             s.simulated_gpus
         )));
     }
+    if !(1..=3600).contains(&s.gpu_sample_secs) {
+        return Err(ConfigError(format!(
+            "gpu_sample_secs: {} is outside 1 to 3600 seconds",
+            s.gpu_sample_secs
+        )));
+    }
+    if !(0.0..=100.0).contains(&s.gpu_idle_percent) {
+        return Err(ConfigError(format!(
+            "gpu_idle_percent: {} is not a percentage (0 to 100)",
+            s.gpu_idle_percent
+        )));
+    }
+    if !(1..=7 * 24 * 60).contains(&s.gpu_idle_minutes) {
+        return Err(ConfigError(format!(
+            "gpu_idle_minutes: {} is outside 1 minute to a week (10080)",
+            s.gpu_idle_minutes
+        )));
+    }
     tracing_subscriber::EnvFilter::try_new(&s.log)
         .map_err(|e| ConfigError(format!("log: `{}` is not a valid log filter: {e}", s.log)))?;
     let auth = auth_config(&s)?;
@@ -693,6 +744,11 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         templates_dir: s.templates_dir,
         venv_dir,
         simulated_gpus: s.simulated_gpus,
+        telemetry: TelemetrySettings {
+            sample_every: std::time::Duration::from_secs(s.gpu_sample_secs),
+            idle_percent: s.gpu_idle_percent as f32,
+            idle_after: std::time::Duration::from_secs(s.gpu_idle_minutes * 60),
+        },
         job_stop_grace_secs: s.job_stop_grace_secs,
         job_uids,
         job_limits,

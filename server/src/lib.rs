@@ -5,6 +5,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 mod explorer;
+mod gpus_api;
 mod jobs_api;
 pub mod metrics;
 mod mlflow;
@@ -13,6 +14,7 @@ mod ops;
 mod quota;
 pub mod security;
 pub mod series;
+pub mod telemetry;
 mod tokens_api;
 
 use std::net::SocketAddr;
@@ -71,6 +73,7 @@ pub struct AppState {
     pub data_dir: std::path::PathBuf,
     pub jobs: trainyard_jobs::Jobs,
     pub auth: auth::Auth,
+    pub telemetry: telemetry::Telemetry,
 }
 
 impl FromRef<AppState> for auth::Auth {
@@ -129,12 +132,14 @@ impl AppState {
             oidc,
             local_admin: Default::default(),
         };
+        let telemetry = telemetry::Telemetry::new(store.clone(), config.telemetry);
         Ok(AppState {
             leptos_options,
             auth,
             jobs,
             store,
-            metrics: Arc::new(Metrics::new()),
+            metrics: Arc::new(Metrics::new().with_gpus(telemetry.clone())),
+            telemetry,
             artifact_root: config.data_dir.join("artifacts"),
             artifact_max_bytes: config.artifact_max_bytes,
             upload_max_bytes: config.upload_max_bytes,
@@ -204,6 +209,8 @@ fn machine_settings(config: &Config) -> machine::MachineSettings {
 pub struct Machine {
     pub name: String,
     pub gpus: u32,
+    /// Its GPUs as found, for the sampler.
+    pub inventory: trainyard_nvml::Inventory,
 }
 
 /// The local executor's setup: this machine's CPUs and memory, the GPUs
@@ -304,6 +311,24 @@ pub fn router(state: AppState) -> Router {
                 )
                 .route("/api/trainyard/v1/templates", get(jobs_api::templates))
                 .route("/api/trainyard/v1/nodes", get(jobs_api::nodes))
+                .route("/api/trainyard/v1/gpus", get(gpus_api::overview))
+                .route("/api/trainyard/v1/gpus/heatmap", get(gpus_api::heatmap))
+                .route(
+                    "/api/trainyard/v1/nodes/{node}/gpus",
+                    get(gpus_api::node_series),
+                )
+                .route(
+                    "/api/trainyard/v1/nodes/{node}/gpus/chart",
+                    get(gpus_api::node_chart),
+                )
+                .route(
+                    "/api/trainyard/v1/jobs/{id}/gpus",
+                    get(gpus_api::job_series),
+                )
+                .route(
+                    "/api/trainyard/v1/jobs/{id}/gpus/chart",
+                    get(gpus_api::job_chart),
+                )
                 .route(
                     "/api/trainyard/v1/uploads",
                     get(jobs_api::uploads).post(jobs_api::upload),
@@ -401,6 +426,7 @@ pub async fn discover_gpus(config: &Config, store: &Store) -> Result<Machine, Se
     Ok(Machine {
         name: node,
         gpus: gpus.len() as u32,
+        inventory,
     })
 }
 
@@ -433,6 +459,8 @@ pub struct Server {
     state: AppState,
     grace: std::time::Duration,
     signals: ShutdownSignals,
+    /// This machine's GPUs, sampled by the server (local executor only).
+    local_gpus: Option<(trainyard_nvml::Inventory, String)>,
 }
 
 impl Server {
@@ -467,41 +495,42 @@ impl Server {
                 "no browser bundle found; pages render but will not hydrate (build with `make build`)"
             );
         }
+        let (state, local_gpus) = {
+            let mut local_gpus = None;
+            let (executor, setting): (Arc<dyn trainyard_jobs::executor::Executor>, _) =
+                match (&config.kubernetes, local_setup) {
+                    (Some(kube), _) => {
+                        let settings = kube_settings(config, kube, local);
+                        let executor = trainyard_kube::KubeExecutor::connect(settings)
+                            .await
+                            .map_err(config::ConfigError)?;
+                        tracing::info!(namespace = executor.namespace(), "jobs run on Kubernetes");
+                        (Arc::new(executor), "executor")
+                    }
+                    (None, setup) => {
+                        let (job_users, job_limits) = setup.unwrap_or_default();
+                        let machine = discover_gpus(config, &store).await?;
+                        local_gpus = Some((machine.inventory.clone(), machine.name.clone()));
+                        let executor = trainyard_jobs::local::LocalExecutor::new(local_config(
+                            config, local, machine, job_users, job_limits,
+                        ));
+                        (Arc::new(executor), "job_uids")
+                    }
+                };
+            let state = AppState::new(config, local, store, executor)?;
+            state
+                .jobs
+                .prepare()
+                .await
+                .map_err(|e| config::ConfigError(format!("{setting}: {e}")))?;
+            (state, local_gpus)
+        };
         Ok(Server {
             signals: ShutdownSignals::install()?,
-            state: {
-                let (executor, setting): (Arc<dyn trainyard_jobs::executor::Executor>, _) =
-                    match (&config.kubernetes, local_setup) {
-                        (Some(kube), _) => {
-                            let settings = kube_settings(config, kube, local);
-                            let executor = trainyard_kube::KubeExecutor::connect(settings)
-                                .await
-                                .map_err(config::ConfigError)?;
-                            tracing::info!(
-                                namespace = executor.namespace(),
-                                "jobs run on Kubernetes"
-                            );
-                            (Arc::new(executor), "executor")
-                        }
-                        (None, setup) => {
-                            let (job_users, job_limits) = setup.unwrap_or_default();
-                            let machine = discover_gpus(config, &store).await?;
-                            let executor = trainyard_jobs::local::LocalExecutor::new(local_config(
-                                config, local, machine, job_users, job_limits,
-                            ));
-                            (Arc::new(executor), "job_uids")
-                        }
-                    };
-                let state = AppState::new(config, local, store, executor)?;
-                state
-                    .jobs
-                    .prepare()
-                    .await
-                    .map_err(|e| config::ConfigError(format!("{setting}: {e}")))?;
-                state
-            },
+            state,
             listener,
             grace: config.shutdown_grace,
+            local_gpus,
         })
     }
 
@@ -514,6 +543,16 @@ impl Server {
         // Stopped with the server, also when `run` itself is dropped.
         let compactor = Background(tokio::spawn(compact_forever(store.clone())));
         let supervisor = Background(tokio::spawn(self.state.jobs.clone().run_forever()));
+        let telemetry = Background(tokio::spawn(
+            self.state.telemetry.clone().maintain_forever(),
+        ));
+        let sampler = self.local_gpus.take().map(|(inventory, node)| {
+            Background(tokio::spawn(telemetry::sample_locally_forever(
+                self.state.telemetry.clone(),
+                inventory,
+                node,
+            )))
+        });
         let app = router(self.state);
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let app = app.into_make_service_with_connect_info::<SocketAddr>();
@@ -537,6 +576,8 @@ impl Server {
         // keep running under their shims; the next start finds them.
         drop(compactor);
         drop(supervisor);
+        drop(sampler);
+        drop(telemetry);
         store.close().await?;
         tracing::info!("stopped");
         Ok(())

@@ -54,29 +54,30 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("trainyard");
+        // No prefix: the GPU metrics keep the DCGM exporter's own names.
+        let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: Family<RouteLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(latency_histogram);
         let pool = Family::<PoolLabels, Gauge>::default();
         let pool_max = Gauge::default();
         registry.register(
-            "http_requests",
+            "trainyard_http_requests",
             "HTTP requests answered, by method, route and status",
             requests.clone(),
         );
         registry.register(
-            "http_request_duration_seconds",
+            "trainyard_http_request_duration_seconds",
             "Time to answer an HTTP request, by method and route",
             latency.clone(),
         );
         registry.register(
-            "db_pool_connections",
+            "trainyard_db_pool_connections",
             "Database connections in the pool, by state (open, idle, in_use)",
             pool.clone(),
         );
         registry.register(
-            "db_pool_max_connections",
+            "trainyard_db_pool_max_connections",
             "Most connections the database pool may open",
             pool_max.clone(),
         );
@@ -87,6 +88,13 @@ impl Metrics {
             pool,
             pool_max,
         }
+    }
+
+    /// Adds every GPU's latest sample, in the DCGM exporter's names.
+    pub fn with_gpus(mut self, telemetry: crate::telemetry::Telemetry) -> Self {
+        self.registry
+            .register_collector(Box::new(crate::telemetry::DcgmMetrics(telemetry)));
+        self
     }
 
     fn observe(&self, method: &str, route: &str, status: u16, seconds: f64) {

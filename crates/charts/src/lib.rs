@@ -14,12 +14,18 @@
 //! [`parallel_svg`] for the counts per chart.
 
 mod format;
+mod heatmap;
 mod parallel;
 mod plot;
 #[cfg(feature = "png")]
 mod raster;
 
 pub use format::{format_value, format_x};
+#[cfg(feature = "png")]
+pub use heatmap::heatmap_png;
+pub use heatmap::{
+    HeatGroup, HeatLayout, HeatRow, Heatmap, MAX_HEATMAP_HEIGHT, heat_color, heatmap_svg,
+};
 pub use parallel::{Column, Line, Parallel, parallel_svg};
 
 #[cfg(feature = "png")]

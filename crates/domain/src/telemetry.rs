@@ -127,6 +127,80 @@ impl GpuQuantity {
     }
 }
 
+/// What a node's agent sends: its GPUs' readings since the last batch that
+/// was accepted, and the XID errors raised meanwhile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadingBatch {
+    pub readings: Vec<Reading>,
+    #[serde(default)]
+    pub xids: Vec<XidEvent>,
+}
+
+/// One GPU as the admin overview shows it now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuNow {
+    /// The id the series endpoints take.
+    pub id: i64,
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub memory_total_bytes: u64,
+    /// The latest sample, if one came within the last few periods.
+    pub latest: Option<GpuLatest>,
+    /// The job that holds it, if any.
+    pub job: Option<i64>,
+    /// Held by a job and below the idle threshold for the idle time.
+    pub idle: bool,
+}
+
+/// The latest sample of a GPU, in display units.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GpuLatest {
+    pub t_ms: i64,
+    pub gpu_util: u8,
+    pub mem_used_bytes: u64,
+    pub temperature_c: u32,
+    pub power_w: f32,
+    pub power_limit_w: f32,
+}
+
+/// A node's GPUs now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuNode {
+    pub name: String,
+    pub gpus: Vec<GpuNow>,
+}
+
+/// The admin's view of every GPU, with the settings that give it meaning.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuOverview {
+    pub sample_secs: u64,
+    pub idle_percent: f32,
+    pub idle_minutes: u64,
+    pub nodes: Vec<GpuNode>,
+}
+
+/// One GPU's points over a window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuSeries {
+    pub id: i64,
+    pub index: u32,
+    pub uuid: String,
+    pub points: Vec<GpuPoint>,
+}
+
+/// A node's or a job's GPUs over a window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuWindow {
+    pub node: String,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub gpus: Vec<GpuSeries>,
+    /// For a job: its GPUs are flagged idle now.
+    #[serde(default)]
+    pub idle: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
