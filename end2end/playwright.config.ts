@@ -34,6 +34,10 @@ const serverEnv = {
   // One GPU to queue for, on a machine without any.
   TRAINYARD_SIMULATED_GPUS: '1',
   TRAINYARD_JOB_STOP_GRACE_SECS: '2',
+  // GPU samples every 2 s, and a held GPU counts as idle after a minute
+  // below 5 %, so that the telemetry pages fill and flag within a test.
+  TRAINYARD_GPU_SAMPLE_SECS: '2',
+  TRAINYARD_GPU_IDLE_MINUTES: '1',
   TRAINYARD_LOG: 'info',
 };
 

@@ -541,6 +541,8 @@ pub fn JobPage() -> impl IntoView {
     });
     let live = RwSignal::new(String::new());
     follow_log(id, log, live, tick);
+    let gpu_zoom = RwSignal::new(None);
+    let gpus = crate::gpus::job_gpus(id, tick, gpu_zoom);
     let cancel_error = move || {
         cancel
             .value()
@@ -609,6 +611,9 @@ pub fn JobPage() -> impl IntoView {
                                     <li><time>{format_utc(e.time)}</time> " " <strong>{e.kind}</strong> " " {e.message}</li>
                                 }).collect_view()}
                             </ol>
+                            {(job.gpus > 0 && job.started_at.is_some()).then(|| view! {
+                                <crate::gpus::JobGpus id=job.id data=gpus zoom=gpu_zoom/>
+                            }.into_any())}
                             <h2>"Log " <a class="hint" href=format!("/api/trainyard/v1/jobs/{}/logs?download=1", job.id)>"download"</a></h2>
                         }.into_any()
                     }

@@ -5,6 +5,7 @@ mod account;
 pub mod api;
 pub mod error;
 pub mod explorer;
+pub mod gpus;
 mod jobs;
 mod pages;
 #[cfg(any(feature = "ssr", test))]
@@ -87,6 +88,8 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("templates"), ParamSegment("slug"), StaticSegment("edit")) view=jobs::TemplateEditor ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("templates") view=pages::TemplatesPage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("admin") view=pages::AdminPage ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("admin"), StaticSegment("gpus")) view=gpus::GpusPage ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("admin"), StaticSegment("gpus"), ParamSegment("node")) view=gpus::NodeGpusPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("settings"), StaticSegment("tokens")) view=account::TokensPage ssr=SsrMode::InOrder/>
                 </Routes>
             </main>

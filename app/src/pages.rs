@@ -173,6 +173,7 @@ pub fn AdminPage() -> impl IntoView {
     view! {
         <Title text="Admin"/>
         <section class="page-head"><h1>"Admin"</h1></section>
+        <p><a href="/admin/gpus" data-testid="admin-gpus">"GPU utilization: the heatmap of every GPU, each node's charts, idle GPUs"</a></p>
         <Users/>
         <Nodes/>
     }

@@ -408,13 +408,7 @@ pub struct Overrides {
     pub database_url: Option<String>,
 }
 
-/// How GPUs are sampled and when a held GPU counts as idle.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TelemetrySettings {
-    pub sample_every: std::time::Duration,
-    pub idle_percent: f32,
-    pub idle_after: std::time::Duration,
-}
+pub use trainyard_jobs::telemetry::TelemetrySettings;
 
 /// A configuration that failed, naming the setting and what to do.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,7 @@
 //! A window is `window=1h|6h|24h|7d|30d` back from now, or `from`/`to` in
 //! Unix milliseconds (a zoom).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -20,16 +20,14 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use trainyard_domain::telemetry::{
-    GpuLatest, GpuNode, GpuNow, GpuOverview, GpuQuantity, GpuSeries, GpuWindow,
+    GpuOverview, GpuQuantity, GpuWindow, MAX_WINDOW_MS, heat_row_height, window_ms,
 };
-use trainyard_store::{Access, NodeGpu};
+use trainyard_store::Access;
 
 use crate::AppState;
 use crate::auth::{Caller, Principal};
 use crate::jobs_api::JobsError;
 
-/// The longest window one read may span.
-const MAX_WINDOW_MS: i64 = 366 * 86_400_000;
 const MAX_POINTS: usize = 4000;
 const DEFAULT_POINTS: usize = 600;
 
@@ -56,19 +54,6 @@ pub struct WindowQuery {
     pub width: Option<u32>,
     pub height: Option<u32>,
     pub row_height: Option<u32>,
-}
-
-/// A named window back from now, in milliseconds.
-pub fn window_ms(name: &str) -> Option<i64> {
-    let (n, unit) = name.split_at(name.len().checked_sub(1)?);
-    let n: i64 = n.parse().ok()?;
-    let unit = match unit {
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return None,
-    };
-    Some(n.checked_mul(unit)?).filter(|w| (60_000..=MAX_WINDOW_MS).contains(w))
 }
 
 impl WindowQuery {
@@ -137,43 +122,12 @@ pub async fn overview(
     Caller(principal): Caller,
 ) -> Result<Json<GpuOverview>, JobsError> {
     admin_only(&principal)?;
-    let now = trainyard_store::now_millis();
-    let inventory = state.store.gpu_inventory().await?;
-    let telemetry = &state.telemetry;
-    let latest = telemetry.latest(now);
-    let holders = telemetry.holders();
-    let idle = telemetry.idle(&inventory, now).await?;
-    let mut nodes: BTreeMap<String, Vec<GpuNow>> = BTreeMap::new();
-    for g in inventory {
-        let key = (g.node.clone(), g.index);
-        nodes.entry(g.node.clone()).or_default().push(GpuNow {
-            id: g.id,
-            index: g.index,
-            latest: latest.get(&g.uuid).map(|l| GpuLatest {
-                t_ms: l.t_ms,
-                gpu_util: l.sample.gpu_util,
-                mem_used_bytes: l.sample.mem_used_bytes,
-                temperature_c: l.sample.temperature_c,
-                power_w: l.sample.power_mw as f32 / 1000.0,
-                power_limit_w: l.sample.power_limit_mw as f32 / 1000.0,
-            }),
-            job: holders.get(&key).map(|h| h.job_id),
-            idle: idle.contains(&key),
-            uuid: g.uuid,
-            name: g.name,
-            memory_total_bytes: g.memory_total_bytes,
-        });
-    }
-    let settings = telemetry.settings();
-    Ok(Json(GpuOverview {
-        sample_secs: settings.sample_every.as_secs(),
-        idle_percent: settings.idle_percent,
-        idle_minutes: settings.idle_after.as_secs() / 60,
-        nodes: nodes
-            .into_iter()
-            .map(|(name, gpus)| GpuNode { name, gpus })
-            .collect(),
-    }))
+    Ok(Json(
+        state
+            .telemetry
+            .overview(trainyard_store::now_millis())
+            .await?,
+    ))
 }
 
 /// `GET /api/trainyard/v1/gpus/heatmap`
@@ -190,13 +144,7 @@ pub async fn heatmap(
     let inventory = state.store.gpu_inventory().await?;
     let row_height = q
         .row_height
-        .unwrap_or(if inventory.len() > 2000 {
-            1
-        } else if inventory.len() > 400 {
-            2
-        } else {
-            8
-        })
+        .unwrap_or_else(|| heat_row_height(inventory.len()))
         .clamp(1, 24);
     // As many columns as 5-minute buckets, within two pixels each.
     let plot = width.saturating_sub(190) as i64;
@@ -267,50 +215,23 @@ async fn draw(
         .into_response())
 }
 
-/// The series of these GPUs over the window.
-async fn window(
+async fn node_window(
     state: &AppState,
     node: &str,
-    gpus: &[NodeGpu],
-    (from, to): (i64, i64),
-    points: usize,
+    q: &WindowQuery,
 ) -> Result<GpuWindow, JobsError> {
-    let now = trainyard_store::now_millis();
-    let ids: Vec<i64> = gpus.iter().map(|g| g.id).collect();
-    let mut series = state.store.gpu_series(&ids, from, to, now, points).await?;
-    Ok(GpuWindow {
-        node: node.to_owned(),
-        from_ms: from,
-        to_ms: to,
-        gpus: gpus
-            .iter()
-            .map(|g| GpuSeries {
-                id: g.id,
-                index: g.index,
-                uuid: g.uuid.clone(),
-                points: series.remove(&g.id).unwrap_or_default(),
-            })
-            .collect(),
-        idle: false,
-    })
-}
-
-async fn node_gpus(state: &AppState, node: &str) -> Result<Vec<NodeGpu>, JobsError> {
-    let gpus: Vec<NodeGpu> = state
-        .store
-        .gpu_inventory()
+    let span = q.span(trainyard_store::now_millis(), 6 * 3_600_000)?;
+    state
+        .telemetry
+        .node_window(node, span, q.points())
         .await?
-        .into_iter()
-        .filter(|g| g.node == node)
-        .collect();
-    if gpus.is_empty() {
-        return Err(JobsError::new(
-            StatusCode::NOT_FOUND,
-            "RESOURCE_DOES_NOT_EXIST",
-            format!("node {node} has no GPUs known to Trainyard"),
-        ));
-    }
-    Ok(gpus)
+        .ok_or_else(|| {
+            JobsError::new(
+                StatusCode::NOT_FOUND,
+                "RESOURCE_DOES_NOT_EXIST",
+                format!("node {node} has no GPUs known to Trainyard"),
+            )
+        })
 }
 
 /// `GET /api/trainyard/v1/nodes/{node}/gpus`
@@ -321,9 +242,7 @@ pub async fn node_series(
     Query(q): Query<WindowQuery>,
 ) -> Result<Json<GpuWindow>, JobsError> {
     admin_only(&principal)?;
-    let gpus = node_gpus(&state, &node).await?;
-    let span = q.span(trainyard_store::now_millis(), 6 * 3_600_000)?;
-    Ok(Json(window(&state, &node, &gpus, span, q.points()).await?))
+    Ok(Json(node_window(&state, &node, &q).await?))
 }
 
 /// `GET /api/trainyard/v1/nodes/{node}/gpus/chart`
@@ -334,14 +253,11 @@ pub async fn node_chart(
     Query(q): Query<WindowQuery>,
 ) -> Result<Response, JobsError> {
     admin_only(&principal)?;
-    let gpus = node_gpus(&state, &node).await?;
-    let span = q.span(trainyard_store::now_millis(), 6 * 3_600_000)?;
-    let w = window(&state, &node, &gpus, span, q.points()).await?;
+    let w = node_window(&state, &node, &q).await?;
     chart(&q, &format!("{node}: "), &w).await
 }
 
-/// The job's GPUs over its life (now for a running one), or an empty
-/// window for a job that held none.
+/// The job's GPUs over its life, or over the zoom asked for.
 async fn job_window(
     state: &AppState,
     principal: &Principal,
@@ -352,33 +268,14 @@ async fn job_window(
         .store
         .job_as(&principal.user, id, Access::Read)
         .await?;
-    let job = record.job;
-    let now = trainyard_store::now_millis();
-    let (Some(node), Some(started)) = (job.node.clone(), job.started_at) else {
-        return Ok(GpuWindow {
-            node: job.node.unwrap_or_default(),
-            from_ms: now,
-            to_ms: now,
-            gpus: Vec::new(),
-            idle: false,
-        });
-    };
-    let end = job.finished_at.unwrap_or(now).max(started + 1000);
     let span = match (q.from, q.to) {
-        (Some(_), Some(_)) => q.span(now, 0)?,
-        _ => (started, end),
+        (Some(_), Some(_)) => Some(q.span(trainyard_store::now_millis(), 0)?),
+        _ => None,
     };
-    let inventory = state.store.gpu_inventory().await?;
-    let gpus: Vec<NodeGpu> = inventory
-        .iter()
-        .filter(|g| g.node == node && job.gpu_indices.contains(&g.index))
-        .cloned()
-        .collect();
-    let mut w = window(state, &node, &gpus, span, q.points()).await?;
-    if job.state == trainyard_domain::JobState::Running {
-        w.idle = !state.telemetry.idle(&gpus, now).await?.is_empty();
-    }
-    Ok(w)
+    Ok(state
+        .telemetry
+        .job_window(&record.job, span, q.points())
+        .await?)
 }
 
 /// `GET /api/trainyard/v1/jobs/{id}/gpus`
@@ -406,7 +303,7 @@ pub async fn job_chart(
 async fn chart(q: &WindowQuery, title: &str, w: &GpuWindow) -> Result<Response, JobsError> {
     let quantity = q.quantity()?;
     let png = q.png()?;
-    let chart = gpu_chart(title, quantity, w, q.width, q.height);
+    let chart = trainyard_app::gpus::gpu_chart(title, quantity, w, q.width, q.height);
     draw(png, &format!("gpus-{}", quantity.as_str()), move || {
         if png {
             trainyard_charts::line_png(&chart)
@@ -417,54 +314,9 @@ async fn chart(q: &WindowQuery, title: &str, w: &GpuWindow) -> Result<Response, 
     .await
 }
 
-/// The line chart of one quantity of a window's GPUs.
-pub fn gpu_chart(
-    title: &str,
-    quantity: GpuQuantity,
-    w: &GpuWindow,
-    width: Option<u32>,
-    height: Option<u32>,
-) -> trainyard_charts::LineChart {
-    trainyard_charts::LineChart {
-        title: format!("{title}{}", quantity.title()),
-        x_axis: trainyard_charts::XAxis::WallTime,
-        series: w
-            .gpus
-            .iter()
-            .map(|g| trainyard_charts::Series {
-                label: format!("GPU {}", g.index),
-                color: g.index as usize,
-                x: g.points.iter().map(|p| p.t_ms as f64).collect(),
-                y: g.points.iter().map(|p| quantity.value(p)).collect(),
-                min: None,
-                max: None,
-            })
-            .collect(),
-        log_y: false,
-        smoothing: 0.0,
-        x_range: Some((w.from_ms as f64, w.to_ms as f64)),
-        width: width.unwrap_or(900).clamp(240, 4096),
-        height: height.unwrap_or(320).clamp(160, 4096),
-        legend: true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn windows_read_as_people_write_them() {
-        assert_eq!(window_ms("24h"), Some(86_400_000));
-        assert_eq!(window_ms("7d"), Some(7 * 86_400_000));
-        assert_eq!(window_ms("30m"), Some(1_800_000));
-        assert_eq!(window_ms("400d"), None, "beyond a year");
-        assert_eq!(window_ms("0h"), None);
-        assert_eq!(window_ms("h"), None);
-        assert_eq!(window_ms(""), None);
-        assert_eq!(window_ms("3w"), None);
-        assert_eq!(window_ms("99999999999999d"), None);
-    }
 
     #[test]
     fn a_zoom_is_checked_and_a_bad_window_names_its_field() {

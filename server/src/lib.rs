@@ -260,10 +260,12 @@ fn page_context(
     let store = state.store.clone();
     let jobs = state.jobs.clone();
     let artifacts = trainyard_app::explorer::api::ArtifactRoot(state.artifact_root.clone());
+    let telemetry = state.telemetry.clone();
     move || {
         provide_context(store.clone());
         provide_context(jobs.clone());
         provide_context(artifacts.clone());
+        provide_context(telemetry.clone());
         security::set_page_policy(provider.as_deref());
     }
 }
@@ -547,11 +549,13 @@ impl Server {
             self.state.telemetry.clone().maintain_forever(),
         ));
         let sampler = self.local_gpus.take().map(|(inventory, node)| {
-            Background(tokio::spawn(telemetry::sample_locally_forever(
-                self.state.telemetry.clone(),
-                inventory,
-                node,
-            )))
+            Background(tokio::spawn(
+                trainyard_jobs::telemetry::sample_locally_forever(
+                    self.state.telemetry.clone(),
+                    inventory,
+                    node,
+                ),
+            ))
         });
         let app = router(self.state);
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);

@@ -128,6 +128,7 @@ pub fn build_chart(
         width: size.0,
         height: size.1,
         legend: false,
+        y_include: None,
     }
 }
 

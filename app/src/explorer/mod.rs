@@ -3,7 +3,7 @@
 //! in the URL, so a link shows someone else the same thing.
 
 pub mod api;
-mod chart;
+pub(crate) mod chart;
 mod compare;
 mod run;
 mod table;

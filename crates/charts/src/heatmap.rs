@@ -54,8 +54,11 @@ const TOP: u32 = 56;
 const BOTTOM: u32 = 34;
 const LEFT: u32 = 170;
 const RIGHT: u32 = 16;
-/// Pixels between two nodes' rows.
-const GAP: u32 = 1;
+/// Pixels between two nodes' rows (none for rows thinner than 3 px, where
+/// a gap per node would take a third of the height).
+fn gap(row_height: u32) -> u32 {
+    u32::from(row_height >= 3)
+}
 /// The tallest heatmap drawn (2 px rows for 8,000 GPUs, 1 px for 16,000).
 pub const MAX_HEATMAP_HEIGHT: u32 = 16_384;
 const NO_DATA: RGBColor = RGBColor(0xee, 0xee, 0xee);
@@ -91,7 +94,7 @@ impl Heatmap {
         for g in &self.groups {
             let h = g.rows.len() as u32 * self.row_height;
             groups.push((y, y + h));
-            y += h + GAP;
+            y += h + gap(self.row_height);
         }
         HeatLayout {
             height: y + BOTTOM,

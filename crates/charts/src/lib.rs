@@ -106,6 +106,10 @@ pub struct LineChart {
     /// shows its own).
     #[serde(default)]
     pub legend: bool,
+    /// Values the y axis always shows, whatever the data (0 to 100 for a percentage, 0 for a
+    /// quantity that starts there); the data may widen it. Ignored on a log axis.
+    #[serde(default)]
+    pub y_include: Option<(f64, f64)>,
 }
 
 /// Where the plot area lies in the SVG's pixels (its viewBox units) and which data ranges it

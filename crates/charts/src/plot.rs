@@ -157,7 +157,15 @@ pub(crate) fn line<DB: DrawingBackend>(
             .chain(&smooth)
             .flat_map(|(_, segs)| segs.iter().flatten())
     };
-    let data_y = extent(all().flat_map(|p| [p[1], p[2]]));
+    let include = c
+        .y_include
+        .filter(|(a, b)| !c.log_y && a.is_finite() && b.is_finite())
+        .map(|(a, b)| [a, b]);
+    let data_y = extent(
+        all()
+            .flat_map(|p| [p[1], p[2]])
+            .chain(include.into_iter().flatten()),
+    );
     let empty = all().next().is_none();
 
     let size = root.dim_in_pixel();
@@ -487,6 +495,7 @@ pub(crate) mod tests {
             log_y: false,
             smoothing: 0.0,
             x_range: None,
+            y_include: None,
             width: 640,
             height: 360,
             legend: false,
@@ -761,5 +770,26 @@ pub(crate) mod tests {
         let svg = scatter_svg(&s).unwrap();
         assert_eq!(count(&svg, "circle"), 28, "y ≤ 0 is left out on a log axis");
         assert!(!svg.contains("trial-"), "too many points to label");
+    }
+
+    #[test]
+    fn the_y_axis_shows_what_it_must_include() {
+        let mut c = chart(vec![Series {
+            label: "gpu".into(),
+            color: 0,
+            x: vec![0.0, 1.0],
+            y: vec![0.0, 2.0],
+            min: None,
+            max: None,
+        }]);
+        let (_, tight) = crate::line_svg(&c).unwrap();
+        assert!(tight.y_max < 10.0, "{tight:?}");
+        c.y_include = Some((0.0, 100.0));
+        let (_, wide) = crate::line_svg(&c).unwrap();
+        assert!(wide.y_min <= 0.0 && wide.y_max >= 100.0, "{wide:?}");
+        // Ignored on a log axis, where 0 cannot be drawn.
+        c.log_y = true;
+        let (_, log) = crate::line_svg(&c).unwrap();
+        assert!(log.y_max < 10.0, "{log:?}");
     }
 }

@@ -116,6 +116,16 @@ impl GpuQuantity {
         }
     }
 
+    /// What the y axis always shows: a percentage all of 0–100, memory and
+    /// power from 0; temperature where the data lies.
+    pub fn y_include(self) -> Option<(f64, f64)> {
+        match self {
+            GpuQuantity::Utilization => Some((0.0, 100.0)),
+            GpuQuantity::Memory | GpuQuantity::Power => Some((0.0, 0.0)),
+            GpuQuantity::Temperature => None,
+        }
+    }
+
     /// The value of a point in the chart's unit.
     pub fn value(self, p: &GpuPoint) -> f64 {
         match self {
@@ -196,9 +206,46 @@ pub struct GpuWindow {
     pub from_ms: i64,
     pub to_ms: i64,
     pub gpus: Vec<GpuSeries>,
-    /// For a job: its GPUs are flagged idle now.
+    /// For a job: its GPUs are flagged idle now, by the thresholds below.
     #[serde(default)]
     pub idle: bool,
+    #[serde(default)]
+    pub idle_percent: f32,
+    #[serde(default)]
+    pub idle_minutes: u64,
+}
+
+/// The windows the GPU pages offer, back from now.
+pub const WINDOWS: [&str; 5] = ["1h", "6h", "24h", "7d", "30d"];
+
+/// The longest window one read may span (a year and a day).
+pub const MAX_WINDOW_MS: i64 = 366 * 86_400_000;
+
+/// A window written as a count and a unit (`30m`, `6h`, `7d`), in
+/// milliseconds; None unless it is 1 minute to [`MAX_WINDOW_MS`].
+pub fn window_ms(name: &str) -> Option<i64> {
+    let (n, unit) = name.split_at(name.len().checked_sub(1)?);
+    let n: i64 = n.parse().ok()?;
+    let unit = match unit {
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(unit)
+        .filter(|w| (60_000..=MAX_WINDOW_MS).contains(w))
+}
+
+/// Pixels per GPU row of the cluster heatmap, so that it stays readable
+/// for a few GPUs and fits for thousands.
+pub fn heat_row_height(gpus: usize) -> u32 {
+    match gpus {
+        0..=64 => 12,
+        65..=400 => 6,
+        401..=2000 => 3,
+        2001..=8000 => 2,
+        _ => 1,
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +258,30 @@ mod tests {
             assert_eq!(GpuQuantity::parse(q.as_str()), Some(q));
         }
         assert_eq!(GpuQuantity::parse("fan"), None);
+    }
+
+    #[test]
+    fn windows_read_as_people_write_them() {
+        assert_eq!(window_ms("24h"), Some(86_400_000));
+        assert_eq!(window_ms("7d"), Some(7 * 86_400_000));
+        assert_eq!(window_ms("30m"), Some(1_800_000));
+        assert_eq!(window_ms("400d"), None, "beyond a year");
+        assert_eq!(window_ms("0h"), None);
+        assert_eq!(window_ms("h"), None);
+        assert_eq!(window_ms(""), None);
+        assert_eq!(window_ms("3w"), None);
+        assert_eq!(window_ms("99999999999999d"), None);
+        assert!(WINDOWS.iter().all(|w| window_ms(w).is_some()));
+    }
+
+    #[test]
+    fn heatmap_rows_thin_out_as_gpus_grow_and_stay_within_bounds() {
+        assert_eq!(heat_row_height(8), 12);
+        assert_eq!(heat_row_height(8000), 2);
+        assert_eq!(heat_row_height(20_000), 1);
+        // 8,000 GPUs on 1,000 nodes: 16,000 px of rows, under the limit
+        // of 16,384 with the gaps between nodes counted by the chart.
+        assert!(8000 * heat_row_height(8000) <= 16_000);
     }
 
     #[test]

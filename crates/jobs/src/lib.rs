@@ -10,6 +10,7 @@ pub mod executor;
 pub mod local;
 pub mod machine;
 pub mod shim;
+pub mod telemetry;
 pub mod templates;
 pub mod tree;
 pub mod users;

@@ -266,8 +266,9 @@ impl Simulated {
                 *temp += (target_temp - *temp) * 0.5;
                 *power += (target_power - *power) * 0.6;
                 let memory = g.memory_total_bytes as f64;
+                // A job's memory is steady once allocated, as real ones are.
                 let mem_used = if held {
-                    memory * (0.62 + 0.02 * noise(2))
+                    memory * (0.62 + 0.02 * unit_noise(&g.uuid, 0, 2))
                 } else {
                     0.0
                 };

@@ -1,0 +1,657 @@
+//! GPU telemetry (docs/gpu-telemetry.md): readings of every GPU go to the
+//! store, the latest of each stays in memory for `/metrics` and the admin
+//! pages, and which job holds which GPU is read from the jobs. On the local
+//! executor the server samples its own GPUs; on a cluster each node's agent
+//! sends its readings.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use trainyard_domain::JobState;
+use trainyard_domain::job::Job;
+use trainyard_domain::telemetry::{
+    GpuLatest, GpuNode, GpuNow, GpuOverview, GpuSample, GpuSeries, GpuWindow, Reading, XidEvent,
+};
+use trainyard_nvml::{Inventory, Load, Sampler};
+use trainyard_store::{GpuInfo, NodeGpu, Store, StoreError};
+
+/// How GPUs are sampled and when a held GPU counts as idle.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TelemetrySettings {
+    pub sample_every: Duration,
+    pub idle_percent: f32,
+    pub idle_after: Duration,
+}
+
+/// The job environment variable that sets how busy a simulated GPU held by
+/// the job runs (percent); 90 without it. NVML ignores it.
+pub const SIMULATED_UTIL_ENV: &str = "SIMULATED_GPU_UTIL";
+const SIMULATED_DEFAULT_UTIL: u8 = 90;
+
+/// How often stored samples are compacted into their tiers, and pruned.
+const COMPACT_EVERY: Duration = Duration::from_secs(60);
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// Fresh rows one compaction transaction folds.
+const COMPACT_ROWS: usize = 2000;
+/// A latest sample older than this is not shown as current.
+const STALE_MS: i64 = 5 * 60_000;
+
+/// The latest sample of one GPU.
+#[derive(Debug, Clone)]
+pub struct Latest {
+    pub node: String,
+    pub model: String,
+    pub t_ms: i64,
+    pub sample: GpuSample,
+    pub last_xid: Option<u64>,
+}
+
+/// A running job's hold on a GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Holder {
+    pub job_id: i64,
+    pub owner_id: Option<i64>,
+    pub pod: Option<String>,
+    pub started_at: Option<i64>,
+    /// What a simulated GPU of this job runs at.
+    pub simulated_util: u8,
+}
+
+/// GPUs by node and index.
+pub type GpuKey = (String, u32);
+
+#[derive(Clone)]
+pub struct Telemetry {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    store: Store,
+    settings: TelemetrySettings,
+    latest: RwLock<HashMap<String, Latest>>,
+    holders: RwLock<HashMap<GpuKey, Holder>>,
+    /// Each node's id and its GPUs' ids and models by UUID.
+    nodes: tokio::sync::Mutex<HashMap<String, NodeIds>>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct NodeIds {
+    node_id: i64,
+    ids: HashMap<String, i64>,
+    models: HashMap<String, String>,
+}
+
+impl Telemetry {
+    pub fn new(store: Store, settings: TelemetrySettings) -> Telemetry {
+        Telemetry {
+            inner: Arc::new(Inner {
+                store,
+                settings,
+                latest: Default::default(),
+                holders: Default::default(),
+                nodes: Default::default(),
+            }),
+        }
+    }
+
+    pub fn settings(&self) -> TelemetrySettings {
+        self.inner.settings
+    }
+
+    /// Records a node and its GPUs (as found now).
+    pub async fn register(&self, node: &str, gpus: &[GpuInfo]) -> Result<i64, StoreError> {
+        let node_id = self.inner.store.register_node(node, gpus).await?;
+        self.inner.nodes.lock().await.remove(node);
+        Ok(node_id)
+    }
+
+    async fn node_ids(&self, node: &str) -> Result<Option<NodeIds>, StoreError> {
+        let mut nodes = self.inner.nodes.lock().await;
+        if let Some(ids) = nodes.get(node) {
+            return Ok(Some(ids.clone()));
+        }
+        let gpus: Vec<NodeGpu> = self
+            .inner
+            .store
+            .gpu_inventory()
+            .await?
+            .into_iter()
+            .filter(|g| g.node == node)
+            .collect();
+        let Some(first) = gpus.first() else {
+            return Ok(None);
+        };
+        let ids = NodeIds {
+            node_id: first.node_id,
+            ids: gpus.iter().map(|g| (g.uuid.clone(), g.id)).collect(),
+            models: gpus
+                .iter()
+                .map(|g| (g.uuid.clone(), g.name.clone()))
+                .collect(),
+        };
+        nodes.insert(node.to_owned(), ids.clone());
+        Ok(Some(ids))
+    }
+
+    /// Stores a node's readings and keeps the newest of each GPU. Returns
+    /// the samples kept (those of the node's registered GPUs).
+    pub async fn ingest(
+        &self,
+        node: &str,
+        readings: &[Reading],
+        xids: &[XidEvent],
+    ) -> Result<usize, StoreError> {
+        let Some(ids) = self.node_ids(node).await? else {
+            return Err(StoreError::NotFound(format!(
+                "node {node} has no GPUs registered; register it first"
+            )));
+        };
+        let kept = self
+            .inner
+            .store
+            .write_gpu_readings(ids.node_id, &ids.ids, readings, xids)
+            .await?;
+        let mut latest = self.inner.latest.write().unwrap_or_else(|e| e.into_inner());
+        for reading in readings {
+            for s in &reading.gpus {
+                let Some(model) = ids.models.get(&s.uuid) else {
+                    continue;
+                };
+                let entry = latest.entry(s.uuid.clone()).or_insert_with(|| Latest {
+                    node: node.to_owned(),
+                    model: model.clone(),
+                    t_ms: i64::MIN,
+                    sample: s.clone(),
+                    last_xid: None,
+                });
+                if reading.t_ms >= entry.t_ms {
+                    entry.t_ms = reading.t_ms;
+                    entry.sample = s.clone();
+                    entry.node = node.to_owned();
+                }
+            }
+        }
+        for x in xids {
+            if let Some(entry) = latest.get_mut(&x.uuid) {
+                entry.last_xid = x.code.or(entry.last_xid);
+            }
+        }
+        Ok(kept)
+    }
+
+    /// The newest sample of every GPU that reported lately, by UUID.
+    pub fn latest(&self, now_ms: i64) -> HashMap<String, Latest> {
+        self.inner
+            .latest
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, l)| now_ms - l.t_ms <= STALE_MS)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Rereads which running job holds which GPU.
+    pub async fn refresh_holders(&self) -> Result<(), StoreError> {
+        let jobs = self.inner.store.active_jobs().await?;
+        let mut holders = HashMap::new();
+        for r in jobs {
+            if r.job.state != JobState::Running {
+                continue;
+            }
+            let Some(node) = &r.job.node else { continue };
+            let simulated_util = r
+                .job
+                .spec
+                .env
+                .get(SIMULATED_UTIL_ENV)
+                .and_then(|v| v.trim().parse::<u8>().ok())
+                .map(|u| u.min(100))
+                .unwrap_or(SIMULATED_DEFAULT_UTIL);
+            for index in &r.job.gpu_indices {
+                holders.insert(
+                    (node.clone(), *index),
+                    Holder {
+                        job_id: r.job.id,
+                        owner_id: r.owner_id,
+                        pod: r.job.pod.clone(),
+                        started_at: r.job.started_at,
+                        simulated_util,
+                    },
+                );
+            }
+        }
+        *self
+            .inner
+            .holders
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = holders;
+        Ok(())
+    }
+
+    /// Sets what a GPU reported last (tests and tools that feed samples by
+    /// hand).
+    pub fn set_latest(&self, uuid: &str, latest: Latest) {
+        self.inner
+            .latest
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uuid.to_owned(), latest);
+    }
+
+    /// Sets who holds a GPU until the next refresh from the jobs.
+    pub fn set_holder(&self, gpu: GpuKey, holder: Holder) {
+        self.inner
+            .holders
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(gpu, holder);
+    }
+
+    pub fn holders(&self) -> HashMap<GpuKey, Holder> {
+        self.inner
+            .holders
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// What runs on each GPU of a node, for simulated GPUs to follow.
+    pub fn loads(&self, node: &str) -> HashMap<u32, Load> {
+        self.inner
+            .holders
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|((n, _), _)| n == node)
+            .map(|((_, index), h)| {
+                (
+                    *index,
+                    Load::Held {
+                        util: h.simulated_util,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The held GPUs that stayed below the idle threshold for the idle
+    /// time (their jobs ran at least that long, and samples cover at least
+    /// half of it).
+    pub async fn idle(
+        &self,
+        inventory: &[NodeGpu],
+        now_ms: i64,
+    ) -> Result<Vec<GpuKey>, StoreError> {
+        let settings = self.inner.settings;
+        let window = settings.idle_after.as_millis() as i64;
+        let holders = self.holders();
+        let candidates: Vec<&NodeGpu> = inventory
+            .iter()
+            .filter(|g| {
+                holders
+                    .get(&(g.node.clone(), g.index))
+                    .and_then(|h| h.started_at)
+                    .is_some_and(|started| started <= now_ms - window)
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = candidates.iter().map(|g| g.id).collect();
+        let series = self
+            .inner
+            .store
+            .gpu_series(&ids, now_ms - window, now_ms, now_ms, 1)
+            .await?;
+        let expected = (window / settings.sample_every.as_millis().max(1) as i64).max(1);
+        Ok(candidates
+            .into_iter()
+            .filter(|g| {
+                let points = series.get(&g.id).map(Vec::as_slice).unwrap_or(&[]);
+                let count: i64 = points.iter().map(|p| p.count as i64).sum();
+                let busiest = points.iter().map(|p| p.gpu_util_max).fold(0.0, f32::max);
+                count * 2 >= expected && busiest < settings.idle_percent
+            })
+            .map(|g| (g.node.clone(), g.index))
+            .collect())
+    }
+
+    /// Every GPU now, by node: its latest sample, job and idle flag.
+    pub async fn overview(&self, now_ms: i64) -> Result<GpuOverview, StoreError> {
+        // Exact at the moment asked, not as of the last sample period.
+        self.refresh_holders().await?;
+        let inventory = self.inner.store.gpu_inventory().await?;
+        let latest = self.latest(now_ms);
+        let holders = self.holders();
+        let idle = self.idle(&inventory, now_ms).await?;
+        let mut nodes: BTreeMap<String, Vec<GpuNow>> = BTreeMap::new();
+        for g in inventory {
+            let key = (g.node.clone(), g.index);
+            nodes.entry(g.node.clone()).or_default().push(GpuNow {
+                id: g.id,
+                index: g.index,
+                latest: latest.get(&g.uuid).map(|l| GpuLatest {
+                    t_ms: l.t_ms,
+                    gpu_util: l.sample.gpu_util,
+                    mem_used_bytes: l.sample.mem_used_bytes,
+                    temperature_c: l.sample.temperature_c,
+                    power_w: l.sample.power_mw as f32 / 1000.0,
+                    power_limit_w: l.sample.power_limit_mw as f32 / 1000.0,
+                }),
+                job: holders.get(&key).map(|h| h.job_id),
+                idle: idle.contains(&key),
+                uuid: g.uuid,
+                name: g.name,
+                memory_total_bytes: g.memory_total_bytes,
+            });
+        }
+        let settings = self.inner.settings;
+        Ok(GpuOverview {
+            sample_secs: settings.sample_every.as_secs(),
+            idle_percent: settings.idle_percent,
+            idle_minutes: settings.idle_after.as_secs() / 60,
+            nodes: nodes
+                .into_iter()
+                .map(|(name, gpus)| GpuNode { name, gpus })
+                .collect(),
+        })
+    }
+
+    /// These GPUs of a node over `[from, to]`, at most `points` each.
+    async fn window(
+        &self,
+        node: &str,
+        gpus: &[NodeGpu],
+        (from_ms, to_ms): (i64, i64),
+        points: usize,
+    ) -> Result<GpuWindow, StoreError> {
+        let now = trainyard_store::now_millis();
+        let ids: Vec<i64> = gpus.iter().map(|g| g.id).collect();
+        let mut series = self
+            .inner
+            .store
+            .gpu_series(&ids, from_ms, to_ms, now, points)
+            .await?;
+        Ok(GpuWindow {
+            node: node.to_owned(),
+            from_ms,
+            to_ms,
+            gpus: gpus
+                .iter()
+                .map(|g| GpuSeries {
+                    id: g.id,
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    points: series.remove(&g.id).unwrap_or_default(),
+                })
+                .collect(),
+            idle: false,
+            idle_percent: self.inner.settings.idle_percent,
+            idle_minutes: self.inner.settings.idle_after.as_secs() / 60,
+        })
+    }
+
+    /// A node's GPUs over a window; None for a node without GPUs.
+    pub async fn node_window(
+        &self,
+        node: &str,
+        span: (i64, i64),
+        points: usize,
+    ) -> Result<Option<GpuWindow>, StoreError> {
+        let gpus: Vec<NodeGpu> = self
+            .inner
+            .store
+            .gpu_inventory()
+            .await?
+            .into_iter()
+            .filter(|g| g.node == node)
+            .collect();
+        if gpus.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(self.window(node, &gpus, span, points).await?))
+    }
+
+    /// The GPUs a job held over its life (until now while it runs), or
+    /// over `span`; with the idle flag while it runs. Empty for a job that
+    /// never held any.
+    pub async fn job_window(
+        &self,
+        job: &Job,
+        span: Option<(i64, i64)>,
+        points: usize,
+    ) -> Result<GpuWindow, StoreError> {
+        let now = trainyard_store::now_millis();
+        let (Some(node), Some(started)) = (job.node.clone(), job.started_at) else {
+            return Ok(GpuWindow {
+                node: job.node.clone().unwrap_or_default(),
+                from_ms: now,
+                to_ms: now,
+                gpus: Vec::new(),
+                idle: false,
+                idle_percent: self.inner.settings.idle_percent,
+                idle_minutes: self.inner.settings.idle_after.as_secs() / 60,
+            });
+        };
+        let end = job.finished_at.unwrap_or(now).max(started + 1000);
+        let gpus: Vec<NodeGpu> = self
+            .inner
+            .store
+            .gpu_inventory()
+            .await?
+            .into_iter()
+            .filter(|g| g.node == node && job.gpu_indices.contains(&g.index))
+            .collect();
+        let mut w = self
+            .window(&node, &gpus, span.unwrap_or((started, end)), points)
+            .await?;
+        if job.state == JobState::Running {
+            w.idle = !self.idle(&gpus, now).await?.is_empty();
+        }
+        Ok(w)
+    }
+
+    /// Folds waiting samples into their tiers every minute and drops what
+    /// each tier no longer keeps every hour; rereads job holders each
+    /// sample period.
+    pub async fn maintain_forever(self) {
+        let mut tick = tokio::time::interval(self.inner.settings.sample_every.min(COMPACT_EVERY));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_compaction = tokio::time::Instant::now();
+        let mut last_prune: Option<tokio::time::Instant> = None;
+        loop {
+            tick.tick().await;
+            if let Err(e) = self.refresh_holders().await {
+                tracing::warn!(error = %e, "could not read which jobs hold GPUs");
+            }
+            if last_compaction.elapsed() >= COMPACT_EVERY {
+                last_compaction = tokio::time::Instant::now();
+                if let Err(e) = self.compact().await {
+                    tracing::warn!(error = %e, "GPU sample compaction failed; it is tried again");
+                }
+            }
+            if last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
+                last_prune = Some(tokio::time::Instant::now());
+                match self
+                    .inner
+                    .store
+                    .prune_gpu_samples(trainyard_store::now_millis())
+                    .await
+                {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(blocks = n, "old GPU samples pruned"),
+                    Err(e) => tracing::warn!(error = %e, "GPU sample pruning failed"),
+                }
+            }
+        }
+    }
+
+    /// Folds every waiting sample into the tiers.
+    pub async fn compact(&self) -> Result<usize, StoreError> {
+        let mut total = 0;
+        loop {
+            let n = self
+                .inner
+                .store
+                .compact_gpu_samples(trainyard_store::now_millis(), COMPACT_ROWS)
+                .await?;
+            total += n;
+            if n < COMPACT_ROWS {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+/// One request to the sampling thread.
+struct Tick {
+    t_ms: i64,
+    loads: HashMap<u32, Load>,
+    reply: tokio::sync::oneshot::Sender<(Reading, Vec<XidEvent>)>,
+}
+
+/// Samples this machine's GPUs every period, in the server (the local
+/// executor's node). NVML's handles stay on a thread of their own.
+pub async fn sample_locally_forever(telemetry: Telemetry, inventory: Inventory, node: String) {
+    let (tx, rx) = std::sync::mpsc::channel::<Tick>();
+    let spawned = std::thread::Builder::new()
+        .name("gpu-sampler".to_owned())
+        .spawn(move || {
+            let mut sampler = Sampler::new(&inventory);
+            if let Some(note) = &sampler.note {
+                tracing::warn!(note = %note, "GPU sampling");
+            }
+            // Ends when the server drops the sender.
+            while let Ok(tick) = rx.recv() {
+                let _ = tick.reply.send(sampler.sample(tick.t_ms, &tick.loads));
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the GPU sampling thread; no GPU telemetry");
+        return;
+    }
+    let mut interval = tokio::time::interval(telemetry.settings().sample_every);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        interval.tick().await;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let tick = Tick {
+            t_ms: trainyard_store::now_millis(),
+            loads: telemetry.loads(&node),
+            reply,
+        };
+        if tx.send(tick).is_err() {
+            return;
+        }
+        let Ok((reading, xids)) = answer.await else {
+            return;
+        };
+        if let Err(e) = telemetry.ingest(&node, &[reading], &xids).await {
+            tracing::warn!(error = %e, "could not store this machine's GPU samples");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> TelemetrySettings {
+        TelemetrySettings {
+            sample_every: Duration::from_secs(10),
+            idle_percent: 5.0,
+            idle_after: Duration::from_secs(1800),
+        }
+    }
+
+    fn latest(index: u32, util: u8) -> Latest {
+        Latest {
+            node: "gpu-1".into(),
+            model: "NVIDIA H100 80GB HBM3".into(),
+            t_ms: 0,
+            sample: GpuSample {
+                index,
+                uuid: format!("GPU-{index}"),
+                gpu_util: util,
+                mem_util: 12,
+                mem_used_bytes: 3 << 30,
+                mem_total_bytes: 80 << 30,
+                temperature_c: 61,
+                power_mw: 312_500,
+                power_limit_mw: 700_000,
+                sm_clock_mhz: 1980,
+                mem_clock_mhz: 2619,
+                ecc_corrected: Some(0),
+                ecc_uncorrected: None,
+                processes: Vec::new(),
+            },
+            last_xid: Some(79),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_held_gpu_below_the_threshold_for_the_whole_window_is_idle() {
+        let db = trainyard_store::testing::TestDb::new().await;
+        let store = Store::connect(&db.url, 2).await.unwrap();
+        store.migrate().await.unwrap();
+        let telemetry = Telemetry::new(store.clone(), settings());
+        let gpus: Vec<GpuInfo> = (0..3)
+            .map(|i| GpuInfo {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                name: "Simulated GPU".into(),
+                memory_total_bytes: 80 << 30,
+            })
+            .collect();
+        telemetry.register("gpu-1", &gpus).await.unwrap();
+        let now = trainyard_store::now_millis();
+        // 40 minutes: GPU 0 busy, GPU 1 at 2 %, GPU 2 at 2 % but free.
+        let readings: Vec<Reading> = (0..240)
+            .map(|i| Reading {
+                t_ms: now - 40 * 60_000 + i * 10_000,
+                gpus: [(0, 88), (1, 2), (2, 2)]
+                    .into_iter()
+                    .map(|(i, u)| latest(i, u).sample)
+                    .collect(),
+            })
+            .collect();
+        assert_eq!(
+            telemetry.ingest("gpu-1", &readings, &[]).await.unwrap(),
+            720
+        );
+        let hold = |job_id, started_at| Holder {
+            job_id,
+            owner_id: None,
+            pod: None,
+            started_at: Some(started_at),
+            simulated_util: 90,
+        };
+        telemetry.set_holder(("gpu-1".into(), 0), hold(1, now - 45 * 60_000));
+        telemetry.set_holder(("gpu-1".into(), 1), hold(2, now - 45 * 60_000));
+        let inventory = store.gpu_inventory().await.unwrap();
+        assert_eq!(
+            telemetry.idle(&inventory, now).await.unwrap(),
+            vec![("gpu-1".to_owned(), 1)]
+        );
+        // A job that started ten minutes ago is not judged yet.
+        telemetry.set_holder(("gpu-1".into(), 1), hold(2, now - 10 * 60_000));
+        assert!(telemetry.idle(&inventory, now).await.unwrap().is_empty());
+        // The latest sample of each GPU is kept for the overview.
+        let l = telemetry.latest(now);
+        assert_eq!(l["GPU-0"].sample.gpu_util, 88);
+        assert_eq!(l["GPU-0"].t_ms, now - 40 * 60_000 + 239 * 10_000);
+        // A node that never registered is refused.
+        assert!(matches!(
+            telemetry.ingest("stranger", &readings, &[]).await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
+}
