@@ -39,18 +39,26 @@ async fn job_state(server: &TestServer, id: i64, auth: &str) -> Value {
 
 #[tokio::test]
 async fn a_jobs_gpus_are_sampled_and_shown_to_its_owner_and_admins() {
-    let server = TestServer::start_with(&[
-        ("TRAINYARD_OIDC_ISSUER_URL", "http://127.0.0.1:9"),
-        ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
-        ("TRAINYARD_SIMULATED_GPUS", "2"),
-        ("TRAINYARD_GPU_SAMPLE_SECS", "1"),
-    ])
-    .await;
-    let store = Store::connect(&server.db.url, 1).await.unwrap();
+    // People first: the server writes samples every second, and a second
+    // writer on the same SQLite file would race it.
+    let db = trainyard_store::testing::TestDb::new().await;
+    let store = Store::connect(&db.url, 1).await.unwrap();
+    store.migrate().await.unwrap();
     let alice = token(&store, "alice", false).await;
     let carol = token(&store, "carol", false).await;
     let admin = token(&store, "root", true).await;
     store.close().await.unwrap();
+    let server = TestServer::start_in(
+        db,
+        tempfile::tempdir().unwrap(),
+        &[
+            ("TRAINYARD_OIDC_ISSUER_URL", "http://127.0.0.1:9"),
+            ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
+            ("TRAINYARD_SIMULATED_GPUS", "2"),
+            ("TRAINYARD_GPU_SAMPLE_SECS", "1"),
+        ],
+    )
+    .await;
 
     let spec = json!({
         "name": "gpu user",

@@ -466,7 +466,9 @@ impl Telemetry {
         let mut tick = tokio::time::interval(self.inner.settings.sample_every.min(COMPACT_EVERY));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_compaction = tokio::time::Instant::now();
-        let mut last_prune: Option<tokio::time::Instant> = None;
+        // The first pruning a minute after the start, not in the same
+        // breath as everything else the start writes.
+        let mut next_prune = tokio::time::Instant::now() + COMPACT_EVERY;
         loop {
             tick.tick().await;
             if let Err(e) = self.refresh_holders().await {
@@ -478,8 +480,8 @@ impl Telemetry {
                     tracing::warn!(error = %e, "GPU sample compaction failed; it is tried again");
                 }
             }
-            if last_prune.is_none_or(|t| t.elapsed() >= PRUNE_EVERY) {
-                last_prune = Some(tokio::time::Instant::now());
+            if tokio::time::Instant::now() >= next_prune {
+                next_prune = tokio::time::Instant::now() + PRUNE_EVERY;
                 match self
                     .inner
                     .store
