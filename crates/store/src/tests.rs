@@ -78,8 +78,15 @@ async fn undoing_the_executor_handles_gives_running_jobs_their_pids_back() {
             .unwrap();
         ids.push(job.job.id);
     }
-    // Down past migration 7 (and 8, after it).
-    Migrator::down(store.connection(), Some(2)).await.unwrap();
+    // Down past migration 7 (and every one after it).
+    let known = Store::known_migrations();
+    let seventh = known
+        .iter()
+        .position(|m| m == "m20261201_000007_executor_handles")
+        .unwrap();
+    Migrator::down(store.connection(), Some((known.len() - seventh) as u32))
+        .await
+        .unwrap();
     let backend = store.connection().get_database_backend();
     let pids: Vec<(Option<i64>, Option<i64>)> = {
         let mut out = Vec::new();
