@@ -3,6 +3,7 @@
 
 use leptos::prelude::*;
 use leptos_meta::Title;
+use leptos_router::components::A;
 use trainyard_domain::format_utc;
 use trainyard_domain::identity::Me;
 
@@ -14,52 +15,78 @@ pub fn provide_me() -> Resource<Option<Me>> {
     Resource::new_blocking(|| (), |_| async { whoami().await.ok().flatten() })
 }
 
-/// The signed-in user's name and menu, or the single-user mode's note.
+/// The top bar and the single-user banner, drawn from one read of the
+/// caller.
+///
+/// One `<Suspense>` reads `me`, once: a resource read under several
+/// suspense boundaries of one page now and then never resolves on the
+/// server, and the page's answer hangs without a byte
+/// (leptos-rs/leptos#4851).
 #[component]
-pub fn UserMenu(me: Resource<Option<Me>>) -> impl IntoView {
+pub fn TopBar(me: Resource<Option<Me>>) -> impl IntoView {
     view! {
         <Suspense>
             {move || Suspend::new(async move {
-                match me.await {
-                    Some(me) => {
-                        let teams = me.user.teams.iter().map(|t| t.name.clone()).collect::<Vec<_>>().join(", ");
-                        let title = if teams.is_empty() { me.user.username.clone() } else { format!("{} · teams: {teams}", me.user.username) };
-                        view! {
-                            <div class="user-menu" data-testid="user-menu">
-                                <span class="user-name" title=title data-testid="user-name">
-                                    {me.user.display_name.clone()}
-                                    {me.user.is_admin.then(|| view! { <span class="badge">"admin"</span> })}
-                                </span>
-                                <a href="/settings/tokens">"API tokens"</a>
-                                {(!me.single_user).then(|| view! {
-                                    <form method="post" action="/auth/logout" class="inline-form">
-                                        <button type="submit" class="link" data-testid="sign-out">"Sign out"</button>
-                                    </form>
-                                })}
-                            </div>
-                        }.into_any()
-                    }
-                    None => view! { <a class="button" href="/auth/login">"Sign in"</a> }.into_any(),
+                let me = me.await;
+                let admin = me.as_ref().is_some_and(|m| m.user.is_admin);
+                let single_user = me.as_ref().is_some_and(|m| m.single_user);
+                view! {
+                    <header class="topbar">
+                        <a class="brand" href="/">"Trainyard"</a>
+                        <nav aria-label="Main">
+                            <A href="/experiments">"Experiments"</A>
+                            <A href="/jobs">"Jobs"</A>
+                            <A href="/templates">"Templates"</A>
+                            {admin.then(|| view! { <A href="/admin">"Admin"</A> })}
+                        </nav>
+                        {user_menu(me)}
+                        <crate::theme::ThemeToggle/>
+                    </header>
+                    {single_user.then(|| view! {
+                        <p class="banner" role="note" data-testid="single-user-banner">
+                            "Single-user mode: there is no sign-in, and everyone who can reach this server acts as its admin. "
+                            "Configure your institution's single sign-on (oidc_issuer_url) before sharing it."
+                        </p>
+                    })}
                 }
+                .into_any()
             })}
         </Suspense>
     }
 }
 
-/// Says plainly when there is no sign-in.
-#[component]
-pub fn SingleUserBanner(me: Resource<Option<Me>>) -> impl IntoView {
-    view! {
-        <Suspense>
-            {move || Suspend::new(async move {
-                me.await.filter(|m| m.single_user).map(|_| view! {
-                    <p class="banner" role="note" data-testid="single-user-banner">
-                        "Single-user mode: there is no sign-in, and everyone who can reach this server acts as its admin. "
-                        "Configure your institution's single sign-on (oidc_issuer_url) before sharing it."
-                    </p>
-                })
-            })}
-        </Suspense>
+/// The signed-in user's name and menu, or the way to sign in.
+fn user_menu(me: Option<Me>) -> AnyView {
+    match me {
+        Some(me) => {
+            let teams = me
+                .user
+                .teams
+                .iter()
+                .map(|t| t.name.clone())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let title = if teams.is_empty() {
+                me.user.username.clone()
+            } else {
+                format!("{} · teams: {teams}", me.user.username)
+            };
+            view! {
+                <div class="user-menu" data-testid="user-menu">
+                    <span class="user-name" title=title data-testid="user-name">
+                        {me.user.display_name.clone()}
+                        {me.user.is_admin.then(|| view! { <span class="badge">"admin"</span> })}
+                    </span>
+                    <a href="/settings/tokens">"API tokens"</a>
+                    {(!me.single_user).then(|| view! {
+                        <form method="post" action="/auth/logout" class="inline-form">
+                            <button type="submit" class="link" data-testid="sign-out">"Sign out"</button>
+                        </form>
+                    })}
+                </div>
+            }.into_any()
+        }
+        None => view! { <a class="button" href="/auth/login">"Sign in"</a> }.into_any(),
     }
 }
 

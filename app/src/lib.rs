@@ -14,7 +14,7 @@ mod theme;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
-use leptos_router::components::{A, Route, Router, Routes};
+use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
 /// The HTML document around the app, rendered on the server.
@@ -54,24 +54,7 @@ pub fn App() -> impl IntoView {
         <Stylesheet id="trainyard" href="/pkg/trainyard.css"/>
         <Title formatter=|page: String| if page.is_empty() { "Trainyard".to_owned() } else { format!("{} · Trainyard", inert_title(&page)) }/>
         <Router>
-            <header class="topbar">
-                <a class="brand" href="/">"Trainyard"</a>
-                <nav aria-label="Main">
-                    <A href="/experiments">"Experiments"</A>
-                    <A href="/jobs">"Jobs"</A>
-                    <A href="/templates">"Templates"</A>
-                    <Suspense>
-                        {move || Suspend::new(async move {
-                            me.await
-                                .filter(|m| m.user.is_admin)
-                                .map(|_| view! { <A href="/admin">"Admin"</A> })
-                        })}
-                    </Suspense>
-                </nav>
-                <account::UserMenu me/>
-                <theme::ThemeToggle/>
-            </header>
-            <account::SingleUserBanner me/>
+            <account::TopBar me/>
             <main>
                 // In-order streaming: the data is in the HTML itself, so pages
                 // read without JavaScript, and crawlers and `curl` see it too.

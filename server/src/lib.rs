@@ -26,7 +26,7 @@ use axum::extract::FromRef;
 use axum::routing::get;
 use leptos::config::LeptosOptions;
 use leptos::prelude::provide_context;
-use leptos_axum::{LeptosRoutes, generate_route_list};
+use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
 use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
 use trainyard_app::{App, shell};
@@ -270,9 +270,20 @@ fn page_context(
     }
 }
 
+/// The pages' routes, walked out of the app once per process.
+///
+/// Walking them sets a process-wide flag in Leptos that parks every
+/// resource first polled meanwhile, for good (leptos-rs/leptos#4773): a
+/// second server of this process (tests start many) must never walk them
+/// while another one renders a page.
+fn page_routes() -> Vec<AxumRouteListing> {
+    static ROUTES: std::sync::OnceLock<Vec<AxumRouteListing>> = std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App)).clone()
+}
+
 /// The whole HTTP surface.
 pub fn router(state: AppState) -> Router {
-    let routes = generate_route_list(App);
+    let routes = page_routes();
     let options = state.leptos_options.clone();
     let provider = security::provider_origin(&state.auth.config);
     let https = state.auth.config.secure_cookies();

@@ -306,3 +306,41 @@ async fn the_series_endpoint_answers_bad_input_in_mlflow_form() {
     assert_eq!(wrong.status, 400);
     assert_eq!(wrong.json()["error_code"], "INVALID_PARAMETER_VALUE");
 }
+
+/// Pages render while other servers of the same process start. Leptos
+/// parks, for good, every resource first polled while a route list is
+/// walked (a process-wide flag), so a server walks it once per process;
+/// and the shell reads the caller in one suspense boundary only. Either
+/// fault hung a page now and then, without a byte of answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pages_render_while_other_servers_of_the_process_start() {
+    let server = std::sync::Arc::new(TestServer::start().await);
+    let starting = tokio::spawn(async {
+        for _ in 0..16 {
+            drop(TestServer::start().await);
+        }
+    });
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for reader in 0..3 {
+        let server = server.clone();
+        let done = done.clone();
+        let path = ["/experiments", "/", "/jobs"][reader % 3];
+        readers.push(tokio::spawn(async move {
+            let mut pages = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let page =
+                    tokio::time::timeout(std::time::Duration::from_secs(30), server.get(path))
+                        .await
+                        .unwrap_or_else(|_| panic!("{path} stalled after {pages} pages"));
+                assert_eq!(page.status, 200);
+                pages += 1;
+            }
+        }));
+    }
+    starting.await.unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+}
