@@ -11,6 +11,7 @@ mod m20261130_000006_identity;
 mod m20261201_000007_executor_handles;
 mod m20261202_000008_job_pods;
 mod m20261202_000009_gpu_telemetry;
+mod m20261202_000010_node_tokens;
 
 pub struct Migrator;
 
@@ -27,6 +28,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000007_executor_handles::Migration),
             Box::new(m20261202_000008_job_pods::Migration),
             Box::new(m20261202_000009_gpu_telemetry::Migration),
+            Box::new(m20261202_000010_node_tokens::Migration),
         ]
     }
 }

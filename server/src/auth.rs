@@ -199,6 +199,10 @@ fn is_mlflow_api(path: &str) -> bool {
         || path.starts_with("/api/2.0/mlflow-artifacts")
 }
 
+/// Where node agents send their node's GPUs and samples; node tokens reach
+/// nothing else, and nothing else reaches it.
+pub const AGENT_API: &str = "/api/trainyard/v1/agent/";
+
 /// What a job's token may call: MLflow reads, and the calls that write to
 /// a run (each handler then checks that the run is the token's own).
 fn run_token_allows(method: &Method, path: &str) -> bool {
@@ -259,9 +263,10 @@ impl Auth {
                         "unknown, revoked or expired token; make a new one under Settings → API tokens",
                     )
                 })?;
-            let via = match found.run_id {
-                Some(run_id) => Via::RunToken { run_id },
-                None => Via::Token,
+            let via = match (found.run_id, found.node) {
+                (Some(run_id), _) => Via::RunToken { run_id },
+                (None, Some(node)) => Via::NodeToken { node },
+                (None, None) => Via::Token,
             };
             return Ok(Some(Principal {
                 user: found.user,
@@ -349,7 +354,7 @@ pub async fn gate(
             Some(Via::Local) => Some(None),
             // Sign-in itself (POST /auth/logout) is ambient too.
             None => Some(None),
-            Some(Via::Token | Via::RunToken { .. }) => None,
+            Some(Via::Token | Via::RunToken { .. } | Via::NodeToken { .. }) => None,
         };
         if let Some(session_csrf) = ambient {
             let token_ok = matches!((session_csrf, csrf_header), (Some(a), Some(b)) if a == b);
@@ -389,6 +394,23 @@ pub async fn gate(
         }) if !run_token_allows(request.method(), &path) => {
             return permission_denied(
                 "a job's token may only read, and write to its own run, through the MLflow API, and read its own job, files and datasets",
+            )
+            .into_response();
+        }
+        Some(Principal {
+            via: Via::NodeToken { .. },
+            ..
+        }) if !path.starts_with(AGENT_API) => {
+            return permission_denied(
+                "a node's token is its agent's: it may only send that node's GPU samples (/api/trainyard/v1/agent/)",
+            )
+            .into_response();
+        }
+        Some(principal)
+            if path.starts_with(AGENT_API) && !matches!(principal.via, Via::NodeToken { .. }) =>
+        {
+            return permission_denied(
+                "the agent API takes a node's token; an admin makes one with POST /api/trainyard/v1/nodes/{node}/tokens",
             )
             .into_response();
         }

@@ -593,9 +593,12 @@ impl figment::Provider for EnvVars {
                 continue;
             };
             let key = rest.to_lowercase();
-            // TRAINYARD_SERVER and TRAINYARD_TOKEN belong to the job commands.
+            // TRAINYARD_SERVER and TRAINYARD_TOKEN belong to the job
+            // commands, TRAINYARD_NODE_NAME and TRAINYARD_AGENT_* to the
+            // node agent.
             if key.is_empty()
-                || matches!(key.as_str(), "config" | "server" | "token")
+                || matches!(key.as_str(), "config" | "server" | "token" | "node_name")
+                || key.starts_with("agent_")
                 || key.ends_with("_file")
             {
                 continue;

@@ -32,15 +32,7 @@ const MAX_POINTS: usize = 4000;
 const DEFAULT_POINTS: usize = 600;
 
 fn admin_only(principal: &Principal) -> Result<(), JobsError> {
-    if principal.user.is_admin {
-        Ok(())
-    } else {
-        Err(JobsError::new(
-            StatusCode::FORBIDDEN,
-            "PERMISSION_DENIED",
-            "only admins may see every GPU; a job's own GPUs are on its page",
-        ))
-    }
+    crate::jobs_api::admin_only(principal, "see every GPU; a job's own GPUs are on its page")
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -152,7 +152,7 @@ async fn job_as(
     Ok(record)
 }
 
-fn admin_only(principal: &Principal, what: &str) -> Result<(), JobsError> {
+pub(crate) fn admin_only(principal: &Principal, what: &str) -> Result<(), JobsError> {
     if principal.user.is_admin {
         Ok(())
     } else {

@@ -1,6 +1,8 @@
 //! The Trainyard server: configuration, application state, the HTTP router
 //! (pages, server functions, operations endpoints) and the serve loop.
 
+pub mod agent;
+mod agent_api;
 pub mod auth;
 pub mod cli;
 pub mod config;
@@ -324,6 +326,24 @@ pub fn router(state: AppState) -> Router {
                 )
                 .route("/api/trainyard/v1/templates", get(jobs_api::templates))
                 .route("/api/trainyard/v1/nodes", get(jobs_api::nodes))
+                .route(
+                    "/api/trainyard/v1/agent/register",
+                    axum::routing::post(agent_api::register),
+                )
+                .route(
+                    "/api/trainyard/v1/agent/readings",
+                    axum::routing::post(agent_api::readings).layer(
+                        axum::extract::DefaultBodyLimit::max(agent_api::MAX_AGENT_BODY_BYTES),
+                    ),
+                )
+                .route(
+                    "/api/trainyard/v1/nodes/{node}/tokens",
+                    get(agent_api::node_tokens).post(agent_api::create_node_token),
+                )
+                .route(
+                    "/api/trainyard/v1/nodes/{node}/tokens/{id}",
+                    axum::routing::delete(agent_api::revoke_node_token),
+                )
                 .route("/api/trainyard/v1/gpus", get(gpus_api::overview))
                 .route("/api/trainyard/v1/gpus/heatmap", get(gpus_api::heatmap))
                 .route(

@@ -103,6 +103,39 @@ enum Command {
         #[arg(long, env = "MLFLOW_TRACKING_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// Run a node's GPU agent: sample this node's GPUs and send them to the
+    /// server with the node's token (made by an admin: POST
+    /// /api/trainyard/v1/nodes/{node}/tokens). Readings wait on disk while
+    /// the server is away.
+    Agent {
+        /// The Trainyard server, as this node reaches it
+        #[arg(long, env = "TRAINYARD_SERVER")]
+        server: String,
+        /// A file holding the node's token (a mounted Secret)
+        #[arg(long, env = "TRAINYARD_AGENT_TOKEN_FILE", value_name = "PATH")]
+        token_file: PathBuf,
+        /// This node's name (Kubernetes' node name; default: the hostname)
+        #[arg(long, env = "TRAINYARD_NODE_NAME")]
+        node: Option<String>,
+        /// Where readings wait while the server is away
+        #[arg(
+            long,
+            env = "TRAINYARD_AGENT_SPOOL",
+            default_value = "/var/lib/trainyard/agent",
+            value_name = "DIR"
+        )]
+        spool: PathBuf,
+        /// Seconds between samples (1-3600)
+        #[arg(long, env = "TRAINYARD_GPU_SAMPLE_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        sample_secs: u64,
+        /// GPUs to simulate where there is no NVIDIA driver (0-64)
+        #[arg(long, env = "TRAINYARD_SIMULATED_GPUS", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+        simulated_gpus: u32,
+        /// Hours of readings kept while the server is away, at the sample
+        /// period (1-168)
+        #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u64).range(1..=168))]
+        buffer_hours: u64,
+    },
     /// Supervise one job (started by the server, not by hand).
     #[command(hide = true)]
     JobShim {
@@ -162,6 +195,9 @@ fn main() -> ExitCode {
     if let Command::JobShim { dir } = &command {
         trainyard_jobs::shim::close_inherited_descriptors();
         return trainyard_jobs::shim::main(dir);
+    }
+    if let Command::Agent { .. } = &command {
+        return run_agent(command);
     }
     if let Some(code) = run_client(&command) {
         return code;
@@ -291,6 +327,64 @@ async fn migrate(config: trainyard::Config, status: bool) -> Result<(), ServerEr
     }
     store.close().await?;
     Ok(())
+}
+
+/// `trainyard agent`: runs until killed.
+fn run_agent(command: Command) -> ExitCode {
+    let Command::Agent {
+        server,
+        token_file,
+        node,
+        spool,
+        sample_secs,
+        simulated_gpus,
+        buffer_hours,
+    } = command
+    else {
+        return ExitCode::FAILURE;
+    };
+    init_tracing(&std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned()));
+    let token = match std::fs::read_to_string(&token_file) {
+        Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
+        Ok(_) => {
+            eprintln!(
+                "trainyard: error: --token-file {}: empty",
+                token_file.display()
+            );
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!(
+                "trainyard: error: --token-file {}: {e}",
+                token_file.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let readings = buffer_hours * 3600 / sample_secs;
+    let options = trainyard::agent::AgentOptions {
+        server,
+        token,
+        node: node.unwrap_or_else(trainyard_jobs::machine::node_name),
+        spool,
+        sample_every: std::time::Duration::from_secs(sample_secs),
+        simulated_gpus,
+        max_segments: (readings as usize).div_ceil(trainyard::agent::SEGMENT_READINGS),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&ServerError::Io(err)),
+    };
+    match runtime.block_on(trainyard::agent::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(trainyard::cli::CliError(message)) => {
+            eprintln!("trainyard: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn init_tracing(filter: &str) {

@@ -87,6 +87,8 @@ pub enum Via {
     /// A job's token: it writes to this run only, and only while the job
     /// runs.
     RunToken { run_id: String },
+    /// A node's agent token: it writes that node's GPU samples only.
+    NodeToken { node: String },
 }
 
 impl Principal {

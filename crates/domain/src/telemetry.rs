@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::FieldError;
+
 /// A process on a GPU and the GPU memory it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuProcess {
@@ -250,6 +252,126 @@ pub fn heat_row_height(gpus: usize) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn node_names_are_kubernetes_names() {
+        for ok in ["gpu-1", "a", "node-7.cluster.example.org", "0"] {
+            assert!(check_node_name(ok).is_ok(), "{ok}");
+        }
+        let long = "a".repeat(254);
+        for bad in [
+            "",
+            "GPU-1",
+            "-a",
+            "a-",
+            "a_b",
+            "a/b",
+            "../x",
+            "a b",
+            long.as_str(),
+        ] {
+            assert_eq!(check_node_name(bad).unwrap_err().field, "node", "{bad}");
+        }
+    }
+
+    #[test]
+    fn agent_batches_are_checked_field_by_field() {
+        let now = 1_800_000_000_000;
+        let sample = |uuid: &str, processes: usize| GpuSample {
+            index: 0,
+            uuid: uuid.to_owned(),
+            gpu_util: 1,
+            mem_util: 1,
+            mem_used_bytes: 1,
+            mem_total_bytes: 1,
+            temperature_c: 1,
+            power_mw: 1,
+            power_limit_mw: 1,
+            sm_clock_mhz: 1,
+            mem_clock_mhz: 1,
+            ecc_corrected: None,
+            ecc_uncorrected: None,
+            processes: vec![
+                GpuProcess {
+                    pid: 1,
+                    used_bytes: None
+                };
+                processes
+            ],
+        };
+        let batch = |t_ms: i64, s: GpuSample| ReadingBatch {
+            readings: vec![Reading {
+                t_ms,
+                gpus: vec![s],
+            }],
+            xids: Vec::new(),
+        };
+        assert!(batch(now, sample("GPU-1", 1)).check(now).is_ok());
+        let field = |b: ReadingBatch| b.check(now).unwrap_err().field;
+        assert_eq!(
+            field(batch(now + 3_600_000, sample("GPU-1", 0))),
+            "readings[0].t_ms"
+        );
+        assert_eq!(
+            field(batch(now - 49 * 3_600_000, sample("GPU-1", 0))),
+            "readings[0].t_ms"
+        );
+        assert_eq!(
+            field(batch(now, sample("GPU 1\n", 0))),
+            "readings[0].gpus[0].uuid"
+        );
+        assert_eq!(
+            field(batch(now, sample("GPU-1", AGENT_MAX_PROCESSES + 1))),
+            "readings[0].gpus[0].processes"
+        );
+        let many = ReadingBatch {
+            readings: vec![
+                Reading {
+                    t_ms: now,
+                    gpus: Vec::new()
+                };
+                AGENT_MAX_READINGS + 1
+            ],
+            xids: Vec::new(),
+        };
+        assert_eq!(field(many), "readings");
+    }
+
+    #[test]
+    fn a_registration_names_each_gpu_once() {
+        let gpu = |index: u32, uuid: &str| AgentGpu {
+            index,
+            uuid: uuid.to_owned(),
+            name: "NVIDIA H100".to_owned(),
+            memory_total_bytes: 1,
+        };
+        let reg = |gpus| AgentRegistration {
+            node: "gpu-1".to_owned(),
+            gpus,
+        };
+        assert!(reg(vec![gpu(0, "GPU-a"), gpu(1, "GPU-b")]).check().is_ok());
+        assert_eq!(
+            reg(vec![gpu(0, "GPU-a"), gpu(1, "GPU-a")])
+                .check()
+                .unwrap_err()
+                .field,
+            "gpus[1]"
+        );
+        assert_eq!(
+            reg(vec![gpu(0, "GPU-a"), gpu(0, "GPU-b")])
+                .check()
+                .unwrap_err()
+                .field,
+            "gpus[1]"
+        );
+        assert_eq!(
+            reg((0..65).map(|i| gpu(i, &format!("GPU-{i}"))).collect())
+                .check()
+                .unwrap_err()
+                .field,
+            "gpus"
+        );
+    }
+
     use super::*;
 
     #[test]
@@ -303,4 +425,187 @@ mod tests {
         assert_eq!(GpuQuantity::Memory.value(&p), 3.0);
         assert_eq!(GpuQuantity::Utilization.value(&p), 50.0);
     }
+}
+
+// ---------------------------------------------------------------------------
+// The node agent's wire (`trainyard agent`, docs/gpu-telemetry.md).
+
+/// The most GPUs one node may report.
+pub const AGENT_MAX_GPUS: usize = 64;
+/// The most readings one batch may carry (an hour at 10 s is 360).
+pub const AGENT_MAX_READINGS: usize = 1000;
+/// The most XID events one batch may carry.
+pub const AGENT_MAX_XIDS: usize = 1000;
+/// The most processes one GPU's sample may list.
+pub const AGENT_MAX_PROCESSES: usize = 256;
+/// The longest GPU UUID or model name taken.
+pub const AGENT_MAX_NAME: usize = 128;
+/// How far ahead of the server's clock a reading may be (clock skew).
+pub const AGENT_MAX_AHEAD_MS: i64 = 5 * 60_000;
+/// How old a reading may be: the raw tier's span, past which it would be
+/// pruned at once.
+pub const AGENT_MAX_AGE_MS: i64 = 48 * 3_600_000;
+
+/// A node's name as Kubernetes takes it: a DNS-1123 subdomain (lower-case
+/// letters, digits, `-` and `.`, starting and ending with a letter or
+/// digit, at most 253 characters).
+pub fn check_node_name(name: &str) -> Result<(), FieldError> {
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if name.is_empty()
+        || name.len() > 253
+        || !name.chars().all(ok_char)
+        || !edge(name.chars().next())
+        || !edge(name.chars().last())
+    {
+        return Err(FieldError::new(
+            "node",
+            "a node's name is 1 to 253 lower-case letters, digits, '-' and '.', starting and ending with a letter or digit (as Kubernetes names nodes)",
+        ));
+    }
+    Ok(())
+}
+
+/// One GPU as an agent finds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentGpu {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    pub memory_total_bytes: u64,
+}
+
+/// What an agent sends when it starts: its node and the GPUs it found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRegistration {
+    pub node: String,
+    pub gpus: Vec<AgentGpu>,
+}
+
+impl AgentRegistration {
+    pub fn check(&self) -> Result<(), FieldError> {
+        check_node_name(&self.node)?;
+        if self.gpus.len() > AGENT_MAX_GPUS {
+            return Err(FieldError::new(
+                "gpus",
+                format!("at most {AGENT_MAX_GPUS} GPUs per node"),
+            ));
+        }
+        for (i, g) in self.gpus.iter().enumerate() {
+            check_uuid(&format!("gpus[{i}].uuid"), &g.uuid)?;
+            if g.name.chars().count() > AGENT_MAX_NAME || g.name.chars().any(char::is_control) {
+                return Err(FieldError::new(
+                    &format!("gpus[{i}].name"),
+                    format!("at most {AGENT_MAX_NAME} printable characters"),
+                ));
+            }
+            if self.gpus[..i]
+                .iter()
+                .any(|o| o.uuid == g.uuid || o.index == g.index)
+            {
+                return Err(FieldError::new(
+                    &format!("gpus[{i}]"),
+                    "each GPU's index and UUID appear once",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_uuid(field: &str, uuid: &str) -> Result<(), FieldError> {
+    let ok = !uuid.is_empty()
+        && uuid.len() <= AGENT_MAX_NAME
+        && uuid
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            format!(
+                "a GPU UUID is 1 to {AGENT_MAX_NAME} letters, digits, '-', '_' or '.' (as NVML gives it)"
+            ),
+        ))
+    }
+}
+
+impl ReadingBatch {
+    /// Sizes within the limits, times within what the store keeps, at the
+    /// server's `now_ms`.
+    pub fn check(&self, now_ms: i64) -> Result<(), FieldError> {
+        if self.readings.len() > AGENT_MAX_READINGS {
+            return Err(FieldError::new(
+                "readings",
+                format!(
+                    "at most {AGENT_MAX_READINGS} readings per batch; send the rest in another"
+                ),
+            ));
+        }
+        if self.xids.len() > AGENT_MAX_XIDS {
+            return Err(FieldError::new(
+                "xids",
+                format!("at most {AGENT_MAX_XIDS} XID events per batch"),
+            ));
+        }
+        let check_time = |field: String, t_ms: i64| {
+            if t_ms > now_ms + AGENT_MAX_AHEAD_MS {
+                Err(FieldError::new(
+                    &field,
+                    "in the future by more than 5 minutes: is the node's clock set (NTP)?",
+                ))
+            } else if t_ms < now_ms - AGENT_MAX_AGE_MS {
+                Err(FieldError::new(
+                    &field,
+                    "older than 48 hours, what the raw samples keep; drop it",
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        for (i, r) in self.readings.iter().enumerate() {
+            check_time(format!("readings[{i}].t_ms"), r.t_ms)?;
+            if r.gpus.len() > AGENT_MAX_GPUS {
+                return Err(FieldError::new(
+                    &format!("readings[{i}].gpus"),
+                    format!("at most {AGENT_MAX_GPUS} GPUs per reading"),
+                ));
+            }
+            for (j, g) in r.gpus.iter().enumerate() {
+                check_uuid(&format!("readings[{i}].gpus[{j}].uuid"), &g.uuid)?;
+                if g.processes.len() > AGENT_MAX_PROCESSES {
+                    return Err(FieldError::new(
+                        &format!("readings[{i}].gpus[{j}].processes"),
+                        format!("at most {AGENT_MAX_PROCESSES} processes per GPU"),
+                    ));
+                }
+            }
+        }
+        for (i, x) in self.xids.iter().enumerate() {
+            check_time(format!("xids[{i}].t_ms"), x.t_ms)?;
+            check_uuid(&format!("xids[{i}].uuid"), &x.uuid)?;
+        }
+        Ok(())
+    }
+}
+
+/// A GPU of the agent's node that a job holds now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldGpu {
+    pub index: u32,
+    pub job_id: i64,
+    /// What a simulated GPU runs at while the job holds it.
+    pub simulated_util: u8,
+}
+
+/// The server's answer to an agent's registration or batch: what it kept,
+/// and which of the node's GPUs jobs hold now (simulated GPUs follow it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentAnswer {
+    pub node: String,
+    /// GPU samples kept from the batch (those of the node's registered
+    /// GPUs).
+    pub kept: usize,
+    pub held: Vec<HeldGpu>,
 }

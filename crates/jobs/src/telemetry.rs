@@ -112,6 +112,33 @@ impl Telemetry {
         Ok(node_id)
     }
 
+    /// [`Telemetry::register`] for a node's agent: GPUs registered to
+    /// another node are refused, not moved over.
+    pub async fn register_agent(&self, node: &str, gpus: &[GpuInfo]) -> Result<i64, StoreError> {
+        let node_id = self.inner.store.register_agent_node(node, gpus).await?;
+        self.inner.nodes.lock().await.remove(node);
+        Ok(node_id)
+    }
+
+    /// The GPUs of a node that jobs hold now, for its agent.
+    pub fn held(&self, node: &str) -> Vec<trainyard_domain::telemetry::HeldGpu> {
+        let mut held: Vec<_> = self
+            .inner
+            .holders
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|((n, _), _)| n == node)
+            .map(|((_, index), h)| trainyard_domain::telemetry::HeldGpu {
+                index: *index,
+                job_id: h.job_id,
+                simulated_util: h.simulated_util,
+            })
+            .collect();
+        held.sort_by_key(|h| h.index);
+        held
+    }
+
     async fn node_ids(&self, node: &str) -> Result<Option<NodeIds>, StoreError> {
         let mut nodes = self.inner.nodes.lock().await;
         if let Some(ids) = nodes.get(node) {

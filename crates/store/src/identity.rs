@@ -61,6 +61,9 @@ pub struct SessionUser {
     pub expires_at: i64,
 }
 
+/// The most live agent tokens one node may hold.
+pub const MAX_TOKENS_PER_NODE: usize = 8;
+
 /// The user behind a token, and the run it is limited to, if any.
 #[derive(Debug, Clone)]
 pub struct TokenUser {
@@ -69,6 +72,8 @@ pub struct TokenUser {
     pub local: bool,
     pub token_id: i64,
     pub run_id: Option<String>,
+    /// The node whose agent the token is, if it is one.
+    pub node: Option<String>,
 }
 
 /// The subject of the single-user install's admin (no provider).
@@ -423,6 +428,7 @@ impl Store {
             .col_expr(api_token::Column::RevokedAt, Expr::value(now))
             .filter(api_token::Column::UserId.eq(user_id))
             .filter(api_token::Column::RunId.is_null())
+            .filter(api_token::Column::Node.is_null())
             .filter(api_token::Column::RevokedAt.is_null())
             .exec(self.connection())
             .await?;
@@ -492,7 +498,7 @@ impl Store {
         run_id: Option<String>,
         expires_at: Option<i64>,
     ) -> Result<(api_token::Model, String), StoreError> {
-        let (model, secret) = new_token(user_id, name, run_id, expires_at);
+        let (model, secret) = new_token(user_id, name, run_id, None, expires_at);
         let _turn = self.write_turn().await;
         let model = model.insert(self.connection()).await?;
         Ok((model, secret))
@@ -563,6 +569,7 @@ impl Store {
                 format!("job run {run_id}"),
                 Some(run_id.clone()),
                 None,
+                None,
             );
             model.insert(&txn).await?;
             secrets.push(secret);
@@ -615,6 +622,7 @@ impl Store {
             local,
             token_id: found.id,
             run_id: found.run_id,
+            node: found.node,
         }))
     }
 
@@ -624,6 +632,7 @@ impl Store {
         Ok(api_token::Entity::find()
             .filter(api_token::Column::UserId.eq(user_id))
             .filter(api_token::Column::RunId.is_null())
+            .filter(api_token::Column::Node.is_null())
             .filter(api_token::Column::RevokedAt.is_null())
             .order_by_desc(api_token::Column::Id)
             .all(self.connection())
@@ -632,6 +641,67 @@ impl Store {
             .filter(|t| t.expires_at.is_none_or(|at| at > now))
             .map(token_from_model)
             .collect())
+    }
+
+    /// A node's agent token (made by an admin, `user_id`): it writes that
+    /// node's GPU samples and nothing else. Its secret is in the answer and
+    /// nowhere else. At most [`MAX_TOKENS_PER_NODE`] live ones per node, so
+    /// that one can be rotated in while another still serves.
+    pub async fn create_node_token(
+        &self,
+        user_id: i64,
+        node: &str,
+    ) -> Result<NewApiToken, StoreError> {
+        if let Err(e) = trainyard_domain::telemetry::check_node_name(node) {
+            return Err(StoreError::Invalid(e));
+        }
+        if self.node_tokens(node).await?.len() >= MAX_TOKENS_PER_NODE {
+            return Err(StoreError::Rejected(format!(
+                "node {node} holds {MAX_TOKENS_PER_NODE} tokens, the most a node may; revoke one its agent no longer uses"
+            )));
+        }
+        let (model, secret) = new_token(
+            user_id,
+            format!("agent of node {node}"),
+            None,
+            Some(node.to_owned()),
+            None,
+        );
+        let model = {
+            let _turn = self.write_turn().await;
+            model.insert(self.connection()).await?
+        };
+        Ok(NewApiToken {
+            token: token_from_model(model),
+            secret,
+        })
+    }
+
+    /// A node's live agent tokens, newest first.
+    pub async fn node_tokens(&self, node: &str) -> Result<Vec<ApiToken>, StoreError> {
+        Ok(api_token::Entity::find()
+            .filter(api_token::Column::Node.eq(node))
+            .filter(api_token::Column::RevokedAt.is_null())
+            .order_by_desc(api_token::Column::Id)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(token_from_model)
+            .collect())
+    }
+
+    /// Revokes one of a node's agent tokens; false if it is not the
+    /// node's or already revoked.
+    pub async fn revoke_node_token(&self, node: &str, id: i64) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let result = api_token::Entity::update_many()
+            .col_expr(api_token::Column::RevokedAt, Expr::value(now_millis()))
+            .filter(api_token::Column::Id.eq(id))
+            .filter(api_token::Column::Node.eq(node))
+            .filter(api_token::Column::RevokedAt.is_null())
+            .exec(self.connection())
+            .await?;
+        Ok(result.rows_affected == 1)
     }
 
     /// Revokes one of a user's personal tokens; false if it is not theirs
@@ -643,6 +713,7 @@ impl Store {
             .filter(api_token::Column::Id.eq(id))
             .filter(api_token::Column::UserId.eq(user_id))
             .filter(api_token::Column::RunId.is_null())
+            .filter(api_token::Column::Node.is_null())
             .filter(api_token::Column::RevokedAt.is_null())
             .exec(self.connection())
             .await?;
@@ -743,6 +814,7 @@ fn new_token(
     user_id: i64,
     name: String,
     run_id: Option<String>,
+    node: Option<String>,
     expires_at: Option<i64>,
 ) -> (api_token::ActiveModel, String) {
     let secret = format!("{TOKEN_PREFIX}{}", random_secret());
@@ -752,6 +824,7 @@ fn new_token(
         token_hash: Set(secret_hash(&secret)),
         prefix: Set(secret.chars().take(10).collect()),
         run_id: Set(run_id),
+        node: Set(node),
         created_at: Set(now_millis()),
         last_used_at: Set(None),
         expires_at: Set(expires_at),

@@ -19,6 +19,26 @@ impl Store {
     /// Records a node as ready with exactly these GPUs (added, updated, or
     /// removed to match). Returns the node's id.
     pub async fn register_node(&self, name: &str, gpus: &[GpuInfo]) -> Result<i64, StoreError> {
+        self.register(name, gpus, true).await
+    }
+
+    /// [`Store::register_node`] for a node's agent, which is not trusted
+    /// with other nodes: a GPU UUID registered to another node is refused
+    /// rather than moved over.
+    pub async fn register_agent_node(
+        &self,
+        name: &str,
+        gpus: &[GpuInfo],
+    ) -> Result<i64, StoreError> {
+        self.register(name, gpus, false).await
+    }
+
+    async fn register(
+        &self,
+        name: &str,
+        gpus: &[GpuInfo],
+        move_from_other_nodes: bool,
+    ) -> Result<i64, StoreError> {
         let _turn = self.write_turn().await;
         let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
         let now = now_millis();
@@ -59,6 +79,12 @@ impl Store {
             )
             .all(&txn)
             .await?;
+        if !move_from_other_nodes && let Some(taken) = known.iter().find(|m| m.node_id != node_id) {
+            return Err(StoreError::Forbidden(format!(
+                "GPU {} is registered to another node; an agent reports its own node's GPUs only (an admin removes the other node if the card moved)",
+                taken.uuid
+            )));
+        }
         let gone: Vec<i64> = known
             .iter()
             .filter(|m| m.node_id == node_id && !wanted.contains(m.uuid.as_str()))

@@ -10,6 +10,8 @@ pub struct Model {
     pub token_hash: String,
     pub prefix: String,
     pub run_id: Option<String>,
+    /// A node's agent token: it writes that node's GPU samples only.
+    pub node: Option<String>,
     pub created_at: i64,
     pub last_used_at: Option<i64>,
     pub expires_at: Option<i64>,

@@ -1,0 +1,177 @@
+//! What node agents (`trainyard agent`) call, with their node's token, and
+//! how admins make those tokens:
+//! - `POST /api/trainyard/v1/agent/register`: the node and its GPUs;
+//! - `POST /api/trainyard/v1/agent/readings`: a batch of samples;
+//! - `POST|GET /api/trainyard/v1/nodes/{node}/tokens`,
+//!   `DELETE …/tokens/{id}`: a node's agent tokens (admins).
+//!
+//! A node's token names its node: an agent writes that node's samples and
+//! nothing else (the gate keeps node tokens to the agent API, and these
+//! handlers to the token's node). Both answers carry the node's GPUs that
+//! jobs hold now, which simulated GPUs follow.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use trainyard_domain::FieldError;
+use trainyard_domain::identity::{ApiToken, NewApiToken, Via};
+use trainyard_domain::telemetry::{AgentAnswer, AgentRegistration, ReadingBatch};
+use trainyard_store::GpuInfo;
+
+use crate::AppState;
+use crate::auth::{Caller, Principal};
+use crate::jobs_api::JobsError;
+
+/// The largest body an agent may send (a full batch is about 2 MB).
+pub const MAX_AGENT_BODY_BYTES: usize = 8 << 20;
+
+/// The node the caller's token belongs to.
+fn token_node(principal: &Principal) -> Result<&str, JobsError> {
+    match &principal.via {
+        Via::NodeToken { node } => Ok(node),
+        _ => Err(JobsError::new(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            "the agent API takes a node's token",
+        )),
+    }
+}
+
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, JobsError> {
+    serde_json::from_slice(body).map_err(|e| {
+        JobsError::invalid(
+            format!("the body is not the agent's JSON: {e}"),
+            vec![FieldError::new("body", e.to_string())],
+        )
+    })
+}
+
+fn invalid(e: FieldError) -> JobsError {
+    JobsError::invalid(format!("{}: {}", e.field, e.message), vec![e])
+}
+
+/// `POST /api/trainyard/v1/agent/register`
+pub async fn register(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    body: Bytes,
+) -> Result<Json<AgentAnswer>, JobsError> {
+    let node = token_node(&principal)?;
+    let registration: AgentRegistration = parse(&body)?;
+    registration.check().map_err(invalid)?;
+    if registration.node != node {
+        return Err(JobsError::new(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            format!(
+                "this token is node {node}'s; it cannot register node {}",
+                registration.node
+            ),
+        ));
+    }
+    let gpus: Vec<GpuInfo> = registration
+        .gpus
+        .iter()
+        .map(|g| GpuInfo {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            name: g.name.clone(),
+            memory_total_bytes: g.memory_total_bytes,
+        })
+        .collect();
+    state.telemetry.register_agent(node, &gpus).await?;
+    tracing::info!(node, gpus = gpus.len(), "node agent registered");
+    Ok(Json(AgentAnswer {
+        node: node.to_owned(),
+        kept: 0,
+        held: state.telemetry.held(node),
+    }))
+}
+
+/// `POST /api/trainyard/v1/agent/readings`
+pub async fn readings(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    body: Bytes,
+) -> Result<Json<AgentAnswer>, JobsError> {
+    let node = token_node(&principal)?;
+    let batch: ReadingBatch = parse(&body)?;
+    batch
+        .check(trainyard_store::now_millis())
+        .map_err(invalid)?;
+    // Samples of GPUs not registered to this node are not kept: a node's
+    // token writes its own node's series only.
+    let kept = state
+        .telemetry
+        .ingest(node, &batch.readings, &batch.xids)
+        .await
+        .map_err(|e| match e {
+            trainyard_store::StoreError::NotFound(message) => {
+                JobsError::new(StatusCode::CONFLICT, "NODE_NOT_REGISTERED", message)
+            }
+            other => other.into(),
+        })?;
+    Ok(Json(AgentAnswer {
+        node: node.to_owned(),
+        kept,
+        held: state.telemetry.held(node),
+    }))
+}
+
+fn admin_only(principal: &Principal) -> Result<(), JobsError> {
+    crate::jobs_api::admin_only(principal, "make, list or revoke node tokens")
+}
+
+fn checked_node(node: &str) -> Result<(), JobsError> {
+    trainyard_domain::telemetry::check_node_name(node).map_err(invalid)
+}
+
+/// `POST /api/trainyard/v1/nodes/{node}/tokens`: a new agent token for the
+/// node; its secret is in this answer only.
+pub async fn create_node_token(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(node): Path<String>,
+) -> Result<(StatusCode, Json<NewApiToken>), JobsError> {
+    admin_only(&principal)?;
+    checked_node(&node)?;
+    let token = state
+        .store
+        .create_node_token(principal.user.id, &node)
+        .await?;
+    tracing::info!(node, admin = %principal.user.username, "node token made");
+    Ok((StatusCode::CREATED, Json(token)))
+}
+
+/// `GET /api/trainyard/v1/nodes/{node}/tokens`
+pub async fn node_tokens(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(node): Path<String>,
+) -> Result<Json<Vec<ApiToken>>, JobsError> {
+    admin_only(&principal)?;
+    checked_node(&node)?;
+    Ok(Json(state.store.node_tokens(&node).await?))
+}
+
+/// `DELETE /api/trainyard/v1/nodes/{node}/tokens/{id}`
+pub async fn revoke_node_token(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path((node, id)): Path<(String, i64)>,
+) -> Result<StatusCode, JobsError> {
+    admin_only(&principal)?;
+    checked_node(&node)?;
+    if state.store.revoke_node_token(&node, id).await? {
+        tracing::info!(node, id, admin = %principal.user.username, "node token revoked");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(JobsError::new(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            format!("node {node} has no live token {id}"),
+        ))
+    }
+}

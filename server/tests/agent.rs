@@ -1,0 +1,379 @@
+//! Node agents (`trainyard agent`, separate processes) pushing GPU samples
+//! to a server: one is cut off for a while and sends what it missed when
+//! it is back; node credentials reach their own node's samples only.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{TestServer, request};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A TCP relay to the server that can be cut (every connection dropped,
+/// new ones refused) and restored: a network partition for one agent.
+struct Relay {
+    addr: std::net::SocketAddr,
+    cut: Arc<AtomicBool>,
+    live: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn to(target: std::net::SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let live = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, l) = (cut.clone(), live.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if c.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                l.lock().unwrap().push(tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                }));
+            }
+        });
+        Relay {
+            addr,
+            cut,
+            live,
+            _task: task,
+        }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for connection in self.live.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+async fn node_token(server: &TestServer, node: &str) -> String {
+    let made = request(
+        server.addr,
+        "POST",
+        &format!("/api/trainyard/v1/nodes/{node}/tokens"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    made.json()["secret"].as_str().unwrap().to_owned()
+}
+
+fn agent(
+    server: std::net::SocketAddr,
+    node: &str,
+    token_file: &std::path::Path,
+    spool: &std::path::Path,
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args([
+            "agent",
+            "--server",
+            &format!("http://{server}"),
+            "--node",
+            node,
+        ])
+        .arg("--token-file")
+        .arg(token_file)
+        .arg("--spool")
+        .arg(spool)
+        .args(["--sample-secs", "1", "--simulated-gpus", "2"])
+        .env_remove("TRAINYARD_SERVER")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// The times of a node's first GPU's raw samples in `[from, now]`.
+async fn sample_times(server: &TestServer, node: &str, from: i64) -> Vec<i64> {
+    let path = format!(
+        "/api/trainyard/v1/nodes/{node}/gpus?from={from}&to={}&points=4000",
+        now_ms() + 1000
+    );
+    let answer = request(server.addr, "GET", &path, &[], b"").await;
+    if answer.status != 200 {
+        return Vec::new();
+    }
+    let series = answer.json();
+    let gpus = series["gpus"].as_array().cloned().unwrap_or_default();
+    let Some(first) = gpus.iter().find(|g| g["index"] == 0) else {
+        return Vec::new();
+    };
+    first["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["t_ms"].as_i64().unwrap())
+        .collect()
+}
+
+async fn wait_for<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..300 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("{what}: not after 60 s");
+}
+
+async fn bearer(
+    server: &TestServer,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: &Value,
+) -> common::Response {
+    request(
+        server.addr,
+        method,
+        path,
+        &[
+            ("Authorization", &format!("Bearer {token}")),
+            ("Content-Type", "application/json"),
+        ],
+        body.to_string().as_bytes(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_push_one_catches_up_after_a_cut_and_node_tokens_stay_in_their_node() {
+    let server = TestServer::start().await;
+    let started = now_ms();
+    let dir = tempfile::tempdir().unwrap();
+    let (token_a, token_b) = (
+        node_token(&server, "gpu-a").await,
+        node_token(&server, "gpu-b").await,
+    );
+    for (name, token) in [("a", &token_a), ("b", &token_b)] {
+        std::fs::write(dir.path().join(format!("token-{name}")), token).unwrap();
+    }
+    let relay = Relay::to(server.addr).await;
+    let _a = agent(
+        server.addr,
+        "gpu-a",
+        &dir.path().join("token-a"),
+        &dir.path().join("spool-a"),
+    );
+    let _b = agent(
+        relay.addr,
+        "gpu-b",
+        &dir.path().join("token-b"),
+        &dir.path().join("spool-b"),
+    );
+
+    // Both nodes register and report.
+    for node in ["gpu-a", "gpu-b"] {
+        wait_for(&format!("{node}'s samples"), || async {
+            sample_times(&server, node, started).await.len() >= 3
+        })
+        .await;
+    }
+    let overview = request(server.addr, "GET", "/api/trainyard/v1/gpus", &[], b"").await;
+    assert_eq!(overview.status, 200);
+    let text = overview.body;
+    for uuid in [
+        "GPU-simulated-gpu-a-0",
+        "GPU-simulated-gpu-a-1",
+        "GPU-simulated-gpu-b-0",
+        "GPU-simulated-gpu-b-1",
+    ] {
+        assert!(text.contains(uuid), "{uuid} missing from {text}");
+    }
+
+    // B is cut off for a while; A goes on.
+    relay.cut();
+    let cut_at = now_ms();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let during = sample_times(&server, "gpu-b", started).await;
+    let restored_at = now_ms();
+    relay.restore();
+    assert!(
+        during.iter().all(|&t| t <= cut_at + 1500),
+        "gpu-b's samples arrived while it was cut off: {during:?} (cut at {cut_at})"
+    );
+    let a_during = sample_times(&server, "gpu-a", cut_at + 1000).await;
+    assert!(
+        !a_during.is_empty(),
+        "gpu-a stopped while gpu-b was cut off"
+    );
+
+    // Back, B sends what it sampled meanwhile: a sample each second of
+    // the gap.
+    wait_for("gpu-b's samples of the gap", || async {
+        let times = sample_times(&server, "gpu-b", started).await;
+        let gap = times
+            .iter()
+            .filter(|&&t| t > cut_at + 500 && t < restored_at - 500)
+            .count();
+        gap >= 3 && times.iter().any(|&t| t > restored_at)
+    })
+    .await;
+    let times = sample_times(&server, "gpu-b", started).await;
+    let mut sorted = times.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted, times, "one sample per moment, in order");
+    let spool: Vec<_> = std::fs::read_dir(dir.path().join("spool-b"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .collect();
+    assert!(spool.len() <= 1, "the spool empties once sent: {spool:?}");
+
+    // A forged credential is nobody.
+    let batch = json!({"readings": [], "xids": []});
+    let forged = bearer(
+        &server,
+        "tyk_forged0000000000000000",
+        "POST",
+        "/api/trainyard/v1/agent/readings",
+        &batch,
+    )
+    .await;
+    assert_eq!(forged.status, 401, "{}", forged.body);
+
+    // A's token cannot register B, nor claim B's GPUs under its own name.
+    let as_b = bearer(
+        &server,
+        &token_a,
+        "POST",
+        "/api/trainyard/v1/agent/register",
+        &json!({"node": "gpu-b", "gpus": []}),
+    )
+    .await;
+    assert_eq!(as_b.status, 403, "{}", as_b.body);
+    let steal = bearer(
+        &server,
+        &token_a,
+        "POST",
+        "/api/trainyard/v1/agent/register",
+        &json!({"node": "gpu-a", "gpus": [
+            {"index": 0, "uuid": "GPU-simulated-gpu-b-0", "name": "x", "memory_total_bytes": 1}
+        ]}),
+    )
+    .await;
+    assert_eq!(steal.status, 403, "{}", steal.body);
+    assert!(steal.body.contains("another node"), "{}", steal.body);
+
+    // B's GPUs in A's batch are not kept.
+    let now = now_ms();
+    let sample = |uuid: &str| {
+        json!({"index": 0, "uuid": uuid, "gpu_util": 100, "mem_util": 0,
+            "mem_used_bytes": 0, "mem_total_bytes": 1, "temperature_c": 30,
+            "power_mw": 1, "power_limit_mw": 1, "sm_clock_mhz": 1, "mem_clock_mhz": 1,
+            "ecc_corrected": null, "ecc_uncorrected": null, "processes": []})
+    };
+    let foreign = bearer(
+        &server,
+        &token_a,
+        "POST",
+        "/api/trainyard/v1/agent/readings",
+        &json!({"readings": [{"t_ms": now, "gpus": [sample("GPU-simulated-gpu-b-0")]}]}),
+    )
+    .await;
+    assert_eq!(foreign.status, 200, "{}", foreign.body);
+    assert_eq!(foreign.json()["kept"], 0, "{}", foreign.body);
+
+    // Bad input is named.
+    let future = bearer(
+        &server,
+        &token_a,
+        "POST",
+        "/api/trainyard/v1/agent/readings",
+        &json!({"readings": [{"t_ms": now + 3_600_000, "gpus": [sample("GPU-simulated-gpu-a-0")]}]}),
+    )
+    .await;
+    assert_eq!(future.status, 400, "{}", future.body);
+    assert_eq!(future.json()["fields"][0]["field"], "readings[0].t_ms");
+
+    // A node's token reaches nothing but the agent API, and the agent API
+    // takes nothing but a node's token.
+    let elsewhere = bearer(
+        &server,
+        &token_a,
+        "GET",
+        "/api/trainyard/v1/gpus",
+        &json!({}),
+    )
+    .await;
+    assert_eq!(elsewhere.status, 403, "{}", elsewhere.body);
+    let admin = request(
+        server.addr,
+        "POST",
+        "/api/trainyard/v1/agent/readings",
+        &[("Content-Type", "application/json")],
+        batch.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(admin.status, 403, "{}", admin.body);
+
+    // A revoked node token is refused at once.
+    let tokens = request(
+        server.addr,
+        "GET",
+        "/api/trainyard/v1/nodes/gpu-a/tokens",
+        &[],
+        b"",
+    )
+    .await;
+    let id = tokens.json()[0]["id"].as_i64().unwrap();
+    let revoked = request(
+        server.addr,
+        "DELETE",
+        &format!("/api/trainyard/v1/nodes/gpu-a/tokens/{id}"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(revoked.status, 204, "{}", revoked.body);
+    let after = bearer(
+        &server,
+        &token_a,
+        "POST",
+        "/api/trainyard/v1/agent/readings",
+        &batch,
+    )
+    .await;
+    assert_eq!(after.status, 401, "{}", after.body);
+
+    // Node names are Kubernetes' (DNS-1123).
+    let bad = request(
+        server.addr,
+        "POST",
+        "/api/trainyard/v1/nodes/Bad_Node/tokens",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+}
