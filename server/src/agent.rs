@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use trainyard_domain::telemetry::{
@@ -44,7 +45,7 @@ pub struct AgentOptions {
     pub max_segments: usize,
 }
 
-/// Runs until killed (or the token is refused for good).
+/// Runs until killed.
 pub async fn run(options: AgentOptions) -> Result<(), CliError> {
     trainyard_domain::telemetry::check_node_name(&options.node)
         .map_err(|e| CliError(format!("--node: {}", e.message)))?;
@@ -62,12 +63,23 @@ pub async fn run(options: AgentOptions) -> Result<(), CliError> {
     if let Some(note) = &inventory.note {
         tracing::warn!(note = %note, gpus = inventory.gpus.len(), "simulated GPUs");
     }
-    let mut spool = Spool::open(&options.spool, options.max_segments)?;
+    let spool = Arc::new(Mutex::new(Spool::open(
+        &options.spool,
+        options.max_segments,
+    )?));
     let client = Client::new(&options)?;
     let sampler = SamplerThread::start(inventory.clone())?;
-    let registration = registration(&options.node, &inventory);
-    let mut registered = false;
-    let mut loads: HashMap<u32, Load> = HashMap::new();
+    let loads: Arc<Mutex<HashMap<u32, Load>>> = Arc::default();
+    // Sending runs beside sampling, so that a server slow to answer (or
+    // gone without a word) never delays a sample.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let sender = tokio::spawn(send_forever(
+        client,
+        registration(&options.node, &inventory),
+        spool.clone(),
+        loads.clone(),
+        wake.clone(),
+    ));
     let mut interval = tokio::time::interval(options.sample_every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     tracing::info!(
@@ -78,13 +90,36 @@ pub async fn run(options: AgentOptions) -> Result<(), CliError> {
     );
     loop {
         interval.tick().await;
-        let Some((reading, xids)) = sampler.sample(trainyard_store::now_millis(), &loads).await
+        let now_loads = lock(&loads).clone();
+        let Some((reading, xids)) = sampler
+            .sample(trainyard_store::now_millis(), &now_loads)
+            .await
         else {
+            sender.abort();
             return Err(CliError("the GPU sampling thread stopped".to_owned()));
         };
-        if let Err(e) = spool.push(&reading, &xids) {
+        if let Err(e) = lock(&spool).push(&reading, &xids) {
             tracing::error!(error = %e, "cannot write the spool; this reading is lost");
         }
+        wake.notify_one();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers, then sends the spool each time a sample is added.
+async fn send_forever(
+    client: Client,
+    registration: AgentRegistration,
+    spool: Arc<Mutex<Spool>>,
+    loads: Arc<Mutex<HashMap<u32, Load>>>,
+    wake: Arc<tokio::sync::Notify>,
+) {
+    let mut registered = false;
+    loop {
+        wake.notified().await;
         if !registered {
             match client
                 .post("/api/trainyard/v1/agent/register", &registration)
@@ -92,7 +127,7 @@ pub async fn run(options: AgentOptions) -> Result<(), CliError> {
             {
                 Ok(answer) => {
                     registered = true;
-                    loads = held_loads(&answer);
+                    *lock(&loads) = held_loads(&answer);
                     tracing::info!("registered with the server");
                 }
                 Err(e) => {
@@ -101,13 +136,43 @@ pub async fn run(options: AgentOptions) -> Result<(), CliError> {
                 }
             }
         }
-        match spool.send(&client).await {
-            Ok(Some(answer)) => loads = held_loads(&answer),
+        match send_spool(&client, &spool).await {
+            Ok(Some(answer)) => *lock(&loads) = held_loads(&answer),
             Ok(None) => {}
             Err(SendError::NotRegistered) => registered = false,
             Err(SendError::Away(e)) => {
-                tracing::warn!(error = %e, waiting = spool.len(), "the server is away; samples wait in the spool")
+                let waiting = lock(&spool).len();
+                tracing::warn!(error = %e, waiting, "the server is away; samples wait in the spool")
             }
+        }
+    }
+}
+
+/// Sends the segments, oldest first, until all are taken or the server
+/// is away. The newest answer, if any was sent.
+async fn send_spool(
+    client: &Client,
+    spool: &Mutex<Spool>,
+) -> Result<Option<AgentAnswer>, SendError> {
+    let mut last = None;
+    loop {
+        let Some((n, lines, batch)) = lock(spool).oldest() else {
+            return Ok(last);
+        };
+        match client
+            .request("/api/trainyard/v1/agent/readings", &batch)
+            .await
+        {
+            Outcome::Ok(answer) => {
+                last = Some(answer);
+                lock(spool).forget(n, lines);
+            }
+            Outcome::Refused(message) => {
+                tracing::error!(message = %message, readings = batch.readings.len(), "the server refused a batch; it is dropped");
+                lock(spool).forget(n, lines);
+            }
+            Outcome::NotRegistered => return Err(SendError::NotRegistered),
+            Outcome::Away(e) => return Err(SendError::Away(e)),
         }
     }
 }
@@ -312,7 +377,7 @@ impl Spool {
         if let Some(&last) = spool.segments.back() {
             spool.newest_lines = spool
                 .read(last)
-                .map_or(SEGMENT_READINGS, |b| b.readings.len());
+                .map_or(SEGMENT_READINGS, |(lines, _)| lines);
             tracing::info!(
                 segments = spool.segments.len(),
                 "readings left from an earlier run will be sent"
@@ -363,17 +428,19 @@ impl Spool {
         Ok(())
     }
 
-    /// A segment's readings, as one batch; lines that do not parse (a
-    /// write cut short) are skipped.
-    fn read(&self, n: u64) -> std::io::Result<ReadingBatch> {
+    /// A segment's readings, as one batch, and the lines read; lines that
+    /// do not parse (a write cut short) are skipped.
+    fn read(&self, n: u64) -> std::io::Result<(usize, ReadingBatch)> {
         use std::io::Read;
         let file = std::fs::File::open(self.path(n))?;
         let mut batch = ReadingBatch {
             readings: Vec::new(),
             xids: Vec::new(),
         };
+        let mut lines = 0;
         let reader = std::io::BufReader::new(file.take(MAX_SEGMENT_BYTES));
         for line in reader.lines().take(SEGMENT_READINGS) {
+            lines += 1;
             if let Ok(one) = serde_json::from_str::<ReadingBatch>(&line?) {
                 batch.readings.extend(one.readings);
                 batch.xids.extend(one.xids);
@@ -382,48 +449,54 @@ impl Spool {
         batch
             .xids
             .truncate(trainyard_domain::telemetry::AGENT_MAX_XIDS);
-        Ok(batch)
+        Ok((lines, batch))
     }
 
-    /// Sends the segments, oldest first, until all are taken or the server
-    /// is away. The newest answer, if any was sent.
-    async fn send(&mut self, client: &Client) -> Result<Option<AgentAnswer>, SendError> {
-        let mut last = None;
+    /// The oldest segment to send: its number, its lines, its readings.
+    /// Unreadable segments are dropped on the way.
+    fn oldest(&mut self) -> Option<(u64, usize, ReadingBatch)> {
         while let Some(&n) = self.segments.front() {
-            let batch = match self.read(n) {
-                Ok(batch) => batch,
+            match self.read(n) {
+                Ok((lines, batch)) => return Some((n, lines, batch)),
                 Err(e) => {
                     tracing::warn!(error = %e, "an unreadable spool segment is dropped");
-                    self.forget_oldest();
-                    continue;
+                    self.forget(n, usize::MAX);
                 }
-            };
-            match client
-                .request("/api/trainyard/v1/agent/readings", &batch)
-                .await
-            {
-                Outcome::Ok(answer) => {
-                    last = Some(answer);
-                    self.forget_oldest();
-                }
-                Outcome::Refused(message) => {
-                    tracing::error!(message = %message, readings = batch.readings.len(), "the server refused a batch; it is dropped");
-                    self.forget_oldest();
-                }
-                Outcome::NotRegistered => return Err(SendError::NotRegistered),
-                Outcome::Away(e) => return Err(SendError::Away(e)),
             }
         }
-        Ok(last)
+        None
     }
 
-    fn forget_oldest(&mut self) {
-        if let Some(n) = self.segments.pop_front() {
-            let _ = std::fs::remove_file(self.path(n));
-            if self.segments.is_empty() {
-                self.newest_lines = 0;
+    /// The server took the first `lines` of segment `n`. Readings added to
+    /// it since it was read stay, for the next send.
+    fn forget(&mut self, n: u64, lines: usize) {
+        let newest = self.segments.back() == Some(&n);
+        if newest && self.newest_lines > lines {
+            if let Err(e) = self.drop_head(n, lines) {
+                tracing::warn!(error = %e, "cannot trim a sent spool segment; it is dropped");
+            } else {
+                self.newest_lines -= lines;
+                return;
             }
         }
+        self.segments.retain(|&s| s != n);
+        let _ = std::fs::remove_file(self.path(n));
+        if self.segments.is_empty() {
+            self.newest_lines = 0;
+        }
+    }
+
+    /// Rewrites segment `n` without its first `lines` lines.
+    fn drop_head(&self, n: u64, lines: usize) -> std::io::Result<()> {
+        use std::io::Read;
+        let mut text = String::new();
+        std::fs::File::open(self.path(n))?
+            .take(MAX_SEGMENT_BYTES)
+            .read_to_string(&mut text)?;
+        let rest: String = text.split_inclusive('\n').skip(lines).collect();
+        let tmp = self.dir.join(format!("segment-{n:020}.tmp"));
+        std::fs::write(&tmp, rest)?;
+        std::fs::rename(tmp, self.path(n))
     }
 }
 
@@ -438,4 +511,77 @@ fn segment_number(name: &str) -> Option<u64> {
 fn my_uid() -> u32 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(t_ms: i64) -> Reading {
+        Reading {
+            t_ms,
+            gpus: Vec::new(),
+        }
+    }
+
+    fn times(batch: &ReadingBatch) -> Vec<i64> {
+        batch.readings.iter().map(|r| r.t_ms).collect()
+    }
+
+    #[test]
+    fn readings_added_while_a_segment_is_sent_stay_for_the_next_send() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::open(&dir.path().join("spool"), 4).unwrap();
+        spool.push(&reading(1), &[]).unwrap();
+        spool.push(&reading(2), &[]).unwrap();
+        let (n, lines, batch) = spool.oldest().unwrap();
+        assert_eq!((lines, times(&batch)), (2, vec![1, 2]));
+        // A sample comes in while the batch is on its way.
+        spool.push(&reading(3), &[]).unwrap();
+        spool.forget(n, lines);
+        let (_, lines, batch) = spool.oldest().unwrap();
+        assert_eq!((lines, times(&batch)), (1, vec![3]));
+        assert_eq!(spool.len(), 1);
+        spool.forget(n, lines);
+        assert!(spool.oldest().is_none());
+        assert_eq!(spool.len(), 0);
+    }
+
+    #[test]
+    fn a_full_spool_drops_its_oldest_segments_and_a_restart_picks_up_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spool");
+        let mut spool = Spool::open(&path, 2).unwrap();
+        let total = 3 * SEGMENT_READINGS as i64 + 5;
+        for t in 0..total {
+            spool.push(&reading(t), &[]).unwrap();
+        }
+        // Two segments kept: the last full one and the 5 after it.
+        assert_eq!(spool.len(), SEGMENT_READINGS + 5);
+        drop(spool);
+        let mut again = Spool::open(&path, 2).unwrap();
+        assert_eq!(again.len(), SEGMENT_READINGS + 5);
+        let (n, lines, batch) = again.oldest().unwrap();
+        assert_eq!(batch.readings.len(), SEGMENT_READINGS);
+        assert_eq!(batch.readings[0].t_ms, 2 * SEGMENT_READINGS as i64);
+        again.forget(n, lines);
+        // The newest segment goes on filling where it stopped.
+        again.push(&reading(total), &[]).unwrap();
+        let (_, lines, batch) = again.oldest().unwrap();
+        assert_eq!(lines, 6);
+        assert_eq!(*times(&batch).last().unwrap(), total);
+    }
+
+    #[test]
+    fn a_spool_others_can_write_or_a_link_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(Spool::open(&open, 1).is_err());
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert!(Spool::open(&link, 1).is_err());
+    }
 }
