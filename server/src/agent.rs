@@ -12,13 +12,14 @@
 //! driver) follow them, as the server's own do.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use trainyard_domain::telemetry::{
-    AgentAnswer, AgentGpu, AgentRegistration, Reading, ReadingBatch, XidEvent,
+    AGENT_MAX_AGE_MS, AGENT_MAX_XIDS, AgentAnswer, AgentGpu, AgentRegistration, Reading,
+    ReadingBatch, XidEvent,
 };
 use trainyard_nvml::{Inventory, Load, Sampler};
 
@@ -26,8 +27,14 @@ use crate::cli::CliError;
 
 /// Readings per spool segment, and so per batch sent (an hour at 10 s).
 pub const SEGMENT_READINGS: usize = 360;
-/// The largest segment file read back (a full one is about 1 MB for 8 GPUs).
-const MAX_SEGMENT_BYTES: u64 = 16 << 20;
+/// A segment past this size is full too, whatever its readings, so that a
+/// segment (and so a batch) stays well under the server's body limit
+/// (8 MiB): one reading is at most about 0.8 MB (64 GPUs of 256 processes).
+const SEGMENT_BYTES: u64 = 4 << 20;
+/// The largest segment file read back.
+const MAX_SEGMENT_BYTES: u64 = 8 << 20;
+/// The most of an answer the agent reads.
+const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -156,7 +163,8 @@ async fn send_spool(
 ) -> Result<Option<AgentAnswer>, SendError> {
     let mut last = None;
     loop {
-        let Some((n, lines, batch)) = lock(spool).oldest() else {
+        let oldest = lock(spool).oldest(trainyard_store::now_millis());
+        let Some((n, lines, batch)) = oldest else {
             return Ok(last);
         };
         match client
@@ -306,7 +314,10 @@ impl Client {
             Err(e) => return Outcome::Away(format!("cannot reach {}: {e}", self.server)),
         };
         let status = response.status();
-        let text = response.text().await.unwrap_or_default();
+        let text = match read_limited(response).await {
+            Ok(text) => text,
+            Err(e) => return Outcome::Away(e),
+        };
         if status.is_success() {
             return match serde_json::from_str(&text) {
                 Ok(answer) => Outcome::Ok(answer),
@@ -333,14 +344,31 @@ impl Client {
     }
 }
 
+/// An answer's body, up to [`MAX_ANSWER_BYTES`].
+async fn read_limited(mut response: reqwest::Response) -> Result<String, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| format!("the answer was cut: {e}"))?
+    {
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(format!("the answer is over {MAX_ANSWER_BYTES} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
 /// The readings not yet taken by the server, on disk.
 struct Spool {
     dir: PathBuf,
     max_segments: usize,
     /// Segment numbers on disk, oldest first.
     segments: std::collections::VecDeque<u64>,
-    /// Lines in the newest segment.
+    /// Complete lines in the newest segment, and its bytes.
     newest_lines: usize,
+    newest_bytes: u64,
 }
 
 impl Spool {
@@ -373,11 +401,21 @@ impl Spool {
             max_segments: max_segments.max(1),
             segments: segments.into(),
             newest_lines: 0,
+            newest_bytes: 0,
         };
         if let Some(&last) = spool.segments.back() {
-            spool.newest_lines = spool
-                .read(last)
-                .map_or(SEGMENT_READINGS, |(lines, _)| lines);
+            // A write cut short (a crash) leaves a partial last line: it
+            // goes, so that the next reading starts a line of its own.
+            let text = spool.text(last).unwrap_or_default();
+            let complete = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            if complete < text.len() {
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(spool.path(last))?;
+                file.set_len(complete as u64)?;
+            }
+            spool.newest_lines = count_lines(&text[..complete]);
+            spool.newest_bytes = complete as u64;
             tracing::info!(
                 segments = spool.segments.len(),
                 "readings left from an earlier run will be sent"
@@ -398,11 +436,16 @@ impl Spool {
     /// Appends a reading (and the XID events that came with it).
     fn push(&mut self, reading: &Reading, xids: &[XidEvent]) -> std::io::Result<()> {
         let newest = match self.segments.back() {
-            Some(&n) if self.newest_lines < SEGMENT_READINGS => n,
+            Some(&n)
+                if self.newest_lines < SEGMENT_READINGS && self.newest_bytes < SEGMENT_BYTES =>
+            {
+                n
+            }
             last => {
                 let n = last.map_or(1, |n| n + 1);
                 self.segments.push_back(n);
                 self.newest_lines = 0;
+                self.newest_bytes = 0;
                 while self.segments.len() > self.max_segments {
                     if let Some(oldest) = self.segments.pop_front() {
                         tracing::warn!(
@@ -423,81 +466,123 @@ impl Spool {
             .create(true)
             .append(true)
             .open(self.path(newest))?;
-        file.write_all(format!("{line}\n").as_bytes())?;
+        let line = format!("{line}\n");
+        file.write_all(line.as_bytes())?;
         self.newest_lines += 1;
+        self.newest_bytes += line.len() as u64;
         Ok(())
     }
 
-    /// A segment's readings, as one batch, and the lines read; lines that
-    /// do not parse (a write cut short) are skipped.
-    fn read(&self, n: u64) -> std::io::Result<(usize, ReadingBatch)> {
+    /// A segment file's bytes (at most [`MAX_SEGMENT_BYTES`]).
+    fn text(&self, n: u64) -> std::io::Result<Vec<u8>> {
         use std::io::Read;
-        let file = std::fs::File::open(self.path(n))?;
+        let mut text = Vec::new();
+        std::fs::File::open(self.path(n))?
+            .take(MAX_SEGMENT_BYTES)
+            .read_to_end(&mut text)?;
+        Ok(text)
+    }
+
+    /// A segment's complete lines, and its readings as one batch: lines
+    /// that do not parse are skipped, and so are readings too old for the
+    /// server to keep (at `now_ms`).
+    fn read(&self, n: u64, now_ms: i64) -> std::io::Result<(usize, ReadingBatch)> {
+        let text = self.text(n)?;
         let mut batch = ReadingBatch {
             readings: Vec::new(),
             xids: Vec::new(),
         };
+        // A minute of margin for the trip.
+        let oldest = now_ms - AGENT_MAX_AGE_MS + 60_000;
         let mut lines = 0;
-        let reader = std::io::BufReader::new(file.take(MAX_SEGMENT_BYTES));
-        for line in reader.lines().take(SEGMENT_READINGS) {
+        for line in text.split_inclusive(|&b| b == b'\n') {
+            if line.last() != Some(&b'\n') {
+                break;
+            }
             lines += 1;
-            if let Ok(one) = serde_json::from_str::<ReadingBatch>(&line?) {
-                batch.readings.extend(one.readings);
-                batch.xids.extend(one.xids);
+            if let Ok(one) = serde_json::from_slice::<ReadingBatch>(line) {
+                batch
+                    .readings
+                    .extend(one.readings.into_iter().filter(|r| r.t_ms >= oldest));
+                batch
+                    .xids
+                    .extend(one.xids.into_iter().filter(|x| x.t_ms >= oldest));
             }
         }
-        batch
-            .xids
-            .truncate(trainyard_domain::telemetry::AGENT_MAX_XIDS);
+        batch.xids.truncate(AGENT_MAX_XIDS);
         Ok((lines, batch))
     }
 
     /// The oldest segment to send: its number, its lines, its readings.
-    /// Unreadable segments are dropped on the way.
-    fn oldest(&mut self) -> Option<(u64, usize, ReadingBatch)> {
+    /// Unreadable segments, and those with nothing left to send, are
+    /// dropped on the way.
+    fn oldest(&mut self, now_ms: i64) -> Option<(u64, usize, ReadingBatch)> {
         while let Some(&n) = self.segments.front() {
-            match self.read(n) {
-                Ok((lines, batch)) => return Some((n, lines, batch)),
+            match self.read(n, now_ms) {
+                Ok((lines, batch)) if !batch.readings.is_empty() => return Some((n, lines, batch)),
+                Ok((lines, _)) => self.forget(n, lines),
                 Err(e) => {
                     tracing::warn!(error = %e, "an unreadable spool segment is dropped");
                     self.forget(n, usize::MAX);
                 }
+            }
+            // The newest segment, still empty (or all too old): nothing to
+            // send now.
+            if self.segments.front() == Some(&n) {
+                return None;
             }
         }
         None
     }
 
     /// The server took the first `lines` of segment `n`. Readings added to
-    /// it since it was read stay, for the next send.
+    /// it since it was read (it may have filled up meanwhile) stay, for
+    /// the next send.
     fn forget(&mut self, n: u64, lines: usize) {
-        let newest = self.segments.back() == Some(&n);
-        if newest && self.newest_lines > lines {
-            if let Err(e) = self.drop_head(n, lines) {
-                tracing::warn!(error = %e, "cannot trim a sent spool segment; it is dropped");
-            } else {
-                self.newest_lines -= lines;
-                return;
+        let text = self.text(n).unwrap_or_default();
+        let total = count_lines(&text);
+        if total > lines {
+            match self.drop_head(n, &text, lines) {
+                Ok(kept_bytes) => {
+                    if self.segments.back() == Some(&n) {
+                        self.newest_lines = total - lines;
+                        self.newest_bytes = kept_bytes;
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot trim a sent spool segment; it is dropped")
+                }
             }
         }
         self.segments.retain(|&s| s != n);
         let _ = std::fs::remove_file(self.path(n));
         if self.segments.is_empty() {
             self.newest_lines = 0;
+            self.newest_bytes = 0;
         }
     }
 
-    /// Rewrites segment `n` without its first `lines` lines.
-    fn drop_head(&self, n: u64, lines: usize) -> std::io::Result<()> {
-        use std::io::Read;
-        let mut text = String::new();
-        std::fs::File::open(self.path(n))?
-            .take(MAX_SEGMENT_BYTES)
-            .read_to_string(&mut text)?;
-        let rest: String = text.split_inclusive('\n').skip(lines).collect();
+    /// Rewrites segment `n` (whose bytes are `text`) without its first
+    /// `lines` lines; the bytes kept.
+    fn drop_head(&self, n: u64, text: &[u8], lines: usize) -> std::io::Result<u64> {
+        let rest: Vec<u8> = text
+            .split_inclusive(|&b| b == b'\n')
+            .filter(|line| line.last() == Some(&b'\n'))
+            .skip(lines)
+            .flatten()
+            .copied()
+            .collect();
         let tmp = self.dir.join(format!("segment-{n:020}.tmp"));
-        std::fs::write(&tmp, rest)?;
-        std::fs::rename(tmp, self.path(n))
+        std::fs::write(&tmp, &rest)?;
+        std::fs::rename(tmp, self.path(n))?;
+        Ok(rest.len() as u64)
     }
+}
+
+/// Complete (newline-ended) lines.
+fn count_lines(text: &[u8]) -> usize {
+    text.iter().filter(|&&b| b == b'\n').count()
 }
 
 fn segment_number(name: &str) -> Option<u64> {
@@ -517,15 +602,23 @@ fn my_uid() -> u32 {
 mod tests {
     use super::*;
 
+    /// "Now" in these tests; readings are numbered by milliseconds before
+    /// it is far from the age limit.
+    const NOW: i64 = 1_800_000_000_000;
+
     fn reading(t_ms: i64) -> Reading {
         Reading {
-            t_ms,
+            t_ms: NOW - 1_000_000 + t_ms,
             gpus: Vec::new(),
         }
     }
 
     fn times(batch: &ReadingBatch) -> Vec<i64> {
-        batch.readings.iter().map(|r| r.t_ms).collect()
+        batch
+            .readings
+            .iter()
+            .map(|r| r.t_ms - (NOW - 1_000_000))
+            .collect()
     }
 
     #[test]
@@ -534,16 +627,70 @@ mod tests {
         let mut spool = Spool::open(&dir.path().join("spool"), 4).unwrap();
         spool.push(&reading(1), &[]).unwrap();
         spool.push(&reading(2), &[]).unwrap();
-        let (n, lines, batch) = spool.oldest().unwrap();
+        let (n, lines, batch) = spool.oldest(NOW).unwrap();
         assert_eq!((lines, times(&batch)), (2, vec![1, 2]));
         // A sample comes in while the batch is on its way.
         spool.push(&reading(3), &[]).unwrap();
         spool.forget(n, lines);
-        let (_, lines, batch) = spool.oldest().unwrap();
+        let (_, lines, batch) = spool.oldest(NOW).unwrap();
         assert_eq!((lines, times(&batch)), (1, vec![3]));
         assert_eq!(spool.len(), 1);
         spool.forget(n, lines);
-        assert!(spool.oldest().is_none());
+        assert!(spool.oldest(NOW).is_none());
+        assert_eq!(spool.len(), 0);
+    }
+
+    #[test]
+    fn a_segment_that_fills_up_while_it_is_sent_keeps_its_new_readings() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::open(&dir.path().join("spool"), 4).unwrap();
+        let almost = SEGMENT_READINGS as i64 - 2;
+        for t in 0..almost {
+            spool.push(&reading(t), &[]).unwrap();
+        }
+        let (n, lines, _) = spool.oldest(NOW).unwrap();
+        // Meanwhile the segment fills and the next one starts.
+        for t in almost..almost + 3 {
+            spool.push(&reading(t), &[]).unwrap();
+        }
+        spool.forget(n, lines);
+        let (m, lines, batch) = spool.oldest(NOW).unwrap();
+        assert_eq!(m, n);
+        assert_eq!(times(&batch), vec![almost, almost + 1]);
+        spool.forget(m, lines);
+        let (_, _, batch) = spool.oldest(NOW).unwrap();
+        assert_eq!(times(&batch), vec![almost + 2]);
+    }
+
+    #[test]
+    fn a_line_cut_short_by_a_crash_is_dropped_and_the_rest_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spool");
+        let mut spool = Spool::open(&path, 4).unwrap();
+        spool.push(&reading(1), &[]).unwrap();
+        let file = spool.path(1);
+        drop(spool);
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        f.write_all(br#"{"readings":[{"t_ms":12"#).unwrap();
+        let mut again = Spool::open(&path, 4).unwrap();
+        assert_eq!(again.len(), 1);
+        again.push(&reading(2), &[]).unwrap();
+        let (n, lines, batch) = again.oldest(NOW).unwrap();
+        assert_eq!((lines, times(&batch)), (2, vec![1, 2]));
+        again.forget(n, lines);
+        assert!(again.oldest(NOW).is_none());
+    }
+
+    #[test]
+    fn readings_too_old_for_the_server_are_not_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spool = Spool::open(&dir.path().join("spool"), 4).unwrap();
+        spool.push(&reading(1), &[]).unwrap();
+        let later = NOW + AGENT_MAX_AGE_MS;
+        assert!(spool.oldest(later).is_none());
         assert_eq!(spool.len(), 0);
     }
 
@@ -561,13 +708,13 @@ mod tests {
         drop(spool);
         let mut again = Spool::open(&path, 2).unwrap();
         assert_eq!(again.len(), SEGMENT_READINGS + 5);
-        let (n, lines, batch) = again.oldest().unwrap();
+        let (n, lines, batch) = again.oldest(NOW).unwrap();
         assert_eq!(batch.readings.len(), SEGMENT_READINGS);
-        assert_eq!(batch.readings[0].t_ms, 2 * SEGMENT_READINGS as i64);
+        assert_eq!(times(&batch)[0], 2 * SEGMENT_READINGS as i64);
         again.forget(n, lines);
         // The newest segment goes on filling where it stopped.
         again.push(&reading(total), &[]).unwrap();
-        let (_, lines, batch) = again.oldest().unwrap();
+        let (_, lines, batch) = again.oldest(NOW).unwrap();
         assert_eq!(lines, 6);
         assert_eq!(*times(&batch).last().unwrap(), total);
     }

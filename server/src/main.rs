@@ -132,8 +132,8 @@ enum Command {
         #[arg(long, env = "TRAINYARD_SIMULATED_GPUS", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
         simulated_gpus: u32,
         /// Hours of readings kept while the server is away, at the sample
-        /// period (1-168)
-        #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u64).range(1..=168))]
+        /// period (1-48: the server keeps raw samples 48 hours)
+        #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u64).range(1..=48))]
         buffer_hours: u64,
     },
     /// Supervise one job (started by the server, not by hand).

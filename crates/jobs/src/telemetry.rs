@@ -205,7 +205,8 @@ impl Telemetry {
                 }
             }
         }
-        for x in xids {
+        // Only the node's own GPUs: a node's XID never marks another's.
+        for x in xids.iter().filter(|x| ids.models.contains_key(&x.uuid)) {
             if let Some(entry) = latest.get_mut(&x.uuid) {
                 entry.last_xid = x.code.or(entry.last_xid);
             }

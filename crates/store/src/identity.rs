@@ -655,6 +655,9 @@ impl Store {
         if let Err(e) = trainyard_domain::telemetry::check_node_name(node) {
             return Err(StoreError::Invalid(e));
         }
+        // Counted and made in one turn, so that two at once cannot pass
+        // the limit together.
+        let _turn = self.write_turn().await;
         if self.node_tokens(node).await?.len() >= MAX_TOKENS_PER_NODE {
             return Err(StoreError::Rejected(format!(
                 "node {node} holds {MAX_TOKENS_PER_NODE} tokens, the most a node may; revoke one its agent no longer uses"
@@ -667,10 +670,7 @@ impl Store {
             Some(node.to_owned()),
             None,
         );
-        let model = {
-            let _turn = self.write_turn().await;
-            model.insert(self.connection()).await?
-        };
+        let model = model.insert(self.connection()).await?;
         Ok(NewApiToken {
             token: token_from_model(model),
             secret,
