@@ -21,7 +21,8 @@ use trainyard_domain::telemetry::{
     AGENT_MAX_AGE_MS, AGENT_MAX_XIDS, AgentAnswer, AgentGpu, AgentRegistration, Reading,
     ReadingBatch, XidEvent,
 };
-use trainyard_nvml::{Inventory, Load, Sampler};
+use trainyard_jobs::telemetry::{SamplerThread, loads_of};
+use trainyard_nvml::{Inventory, Load};
 
 use crate::cli::CliError;
 
@@ -75,7 +76,8 @@ pub async fn run(options: AgentOptions) -> Result<(), CliError> {
         options.max_segments,
     )?));
     let client = Client::new(&options)?;
-    let sampler = SamplerThread::start(inventory.clone())?;
+    let sampler = SamplerThread::start(inventory.clone())
+        .map_err(|e| CliError(format!("cannot start the sampling thread: {e}")))?;
     let loads: Arc<Mutex<HashMap<u32, Load>>> = Arc::default();
     // Sending runs beside sampling, so that a server slow to answer (or
     // gone without a word) never delays a sample.
@@ -99,7 +101,7 @@ pub async fn run(options: AgentOptions) -> Result<(), CliError> {
         interval.tick().await;
         let now_loads = lock(&loads).clone();
         let Some((reading, xids)) = sampler
-            .sample(trainyard_store::now_millis(), &now_loads)
+            .sample(trainyard_store::now_millis(), now_loads)
             .await
         else {
             sender.abort();
@@ -134,7 +136,7 @@ async fn send_forever(
             {
                 Ok(answer) => {
                     registered = true;
-                    *lock(&loads) = held_loads(&answer);
+                    *lock(&loads) = loads_of(&answer.held);
                     tracing::info!("registered with the server");
                 }
                 Err(e) => {
@@ -144,7 +146,7 @@ async fn send_forever(
             }
         }
         match send_spool(&client, &spool).await {
-            Ok(Some(answer)) => *lock(&loads) = held_loads(&answer),
+            Ok(Some(answer)) => *lock(&loads) = loads_of(&answer.held),
             Ok(None) => {}
             Err(SendError::NotRegistered) => registered = false,
             Err(SendError::Away(e)) => {
@@ -198,64 +200,6 @@ fn registration(node: &str, inventory: &Inventory) -> AgentRegistration {
                 memory_total_bytes: g.memory_total_bytes,
             })
             .collect(),
-    }
-}
-
-fn held_loads(answer: &AgentAnswer) -> HashMap<u32, Load> {
-    answer
-        .held
-        .iter()
-        .map(|h| {
-            (
-                h.index,
-                Load::Held {
-                    util: h.simulated_util,
-                },
-            )
-        })
-        .collect()
-}
-
-/// NVML's handles stay on a thread of their own.
-struct SamplerThread {
-    tx: std::sync::mpsc::Sender<Tick>,
-}
-
-struct Tick {
-    t_ms: i64,
-    loads: HashMap<u32, Load>,
-    reply: tokio::sync::oneshot::Sender<(Reading, Vec<XidEvent>)>,
-}
-
-impl SamplerThread {
-    fn start(inventory: Inventory) -> Result<SamplerThread, CliError> {
-        let (tx, rx) = std::sync::mpsc::channel::<Tick>();
-        std::thread::Builder::new()
-            .name("gpu-sampler".to_owned())
-            .spawn(move || {
-                let mut sampler = Sampler::new(&inventory);
-                while let Ok(tick) = rx.recv() {
-                    let _ = tick.reply.send(sampler.sample(tick.t_ms, &tick.loads));
-                }
-            })
-            .map_err(|e| CliError(format!("cannot start the sampling thread: {e}")))?;
-        Ok(SamplerThread { tx })
-    }
-
-    async fn sample(
-        &self,
-        t_ms: i64,
-        loads: &HashMap<u32, Load>,
-    ) -> Option<(Reading, Vec<XidEvent>)> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        self.tx
-            .send(Tick {
-                t_ms,
-                loads: loads.clone(),
-                reply,
-            })
-            .ok()?;
-        answer.await.ok()
     }
 }
 

@@ -26,6 +26,8 @@ use crate::jobs_api::JobsError;
 
 /// The largest body an agent may send (a full batch is about 2 MB).
 pub const MAX_AGENT_BODY_BYTES: usize = 8 << 20;
+/// The largest registration (64 GPUs take about 16 KB).
+pub const MAX_REGISTRATION_BYTES: usize = 256 << 10;
 
 /// The node the caller's token belongs to.
 fn token_node(principal: &Principal) -> Result<&str, JobsError> {

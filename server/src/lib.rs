@@ -328,7 +328,9 @@ pub fn router(state: AppState) -> Router {
                 .route("/api/trainyard/v1/nodes", get(jobs_api::nodes))
                 .route(
                     "/api/trainyard/v1/agent/register",
-                    axum::routing::post(agent_api::register),
+                    axum::routing::post(agent_api::register).layer(
+                        axum::extract::DefaultBodyLimit::max(agent_api::MAX_REGISTRATION_BYTES),
+                    ),
                 )
                 .route(
                     "/api/trainyard/v1/agent/readings",

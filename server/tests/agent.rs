@@ -284,6 +284,16 @@ async fn two_agents_push_one_catches_up_after_a_cut_and_node_tokens_stay_in_thei
     .await;
     assert_eq!(steal.status, 403, "{}", steal.body);
     assert!(steal.body.contains("another node"), "{}", steal.body);
+    // A registration far larger than 64 GPUs need is refused unread.
+    let huge = bearer(
+        &server,
+        &token_a,
+        "POST",
+        "/api/trainyard/v1/agent/register",
+        &json!({"node": "gpu-a", "gpus": [], "pad": "x".repeat(300 << 10)}),
+    )
+    .await;
+    assert_eq!(huge.status, 413, "{}", huge.body);
 
     // B's GPUs in A's batch are not kept.
     let now = now_ms();

@@ -11,7 +11,8 @@ use std::time::Duration;
 use trainyard_domain::JobState;
 use trainyard_domain::job::Job;
 use trainyard_domain::telemetry::{
-    GpuLatest, GpuNode, GpuNow, GpuOverview, GpuSample, GpuSeries, GpuWindow, Reading, XidEvent,
+    GpuLatest, GpuNode, GpuNow, GpuOverview, GpuSample, GpuSeries, GpuWindow, HeldGpu, Reading,
+    XidEvent,
 };
 use trainyard_nvml::{Inventory, Load, Sampler};
 use trainyard_store::{GpuInfo, NodeGpu, Store, StoreError};
@@ -121,7 +122,7 @@ impl Telemetry {
     }
 
     /// The GPUs of a node that jobs hold now, for its agent.
-    pub fn held(&self, node: &str) -> Vec<trainyard_domain::telemetry::HeldGpu> {
+    pub fn held(&self, node: &str) -> Vec<HeldGpu> {
         let mut held: Vec<_> = self
             .inner
             .holders
@@ -129,7 +130,7 @@ impl Telemetry {
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .filter(|((n, _), _)| n == node)
-            .map(|((_, index), h)| trainyard_domain::telemetry::HeldGpu {
+            .map(|((_, index), h)| HeldGpu {
                 index: *index,
                 job_id: h.job_id,
                 simulated_util: h.simulated_util,
@@ -293,21 +294,7 @@ impl Telemetry {
 
     /// What runs on each GPU of a node, for simulated GPUs to follow.
     pub fn loads(&self, node: &str) -> HashMap<u32, Load> {
-        self.inner
-            .holders
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|((n, _), _)| n == node)
-            .map(|((_, index), h)| {
-                (
-                    *index,
-                    Load::Held {
-                        util: h.simulated_util,
-                    },
-                )
-            })
-            .collect()
+        loads_of(&self.held(node))
     }
 
     /// The held GPUs that stayed below the idle threshold for the idle
@@ -541,6 +528,26 @@ impl Telemetry {
     }
 }
 
+/// What simulated GPUs follow: the load of each GPU jobs hold.
+pub fn loads_of(held: &[HeldGpu]) -> HashMap<u32, Load> {
+    held.iter()
+        .map(|h| {
+            (
+                h.index,
+                Load::Held {
+                    util: h.simulated_util,
+                },
+            )
+        })
+        .collect()
+}
+
+/// A GPU sampler on a thread of its own, where NVML's handles stay; the
+/// server (for its own node) and the agent ask it for each reading.
+pub struct SamplerThread {
+    tx: std::sync::mpsc::Sender<Tick>,
+}
+
 /// One request to the sampling thread.
 struct Tick {
     t_ms: i64,
@@ -548,40 +555,54 @@ struct Tick {
     reply: tokio::sync::oneshot::Sender<(Reading, Vec<XidEvent>)>,
 }
 
-/// Samples this machine's GPUs every period, in the server (the local
-/// executor's node). NVML's handles stay on a thread of their own.
-pub async fn sample_locally_forever(telemetry: Telemetry, inventory: Inventory, node: String) {
-    let (tx, rx) = std::sync::mpsc::channel::<Tick>();
-    let spawned = std::thread::Builder::new()
-        .name("gpu-sampler".to_owned())
-        .spawn(move || {
-            let mut sampler = Sampler::new(&inventory);
-            if let Some(note) = &sampler.note {
-                tracing::warn!(note = %note, "GPU sampling");
-            }
-            // Ends when the server drops the sender.
-            while let Ok(tick) = rx.recv() {
-                let _ = tick.reply.send(sampler.sample(tick.t_ms, &tick.loads));
-            }
-        });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the GPU sampling thread; no GPU telemetry");
-        return;
+impl SamplerThread {
+    /// Starts the thread; it ends when the `SamplerThread` is dropped.
+    pub fn start(inventory: Inventory) -> std::io::Result<SamplerThread> {
+        let (tx, rx) = std::sync::mpsc::channel::<Tick>();
+        std::thread::Builder::new()
+            .name("gpu-sampler".to_owned())
+            .spawn(move || {
+                let mut sampler = Sampler::new(&inventory);
+                if let Some(note) = &sampler.note {
+                    tracing::warn!(note = %note, "GPU sampling");
+                }
+                while let Ok(tick) = rx.recv() {
+                    let _ = tick.reply.send(sampler.sample(tick.t_ms, &tick.loads));
+                }
+            })?;
+        Ok(SamplerThread { tx })
     }
+
+    /// One reading of every GPU at `t_ms`; `None` once the thread is gone.
+    pub async fn sample(
+        &self,
+        t_ms: i64,
+        loads: HashMap<u32, Load>,
+    ) -> Option<(Reading, Vec<XidEvent>)> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.tx.send(Tick { t_ms, loads, reply }).ok()?;
+        answer.await.ok()
+    }
+}
+
+/// Samples this machine's GPUs every period, in the server (the local
+/// executor's node).
+pub async fn sample_locally_forever(telemetry: Telemetry, inventory: Inventory, node: String) {
+    let sampler = match SamplerThread::start(inventory) {
+        Ok(sampler) => sampler,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the GPU sampling thread; no GPU telemetry");
+            return;
+        }
+    };
     let mut interval = tokio::time::interval(telemetry.settings().sample_every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         interval.tick().await;
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let tick = Tick {
-            t_ms: trainyard_store::now_millis(),
-            loads: telemetry.loads(&node),
-            reply,
-        };
-        if tx.send(tick).is_err() {
-            return;
-        }
-        let Ok((reading, xids)) = answer.await else {
+        let Some((reading, xids)) = sampler
+            .sample(trainyard_store::now_millis(), telemetry.loads(&node))
+            .await
+        else {
             return;
         };
         if let Err(e) = telemetry.ingest(&node, &[reading], &xids).await {
