@@ -104,6 +104,14 @@ impl Heatmap {
         }
     }
 
+    #[cfg(feature = "png")]
+    fn cell_count(&self) -> usize {
+        self.groups
+            .iter()
+            .flat_map(|g| g.rows.iter().map(|r| r.cells.len()))
+            .sum()
+    }
+
     fn check(&self) -> Result<HeatLayout, ChartError> {
         let layout = self.layout();
         if !(1..=24).contains(&self.row_height)
@@ -122,25 +130,168 @@ impl Heatmap {
     }
 }
 
+/// Past this many cells, an SVG carries them as one embedded PNG (one
+/// pixel per cell, stretched) rather than a rectangle per run: 8,000 GPUs
+/// over a day are 3.8 million cells, which as rectangles make an SVG of
+/// 100 MB that takes seconds to write and to render.
+#[cfg(feature = "png")]
+const RASTER_CELLS: usize = 50_000;
+
 /// Draws the heatmap as SVG: each row's cells as `<rect>`s, neighbours of
-/// one colour merged, so an idle or a steadily busy GPU costs few elements.
+/// one colour merged, so an idle or a steadily busy GPU costs few elements;
+/// a large map's cells as one embedded image (with the `png` feature).
 pub fn heatmap_svg(h: &Heatmap) -> Result<(String, HeatLayout), ChartError> {
     let layout = h.check()?;
-    let (svg, ()) = crate::svg(h.width, layout.height, |root| draw(root, h, &layout))?;
+    #[cfg(feature = "png")]
+    let raster = h.cell_count() > RASTER_CELLS;
+    #[cfg(not(feature = "png"))]
+    let raster = false;
+    let (svg, ()) = crate::svg(h.width, layout.height, |root| {
+        draw(root, h, &layout, !raster)
+    })?;
+    #[cfg(feature = "png")]
+    let svg = if raster {
+        with_cells_image(svg, h, &layout)?
+    } else {
+        svg
+    };
     Ok((svg, layout))
 }
 
-/// The same drawing as [`heatmap_svg`], as PNG.
+/// Adds the cells to a drawing without them, as one PNG image.
+#[cfg(feature = "png")]
+fn with_cells_image(
+    mut svg: String,
+    h: &Heatmap,
+    layout: &HeatLayout,
+) -> Result<String, ChartError> {
+    use base64::Engine;
+    let cells = CellPixels::of(h, layout);
+    let png = crate::encode_png(cells.width, cells.height, &cells.rgb)?;
+    let image = format!(
+        "<image x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" preserveAspectRatio=\"none\" style=\"image-rendering:pixelated\" href=\"data:image/png;base64,{}\"/>\n",
+        layout.left,
+        cells.top,
+        layout.right - layout.left,
+        cells.bottom - cells.top,
+        base64::engine::general_purpose::STANDARD.encode(png)
+    );
+    // Last: it covers only the cells' area, which nothing else draws on.
+    let at = svg.find("</svg>").unwrap_or(svg.len());
+    svg.insert_str(at, &image);
+    Ok(svg)
+}
+
+/// The same drawing as [`heatmap_svg`], as PNG (the cells copied in from
+/// one pixel per cell, as nearest neighbours).
 #[cfg(feature = "png")]
 pub fn heatmap_png(h: &Heatmap) -> Result<Vec<u8>, ChartError> {
     let layout = h.check()?;
-    crate::png(h.width, layout.height, |root| draw(root, h, &layout))
+    let cells = CellPixels::of(h, &layout);
+    crate::png_then(
+        h.width,
+        layout.height,
+        |root| draw(root, h, &layout, false),
+        |rgb| cells.blit(rgb, h.width, &layout),
+    )
+}
+
+/// The cells as an image: one pixel per column, and one per GPU row where
+/// nodes have no gap between them (else one per drawn pixel row).
+#[cfg(feature = "png")]
+struct CellPixels {
+    width: u32,
+    height: u32,
+    /// Drawn pixel rows per image row.
+    unit: u32,
+    top: u32,
+    bottom: u32,
+    rgb: Vec<u8>,
+}
+
+#[cfg(feature = "png")]
+impl CellPixels {
+    fn of(h: &Heatmap, layout: &HeatLayout) -> CellPixels {
+        let top = layout.groups.first().map_or(TOP, |g| g.0);
+        let bottom = layout.groups.last().map_or(TOP, |g| g.1).max(top + 1);
+        let unit = if gap(h.row_height) == 0 {
+            h.row_height.max(1)
+        } else {
+            1
+        };
+        let width = h
+            .groups
+            .iter()
+            .flat_map(|g| g.rows.iter().map(|r| r.cells.len()))
+            .max()
+            .unwrap_or(1)
+            .max(1) as u32;
+        let height = (bottom - top).div_ceil(unit);
+        // Colours per tenth of a percent.
+        let lut: Vec<[u8; 3]> = (0..=1000)
+            .map(|i| {
+                let (r, g, b) = heat_color(i as f32 / 10.0);
+                [r, g, b]
+            })
+            .collect();
+        let no_data = [NO_DATA.0, NO_DATA.1, NO_DATA.2];
+        let mut rgb = vec![255u8; width as usize * height as usize * 3];
+        let mut line = vec![0u8; width as usize * 3];
+        for (g, &(gtop, _)) in h.groups.iter().zip(&layout.groups) {
+            for (r, row) in g.rows.iter().enumerate() {
+                let n = row.cells.len().max(1);
+                for x in 0..width as usize {
+                    let c = row.cells.get(x * n / width as usize).copied().flatten();
+                    let px = match c {
+                        Some(u) if u.is_finite() => {
+                            lut[(u.clamp(0.0, 100.0) * 10.0).round() as usize]
+                        }
+                        Some(_) => lut[0],
+                        None => no_data,
+                    };
+                    line[x * 3..x * 3 + 3].copy_from_slice(&px);
+                }
+                let y0 = gtop + r as u32 * h.row_height;
+                let (from, to) = ((y0 - top) / unit, (y0 + h.row_height - top).div_ceil(unit));
+                for y in from..to.min(height) {
+                    let at = y as usize * width as usize * 3;
+                    rgb[at..at + line.len()].copy_from_slice(&line);
+                }
+            }
+        }
+        CellPixels {
+            width,
+            height,
+            unit,
+            top,
+            bottom,
+            rgb,
+        }
+    }
+
+    /// Copies the cells into a drawing of `width` pixels per line.
+    fn blit(&self, out: &mut [u8], width: u32, layout: &HeatLayout) {
+        let (left, right) = (layout.left, layout.right.min(width));
+        let span = (right - left).max(1) as usize;
+        for &(gtop, gbottom) in &layout.groups {
+            for y in gtop..gbottom {
+                let src_row = ((y - self.top) / self.unit).min(self.height - 1) as usize;
+                let src = &self.rgb[src_row * self.width as usize * 3..][..self.width as usize * 3];
+                let dst = &mut out[(y as usize * width as usize + left as usize) * 3..][..span * 3];
+                for x in 0..span {
+                    let sx = x * self.width as usize / span;
+                    dst[x * 3..x * 3 + 3].copy_from_slice(&src[sx * 3..sx * 3 + 3]);
+                }
+            }
+        }
+    }
 }
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     h: &Heatmap,
     layout: &HeatLayout,
+    cells: bool,
 ) -> Result<(), ChartError> {
     root.fill(&WHITE).map_err(draw_err)?;
     let text = |size: f64, pos: Pos| ("sans-serif", size).into_font().color(&TEXT).pos(pos);
@@ -161,6 +312,9 @@ fn draw<DB: DrawingBackend>(
             ))
             .map_err(draw_err)?;
             last_label = Some(top);
+        }
+        if !cells {
+            continue;
         }
         for (r, row) in g.rows.iter().enumerate() {
             let y0 = top + r as i32 * h.row_height as i32;
@@ -336,6 +490,106 @@ mod tests {
         assert!(err.contains("thinner rows"), "{err}");
         h.row_height = 2;
         assert!(heatmap_svg(&h).is_ok());
+    }
+
+    #[cfg(feature = "png")]
+    fn decode(png: &[u8]) -> (u32, u32, Vec<u8>) {
+        let decoder = png::Decoder::new(std::io::Cursor::new(png));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        buf.truncate(info.buffer_size());
+        (info.width, info.height, buf)
+    }
+
+    /// 2 nodes × 60 GPUs × 600 columns: past the raster threshold. Node a's
+    /// GPUs are busy in the first half and idle after; node b has no data.
+    #[cfg(feature = "png")]
+    fn big_map() -> Heatmap {
+        let row = |busy: bool| HeatRow {
+            label: "GPU".into(),
+            cells: (0..600)
+                .map(|i| busy.then_some(if i < 300 { 90.0 } else { 0.0 }))
+                .collect(),
+        };
+        Heatmap {
+            title: "GPUs".into(),
+            from_ms: 1_800_000_000_000,
+            to_ms: 1_800_086_400_000,
+            groups: vec![
+                HeatGroup {
+                    label: "node-a".into(),
+                    rows: (0..60).map(|_| row(true)).collect(),
+                },
+                HeatGroup {
+                    label: "node-b".into(),
+                    rows: (0..60).map(|_| row(false)).collect(),
+                },
+            ],
+            row_height: 2,
+            width: 1200,
+        }
+    }
+
+    #[cfg(feature = "png")]
+    #[test]
+    fn a_large_svg_carries_its_cells_as_one_image_of_a_pixel_per_cell() {
+        use base64::Engine;
+        let h = big_map();
+        let (svg, layout) = heatmap_svg(&h).unwrap();
+        assert_eq!(svg.matches("<image").count(), 1);
+        // No rectangle per cell: only the key's and the background's.
+        assert!(svg.matches("<rect").count() < 200, "{}", svg.len());
+        let data = svg
+            .split("href=\"data:image/png;base64,")
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap();
+        let (w, hgt, rgb) = decode(&png);
+        // A pixel per column, and one per GPU row (2 px rows, no gaps).
+        assert_eq!((w, hgt), (600, 120));
+        let px = |x: u32, y: u32| {
+            let i = ((y * w + x) * 3) as usize;
+            (rgb[i], rgb[i + 1], rgb[i + 2])
+        };
+        assert_eq!(px(0, 0), heat_color(90.0));
+        assert_eq!(px(299, 59), heat_color(90.0));
+        assert_eq!(px(300, 59), heat_color(0.0));
+        assert_eq!(px(10, 60), (0xee, 0xee, 0xee));
+        // Stretched over the cells' area of the layout.
+        let (top, bottom) = (layout.groups[0].0, layout.groups[1].1);
+        assert!(svg.contains(&format!(
+            "x=\"{}\" y=\"{top}\" width=\"{}\" height=\"{}\"",
+            layout.left,
+            layout.right - layout.left,
+            bottom - top
+        )));
+    }
+
+    #[cfg(feature = "png")]
+    #[test]
+    fn the_png_draws_the_cells_where_the_svg_has_them() {
+        let h = big_map();
+        let layout = h.layout();
+        let (w, hgt, rgb) = decode(&heatmap_png(&h).unwrap());
+        assert_eq!((w, hgt), (1200, layout.height));
+        let px = |x: u32, y: u32| {
+            let i = ((y * w + x) * 3) as usize;
+            (rgb[i], rgb[i + 1], rgb[i + 2])
+        };
+        let (left, right) = (layout.left, layout.right);
+        let (a_top, a_bottom) = layout.groups[0];
+        let b_top = layout.groups[1].0;
+        assert_eq!(px(left, a_top), heat_color(90.0));
+        assert_eq!(px(right - 1, a_bottom - 1), heat_color(0.0));
+        assert_eq!(px((left + right) / 2 + 2, a_top + 5), heat_color(0.0));
+        assert_eq!(px(left + 3, b_top), (0xee, 0xee, 0xee));
+        // Outside the cells, the page's white.
+        assert_eq!(px(left - 2, a_top + 40), (255, 255, 255));
     }
 
     #[cfg(feature = "png")]

@@ -379,6 +379,17 @@ fn png<R>(
     height: u32,
     draw: impl FnOnce(&DrawingArea<raster::Raster, Shift>) -> Result<R, ChartError>,
 ) -> Result<Vec<u8>, ChartError> {
+    png_then(width, height, draw, |_| ())
+}
+
+/// Draws, then lets `finish` work on the RGB pixels, then encodes.
+#[cfg(feature = "png")]
+fn png_then<R>(
+    width: u32,
+    height: u32,
+    draw: impl FnOnce(&DrawingArea<raster::Raster, Shift>) -> Result<R, ChartError>,
+    finish: impl FnOnce(&mut [u8]),
+) -> Result<Vec<u8>, ChartError> {
     let mut rgb = vec![0u8; width as usize * height as usize * 3];
     {
         let bitmap = BitMapBackend::with_buffer(&mut rgb, (width, height));
@@ -386,13 +397,22 @@ fn png<R>(
         draw(&root)?;
         root.present().map_err(draw_err)?;
     }
+    finish(&mut rgb);
+    encode_png(width, height, &rgb)
+}
+
+/// RGB pixels as PNG, compressed for speed (charts are flat colour, which
+/// compresses well anyway).
+#[cfg(feature = "png")]
+fn encode_png(width: u32, height: u32, rgb: &[u8]) -> Result<Vec<u8>, ChartError> {
     let png_err = |e: png::EncodingError| ChartError::Png(e.to_string());
     let mut out = Vec::new();
     let mut encoder = png::Encoder::new(&mut out, width, height);
     encoder.set_color(png::ColorType::Rgb);
     encoder.set_depth(png::BitDepth::Eight);
+    encoder.set_compression(png::Compression::Fast);
     let mut writer = encoder.write_header().map_err(png_err)?;
-    writer.write_image_data(&rgb).map_err(png_err)?;
+    writer.write_image_data(rgb).map_err(png_err)?;
     writer.finish().map_err(png_err)?;
     Ok(out)
 }

@@ -259,12 +259,24 @@ pub struct Heat {
 impl Store {
     /// Every GPU known, with its node, ordered by node name and index.
     pub async fn gpu_inventory(&self) -> Result<Vec<NodeGpu>, StoreError> {
+        self.node_gpu_rows(None).await
+    }
+
+    /// One node's GPUs by index (none for a node unknown).
+    pub async fn node_gpus(&self, node: &str) -> Result<Vec<NodeGpu>, StoreError> {
+        self.node_gpu_rows(Some(node)).await
+    }
+
+    async fn node_gpu_rows(&self, node: Option<&str>) -> Result<Vec<NodeGpu>, StoreError> {
         let mut sql = Sql::new(self.connection().get_database_backend());
         sql.push(
             "SELECT g.id, g.node_id, n.name AS node, g.\"index\", g.uuid, g.name, \
-             g.memory_total_bytes FROM gpus g JOIN nodes n ON n.id = g.node_id \
-             ORDER BY n.name, g.\"index\"",
+             g.memory_total_bytes FROM gpus g JOIN nodes n ON n.id = g.node_id",
         );
+        if let Some(node) = node {
+            sql.push(" WHERE n.name = ").bind(node.to_owned());
+        }
+        sql.push(" ORDER BY n.name, g.\"index\"");
         let rows = self.connection().query_all_raw(sql.build()).await?;
         rows.iter()
             .map(|row| {
@@ -604,19 +616,24 @@ impl Store {
             .bind(tier.block_start(from_ms))
             .push(" AND block_start <= ")
             .bind(to_ms);
+        // The column of each bucket of a strip, per strip start (every GPU's
+        // strips share the few starts of the window).
+        let mut columns_of: HashMap<i64, Vec<Option<usize>>> = HashMap::new();
         for row in self.connection().query_all_raw(sql.build()).await? {
             let gpu: i64 = row.try_get("", "gpu_id")?;
             let start: i64 = row.try_get("", "block_start")?;
             let strip: Vec<u8> = row.try_get("", "payload")?;
-            let cells = acc.entry(gpu).or_insert_with(|| vec![(0.0, 0); columns]);
-            for (i, b) in strip.iter().enumerate() {
-                if *b == NO_HEAT {
-                    continue;
-                }
+            let at = columns_of.entry(start).or_insert_with(|| {
                 // A bucket counts in the column of its middle.
-                if let Some(c) = column(start + i as i64 * step + step / 2) {
-                    cells[c].0 += *b as f32 / 2.0;
-                    cells[c].1 += 1;
+                (0..tier.block_ms() / step)
+                    .map(|i| column(start + i * step + step / 2))
+                    .collect()
+            });
+            let cells = acc.entry(gpu).or_insert_with(|| vec![(0.0, 0); columns]);
+            for (b, c) in strip.iter().zip(at.iter()) {
+                if let (false, Some(c)) = (*b == NO_HEAT, c) {
+                    cells[*c].0 += *b as f32 / 2.0;
+                    cells[*c].1 += 1;
                 }
             }
         }
