@@ -1,5 +1,5 @@
 # The two commands: `make run` and `make test`. The scripts do the work.
-.PHONY: run build test bench-tracking bench-scheduler bench-jobs bench-k8s bench-k8s-executor bench-k8s-fragmentation bench-explorer image gpu-check fmt lint clean-db
+.PHONY: run build test bench-tracking bench-scheduler bench-jobs bench-k8s bench-k8s-executor bench-k8s-fragmentation bench-explorer bench-telemetry image gpu-check fmt lint clean-db
 
 run:      ## install what is missing, build the release, serve http://127.0.0.1:3000
 	@scripts/run.sh
@@ -12,6 +12,9 @@ test:     ## fmt, clippy, tests on SQLite and PostgreSQL, browser tests
 
 bench-tracking: ## Trainyard vs MLflow 3.17 on ingest, history, downsampled reads, search
 	@scripts/bench-tracking.sh
+
+bench-telemetry: ## GPU telemetry: 1,000 nodes x 8 GPUs, a simulated day; ingest rate, bytes per sample, the 24 h heatmap and a node's week
+	@scripts/bench-telemetry.sh
 
 bench-jobs: ## submit-to-start latency of the local executor
 	@scripts/bench-jobs.sh

@@ -8,7 +8,9 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use trainyard_charts::{LineChart, Series, XAxis};
-use trainyard_domain::telemetry::{GpuOverview, GpuQuantity, GpuWindow, WINDOWS, heat_row_height};
+use trainyard_domain::telemetry::{
+    GpuOverview, GpuQuantity, GpuUsage, GpuWindow, UsageBy, WINDOWS, heat_row_height,
+};
 
 use crate::error::AppError;
 use crate::explorer::chart::themed;
@@ -105,6 +107,16 @@ pub async fn get_node_gpus(
     Ok(telemetry()?.node_window(&node, span, 600).await?)
 }
 
+/// GPU-hours allocated against busy over `window` back from now, per team
+/// or person (admins).
+#[server(endpoint = "get_gpu_usage")]
+pub async fn get_gpu_usage(window: String, by: UsageBy) -> Result<GpuUsage, AppError> {
+    admin()?;
+    let now = now();
+    let w = trainyard_domain::telemetry::window_ms(&window).unwrap_or(86_400_000);
+    Ok(telemetry()?.usage((now - w, now), by, now).await?)
+}
+
 /// A job's GPUs over its life, or over `zoom`, for whoever may read it.
 #[server(endpoint = "get_job_gpus")]
 pub async fn get_job_gpus(id: i64, zoom: Option<(i64, i64)>) -> Result<GpuWindow, AppError> {
@@ -172,6 +184,86 @@ pub fn GpusPage() -> impl IntoView {
                 }
             })}
         </Suspense>
+        <Usage window=window/>
+    }
+}
+
+/// GPU-hours that jobs held over the window against the hours their GPUs
+/// were busy, per team or person, with the CSV.
+#[component]
+fn Usage(window: Signal<String>) -> impl IntoView {
+    let query = use_query_map();
+    let by = Signal::derive(move || match query.read().get("by").as_deref() {
+        Some("person") => UsageBy::Person,
+        _ => UsageBy::Team,
+    });
+    let usage = Resource::new(
+        move || (window.get(), by.get()),
+        |(w, by)| get_gpu_usage(w, by),
+    );
+    let hours = |h: f64| format!("{h:.1}");
+    view! {
+        <section class="gpu-usage" data-testid="gpu-usage">
+            <div class="section-head">
+                <h2>"GPU-hours, allocated and busy"</h2>
+                <nav class="window-picker" aria-label="Sum by">
+                    {[UsageBy::Team, UsageBy::Person].into_iter().map(|b| view! {
+                        <a href=move || format!("/admin/gpus?window={}&by={}", window.get(), b.as_str())
+                            class:current=move || by.get() == b
+                            aria-current=move || (by.get() == b).then_some("page")>
+                            {match b { UsageBy::Team => "by team", UsageBy::Person => "by person" }}
+                        </a>
+                    }).collect_view()}
+                    <a href=move || format!("/api/trainyard/v1/gpus/usage?window={}&by={}&format=csv", window.get(), by.get().as_str())
+                        download="gpu-hours.csv" data-testid="usage-csv">"CSV"</a>
+                </nav>
+            </div>
+            <p class="muted">
+                "Allocated: GPUs × hours held by jobs. Busy: utilization × the hours with samples, so an allocated GPU at 25 % for 4 hours is 1 busy hour. GPUs without telemetry count as allocated, not sampled."
+            </p>
+            <Suspense fallback=|| view! { <p class="muted">"Summing GPU-hours…"</p> }>
+                {move || Suspend::new(async move {
+                    match usage.await {
+                        Ok(u) if u.rows.is_empty() => view! {
+                            <p class="empty">"No job held a GPU in this window."</p>
+                        }.into_any(),
+                        Ok(u) => view! {
+                            <table class="table" data-testid="usage-table">
+                                <thead><tr>
+                                    <th>{match u.by { UsageBy::Team => "Team", UsageBy::Person => "Person" }}</th>
+                                    <th class="num">"Jobs"</th><th class="num">"Allocated GPU-h"</th>
+                                    <th class="num">"Sampled GPU-h"</th><th class="num">"Busy GPU-h"</th><th>"Busy"</th>
+                                </tr></thead>
+                                <tbody>
+                                    {u.rows.iter().chain(std::iter::once(&u.total)).map(|r| {
+                                        let percent = r.busy_percent();
+                                        view! {
+                                            <tr data-name=r.name.clone()>
+                                                <td>{r.name.clone()}</td>
+                                                <td class="num">{r.jobs}</td>
+                                                <td class="num" data-testid="allocated">{hours(r.allocated_hours)}</td>
+                                                <td class="num">{hours(r.sampled_hours)}</td>
+                                                <td class="num" data-testid="busy">{hours(r.busy_hours)}</td>
+                                                <td>{match percent {
+                                                    Some(p) => view! {
+                                                        <span class="util-bar" role="img" aria-label=format!("{p:.0} % busy")>
+                                                            <span style=format!("width:{p:.0}%")></span>
+                                                        </span>
+                                                        " " {format!("{p:.0} %")}
+                                                    }.into_any(),
+                                                    None => view! { <span class="muted">"no samples"</span> }.into_any(),
+                                                }}</td>
+                                            </tr>
+                                        }
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        }.into_any(),
+                        Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </section>
     }
 }
 

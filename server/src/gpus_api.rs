@@ -7,7 +7,9 @@
 //!   `…/gpus/chart?quantity=utilization&format=svg|png`: a node's GPUs over a
 //!   window (admins);
 //! - `GET /api/trainyard/v1/jobs/{id}/gpus` and `…/gpus/chart`: a job's GPUs
-//!   over its life, for whoever may read the job (404 for the others).
+//!   over its life, for whoever may read the job (404 for the others);
+//! - `GET /api/trainyard/v1/gpus/usage?window=30d&by=team|person&format=json|csv`:
+//!   GPU-hours allocated against busy (admins).
 //!
 //! A window is `window=1h|6h|24h|7d|30d` back from now, or `from`/`to` in
 //! Unix milliseconds (a zoom).
@@ -20,7 +22,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use trainyard_domain::telemetry::{
-    GpuOverview, GpuQuantity, GpuWindow, MAX_WINDOW_MS, heat_row_height, window_ms,
+    GpuOverview, GpuQuantity, GpuWindow, MAX_WINDOW_MS, UsageBy, heat_row_height, window_ms,
 };
 use trainyard_store::Access;
 
@@ -122,6 +124,64 @@ pub async fn overview(
     ))
 }
 
+#[derive(Debug, Default, Deserialize)]
+pub struct UsageQuery {
+    pub window: Option<String>,
+    pub from: Option<i64>,
+    pub to: Option<i64>,
+    pub by: Option<String>,
+    pub format: Option<String>,
+}
+
+/// `GET /api/trainyard/v1/gpus/usage`
+pub async fn usage(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Query(q): Query<UsageQuery>,
+) -> Result<Response, JobsError> {
+    admin_only(&principal)?;
+    let now = trainyard_store::now_millis();
+    let span = WindowQuery {
+        window: q.window.clone(),
+        from: q.from,
+        to: q.to,
+        ..WindowQuery::default()
+    }
+    .span(now, 30 * 86_400_000)?;
+    let by_text = q.by.as_deref().unwrap_or("team");
+    let by = UsageBy::parse(by_text).ok_or_else(|| {
+        JobsError::invalid(
+            format!("by: `{by_text}` is not team or person"),
+            vec![trainyard_domain::FieldError::new("by", "team or person")],
+        )
+    })?;
+    let csv = match q.format.as_deref().unwrap_or("json") {
+        "json" => false,
+        "csv" => true,
+        other => {
+            return Err(JobsError::invalid(
+                format!("format: `{other}` is not json or csv"),
+                vec![trainyard_domain::FieldError::new("format", "json or csv")],
+            ));
+        }
+    };
+    let usage = state.telemetry.usage(span, by, now).await?;
+    if !csv {
+        return Ok(Json(usage).into_response());
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"gpu-hours-by-{}.csv\"", by.as_str()),
+            ),
+        ],
+        usage.csv(),
+    )
+        .into_response())
+}
+
 /// `GET /api/trainyard/v1/gpus/heatmap`
 pub async fn heatmap(
     State(state): State<AppState>,
@@ -142,7 +202,7 @@ pub async fn heatmap(
     let plot = width.saturating_sub(190) as i64;
     let columns = ((to - from) / 300_000).clamp(12, (plot / 2).max(12)) as usize;
     let heat = state.store.gpu_heat(from, to, now, columns).await?;
-    let cells: HashMap<i64, Vec<Option<f32>>> = heat.rows.into_iter().collect();
+    let mut cells: HashMap<i64, Vec<Option<f32>>> = heat.rows.into_iter().collect();
     let mut groups: Vec<trainyard_charts::HeatGroup> = Vec::new();
     for g in &inventory {
         if groups.last().is_none_or(|last| last.label != g.node) {
@@ -154,10 +214,7 @@ pub async fn heatmap(
         if let Some(group) = groups.last_mut() {
             group.rows.push(trainyard_charts::HeatRow {
                 label: format!("GPU {}", g.index),
-                cells: cells
-                    .get(&g.id)
-                    .cloned()
-                    .unwrap_or_else(|| vec![None; columns]),
+                cells: cells.remove(&g.id).unwrap_or_else(|| vec![None; columns]),
             });
         }
     }

@@ -348,6 +348,7 @@ pub fn router(state: AppState) -> Router {
                 )
                 .route("/api/trainyard/v1/gpus", get(gpus_api::overview))
                 .route("/api/trainyard/v1/gpus/heatmap", get(gpus_api::heatmap))
+                .route("/api/trainyard/v1/gpus/usage", get(gpus_api::usage))
                 .route(
                     "/api/trainyard/v1/nodes/{node}/gpus",
                     get(gpus_api::node_series),

@@ -238,6 +238,61 @@ async fn a_jobs_gpus_are_sampled_and_shown_to_its_owner_and_admins() {
     assert!(metrics.body.contains("# TYPE DCGM_FI_DEV_FB_USED gauge"));
     assert!(metrics.body.contains("trainyard_http_requests_total"));
 
+    // GPU-hours: alice's job holds one GPU from its start until now, and
+    // the sampled part of that was busy at about what the job asked for.
+    let started = job["started_at"].as_i64().unwrap();
+    let usage = get(
+        &server,
+        "/api/trainyard/v1/gpus/usage?window=1h&by=person",
+        &admin,
+    )
+    .await;
+    let elapsed_h = (now_ms() - started) as f64 / 3_600_000.0;
+    assert_eq!(usage.status, 200, "{}", usage.body);
+    let usage = usage.json();
+    let rows = usage["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{usage}");
+    let row = &rows[0];
+    assert_eq!(row["name"], "alice");
+    assert_eq!(row["jobs"], 1);
+    let allocated = row["allocated_hours"].as_f64().unwrap();
+    let sampled = row["sampled_hours"].as_f64().unwrap();
+    let busy = row["busy_hours"].as_f64().unwrap();
+    assert!(
+        allocated > 0.0 && allocated <= elapsed_h,
+        "{row} vs {elapsed_h} h"
+    );
+    assert!(sampled > 0.0 && sampled <= allocated, "{row}");
+    // Samples before the sampler learned of the job read 0 %.
+    let ratio = busy / sampled;
+    assert!((0.3..=0.85).contains(&ratio), "{row}");
+    assert_eq!(usage["total"]["jobs"], 1);
+    let by_team = get(&server, "/api/trainyard/v1/gpus/usage?window=1h", &admin)
+        .await
+        .json();
+    assert_eq!(by_team["by"], "team");
+    assert_eq!(by_team["rows"][0]["name"], "team-alice", "{by_team}");
+    let csv = get(
+        &server,
+        "/api/trainyard/v1/gpus/usage?window=1h&by=person&format=csv",
+        &admin,
+    )
+    .await;
+    assert_eq!(csv.status, 200, "{}", csv.body);
+    assert_eq!(csv.header("content-type"), Some("text/csv; charset=utf-8"));
+    let lines: Vec<&str> = csv.body.lines().collect();
+    assert_eq!(
+        lines[0],
+        "person,jobs,allocated_gpu_hours,sampled_gpu_hours,busy_gpu_hours,busy_percent"
+    );
+    assert!(lines[1].starts_with("alice,1,"), "{}", csv.body);
+    assert!(lines[2].starts_with("(total),1,"), "{}", csv.body);
+    let bad = get(&server, "/api/trainyard/v1/gpus/usage?by=lab", &admin).await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("by"), "{}", bad.body);
+    let denied = get(&server, "/api/trainyard/v1/gpus/usage", &alice).await;
+    assert_eq!(denied.status, 403);
+
     let cancel = request(
         server.addr,
         "POST",
@@ -250,6 +305,31 @@ async fn a_jobs_gpus_are_sampled_and_shown_to_its_owner_and_admins() {
     )
     .await;
     assert_eq!(cancel.status, 200, "{}", cancel.body);
+    for _ in 0..300 {
+        if job_state(&server, id, &alice).await["state"] == "CANCELLED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A finished job's hours stop at its end.
+    let allocated = || async {
+        get(
+            &server,
+            "/api/trainyard/v1/gpus/usage?window=1h&by=person",
+            &admin,
+        )
+        .await
+        .json()["rows"][0]["allocated_hours"]
+            .as_f64()
+            .unwrap()
+    };
+    let first = allocated().await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(allocated().await, first);
+}
+
+fn now_ms() -> i64 {
+    trainyard_store::now_millis()
 }
 
 /// A job's first GPU's samples from its first busy one on.

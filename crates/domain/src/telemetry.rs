@@ -183,6 +183,122 @@ pub struct GpuNode {
     pub gpus: Vec<GpuNow>,
 }
 
+/// Whom GPU-hours are summed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageBy {
+    Person,
+    Team,
+}
+
+impl UsageBy {
+    pub fn parse(text: &str) -> Option<UsageBy> {
+        match text {
+            "person" => Some(UsageBy::Person),
+            "team" => Some(UsageBy::Team),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageBy::Person => "person",
+            UsageBy::Team => "team",
+        }
+    }
+}
+
+/// GPU-hours of one person or team over a period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuUsageRow {
+    /// The person's username or the team's name; "(no team)" and
+    /// "(unknown)" where the job has none.
+    pub name: String,
+    /// Jobs that held GPUs in the period.
+    pub jobs: u32,
+    /// GPUs × hours held by jobs.
+    pub allocated_hours: f64,
+    /// Of those, the hours with samples (a GPU without telemetry counts as
+    /// allocated but not sampled).
+    pub sampled_hours: f64,
+    /// Utilization × sampled hours: the hours' worth of work the GPUs did.
+    pub busy_hours: f64,
+}
+
+impl GpuUsageRow {
+    pub fn new(name: impl Into<String>) -> GpuUsageRow {
+        GpuUsageRow {
+            name: name.into(),
+            jobs: 0,
+            allocated_hours: 0.0,
+            sampled_hours: 0.0,
+            busy_hours: 0.0,
+        }
+    }
+
+    /// Busy hours over sampled hours, in percent; None without samples.
+    pub fn busy_percent(&self) -> Option<f64> {
+        (self.sampled_hours > 0.0).then(|| self.busy_hours / self.sampled_hours * 100.0)
+    }
+
+    pub fn add(&mut self, other: &GpuUsageRow) {
+        self.jobs += other.jobs;
+        self.allocated_hours += other.allocated_hours;
+        self.sampled_hours += other.sampled_hours;
+        self.busy_hours += other.busy_hours;
+    }
+}
+
+/// GPU-hours allocated against busy over a period, per person or team,
+/// most allocated first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuUsage {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub by: UsageBy,
+    pub rows: Vec<GpuUsageRow>,
+    pub total: GpuUsageRow,
+}
+
+impl GpuUsage {
+    /// The rows as CSV (RFC 4180), with the total last. Names are quoted
+    /// where needed, and a name a spreadsheet would run as a formula is
+    /// prefixed with `'`.
+    pub fn csv(&self) -> String {
+        let mut out = format!(
+            "{},jobs,allocated_gpu_hours,sampled_gpu_hours,busy_gpu_hours,busy_percent\r\n",
+            self.by.as_str()
+        );
+        for r in self.rows.iter().chain(std::iter::once(&self.total)) {
+            out.push_str(&format!(
+                "{},{},{:.3},{:.3},{:.3},{}\r\n",
+                csv_field(&r.name),
+                r.jobs,
+                r.allocated_hours,
+                r.sampled_hours,
+                r.busy_hours,
+                r.busy_percent()
+                    .map(|p| format!("{p:.1}"))
+                    .unwrap_or_default()
+            ));
+        }
+        out
+    }
+}
+
+fn csv_field(text: &str) -> String {
+    let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
+    } else {
+        text.to_owned()
+    };
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text
+    }
+}
+
 /// The admin's view of every GPU, with the settings that give it meaning.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuOverview {
@@ -252,6 +368,40 @@ pub fn heat_row_height(gpus: usize) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn usage_csv_quotes_names_and_defuses_formulas() {
+        let mut a = super::GpuUsageRow::new("=HYPERLINK(\"x\")");
+        a.jobs = 2;
+        a.allocated_hours = 3.0;
+        a.sampled_hours = 2.0;
+        a.busy_hours = 1.5;
+        let b = super::GpuUsageRow::new("vision, ml");
+        let mut total = super::GpuUsageRow::new("(total)");
+        total.add(&a);
+        total.add(&b);
+        let usage = super::GpuUsage {
+            from_ms: 0,
+            to_ms: 1,
+            by: super::UsageBy::Team,
+            rows: vec![a, b],
+            total,
+        };
+        let csv = usage.csv();
+        let lines: Vec<&str> = csv.split("\r\n").collect();
+        assert_eq!(
+            lines[0],
+            "team,jobs,allocated_gpu_hours,sampled_gpu_hours,busy_gpu_hours,busy_percent"
+        );
+        assert_eq!(
+            lines[1],
+            "\"'=HYPERLINK(\"\"x\"\")\",2,3.000,2.000,1.500,75.0"
+        );
+        // No samples: no percent, not 0 %.
+        assert_eq!(lines[2], "\"vision, ml\",0,0.000,0.000,0.000,");
+        assert_eq!(lines[3], "(total),2,3.000,2.000,1.500,75.0");
+        assert_eq!(lines[4], "");
+    }
+
     #[test]
     fn node_names_are_kubernetes_names() {
         for ok in ["gpu-1", "a", "node-7.cluster.example.org", "0"] {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use trainyard_domain::JobState;
 use trainyard_domain::job::Job;
 use trainyard_domain::telemetry::{
-    GpuLatest, GpuNode, GpuNow, GpuOverview, GpuSample, GpuSeries, GpuWindow, HeldGpu, Reading,
-    XidEvent,
+    GpuLatest, GpuNode, GpuNow, GpuOverview, GpuSample, GpuSeries, GpuUsage, GpuUsageRow,
+    GpuWindow, HeldGpu, Reading, UsageBy, XidEvent,
 };
 use trainyard_nvml::{Inventory, Load, Sampler};
 use trainyard_store::{GpuInfo, NodeGpu, Store, StoreError};
@@ -145,14 +145,7 @@ impl Telemetry {
         if let Some(ids) = nodes.get(node) {
             return Ok(Some(ids.clone()));
         }
-        let gpus: Vec<NodeGpu> = self
-            .inner
-            .store
-            .gpu_inventory()
-            .await?
-            .into_iter()
-            .filter(|g| g.node == node)
-            .collect();
+        let gpus: Vec<NodeGpu> = self.inner.store.node_gpus(node).await?;
         let Some(first) = gpus.first() else {
             return Ok(None);
         };
@@ -421,14 +414,7 @@ impl Telemetry {
         span: (i64, i64),
         points: usize,
     ) -> Result<Option<GpuWindow>, StoreError> {
-        let gpus: Vec<NodeGpu> = self
-            .inner
-            .store
-            .gpu_inventory()
-            .await?
-            .into_iter()
-            .filter(|g| g.node == node)
-            .collect();
+        let gpus: Vec<NodeGpu> = self.inner.store.node_gpus(node).await?;
         if gpus.is_empty() {
             return Ok(None);
         }
@@ -460,10 +446,10 @@ impl Telemetry {
         let gpus: Vec<NodeGpu> = self
             .inner
             .store
-            .gpu_inventory()
+            .node_gpus(&node)
             .await?
             .into_iter()
-            .filter(|g| g.node == node && job.gpu_indices.contains(&g.index))
+            .filter(|g| job.gpu_indices.contains(&g.index))
             .collect();
         let mut w = self
             .window(&node, &gpus, span.unwrap_or((started, end)), points)
@@ -472,6 +458,118 @@ impl Telemetry {
             w.idle = !self.idle(&gpus, now).await?.is_empty();
         }
         Ok(w)
+    }
+
+    /// GPU-hours over `[from, to)` per person or team: what jobs held
+    /// (GPUs × hours), the part of it with samples, and the utilization ×
+    /// hours of that part. A job counts from its start to its end, or to
+    /// now while it runs; a job waiting to retry counts its last attempt
+    /// up to its return to the queue.
+    pub async fn usage(
+        &self,
+        (from_ms, to_ms): (i64, i64),
+        by: UsageBy,
+        now_ms: i64,
+    ) -> Result<GpuUsage, StoreError> {
+        const HOUR_MS: f64 = 3_600_000.0;
+        let store = &self.inner.store;
+        let jobs = store.jobs_on_gpus_between(from_ms, to_ms).await?;
+        let gpu_ids: HashMap<(String, u32), i64> = store
+            .gpu_inventory()
+            .await?
+            .into_iter()
+            .map(|g| ((g.node, g.index), g.id))
+            .collect();
+        let names: HashMap<i64, String> = match by {
+            UsageBy::Person => store
+                .users()
+                .await?
+                .into_iter()
+                .map(|u| (u.user.id, u.user.username))
+                .collect(),
+            UsageBy::Team => store
+                .teams()
+                .await?
+                .into_iter()
+                .map(|t| (t.id, t.name))
+                .collect(),
+        };
+        let period_ms = self.inner.settings.sample_every.as_millis().max(1) as f64;
+        let mut rows: HashMap<String, GpuUsageRow> = HashMap::new();
+        for r in jobs {
+            let job = &r.job;
+            let Some(started) = job.started_at else {
+                continue;
+            };
+            let ended = match (job.finished_at, job.state) {
+                (Some(finished), _) => finished,
+                (None, JobState::Running | JobState::Starting) => now_ms,
+                (None, _) => job.queued_at.filter(|q| *q > started).unwrap_or(started),
+            };
+            let (from, to) = (started.max(from_ms), ended.min(to_ms).min(now_ms));
+            if to <= from {
+                continue;
+            }
+            let hours = (to - from) as f64 / HOUR_MS;
+            let (who, id) = match by {
+                UsageBy::Person => (r.owner_id, "(unknown)"),
+                UsageBy::Team => (r.team_id, "(no team)"),
+            };
+            let name = who
+                .map(|id| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}")))
+                .unwrap_or_else(|| id.to_owned());
+            let row = rows
+                .entry(name.clone())
+                .or_insert_with(|| GpuUsageRow::new(name));
+            row.jobs += 1;
+            let held = job.gpu_indices.len().max(job.gpus as usize);
+            row.allocated_hours += held as f64 * hours;
+            let ids: Vec<i64> = match &job.node {
+                Some(node) => job
+                    .gpu_indices
+                    .iter()
+                    .filter_map(|i| gpu_ids.get(&(node.clone(), *i)).copied())
+                    .collect(),
+                None => Vec::new(),
+            };
+            if ids.is_empty() {
+                continue;
+            }
+            // One point per GPU: the mean over the job's part of the period.
+            for points in store.gpu_series(&ids, from, to, now_ms, 1).await?.values() {
+                let count: f64 = points.iter().map(|p| p.count as f64).sum();
+                if count == 0.0 {
+                    continue;
+                }
+                let util = points
+                    .iter()
+                    .map(|p| p.gpu_util as f64 * p.count as f64)
+                    .sum::<f64>()
+                    / count;
+                // Agents may sample faster than the server's setting: the
+                // samples cover at most the time held.
+                let sampled = (count * period_ms / HOUR_MS).min(hours);
+                row.sampled_hours += sampled;
+                row.busy_hours += util / 100.0 * sampled;
+            }
+        }
+        let mut rows: Vec<GpuUsageRow> = rows.into_values().collect();
+        rows.sort_by(|a, b| {
+            b.allocated_hours
+                .total_cmp(&a.allocated_hours)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let mut total = GpuUsageRow::new("(total)");
+        for r in &rows {
+            total.add(r);
+        }
+        Ok(GpuUsage {
+            from_ms,
+            to_ms,
+            by,
+            rows,
+            total,
+        })
     }
 
     /// Folds waiting samples into their tiers every minute and drops what

@@ -365,6 +365,20 @@ impl Store {
         Ok(found.and_then(|s| s.id_token))
     }
 
+    /// Every team, by name.
+    pub async fn teams(&self) -> Result<Vec<Team>, StoreError> {
+        Ok(team::Entity::find()
+            .order_by_asc(team::Column::Name)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(|t| Team {
+                id: t.id,
+                name: t.name,
+            })
+            .collect())
+    }
+
     /// Every account, by username, with its teams and live sessions (for
     /// admins).
     pub async fn users(&self) -> Result<Vec<UserSummary>, StoreError> {

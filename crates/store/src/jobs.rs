@@ -303,6 +303,29 @@ impl Store {
             .collect()
     }
 
+    /// The jobs that held GPUs at some moment of `[from, to)`: started
+    /// before `to`, and not finished by `from`. Oldest first.
+    pub async fn jobs_on_gpus_between(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        job::Entity::find()
+            .filter(job::Column::Gpus.gt(0))
+            .filter(job::Column::StartedAt.lt(to_ms))
+            .filter(
+                sea_orm::Condition::any()
+                    .add(job::Column::FinishedAt.is_null())
+                    .add(job::Column::FinishedAt.gt(from_ms)),
+            )
+            .order_by_asc(job::Column::Id)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(record)
+            .collect()
+    }
+
     pub async fn job_events(&self, id: i64) -> Result<Vec<JobEvent>, StoreError> {
         Ok(job_event::Entity::find()
             .filter(job_event::Column::JobId.eq(id))
