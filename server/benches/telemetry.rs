@@ -38,7 +38,7 @@ const HOUR: i64 = 3_600 * SECOND;
 const DAY: i64 = 24 * HOUR;
 const PERIOD: i64 = 10 * SECOND;
 /// What compaction folds in one transaction (the server's own figure).
-const COMPACT_ROWS: usize = 2_000;
+const COMPACT_ROWS: usize = 100_000;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {
@@ -238,7 +238,7 @@ async fn bench() {
             .compact_gpu_samples(trainyard_store::now_millis(), COMPACT_ROWS)
             .await
             .expect("compaction");
-        if n < COMPACT_ROWS {
+        if n == 0 {
             break;
         }
     }
@@ -439,7 +439,7 @@ async fn fill(store: &Store, nodes: &[Node], from: i64, to: i64) -> u64 {
                 .compact_gpu_samples(end, COMPACT_ROWS)
                 .await
                 .expect("compaction");
-            if folded < COMPACT_ROWS {
+            if folded == 0 {
                 break;
             }
         }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use trainyard_domain::JobState;
 use trainyard_domain::job::Job;
 use trainyard_domain::telemetry::{
-    GpuLatest, GpuNode, GpuNow, GpuOverview, GpuSample, GpuSeries, GpuUsage, GpuUsageRow,
+    GpuLatest, GpuNode, GpuNow, GpuOverview, GpuPoint, GpuSample, GpuSeries, GpuUsage, GpuUsageRow,
     GpuWindow, HeldGpu, Reading, UsageBy, XidEvent,
 };
 use trainyard_nvml::{Inventory, Load, Sampler};
@@ -34,7 +34,7 @@ const SIMULATED_DEFAULT_UTIL: u8 = 90;
 const COMPACT_EVERY: Duration = Duration::from_secs(60);
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 /// Fresh rows one compaction transaction folds.
-const COMPACT_ROWS: usize = 2000;
+const COMPACT_ROWS: usize = 100_000;
 /// A latest sample older than this is not shown as current.
 const STALE_MS: i64 = 5 * 60_000;
 
@@ -494,6 +494,8 @@ impl Telemetry {
                 .map(|t| (t.id, t.name))
                 .collect(),
         };
+        // The last minute's samples, not yet in the tiers, read once.
+        let fresh = store.gpu_fresh_points(from_ms, to_ms).await?;
         let period_ms = self.inner.settings.sample_every.as_millis().max(1) as f64;
         let mut rows: HashMap<String, GpuUsageRow> = HashMap::new();
         for r in jobs {
@@ -511,13 +513,13 @@ impl Telemetry {
                 continue;
             }
             let hours = (to - from) as f64 / HOUR_MS;
-            let (who, id) = match by {
+            let (who, nobody) = match by {
                 UsageBy::Person => (r.owner_id, "(unknown)"),
                 UsageBy::Team => (r.team_id, "(no team)"),
             };
             let name = who
                 .map(|id| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}")))
-                .unwrap_or_else(|| id.to_owned());
+                .unwrap_or_else(|| nobody.to_owned());
             let row = rows
                 .entry(name.clone())
                 .or_insert_with(|| GpuUsageRow::new(name));
@@ -535,8 +537,23 @@ impl Telemetry {
             if ids.is_empty() {
                 continue;
             }
-            // One point per GPU: the mean over the job's part of the period.
-            for points in store.gpu_series(&ids, from, to, now_ms, 1).await?.values() {
+            // Per GPU: the mean over the job's part of the period, from one
+            // point folded from the tiers and the samples still waiting.
+            let mut series = store
+                .gpu_series_compacted(&ids, from, to, now_ms, 1)
+                .await?;
+            for id in &ids {
+                let stored = series.remove(id).unwrap_or_default();
+                let points: Vec<&GpuPoint> = stored
+                    .iter()
+                    .chain(
+                        fresh
+                            .get(id)
+                            .into_iter()
+                            .flatten()
+                            .filter(|p| p.t_ms >= from && p.t_ms <= to),
+                    )
+                    .collect();
                 let count: f64 = points.iter().map(|p| p.count as f64).sum();
                 if count == 0.0 {
                     continue;
@@ -619,7 +636,8 @@ impl Telemetry {
                 .compact_gpu_samples(trainyard_store::now_millis(), COMPACT_ROWS)
                 .await?;
             total += n;
-            if n < COMPACT_ROWS {
+            // A pass may stop at its byte budget before its rows.
+            if n == 0 {
                 return Ok(total);
             }
         }

@@ -77,6 +77,11 @@ const NOMINAL_SAMPLE_MS: i64 = 10_000;
 pub const RECORD_BYTES: usize = 28;
 /// Bytes of one fresh record (the GPU's id, then the record).
 const FRESH_BYTES: usize = 8 + RECORD_BYTES;
+/// The most fresh payload one compaction pass folds (about 930,000
+/// samples): passes as large as that rewrite each touched block once for
+/// many readings, where a pass per few thousand rows rewrote every GPU's
+/// blocks each time.
+pub const MAX_PASS_BYTES: usize = 32 << 20;
 /// A heat byte for a bucket without samples.
 const NO_HEAT: u8 = 255;
 
@@ -358,7 +363,8 @@ impl Store {
         Ok(kept)
     }
 
-    /// Folds up to `max_rows` fresh rows into the tiers, in one transaction.
+    /// Folds up to `max_rows` fresh rows into the tiers, in one transaction
+    /// (and at most [`MAX_PASS_BYTES`] of them, but at least one row).
     /// Samples older than the raw tier keeps are dropped. Returns the rows
     /// folded (0: nothing was waiting).
     pub async fn compact_gpu_samples(
@@ -366,12 +372,41 @@ impl Store {
         now_ms: i64,
         max_rows: usize,
     ) -> Result<usize, StoreError> {
+        self.compact_gpu_samples_within(now_ms, max_rows, MAX_PASS_BYTES)
+            .await
+    }
+
+    /// [`Store::compact_gpu_samples`] with a byte budget of its own.
+    pub async fn compact_gpu_samples_within(
+        &self,
+        now_ms: i64,
+        max_rows: usize,
+        max_bytes: usize,
+    ) -> Result<usize, StoreError> {
         let backend = self.connection().get_database_backend();
         let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
+        // The oldest rows that fit the budget, by their sizes first.
         let mut sql = Sql::new(backend);
-        sql.push("SELECT id, payload FROM gpu_fresh ORDER BY id LIMIT ")
+        sql.push("SELECT id, LENGTH(payload) AS bytes FROM gpu_fresh ORDER BY id LIMIT ")
             .bind(max_rows.max(1) as i64);
+        let mut last = None;
+        let mut bytes = 0usize;
+        for row in txn.query_all_raw(sql.build()).await? {
+            let size = row.try_get::<i64>("", "bytes")?.max(0) as usize;
+            if last.is_some() && bytes + size > max_bytes {
+                break;
+            }
+            bytes += size;
+            last = Some(row.try_get::<i64>("", "id")?);
+        }
+        let Some(last) = last else {
+            return Ok(0);
+        };
+        let mut sql = Sql::new(backend);
+        sql.push("SELECT id, payload FROM gpu_fresh WHERE id <= ")
+            .bind(last)
+            .push(" ORDER BY id");
         let rows = txn.query_all_raw(sql.build()).await?;
         if rows.is_empty() {
             return Ok(0);
@@ -515,6 +550,34 @@ impl Store {
         now_ms: i64,
         buckets: usize,
     ) -> Result<HashMap<i64, Vec<GpuPoint>>, StoreError> {
+        self.gpu_series_of(gpus, (from_ms, to_ms), now_ms, buckets, true)
+            .await
+    }
+
+    /// [`Store::gpu_series`] from the tiers alone, without the samples of
+    /// the last minute or so that wait for compaction: for sums over many
+    /// jobs, where reading the waiting rows once per job would cost more
+    /// than the minute is worth.
+    pub async fn gpu_series_compacted(
+        &self,
+        gpus: &[i64],
+        from_ms: i64,
+        to_ms: i64,
+        now_ms: i64,
+        buckets: usize,
+    ) -> Result<HashMap<i64, Vec<GpuPoint>>, StoreError> {
+        self.gpu_series_of(gpus, (from_ms, to_ms), now_ms, buckets, false)
+            .await
+    }
+
+    async fn gpu_series_of(
+        &self,
+        gpus: &[i64],
+        (from_ms, to_ms): (i64, i64),
+        now_ms: i64,
+        buckets: usize,
+        with_fresh: bool,
+    ) -> Result<HashMap<i64, Vec<GpuPoint>>, StoreError> {
         if gpus.is_empty() || to_ms < from_ms {
             return Ok(HashMap::new());
         }
@@ -547,9 +610,11 @@ impl Store {
                 );
             }
         }
-        let wanted: HashSet<i64> = gpus.iter().copied().collect();
-        for (gpu, r) in self.fresh_records(&wanted, from_ms, to_ms).await? {
-            records.entry(gpu).or_default().push(r);
+        if with_fresh {
+            let wanted: HashSet<i64> = gpus.iter().copied().collect();
+            for (gpu, r) in self.fresh_records(&wanted, from_ms, to_ms).await? {
+                records.entry(gpu).or_default().push(r);
+            }
         }
         let buckets = buckets.max(1);
         let width = (window / buckets as i64).max(1);
@@ -699,6 +764,19 @@ impl Store {
                 ))
             })
             .collect()
+    }
+
+    /// The samples waiting for compaction within `[from, to]`, by GPU.
+    pub async fn gpu_fresh_points(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<HashMap<i64, Vec<GpuPoint>>, StoreError> {
+        let mut out: HashMap<i64, Vec<GpuPoint>> = HashMap::new();
+        for (gpu, r) in self.fresh_records_all(from_ms, to_ms).await? {
+            out.entry(gpu).or_default().push(r.point());
+        }
+        Ok(out)
     }
 
     /// Fresh records of these GPUs within the window.

@@ -114,8 +114,22 @@ async fn samples_are_read_before_and_after_compaction_alike() {
     assert!(before[&busy].iter().all(|p| p.gpu_util == 80.0));
     assert!(before[&idle].iter().all(|p| p.gpu_util == 0.0));
 
-    assert_eq!(store.compact_gpu_samples(now, 3).await.unwrap(), 3);
-    assert_eq!(store.compact_gpu_samples(now, 100).await.unwrap(), 2);
+    // Five rows of 24 samples (36 bytes each): passes stop at their row
+    // count or their bytes, whichever comes first, and take one row at least.
+    let row = 24 * 36;
+    assert_eq!(
+        store.compact_gpu_samples_within(now, 100, 1).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .compact_gpu_samples_within(now, 100, row + row / 2)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.compact_gpu_samples(now, 2).await.unwrap(), 2);
+    assert_eq!(store.compact_gpu_samples(now, 100).await.unwrap(), 1);
     assert_eq!(store.compact_gpu_samples(now, 100).await.unwrap(), 0);
     let after = store
         .gpu_series(&[busy, idle], T0, now, now, 1000)
