@@ -388,8 +388,10 @@ impl Store {
         let txn = self.connection().begin().await?;
         // The oldest rows that fit the budget, by their sizes first.
         let mut sql = Sql::new(backend);
-        sql.push("SELECT id, LENGTH(payload) AS bytes FROM gpu_fresh ORDER BY id LIMIT ")
-            .bind(max_rows.max(1) as i64);
+        sql.push(
+            "SELECT id, CAST(LENGTH(payload) AS BIGINT) AS bytes FROM gpu_fresh ORDER BY id LIMIT ",
+        )
+        .bind(max_rows.max(1) as i64);
         let mut last = None;
         let mut bytes = 0usize;
         for row in txn.query_all_raw(sql.build()).await? {
