@@ -270,10 +270,7 @@ impl Store {
                 .all(self.connection())
                 .await?
                 .into_iter()
-                .map(|t| Team {
-                    id: t.id,
-                    name: t.name,
-                })
+                .map(team_from_model)
                 .collect()
         };
         Ok(User {
@@ -372,10 +369,7 @@ impl Store {
             .all(self.connection())
             .await?
             .into_iter()
-            .map(|t| Team {
-                id: t.id,
-                name: t.name,
-            })
+            .map(team_from_model)
             .collect())
     }
 
@@ -511,8 +505,9 @@ impl Store {
         name: String,
         run_id: Option<String>,
         expires_at: Option<i64>,
+        created_at: i64,
     ) -> Result<(api_token::Model, String), StoreError> {
-        let (model, secret) = new_token(user_id, name, run_id, None, expires_at);
+        let (model, secret) = new_token(user_id, name, run_id, None, expires_at, created_at);
         let _turn = self.write_turn().await;
         let model = model.insert(self.connection()).await?;
         Ok((model, secret))
@@ -534,9 +529,23 @@ impl Store {
             )));
         }
         let days = request.expires_in_days.unwrap_or(DEFAULT_TOKEN_DAYS);
-        let expires_at = now_millis() + i64::from(days) * 86_400_000;
-        self.create_api_token(user_id, request.name.trim(), Some(expires_at))
-            .await
+        // The lifetime runs from the token's own creation time, so it lasts
+        // exactly the days asked for.
+        let now = now_millis();
+        let expires_at = now + i64::from(days) * 86_400_000;
+        let (model, secret) = self
+            .insert_token(
+                user_id,
+                request.name.trim().to_owned(),
+                None,
+                Some(expires_at),
+                now,
+            )
+            .await?;
+        Ok(NewApiToken {
+            token: token_from_model(model),
+            secret,
+        })
     }
 
     /// A personal API token; its secret is in the answer and nowhere else.
@@ -547,7 +556,7 @@ impl Store {
         expires_at: Option<i64>,
     ) -> Result<NewApiToken, StoreError> {
         let (model, secret) = self
-            .insert_token(user_id, name.to_owned(), None, expires_at)
+            .insert_token(user_id, name.to_owned(), None, expires_at, now_millis())
             .await?;
         Ok(NewApiToken {
             token: token_from_model(model),
@@ -584,6 +593,7 @@ impl Store {
                 Some(run_id.clone()),
                 None,
                 None,
+                now_millis(),
             );
             model.insert(&txn).await?;
             secrets.push(secret);
@@ -683,6 +693,7 @@ impl Store {
             None,
             Some(node.to_owned()),
             None,
+            now_millis(),
         );
         let model = model.insert(self.connection()).await?;
         Ok(NewApiToken {
@@ -824,12 +835,20 @@ fn token_from_model(m: api_token::Model) -> ApiToken {
 }
 
 /// A new token's row and its secret (only its hash is stored).
+fn team_from_model(t: team::Model) -> Team {
+    Team {
+        id: t.id,
+        name: t.name,
+    }
+}
+
 fn new_token(
     user_id: i64,
     name: String,
     run_id: Option<String>,
     node: Option<String>,
     expires_at: Option<i64>,
+    created_at: i64,
 ) -> (api_token::ActiveModel, String) {
     let secret = format!("{TOKEN_PREFIX}{}", random_secret());
     let model = api_token::ActiveModel {
@@ -839,7 +858,7 @@ fn new_token(
         prefix: Set(secret.chars().take(10).collect()),
         run_id: Set(run_id),
         node: Set(node),
-        created_at: Set(now_millis()),
+        created_at: Set(created_at),
         last_used_at: Set(None),
         expires_at: Set(expires_at),
         revoked_at: Set(None),
