@@ -201,7 +201,14 @@ fn Usage(window: Signal<String>) -> impl IntoView {
         move || (window.get(), by.get()),
         |(w, by)| get_gpu_usage(w, by),
     );
-    let hours = |h: f64| format!("{h:.1}");
+    // Two decimals below 10 hours, so a short test job's 0.03 h is not 0.0.
+    let hours = |h: f64| {
+        if h < 10.0 {
+            format!("{h:.2}")
+        } else {
+            format!("{h:.1}")
+        }
+    };
     view! {
         <section class="gpu-usage" data-testid="gpu-usage">
             <div class="section-head">

@@ -50,35 +50,46 @@ pub struct WindowQuery {
     pub row_height: Option<u32>,
 }
 
-impl WindowQuery {
-    /// `[from, to]` asked for, else `default` back from `now`.
-    fn span(&self, now: i64, default: i64) -> Result<(i64, i64), JobsError> {
-        let bad = |field: &str, why: String| {
-            JobsError::invalid(
-                format!("{field}: {why}"),
-                vec![trainyard_domain::FieldError::new(field, why)],
-            )
-        };
-        if let (Some(from), Some(to)) = (self.from, self.to) {
-            if to <= from || to - from > MAX_WINDOW_MS {
-                return Err(bad(
-                    "from",
-                    "from must be before to, and at most 366 days apart (Unix milliseconds)"
-                        .to_owned(),
-                ));
-            }
-            return Ok((from, to));
+/// `[from, to]` asked for, else `window` (or `default`) back from `now`:
+/// the span of every query here that reads a stretch of time. (Each query
+/// names the three fields itself: `serde(flatten)` cannot parse numbers out
+/// of a query string.)
+fn span(
+    window: Option<&str>,
+    from_to: (Option<i64>, Option<i64>),
+    now: i64,
+    default: i64,
+) -> Result<(i64, i64), JobsError> {
+    let bad = |field: &str, why: String| {
+        JobsError::invalid(
+            format!("{field}: {why}"),
+            vec![trainyard_domain::FieldError::new(field, why)],
+        )
+    };
+    if let (Some(from), Some(to)) = from_to {
+        if to <= from || to - from > MAX_WINDOW_MS {
+            return Err(bad(
+                "from",
+                "from must be before to, and at most 366 days apart (Unix milliseconds)".to_owned(),
+            ));
         }
-        let w = match &self.window {
-            Some(name) => window_ms(name.trim()).ok_or_else(|| {
-                bad(
-                    "window",
-                    format!("`{name}` is not a window; write 1h, 6h, 24h, 7d or 30d (1m to 366d)"),
-                )
-            })?,
-            None => default,
-        };
-        Ok((now - w, now))
+        return Ok((from, to));
+    }
+    let w = match window {
+        Some(name) => window_ms(name.trim()).ok_or_else(|| {
+            bad(
+                "window",
+                format!("`{name}` is not a window; write 1h, 6h, 24h, 7d or 30d (1m to 366d)"),
+            )
+        })?,
+        None => default,
+    };
+    Ok((now - w, now))
+}
+
+impl WindowQuery {
+    fn span(&self, now: i64, default: i64) -> Result<(i64, i64), JobsError> {
+        span(self.window.as_deref(), (self.from, self.to), now, default)
     }
 
     fn points(&self) -> usize {
@@ -141,13 +152,7 @@ pub async fn usage(
 ) -> Result<Response, JobsError> {
     admin_only(&principal)?;
     let now = trainyard_store::now_millis();
-    let span = WindowQuery {
-        window: q.window.clone(),
-        from: q.from,
-        to: q.to,
-        ..WindowQuery::default()
-    }
-    .span(now, 30 * 86_400_000)?;
+    let span = span(q.window.as_deref(), (q.from, q.to), now, 30 * 86_400_000)?;
     let by_text = q.by.as_deref().unwrap_or("team");
     let by = UsageBy::parse(by_text).ok_or_else(|| {
         JobsError::invalid(
