@@ -37,6 +37,7 @@ NODE_POOL=default "$K8S_DIR/nodes.sh" 4
 NODE_POOL=evict NODE_PREFIX=evict-node- "$K8S_DIR/nodes.sh" 2
 NODE_POOL=busy NODE_PREFIX=busy-node- "$K8S_DIR/nodes.sh" 1
 NODE_POOL=gone NODE_PREFIX=gone-node- "$K8S_DIR/nodes.sh" 2
+NODE_POOL=agents NODE_PREFIX=agent-node- "$K8S_DIR/nodes.sh" 1
 
 # The server's account, exactly as the chart makes it (release "trainyard" in
 # namespace "trainyard"), bound in each test namespace.
@@ -48,6 +49,13 @@ for ns in $(seq -f 'trainyard-test-%g' 1 "$NAMESPACES") trainyard-browser; do
     --set database.url=postgres://unused --show-only templates/rbac.yaml |
     kubectl apply -f - >/dev/null
 done
+# The chart's GPU agents (their account, DaemonSet, and the server's right
+# to review their tokens), on the agents' node only.
+helm template trainyard "$ROOT/helm/trainyard" --namespace trainyard \
+  --set executor=kubernetes --set agent.enabled=true \
+  --set 'agent.nodeSelector.trainyard\.dev/pool=agents' \
+  --set database.url=postgres://unused --show-only templates/agent.yaml |
+  kubectl apply -f - >/dev/null
 token="$(kubectl -n trainyard create token trainyard-trainyard --duration 2h)"
 ca="$(base64 -w0 <"$K8S_STATE/pki/ca.crt")"
 cat >"$K8S_STATE/executor.kubeconfig" <<EOF
@@ -71,7 +79,7 @@ contexts:
 current-context: executor
 EOF
 chmod 600 "$K8S_STATE/executor.kubeconfig"
-log "cluster ready: 4 nodes in pool default, 2 in pool evict, 1 in pool busy, 2 in pool gone, $NAMESPACES test namespaces"
+log "cluster ready: 4 nodes in pool default, 2 in pool evict, 1 in pool busy, 2 in pool gone, 1 in pool agents (with the chart's agent), $NAMESPACES test namespaces"
 
 cd "$ROOT"
 export TEST_KUBECONFIG="$K8S_STATE/executor.kubeconfig"

@@ -43,7 +43,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
     pub server: String,
-    pub token: String,
+    /// The file holding the token, read again for every request: a
+    /// Kubernetes ServiceAccount token is renewed in place by the kubelet.
+    pub token_file: PathBuf,
     pub node: String,
     pub spool: PathBuf,
     pub sample_every: Duration,
@@ -226,30 +228,61 @@ enum Outcome {
 struct Client {
     http: reqwest::Client,
     server: String,
+    token_file: PathBuf,
+}
+
+/// The largest token file read (a ServiceAccount token is a kilobyte or two).
+const MAX_TOKEN_FILE_BYTES: u64 = 16 << 10;
+
+/// The token in `path`, checked to fit a header.
+pub fn read_token(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_TOKEN_FILE_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(format!(
+            "--token-file {}: over {MAX_TOKEN_FILE_BYTES} bytes; it should hold one token",
+            path.display()
+        ));
+    }
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("--token-file {}: empty", path.display()));
+    }
+    if reqwest::header::HeaderValue::from_str(token).is_err() {
+        return Err(format!(
+            "--token-file {}: the token holds characters a header cannot",
+            path.display()
+        ));
+    }
+    Ok(token.to_owned())
 }
 
 impl Client {
     fn new(options: &AgentOptions) -> Result<Client, CliError> {
-        let mut headers = reqwest::header::HeaderMap::new();
-        let value =
-            reqwest::header::HeaderValue::from_str(&format!("Bearer {}", options.token.trim()))
-                .map_err(|_| CliError("the token holds characters a header cannot".into()))?;
-        headers.insert(reqwest::header::AUTHORIZATION, value);
+        read_token(&options.token_file).map_err(CliError)?;
         let http = reqwest::Client::builder()
-            .default_headers(headers)
             .connect_timeout(Duration::from_secs(10))
             .timeout(REQUEST_TIMEOUT)
             .build()?;
         Ok(Client {
             http,
             server: options.server.trim_end_matches('/').to_owned(),
+            token_file: options.token_file.clone(),
         })
     }
 
     async fn request(&self, path: &str, body: &impl serde::Serialize) -> Outcome {
+        let token = match read_token(&self.token_file) {
+            Ok(token) => token,
+            Err(e) => return Outcome::Away(e),
+        };
         let sent = self
             .http
             .post(format!("{}{path}", self.server))
+            .bearer_auth(token)
             .json(body)
             .send()
             .await;

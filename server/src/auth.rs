@@ -41,6 +41,9 @@ pub struct Auth {
     /// The single-user mode's admin, read once: every request of that
     /// mode (metric ingest among them) is theirs.
     pub local_admin: std::sync::Arc<tokio::sync::OnceCell<trainyard_domain::identity::User>>,
+    /// Node agents' Kubernetes tokens (kube_agent_account); None: agents
+    /// use node tokens only.
+    pub agents: Option<crate::agent_tokens::AgentTokens>,
 }
 
 /// The session cookie's name: with `__Host-` behind https, so that no
@@ -242,7 +245,44 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
         .any(|end| path.ends_with(end))
 }
 
+/// A node's agent that Kubernetes vouched for: no account of Trainyard's,
+/// and the gate keeps it to the agent API of its own node.
+fn agent_principal(node: String) -> Principal {
+    let name = format!("agent of node {node}");
+    Principal {
+        user: trainyard_domain::identity::User {
+            id: 0,
+            username: name.clone(),
+            display_name: name,
+            email: None,
+            is_admin: false,
+            teams: Vec::new(),
+        },
+        via: Via::NodeToken { node },
+    }
+}
+
 impl Auth {
+    /// The node of a Kubernetes agent's token (None where agents use node
+    /// tokens only, or the API does not take it).
+    async fn agent_node(&self, token: &str) -> Result<Option<String>, ApiError> {
+        let Some(agents) = &self.agents else {
+            return Ok(None);
+        };
+        match agents.node_of(token).await {
+            Ok(node) => Ok(node),
+            Err(e) => {
+                tracing::warn!(error = %e, "a node agent's token could not be checked");
+                Err(ApiError {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    code: "TEMPORARILY_UNAVAILABLE",
+                    message: "the agent's Kubernetes token could not be checked now; try again"
+                        .to_owned(),
+                })
+            }
+        }
+    }
+
     /// Who is calling; Ok(None) for an anonymous caller where sign-in is on.
     pub async fn identify(
         &self,
@@ -257,12 +297,15 @@ impl Auth {
                 .await
                 .map_err(ApiError::internal)?
                 // The single-user mode's tokens end when sign-in starts.
-                .filter(|found| !(found.local && self.config.oidc.is_some()))
-                .ok_or_else(|| {
-                    unauthenticated(
-                        "unknown, revoked or expired token; make a new one under Settings → API tokens",
-                    )
-                })?;
+                .filter(|found| !(found.local && self.config.oidc.is_some()));
+            let Some(found) = found else {
+                if let Some(node) = self.agent_node(&token).await? {
+                    return Ok(Some(agent_principal(node)));
+                }
+                return Err(unauthenticated(
+                    "unknown, revoked or expired token; make a new one under Settings → API tokens",
+                ));
+            };
             let via = match (found.run_id, found.node) {
                 (Some(run_id), _) => Via::RunToken { run_id },
                 (None, Some(node)) => Via::NodeToken { node },

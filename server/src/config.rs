@@ -206,6 +206,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "seconds a job's pod may keep failing to pull its image (ErrImagePull, ImagePullBackOff) before the attempt fails and frees its GPUs; a name that is no image fails at once",
     },
     SettingDoc {
+        key: "kube_agent_account",
+        env: "TRAINYARD_KUBE_AGENT_ACCOUNT",
+        default: "(none: agents use node tokens only)",
+        meaning: "the ServiceAccount of the node agents' DaemonSet, `namespace/name`: its token bound to an agent's pod, for the audience trainyard-agent, is that node's credential (checked with a TokenReview; the server's account needs `create` on tokenreviews)",
+    },
+    SettingDoc {
         key: "public_url",
         env: "TRAINYARD_PUBLIC_URL",
         default: "http://<listen>",
@@ -327,6 +333,8 @@ pub struct Settings {
     pub kube_gpu_resource: String,
     pub kube_image_pull_timeout_secs: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_agent_account: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oidc_issuer_url: Option<String>,
@@ -380,6 +388,7 @@ impl Default for Settings {
             kube_tracking_url: None,
             kube_gpu_resource: "nvidia.com/gpu".to_owned(),
             kube_image_pull_timeout_secs: 300,
+            kube_agent_account: None,
             public_url: None,
             oidc_issuer_url: None,
             oidc_client_id: None,
@@ -463,6 +472,8 @@ pub struct KubeOptions {
     pub tracking_url: Option<url::Url>,
     pub gpu_resource: String,
     pub image_pull_timeout: std::time::Duration,
+    /// The node agents' ServiceAccount, `namespace/name`.
+    pub agent_account: Option<String>,
 }
 
 /// How people sign in.
@@ -799,6 +810,14 @@ fn kube_options(s: &Settings) -> Result<KubeOptions, ConfigError> {
             return Err(ConfigError(format!("{key}: must not be empty")));
         }
     }
+    let agent_account = match non_empty(&s.kube_agent_account) {
+        Some(account) => {
+            trainyard_kube::agents::parse_account(&account)
+                .map_err(|e| ConfigError(format!("kube_agent_account: {e}")))?;
+            Some(account.trim().to_owned())
+        }
+        None => None,
+    };
     Ok(KubeOptions {
         kubeconfig: s.kube_config.clone(),
         context: non_empty(&s.kube_context),
@@ -817,6 +836,7 @@ fn kube_options(s: &Settings) -> Result<KubeOptions, ConfigError> {
         tracking_url,
         gpu_resource: s.kube_gpu_resource.trim().to_owned(),
         image_pull_timeout: std::time::Duration::from_secs(s.kube_image_pull_timeout_secs),
+        agent_account,
     })
 }
 

@@ -3,6 +3,7 @@
 
 pub mod agent;
 mod agent_api;
+mod agent_tokens;
 pub mod auth;
 pub mod cli;
 pub mod config;
@@ -133,6 +134,7 @@ impl AppState {
             config: auth_config,
             oidc,
             local_admin: Default::default(),
+            agents: None,
         };
         let telemetry = telemetry::Telemetry::new(store.clone(), config.telemetry);
         Ok(AppState {
@@ -533,6 +535,7 @@ impl Server {
         }
         let (state, local_gpus) = {
             let mut local_gpus = None;
+            let mut agents = None;
             let (executor, setting): (Arc<dyn trainyard_jobs::executor::Executor>, _) =
                 match (&config.kubernetes, local_setup) {
                     (Some(kube), _) => {
@@ -541,6 +544,16 @@ impl Server {
                             .await
                             .map_err(config::ConfigError)?;
                         tracing::info!(namespace = executor.namespace(), "jobs run on Kubernetes");
+                        if let Some(account) = &kube.agent_account {
+                            let reviewer = executor.agent_reviewer(account).map_err(|e| {
+                                config::ConfigError(format!("kube_agent_account: {e}"))
+                            })?;
+                            tracing::info!(
+                                account,
+                                "node agents may sign in with their Kubernetes tokens"
+                            );
+                            agents = Some(agent_tokens::AgentTokens::new(reviewer));
+                        }
                         (Arc::new(executor), "executor")
                     }
                     (None, setup) => {
@@ -553,7 +566,8 @@ impl Server {
                         (Arc::new(executor), "job_uids")
                     }
                 };
-            let state = AppState::new(config, local, store, executor)?;
+            let mut state = AppState::new(config, local, store, executor)?;
+            state.auth.agents = agents;
             state
                 .jobs
                 .prepare()

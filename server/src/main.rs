@@ -111,7 +111,9 @@ enum Command {
         /// The Trainyard server, as this node reaches it
         #[arg(long, env = "TRAINYARD_SERVER")]
         server: String,
-        /// A file holding the node's token (a mounted Secret)
+        /// A file holding the node's token (a mounted Secret), or on
+        /// Kubernetes the agent's ServiceAccount token (audience
+        /// trainyard-agent, projected by the chart); read for every request
         #[arg(long, env = "TRAINYARD_AGENT_TOKEN_FILE", value_name = "PATH")]
         token_file: PathBuf,
         /// This node's name (Kubernetes' node name; default: the hostname)
@@ -344,27 +346,14 @@ fn run_agent(command: Command) -> ExitCode {
         return ExitCode::FAILURE;
     };
     init_tracing(&std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned()));
-    let token = match std::fs::read_to_string(&token_file) {
-        Ok(token) if !token.trim().is_empty() => token.trim().to_owned(),
-        Ok(_) => {
-            eprintln!(
-                "trainyard: error: --token-file {}: empty",
-                token_file.display()
-            );
-            return ExitCode::FAILURE;
-        }
-        Err(e) => {
-            eprintln!(
-                "trainyard: error: --token-file {}: {e}",
-                token_file.display()
-            );
-            return ExitCode::FAILURE;
-        }
-    };
+    if let Err(e) = trainyard::agent::read_token(&token_file) {
+        eprintln!("trainyard: error: {e}");
+        return ExitCode::FAILURE;
+    }
     let readings = buffer_hours * 3600 / sample_secs;
     let options = trainyard::agent::AgentOptions {
         server,
-        token,
+        token_file,
         node: node.unwrap_or_else(trainyard_jobs::machine::node_name),
         spool,
         sample_every: std::time::Duration::from_secs(sample_secs),

@@ -376,6 +376,17 @@ async fn two_agents_push_one_catches_up_after_a_cut_and_node_tokens_stay_in_thei
     .await;
     assert_eq!(after.status, 401, "{}", after.body);
 
+    // A new token written over the file reaches the running agent without
+    // a restart (as the kubelet renews a projected ServiceAccount token):
+    // what it samples from then on arrives again.
+    let rolled_at = now_ms();
+    let token_a2 = node_token(&server, "gpu-a").await;
+    std::fs::write(dir.path().join("token-a"), &token_a2).unwrap();
+    wait_for("gpu-a's samples with the renewed token", || async {
+        sample_times(&server, "gpu-a", rolled_at + 500).await.len() >= 2
+    })
+    .await;
+
     // Node names are Kubernetes' (DNS-1123).
     let bad = request(
         server.addr,

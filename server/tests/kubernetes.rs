@@ -873,3 +873,203 @@ async fn another_installs_pods_in_the_namespace_are_not_taken_for_ours() {
         "--wait=false",
     ]);
 }
+
+/// The chart's agents (end2end/k8s/executor.sh installs its agent.yaml,
+/// on the one node of pool `agents`).
+const AGENT_NAMESPACE: &str = "trainyard";
+const AGENT_ACCOUNT: &str = "trainyard-trainyard-agent";
+
+/// A token of `account` for `audience`, bound to `pod` where given, as the
+/// kubelet makes it for a projected volume.
+fn token_of(account: &str, audience: Option<&str>, pod: Option<&str>) -> String {
+    let mut args = vec![
+        "-n",
+        AGENT_NAMESPACE,
+        "create",
+        "token",
+        account,
+        "--duration",
+        "10m",
+    ];
+    if let Some(audience) = audience {
+        args.extend(["--audience", audience]);
+    }
+    if let Some(pod) = pod {
+        args.extend(["--bound-object-kind", "Pod", "--bound-object-name", pod]);
+    }
+    kubectl(&args).trim().to_owned()
+}
+
+async fn agent_call(s: &TestServer, path: &str, token: &str, body: &Value) -> common::Response {
+    common::request(
+        s.addr,
+        "POST",
+        path,
+        &[
+            ("Authorization", &format!("Bearer {token}")),
+            ("Content-Type", "application/json"),
+        ],
+        body.to_string().as_bytes(),
+    )
+    .await
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn an_agent_signs_in_with_its_pods_service_account_token_for_its_node_only() {
+    // The DaemonSet's pod on the agents' node, as the chart makes it.
+    let mut pod = (String::new(), String::new());
+    until("the agent DaemonSet's pod scheduled", 60, || {
+        let list = kubectl_json(&[
+            "-n",
+            AGENT_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=trainyard-agent",
+        ]);
+        let found = list["items"].as_array().and_then(|items| {
+            items.iter().find_map(|p| {
+                Some((
+                    p["metadata"]["name"].as_str()?.to_owned(),
+                    p["spec"]["nodeName"].as_str()?.to_owned(),
+                ))
+            })
+        });
+        match found {
+            Some(found) => {
+                pod = found;
+                true
+            }
+            None => false,
+        }
+    })
+    .await;
+    let (pod, node) = pod;
+    assert!(node.starts_with("agent-node-"), "{node}");
+    // The chart gives the server's account this right, and only with the
+    // agents.
+    let (_, can) = kubectl_as(
+        &cluster().kubeconfig,
+        &[
+            "auth",
+            "can-i",
+            "create",
+            "tokenreviews.authentication.k8s.io",
+        ],
+    );
+    assert_eq!(
+        can.lines().next().unwrap_or_default().trim(),
+        "yes",
+        "{can}"
+    );
+
+    let mut settings = settings(&namespace(), "agents");
+    settings.push((
+        "TRAINYARD_KUBE_AGENT_ACCOUNT".to_owned(),
+        format!("{AGENT_NAMESPACE}/{AGENT_ACCOUNT}"),
+    ));
+    let s = TestServer::start_with(&as_refs(&settings)).await;
+    let register = |node: &str| json!({"node": node, "gpus": [{"index": 0, "uuid": "GPU-agent-k8s-0", "name": "Simulated H100", "memory_total_bytes": 85_899_345_920u64}]});
+
+    // The kubelet's token: this account, for Trainyard, bound to the pod.
+    let token = token_of(AGENT_ACCOUNT, Some("trainyard-agent"), Some(&pod));
+    let answer = agent_call(
+        &s,
+        "/api/trainyard/v1/agent/register",
+        &token,
+        &register(&node),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["node"], node.as_str());
+    // Its node only, and the agent API only.
+    let other = agent_call(
+        &s,
+        "/api/trainyard/v1/agent/register",
+        &token,
+        &register("gpu-node-1"),
+    )
+    .await;
+    assert_eq!(other.status, 403, "{}", other.body);
+    let jobs = common::request(
+        s.addr,
+        "GET",
+        "/api/trainyard/v1/jobs",
+        &[("Authorization", &format!("Bearer {token}"))],
+        b"",
+    )
+    .await;
+    assert_eq!(jobs.status, 403, "{}", jobs.body);
+
+    // Tokens that are not an agent's of this node are refused.
+    for (what, refused) in [
+        (
+            "for the API server",
+            token_of(AGENT_ACCOUNT, None, Some(&pod)),
+        ),
+        (
+            "bound to no pod",
+            token_of(AGENT_ACCOUNT, Some("trainyard-agent"), None),
+        ),
+        (
+            "of another account",
+            token_of("default", Some("trainyard-agent"), None),
+        ),
+    ] {
+        let answer = agent_call(
+            &s,
+            "/api/trainyard/v1/agent/register",
+            &refused,
+            &register(&node),
+        )
+        .await;
+        assert_eq!(answer.status, 401, "{what}: {}", answer.body);
+    }
+
+    // The agent itself, reading the token from a file as the chart mounts
+    // it, sends its node's samples.
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    let _agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args([
+            "agent",
+            "--server",
+            &format!("http://{}", s.addr),
+            "--node",
+            &node,
+        ])
+        .arg("--token-file")
+        .arg(&token_file)
+        .arg("--spool")
+        .arg(dir.path().join("spool"))
+        .args(["--sample-secs", "1", "--simulated-gpus", "2"])
+        .env_remove("TRAINYARD_SERVER")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let path = format!("/api/trainyard/v1/nodes/{node}/gpus?window=1h");
+    let mut points = 0;
+    for _ in 0..150 {
+        let answer = common::request(s.addr, "GET", &path, &[], b"").await;
+        if answer.status == 200 {
+            points = answer.json()["gpus"]
+                .as_array()
+                .map(|gpus| {
+                    gpus.iter()
+                        .map(|g| g["points"].as_array().map_or(0, Vec::len))
+                        .sum::<usize>()
+                })
+                .unwrap_or(0);
+            if points >= 4 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        points >= 4,
+        "the agent's samples did not arrive ({points} points)"
+    );
+}

@@ -32,6 +32,7 @@ use trainyard_store::JobRecord;
 
 pub use k8s_openapi::api::core::v1::Toleration as KubeToleration;
 
+pub mod agents;
 pub mod logs;
 pub mod quantity;
 pub mod shape;
@@ -463,6 +464,12 @@ impl KubeExecutor {
 
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// A checker of node agents' tokens (of the ServiceAccount `account`,
+    /// `namespace/name`) on this executor's cluster.
+    pub fn agent_reviewer(&self, account: &str) -> Result<agents::AgentReviewer, String> {
+        agents::AgentReviewer::new(Client::from(self.jobs.clone()), account)
     }
 
     fn job_named(&self, name: &str) -> Option<Arc<Job>> {

@@ -25,3 +25,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "trainyard.serviceAccount" -}}
 {{ .Values.kubernetes.serviceAccountName | default (include "trainyard.fullname" .) }}
 {{- end -}}
+
+{{- define "trainyard.agentAccount" -}}
+{{ include "trainyard.fullname" . }}-agent
+{{- end -}}
+
+{{/* The agents' pods: a name of their own, so the server's Service never selects them. */}}
+{{- define "trainyard.agentSelector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-agent
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
