@@ -540,7 +540,8 @@ pub fn JobPage() -> impl IntoView {
             .is_some_and(|p| !p.job.state.is_terminal())
     });
     let live = RwSignal::new(String::new());
-    follow_log(id, log, live, tick);
+    let log_box = NodeRef::<leptos::html::Pre>::new();
+    follow_log(id, log, live, tick, log_box);
     let gpu_zoom = RwSignal::new(None);
     let gpus = crate::gpus::job_gpus(id, tick, gpu_zoom);
     let cancel_error = move || {
@@ -572,7 +573,8 @@ pub fn JobPage() -> impl IntoView {
                                 {cancellable.then(|| view! {
                                     <ActionForm action=cancel attr:class="inline-form">
                                         <input type="hidden" name="id" value=job.id/>
-                                        <button type="submit" class="danger" data-testid="cancel">
+                                        <button type="submit" class="danger" data-testid="cancel"
+                                            on:click=confirm_cancel(job.id, job.state == JobState::Running)>
                                             {if job.cancel_requested { "Stopping…" } else { "Cancel" }}
                                         </button>
                                     </ActionForm>
@@ -627,7 +629,8 @@ pub fn JobPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match log.await {
                     Ok(Some(tail)) => view! {
-                        <pre class="log" data-testid="log">{tail.text}{move || live.get()}</pre>
+                        <pre class="log" data-testid="log" node_ref=log_box tabindex="0"
+                            aria-label="The job's log">{tail.text}{move || live.get()}</pre>
                     }.into_any(),
                     Ok(None) => ().into_any(),
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
@@ -637,16 +640,55 @@ pub fn JobPage() -> impl IntoView {
     }
 }
 
+/// Asks before a job is cancelled: a running job's work stops and cannot
+/// resume (declining leaves the form unsent).
+#[allow(unused_variables)]
+fn confirm_cancel(id: i64, running: bool) -> impl Fn(leptos::ev::MouseEvent) {
+    move |ev| {
+        #[cfg(feature = "hydrate")]
+        {
+            let question = if running {
+                format!(
+                    "Cancel job {id}? Its processes are stopped and what it has not saved is lost; \"Run again\" starts it over."
+                )
+            } else {
+                format!("Cancel job {id}? It leaves the queue.")
+            };
+            let yes = web_sys::window()
+                .and_then(|w| w.confirm_with_message(&question).ok())
+                .unwrap_or(true);
+            if !yes {
+                ev.prevent_default();
+            }
+        }
+    }
+}
+
+/// Whether a scrolled box shows its end (give or take a line).
+#[cfg(feature = "hydrate")]
+fn at_end(el: &web_sys::Element) -> bool {
+    el.scroll_top() + el.client_height() >= el.scroll_height() - 24
+}
+
 /// In the browser: follows the log from where the tail ended through the
 /// server's event stream, appending to `live`; when the job has ended,
-/// bumps `tick` so the page reads its final state.
+/// bumps `tick` so the page reads its final state. The box shows the end
+/// of the log and keeps to it as lines arrive, like `tail -f`, unless the
+/// person scrolled up to read.
 #[allow(unused_variables)]
 fn follow_log(
     id: impl Fn() -> Option<i64> + Send + Sync + 'static,
     log: Resource<Result<Option<crate::api::LogTail>, AppError>>,
     live: RwSignal<String>,
     tick: RwSignal<u32>,
+    log_box: NodeRef<leptos::html::Pre>,
 ) {
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        if let Some(el) = log_box.get() {
+            el.set_scroll_top(el.scroll_height());
+        }
+    });
     #[cfg(feature = "hydrate")]
     Effect::new(move |_| {
         use wasm_bindgen::JsCast;
@@ -665,7 +707,16 @@ fn follow_log(
         let on_log =
             Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 if let Some(text) = e.data().as_string() {
+                    let follow = log_box.get_untracked().is_some_and(|el| at_end(&el));
                     live.update(|l| l.push_str(&text));
+                    if follow {
+                        // Once the new text is laid out.
+                        request_animation_frame(move || {
+                            if let Some(el) = log_box.get_untracked() {
+                                el.set_scroll_top(el.scroll_height());
+                            }
+                        });
+                    }
                 }
             });
         let closer = source.clone();

@@ -71,21 +71,21 @@ pub fn HomePage() -> impl IntoView {
                             <div class="cards">
                                 <a class="card" href="/experiments" data-testid="figure-experiments">
                                     <span class="figure">{o.experiments}</span>
-                                    <span class="label">"experiments"</span>
+                                    <span class="label">{plural(o.experiments, "experiment", "experiments")}</span>
                                 </a>
                                 <div class="card" data-testid="figure-runs">
                                     <span class="figure">{o.runs}</span>
-                                    <span class="label">"runs"</span>
+                                    <span class="label">{plural(o.runs, "run", "runs")}</span>
                                     <span class="sub">{o.active_runs} " running"</span>
                                 </div>
                                 <a class="card" href="/jobs" data-testid="figure-jobs">
                                     <span class="figure">{total}</span>
-                                    <span class="label">"jobs"</span>
+                                    <span class="label">{plural(total, "job", "jobs")}</span>
                                 </a>
                                 <a class="card" href="/admin" data-testid="figure-gpus">
                                     <span class="figure">{o.gpus}</span>
-                                    <span class="label">"GPUs"</span>
-                                    <span class="sub">"on " {o.nodes} " nodes"</span>
+                                    <span class="label">{plural(o.gpus, "GPU", "GPUs")}</span>
+                                    <span class="sub">"on " {o.nodes} " " {plural(o.nodes, "node", "nodes")}</span>
                                 </a>
                             </div>
                             <h2>"Jobs by state"</h2>
@@ -313,4 +313,9 @@ pub fn NotFound() -> impl IntoView {
             <p><a href="/">"Go to the overview"</a></p>
         </section>
     }
+}
+
+/// The word for `n` things: "1 node", "2 nodes", "0 nodes".
+pub fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
 }

@@ -94,6 +94,16 @@ test('a command of its own is cancelled mid-run', async ({ page }) => {
   }).toPass({ timeout: 20_000 });
   await expectState(page, 'Running');
   await expect(page.getByTestId('log')).toContainText('started');
+  // Cancelling asks first; declined, the job runs on.
+  let asked = '';
+  page.once('dialog', (d) => { asked = d.message(); void d.dismiss(); });
+  await page.getByTestId('cancel').click();
+  await expect.poll(() => asked).toContain('Cancel job');
+  expect(asked).toContain('Run again');
+  await page.waitForTimeout(1_500);
+  await expectState(page, 'Running');
+  await expect(page.getByTestId('cancel')).toHaveText('Cancel');
+  page.once('dialog', (d) => void d.accept());
   await page.getByTestId('cancel').click();
   await expectState(page, 'Cancelled');
   await expect(page.getByTestId('events')).toContainText('cancelled');
@@ -105,6 +115,42 @@ test('a command of its own is cancelled mid-run', async ({ page }) => {
   await expect(page).toHaveURL(/\/jobs\/\d+$/);
   await expectState(page, 'Running');
   await expect(page.getByTestId('events')).toContainText('a retry of job');
+  page.once('dialog', (d) => void d.accept());
+  await page.getByTestId('cancel').click();
+  await expectState(page, 'Cancelled');
+});
+
+test('the log follows its tail unless the reader scrolled up', async ({ page }) => {
+  await page.goto('/submit');
+  const form = page.getByTestId('submit-job');
+  await form.locator('input[name="form[name]"]').fill('chatty');
+  await form
+    .locator('textarea[name="form[command]"]')
+    .fill('for i in $(seq 1 400); do echo "line $i of a long log"; sleep 0.05; done; sleep 120');
+  await expect(async () => {
+    await form.getByRole('button', { name: 'Submit' }).click();
+    await expect(page).toHaveURL(/\/jobs\/\d+$/, { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  const log = page.getByTestId('log');
+  const atEnd = () =>
+    log.evaluate((el) => el.scrollHeight > el.clientHeight && el.scrollTop + el.clientHeight >= el.scrollHeight - 24);
+  // The box is focusable (it scrolls) and named.
+  await expect(log).toHaveAttribute('tabindex', '0');
+  await expect(log).toHaveAttribute('aria-label', /log/);
+  // New lines keep the end in view.
+  await expect(log).toContainText('line 120 ', { timeout: 60_000 });
+  await expect.poll(atEnd).toBe(true);
+  await expect(log).toContainText('line 160 ', { timeout: 30_000 });
+  await expect.poll(atEnd).toBe(true);
+  // Scrolled up to read, it stays where the reader is.
+  await log.evaluate((el) => { el.scrollTop = 0; });
+  await expect(log).toContainText('line 220 ', { timeout: 30_000 });
+  expect(await log.evaluate((el) => el.scrollTop)).toBe(0);
+  // Back at the end, it follows again.
+  await log.evaluate((el) => { el.scrollTop = el.scrollHeight; });
+  await expect(log).toContainText('line 300 ', { timeout: 30_000 });
+  await expect.poll(atEnd).toBe(true);
+  page.once('dialog', (d) => void d.accept());
   await page.getByTestId('cancel').click();
   await expectState(page, 'Cancelled');
 });

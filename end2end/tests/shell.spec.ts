@@ -36,7 +36,10 @@ test.describe('without JavaScript', () => {
     for (const name of ['Experiments', 'Jobs', 'Templates', 'Admin']) {
       await expect(page.getByRole('navigation').getByRole('link', { name })).toBeVisible();
     }
-    await expect(page.getByTestId('figure-experiments')).toContainText(/\d+\s*experiments/);
+    await expect(page.getByTestId('figure-experiments')).toContainText(/\d+\s*experiments?/);
+    // One of a thing is singular ("on 1 node"), others plural.
+    await expect(page.getByTestId('figure-gpus')).toContainText(/(^|\D)(1\s*GPU(?!s)|([02-9]|\d\d+)\s*GPUs)/);
+    await expect(page.getByTestId('figure-gpus')).toContainText(/on (1 node|([02-9]|\d\d+) nodes)$/);
     await expect(page.getByTestId('jobs-by-state')).toContainText('Queued');
     await expect(page).toHaveTitle('Trainyard');
   });
