@@ -320,9 +320,11 @@ fn Cluster(overview: GpuOverview, window: Signal<String>) -> impl IntoView {
             window.get()
         )
     };
+    let nodes = overview.nodes.len();
     let summary = format!(
-        "{total} GPU(s) on {} node(s): {held} held by jobs, {idle} of them idle (below {} % for {} minutes); sampled every {} s",
-        overview.nodes.len(),
+        "{total} {} on {nodes} {}: {held} held by jobs, {idle} of them idle (below {} % for {} minutes); sampled every {} s",
+        crate::pages::plural(total as u64, "GPU", "GPUs"),
+        crate::pages::plural(nodes as u64, "node", "nodes"),
         overview.idle_percent,
         overview.idle_minutes,
         overview.sample_secs

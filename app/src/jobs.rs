@@ -342,7 +342,7 @@ fn submit_form(
             {custom.then(|| view! {
                 <Field label="Command" field="command" error=error>
                     <textarea name="form[command]" rows="3" required
-                        placeholder="python train.py --lr {lr}"></textarea>
+                        placeholder="python3 train.py --lr {lr}"></textarea>
                 </Field>
                 <Field label="Hyperparameters (name=value, one per line)" field="hyperparameters" error=error>
                     <textarea name="form[hyperparameters]" rows="4" placeholder="lr=0.01\nepochs=20"></textarea>

@@ -194,9 +194,11 @@ fn Nodes() -> impl IntoView {
                         let total: u32 = view.nodes.iter().map(|n| n.gpus).sum();
                         let used: u32 = view.nodes.iter().map(|n| n.used).sum();
                         let free: u32 = view.nodes.iter().filter(|n| n.takes_jobs).map(|n| n.free).sum();
+                        let nodes = view.nodes.len();
                         let summary = format!(
-                            "{} node(s) of the {executor} executor: {total} GPU(s), {used} held by Trainyard's jobs, {free} free",
-                            view.nodes.len()
+                            "{nodes} {} of the {executor} executor: {total} {}, {used} held by Trainyard's jobs, {free} free",
+                            plural(nodes as u64, "node", "nodes"),
+                            plural(u64::from(total), "GPU", "GPUs"),
                         );
                         if let Some(why) = view.unavailable {
                             view! {
@@ -222,7 +224,7 @@ fn Nodes() -> impl IntoView {
                                     <tbody>
                                         {view.nodes.into_iter().map(|n| {
                                             let share = |k: u32| format!("width: {}%", if n.gpus == 0 { 0.0 } else { 100.0 * k as f64 / n.gpus as f64 });
-                                            let title = format!("{} of {} GPU(s) held by Trainyard's jobs, {} by others, {} free", n.used, n.gpus, n.others, n.free);
+                                            let title = format!("{} of {} {} held by Trainyard's jobs, {} by others, {} free", n.used, n.gpus, plural(u64::from(n.gpus), "GPU", "GPUs"), n.others, n.free);
                                             view! {
                                                 <tr data-node=n.name.clone()>
                                                     <td>{n.name.clone()}</td>

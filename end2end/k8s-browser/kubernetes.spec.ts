@@ -30,7 +30,7 @@ test('a job from the browser runs as a Kubernetes Job and its pod log shows', as
 
   // The admin page lists the cluster's GPU nodes of the selector.
   await page.goto('/admin');
-  await expect(page.getByTestId('nodes-summary')).toContainText('4 node(s) of the kubernetes executor: 32 GPU(s)');
+  await expect(page.getByTestId('nodes-summary')).toContainText('4 nodes of the kubernetes executor: 32 GPUs');
   const rows = page.getByTestId('nodes').locator('tbody tr');
   await expect(rows).toHaveCount(4);
   await expect(rows.first().getByTestId('node-state')).toHaveText('takes jobs');

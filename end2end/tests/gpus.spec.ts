@@ -30,7 +30,7 @@ test('a held but idle GPU is drawn and flagged for the admin and the owner', asy
     await page.goto('/admin');
     await page.getByTestId('admin-gpus').click();
     await expect(page).toHaveURL(/\/admin\/gpus$/);
-    await expect(page.getByTestId('gpus-summary')).toContainText('1 GPU(s) on 1 node(s): 1 held by jobs');
+    await expect(page.getByTestId('gpus-summary')).toContainText('1 GPU on 1 node: 1 held by jobs');
     const row = page.locator('[data-testid="gpus"] tr[data-gpu="0"]');
     await expect(row.getByRole('link', { name: `#${id}` })).toBeVisible();
     await expect(row.getByTestId('gpu-util')).toContainText('%');

@@ -87,6 +87,8 @@ test('a command of its own is cancelled mid-run', async ({ page }) => {
   await page.goto('/submit');
   const form = page.getByTestId('submit-job');
   await form.locator('input[name="form[name]"]').fill('sleeper');
+  // The example names the interpreter this machine has (python3).
+  await expect(form.locator('textarea[name="form[command]"]')).toHaveAttribute('placeholder', /^python3 /);
   await form.locator('textarea[name="form[command]"]').fill('echo "started $TRAINYARD_JOB_ID"; sleep 120');
   await expect(async () => {
     await form.getByRole('button', { name: 'Submit' }).click();
@@ -244,7 +246,7 @@ test('a job waiting for the only GPU shows its place and reason', async ({ page,
     // The admin page draws who holds the machine's GPU.
     await page.goto('/admin');
     await expect(page.getByTestId('nodes-summary')).toHaveText(
-      "1 node(s) of the local executor: 1 GPU(s), 1 held by Trainyard's jobs, 0 free",
+      "1 node of the local executor: 1 GPU, 1 held by Trainyard's jobs, 0 free",
     );
     const node = page.getByTestId('nodes').locator('tbody tr');
     await expect(node).toHaveCount(1);
@@ -253,7 +255,7 @@ test('a job waiting for the only GPU shows its place and reason', async ({ page,
     await expect(node.getByTestId('node-free')).toHaveText('0');
     await expect(node.getByRole('img')).toHaveAttribute(
       'aria-label',
-      "1 of 1 GPU(s) held by Trainyard's jobs, 0 by others, 0 free",
+      "1 of 1 GPU held by Trainyard's jobs, 0 by others, 0 free",
     );
     await expect(node.getByRole('link', { name: `#${first}` })).toHaveAttribute('href', `/jobs/${first}`);
   } finally {
