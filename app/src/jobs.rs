@@ -574,7 +574,7 @@ pub fn JobPage() -> impl IntoView {
                                     <ActionForm action=cancel attr:class="inline-form">
                                         <input type="hidden" name="id" value=job.id/>
                                         <button type="submit" class="danger" data-testid="cancel"
-                                            on:click=confirm_cancel(job.id, job.state == JobState::Running)>
+                                            on:click=confirm_cancel(job.id, matches!(job.state, JobState::Running | JobState::Starting))>
                                             {if job.cancel_requested { "Stopping…" } else { "Cancel" }}
                                         </button>
                                     </ActionForm>
@@ -640,8 +640,8 @@ pub fn JobPage() -> impl IntoView {
     }
 }
 
-/// Asks before a job is cancelled: a running job's work stops and cannot
-/// resume (declining leaves the form unsent).
+/// Asks before a job is cancelled: a running (or starting) job's work
+/// stops and cannot resume (declining leaves the form unsent).
 #[allow(unused_variables)]
 fn confirm_cancel(id: i64, running: bool) -> impl Fn(leptos::ev::MouseEvent) {
     move |ev| {
