@@ -36,6 +36,10 @@ const SAVE_IDLE: Duration = Duration::from_millis(200);
 struct Position {
     last: Option<Timestamp>,
     same: u64,
+    /// The log's length when the position was kept; None where the file
+    /// predates this record. What lies past it was written after the last
+    /// keep (by a server that then died) and comes again from the stream.
+    size: Option<u64>,
 }
 
 fn position_path(log: &Path) -> PathBuf {
@@ -49,18 +53,28 @@ pub fn done_path(log: &Path) -> PathBuf {
 
 async fn read_position(log: &Path) -> Position {
     let Ok(text) = tokio::fs::read_to_string(position_path(log)).await else {
-        return Position::default();
+        // Nothing kept yet: whatever the log holds is asked for again.
+        return Position {
+            size: Some(0),
+            ..Position::default()
+        };
     };
     let mut parts = text.split_whitespace();
     Position {
         last: parts.next().and_then(|t| t.parse().ok()),
         same: parts.next().and_then(|n| n.parse().ok()).unwrap_or(0),
+        size: parts.next().and_then(|n| n.parse().ok()),
     }
 }
 
 async fn write_position(log: &Path, position: &Position) {
     if let Some(last) = position.last {
-        let _ = tokio::fs::write(position_path(log), format!("{last} {}", position.same)).await;
+        let size = position.size.unwrap_or(0);
+        let _ = tokio::fs::write(
+            position_path(log),
+            format!("{last} {} {size}", position.same),
+        )
+        .await;
     }
 }
 
@@ -170,7 +184,20 @@ impl Writer {
                 return None;
             }
         };
-        let size = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+        let mut size = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+        // Lines written after the position was last kept (the server died
+        // in between) are cut off: the stream, asked for from the kept
+        // position, brings them again, and so each is written once.
+        if let Some(kept) = position.size
+            && size > kept
+        {
+            match file.set_len(kept).await {
+                Ok(()) => size = kept,
+                Err(error) => {
+                    tracing::warn!(%error, log = %log.display(), "cannot cut a job's log back to its kept position");
+                }
+            }
+        }
         Some(Writer {
             log,
             pod,
@@ -184,6 +211,7 @@ impl Writer {
 
     async fn save(&mut self) {
         let _ = self.file.flush().await;
+        self.position.size = Some(self.size);
         write_position(&self.log, &self.position).await;
         self.saved = std::time::Instant::now();
     }
@@ -404,6 +432,26 @@ mod tests {
         )
         .await;
         assert_eq!(text, "a\nb\nc\nd\ne\n");
+    }
+
+    #[tokio::test]
+    async fn what_a_dead_server_wrote_after_its_last_keep_is_written_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0").join("output.log");
+        // Written before any position was kept, then the server died.
+        std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+        std::fs::write(&log, "a\nb\n").unwrap();
+        let (_, text) = take(&log, "2026-12-01T10:00:00.1Z a\n2026-12-01T10:00:00.2Z b\n").await;
+        assert_eq!(text, "a\nb\n");
+        // Kept at b; c was written after, and the server died again.
+        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut file, b"c\n").unwrap();
+        let (_, text) = take(
+            &log,
+            "2026-12-01T10:00:00.2Z b\n2026-12-01T10:00:00.3Z c\n2026-12-01T10:00:00.4Z d\n",
+        )
+        .await;
+        assert_eq!(text, "a\nb\nc\nd\n");
     }
 
     #[tokio::test]
