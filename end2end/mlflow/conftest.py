@@ -1,4 +1,5 @@
-"""Starts the release Trainyard server for the official mlflow client tests.
+"""Starts the release Trainyard server for the official mlflow client tests,
+and MLflow's own server for the tests that compare the two.
 
 The database is SQLite in a temporary folder, or the PostgreSQL database named
 by MLFLOW_TEST_DATABASE_URL (scripts/test.sh creates one on its throwaway
@@ -7,12 +8,15 @@ cluster).
 
 import os
 import re
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,6 +48,43 @@ def server():
         raise RuntimeError(f"the server did not start: {line!r}")
     url = match.group(1)
     os.environ["MLFLOW_TRACKING_URI"] = url
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def reference_server():
+    """MLflow 3.17's own server (SQLite, proxied artifacts), started once, for
+    the tests that check Trainyard against what MLflow does."""
+    data_dir = tempfile.mkdtemp(prefix="mlflow-reference-")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mlflow_cli = str(Path(sys.executable).parent / "mlflow")
+    log = open(os.path.join(data_dir, "server.log"), "w")
+    proc = subprocess.Popen(
+        [
+            mlflow_cli, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{data_dir}/mlflow.db",
+            "--artifacts-destination", f"{data_dir}/artifacts",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if requests.get(f"{url}/health", timeout=2).ok:
+                break
+        except requests.RequestException:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"MLflow's server did not start; see {log.name}")
+        time.sleep(0.5)
     yield url
     proc.terminate()
     proc.wait(timeout=30)

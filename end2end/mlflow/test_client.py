@@ -284,3 +284,36 @@ def test_history_bulk_interval_samples_for_charts(server, unique):
     assert len(metrics) == 10
     assert metrics[0]["step"] == 0 and metrics[-1]["step"] == 999
     assert all(m["run_id"] == run.info.run_id for m in metrics)
+
+
+def test_version_health_server_info_and_json_errors_under_every_prefix(server):
+    assert requests.get(f"{server}/version", timeout=10).text == mlflow.__version__
+    assert requests.get(f"{server}/health", timeout=10).text == "OK"
+    info = requests.get(f"{server}/api/3.0/mlflow/server-info", timeout=10).json()
+    assert info["store_type"] == "SqlStore" and info["multipart_uploads_enabled"] is False
+    # MLflow answers these with an HTML page; a client wants JSON it can read.
+    for path in ["/api/3.0/mlflow/traces/nope", "/ajax-api/3.0/mlflow/x", "/api/2.0/mlflow/registered-models/nope"]:
+        response = requests.post(f"{server}{path}", json={}, timeout=10)
+        assert response.status_code == 404, path
+        assert response.json()["error_code"] == "ENDPOINT_NOT_FOUND", path
+
+
+def test_long_params_and_tags_are_kept_whole(server, unique):
+    # MLflow 3.17 cuts a 7,000-character param to 6,000 (and a 9,000-character
+    # tag to 8,000) without a word; here both are kept as sent.
+    api = f"{server}/api/2.0/mlflow"
+    experiment_id = mlflow.set_experiment(f"long-{unique}").experiment_id
+    run_id = requests.post(f"{api}/runs/create", json={"experiment_id": experiment_id}, timeout=10).json()["run"]["info"]["run_id"]
+    param, tag = "p" * 7000, "t" * 9000
+    assert requests.post(f"{api}/runs/log-parameter", json={"run_id": run_id, "key": "config", "value": param}, timeout=10).ok
+    assert requests.post(f"{api}/runs/set-tag", json={"run_id": run_id, "key": "notes", "value": tag}, timeout=10).ok
+    data = MlflowClient().get_run(run_id).data
+    assert data.params["config"] == param and data.tags["notes"] == tag
+    too_long = requests.post(f"{api}/runs/set-tag", json={"run_id": run_id, "key": "big", "value": "x" * 65_537}, timeout=10)
+    assert too_long.status_code == 400 and "65536" in too_long.json()["message"]
+    # A script's long param, which MLflow's server would cut, arrives whole.
+    with mlflow.start_run(experiment_id=experiment_id) as run:
+        mlflow.log_param("long", "q" * 6500)
+        mlflow.set_tag("long", "r" * 8500)
+    data = MlflowClient().get_run(run.info.run_id).data
+    assert data.params["long"] == "q" * 6500 and data.tags["long"] == "r" * 8500

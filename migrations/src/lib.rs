@@ -12,6 +12,7 @@ mod m20261201_000007_executor_handles;
 mod m20261202_000008_job_pods;
 mod m20261202_000009_gpu_telemetry;
 mod m20261202_000010_node_tokens;
+mod m20261203_000011_models_datasets;
 
 pub struct Migrator;
 
@@ -29,6 +30,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000008_job_pods::Migration),
             Box::new(m20261202_000009_gpu_telemetry::Migration),
             Box::new(m20261202_000010_node_tokens::Migration),
+            Box::new(m20261203_000011_models_datasets::Migration),
         ]
     }
 }

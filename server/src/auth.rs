@@ -187,7 +187,13 @@ fn is_public(path: &str) -> bool {
         || path.starts_with("/pkg/")
         || matches!(
             path,
-            "/healthz" | "/readyz" | "/metrics" | "/favicon.svg" | "/favicon.ico"
+            "/healthz"
+                | "/readyz"
+                | "/metrics"
+                | "/favicon.svg"
+                | "/favicon.ico"
+                | "/health"
+                | "/version"
         )
 }
 
@@ -199,7 +205,8 @@ fn is_api(path: &str) -> bool {
 fn is_mlflow_api(path: &str) -> bool {
     path.starts_with("/api/2.0/mlflow")
         || path.starts_with("/ajax-api/2.0/mlflow")
-        || path.starts_with("/api/2.0/mlflow-artifacts")
+        || path.starts_with("/api/3.0/mlflow")
+        || path.starts_with("/ajax-api/3.0/mlflow")
 }
 
 /// Where node agents send their node's GPUs and samples; node tokens reach
@@ -226,10 +233,18 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
     if *method == Method::PUT {
         return artifacts;
     }
+    // The models its run makes: finalized and tagged (the handlers check
+    // that the model's source run is the token's).
+    if *method == Method::PATCH {
+        return path.contains("/mlflow/logged-models/");
+    }
     if *method != Method::POST {
         return false;
     }
-    const RUN_WRITES_AND_SEARCHES: [&str; 9] = [
+    if path.contains("/mlflow/logged-models/") && path.ends_with("/params") {
+        return true;
+    }
+    const RUN_WRITES_AND_SEARCHES: [&str; 13] = [
         "/runs/update",
         "/runs/log-metric",
         "/runs/log-parameter",
@@ -239,6 +254,10 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
         "/runs/search",
         "/experiments/search",
         "/logged-models/search",
+        "/runs/log-inputs",
+        "/runs/outputs",
+        "/experiments/search-datasets",
+        "/mlflow/logged-models",
     ];
     RUN_WRITES_AND_SEARCHES
         .iter()
@@ -667,5 +686,21 @@ mod tests {
             &Method::DELETE,
             "/api/2.0/mlflow-artifacts/artifacts/1/abc/artifacts/model.pt"
         ));
+        // The models its run logs: made, finalized, tagged; never deleted.
+        assert!(run_token_allows(&post, "/api/2.0/mlflow/logged-models"));
+        assert!(run_token_allows(&post, "/api/2.0/mlflow/runs/log-inputs"));
+        assert!(run_token_allows(
+            &Method::PATCH,
+            "/api/2.0/mlflow/logged-models/m-1"
+        ));
+        assert!(run_token_allows(
+            &post,
+            "/api/2.0/mlflow/logged-models/m-1/params"
+        ));
+        assert!(!run_token_allows(
+            &Method::DELETE,
+            "/api/2.0/mlflow/logged-models/m-1"
+        ));
+        assert!(is_mlflow_api("/api/3.0/mlflow/server-info"));
     }
 }

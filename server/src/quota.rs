@@ -39,7 +39,7 @@ pub fn exhausted(
     }
 }
 
-/// What the artifacts of each person's runs hold: counted from disk the
+/// What the artifacts of each person's runs and logged models hold: counted from disk the
 /// first time a person's is needed, then kept by this process's writes.
 /// Writes and removals of one person's artifacts take turns
 /// ([`ArtifactUsage::turn`]), so the count and the check stay true under
@@ -67,6 +67,7 @@ impl ArtifactUsage {
             return Ok(known);
         }
         let runs = store.runs_owned_by(owner).await?;
+        let models = store.logged_models_owned_by(owner).await?;
         let folders: Vec<PathBuf> = runs
             .into_iter()
             .map(|(experiment, run)| {
@@ -74,6 +75,12 @@ impl ArtifactUsage {
                     .join(run)
                     .join("artifacts")
             })
+            .chain(models.into_iter().map(|(experiment, model)| {
+                root.join(experiment.to_string())
+                    .join("models")
+                    .join(model)
+                    .join("artifacts")
+            }))
             .collect();
         let counted = tokio::task::spawn_blocking(move || size_of_trees(&folders))
             .await

@@ -689,13 +689,44 @@ print("own", call("/api/2.0/mlflow/runs/log-metric", metric(os.environ["MLFLOW_R
 print("other", call("/api/2.0/mlflow/runs/log-metric", metric(os.environ["OTHER_RUN"])))
 print("create", call("/api/2.0/mlflow/runs/create", {"experiment_id": "0"}))
 print("jobs", call("/api/trainyard/v1/jobs", {"name": "x", "command": "true"}))
+def send(path, body, method="POST"):
+    req = urllib.request.Request(uri + path, json.dumps(body).encode(), auth, method=method)
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+own = os.environ["MLFLOW_RUN_ID"]
+got = urllib.request.urlopen(urllib.request.Request(uri + "/api/2.0/mlflow/runs/get?run_id=" + own, headers=auth))
+exp = json.load(got)["run"]["info"]["experiment_id"]
+status, made = send("/api/2.0/mlflow/logged-models", {"experiment_id": exp, "name": "net", "source_run_id": own})
+print("model", status)
+model = "/api/2.0/mlflow/logged-models/" + made["model"]["info"]["model_id"]
+print("finalize", send(model, {"status": "LOGGED_MODEL_READY"}, "PATCH")[0])
+print("delete-model", send(model, {}, "DELETE")[0])
+print("model-other", send("/api/2.0/mlflow/logged-models", {"experiment_id": "0", "name": "x", "source_run_id": os.environ["OTHER_RUN"]})[0])
+print("model-none", send("/api/2.0/mlflow/logged-models", {"experiment_id": exp, "name": "x"})[0])
+print("finalize-other", send("/api/2.0/mlflow/logged-models/" + os.environ["OTHER_MODEL"], {"status": "LOGGED_MODEL_READY"}, "PATCH")[0])
 "#;
+    let other_model = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/logged-models",
+        Some(&alice),
+        &json!({"experiment_id": "0", "name": "alices", "source_run_id": other_run}),
+    )
+    .await;
+    assert_eq!(other_model.status, 200, "{}", other_model.body);
+    let other_model = other_model.json()["model"]["info"]["model_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     std::fs::write(server.data_dir.path().join("job.py"), script).unwrap();
     let spec = json!({
         "name": "token check",
         "command": format!("python3 {}", server.data_dir.path().join("job.py").display()),
         "resources": {"memory": "64Mi"},
-        "env": {"OTHER_RUN": other_run},
+        "env": {"OTHER_RUN": other_run, "OTHER_MODEL": other_model},
     });
     let submitted = call(
         &server,
@@ -736,6 +767,17 @@ print("jobs", call("/api/trainyard/v1/jobs", {"name": "x", "command": "true"}))
     assert!(log.body.contains("other 403"), "{}", log.body);
     assert!(log.body.contains("create 403"), "{}", log.body);
     assert!(log.body.contains("jobs 403"), "{}", log.body);
+    // The models of its own run only: made and finalized, never deleted.
+    for line in [
+        "model 200",
+        "finalize 200",
+        "delete-model 403",
+        "model-other 403",
+        "model-none 403",
+        "finalize-other 403",
+    ] {
+        assert!(log.body.contains(line), "{line}: {}", log.body);
+    }
     // The run is alice's, and the token died with the job.
     let run_id = state["run_id"].as_str().unwrap();
     let run = call(
@@ -1222,6 +1264,21 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
         .to_owned();
     let artifact =
         format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/{run_id}/artifacts/notes.txt");
+    let model = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/logged-models",
+        Some(&alice),
+        &json!({"experiment_id": exp, "name": "net", "source_run_id": run_id}),
+    )
+    .await;
+    assert_eq!(model.status, 200, "{}", model.body);
+    let model_id = model.json()["model"]["info"]["model_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let model_file =
+        format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/models/{model_id}/artifacts/MLmodel");
     let mlflow = |rest: &str| format!("/api/2.0/mlflow/{rest}");
     // Each person runs the whole list in this order, so deletes are undone
     // and writes are repeatable.
@@ -1300,6 +1357,73 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
         },
         Probe::json("GET", &artifact, Value::Null, false),
         Probe::json(
+            "POST",
+            &mlflow("runs/log-inputs"),
+            json!({"run_id": run_id, "datasets": [{"dataset": {"name": "d", "digest": "1", "source_type": "local", "source": "{}"}}], "models": [{"model_id": model_id}]}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("runs/outputs"),
+            json!({"run_id": run_id, "models": [{"model_id": model_id, "step": 1}]}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("logged-models"),
+            json!({"experiment_id": exp, "source_run_id": run_id}),
+            true,
+        ),
+        Probe::json(
+            "PATCH",
+            &mlflow(&format!("logged-models/{model_id}")),
+            json!({"status": "LOGGED_MODEL_READY"}),
+            true,
+        ),
+        Probe::json(
+            "PATCH",
+            &mlflow(&format!("logged-models/{model_id}/tags")),
+            json!({"tags": [{"key": "t", "value": "v"}]}),
+            true,
+        ),
+        Probe::json(
+            "DELETE",
+            &mlflow(&format!("logged-models/{model_id}/tags/t")),
+            Value::Null,
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow(&format!("logged-models/{model_id}/params")),
+            json!({"params": [{"key": "depth", "value": "3"}]}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("runs/log-batch"),
+            json!({"run_id": run_id, "metrics": [{"key": "acc", "value": 0.5, "timestamp": 1, "step": 0, "model_id": model_id}]}),
+            true,
+        ),
+        Probe {
+            method: "PUT",
+            path: model_file.clone(),
+            body: b"flavors: {}".to_vec(),
+            changes: true,
+        },
+        Probe::json("GET", &model_file, Value::Null, false),
+        Probe::json(
+            "GET",
+            &mlflow(&format!("logged-models/{model_id}")),
+            Value::Null,
+            false,
+        ),
+        Probe {
+            method: "DELETE",
+            path: model_file.clone(),
+            body: Vec::new(),
+            changes: true,
+        },
+        Probe::json(
             "GET",
             &mlflow(&format!("runs/get?run_id={run_id}")),
             Value::Null,
@@ -1332,7 +1456,7 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
     for (who, read, change) in people {
         for probe in &probes {
             // The artifact exists for the read only after a permitted PUT.
-            if probe.method == "GET" && probe.path == artifact && change != 200 {
+            if probe.method == "GET" && probe.path.contains("-artifacts/") && change != 200 {
                 continue;
             }
             let mut headers = vec![("Content-Type", "application/json")];
@@ -1375,5 +1499,25 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
         )
         .await;
         assert_eq!(got.status, status, "{}", got.body);
+    }
+    // The team finds alice's model; another team's search does not.
+    let search = json!({"experiment_ids": [exp, "0"]});
+    for (who, found) in [(&bob, true), (&carol, false), (&alice, true)] {
+        let answer = call(
+            &server,
+            "POST",
+            "/api/2.0/mlflow/logged-models/search",
+            Some(who),
+            &search,
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(answer.body.contains(&model_id), found, "{}", answer.body);
+    }
+    // Only its owner (or an admin) deletes it; then nobody finds it.
+    let path = mlflow(&format!("logged-models/{model_id}"));
+    for (who, status) in [(&carol, 404), (&bob, 403), (&alice, 200), (&alice, 404)] {
+        let answer = call(&server, "DELETE", &path, Some(who), &Value::Null).await;
+        assert_eq!(answer.status, status, "{}", answer.body);
     }
 }

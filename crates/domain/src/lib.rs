@@ -356,6 +356,79 @@ pub mod tracking {
         pub tags: Vec<(String, String)>,
     }
 
+    /// A dataset as MLflow records it: one per experiment, name and digest.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Dataset {
+        pub name: String,
+        pub digest: String,
+        pub source_type: String,
+        /// JSON that says where the data came from (a URI, a table, code).
+        pub source: String,
+        pub schema: Option<String>,
+        pub profile: Option<String>,
+    }
+
+    /// A dataset a run read, with the input's tags (`mlflow.data.context`).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct DatasetInput {
+        pub dataset: Dataset,
+        pub tags: Vec<(String, String)>,
+    }
+
+    /// What a run read and wrote besides params and metrics (MLflow 3).
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    pub struct RunIo {
+        pub datasets: Vec<DatasetInput>,
+        /// Logged models the run read.
+        pub model_inputs: Vec<String>,
+        /// Logged models the run wrote, with the step at which it did.
+        pub model_outputs: Vec<(String, i64)>,
+    }
+
+    /// One dataset of an experiment and the context it was used in.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct DatasetSummary {
+        pub experiment_id: i64,
+        pub name: String,
+        pub digest: String,
+        pub context: Option<String>,
+    }
+
+    /// Where a logged model's artifacts stand: being uploaded, complete or
+    /// abandoned.
+    pub const MODEL_STATUSES: [&str; 3] = ["PENDING", "READY", "FAILED"];
+
+    /// A metric logged against a model (its run and dataset, if given).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct ModelMetric {
+        pub key: String,
+        pub point: Point,
+        pub run_id: Option<String>,
+        pub dataset_name: Option<String>,
+        pub dataset_digest: Option<String>,
+    }
+
+    /// MLflow 3's logged model: a model with its own id, artifacts, params,
+    /// tags and metrics, usually made by a run.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct LoggedModel {
+        pub model_id: String,
+        pub experiment_id: i64,
+        pub name: String,
+        pub artifact_uri: String,
+        pub creation_time: i64,
+        pub last_update_time: i64,
+        /// One of [`MODEL_STATUSES`].
+        pub status: String,
+        pub status_message: String,
+        pub model_type: String,
+        pub source_run_id: Option<String>,
+        pub lifecycle_stage: String,
+        pub tags: Vec<(String, String)>,
+        pub params: Vec<(String, String)>,
+        pub metrics: Vec<ModelMetric>,
+    }
+
     /// Run statuses of MLflow.
     pub const RUN_STATUSES: [&str; 5] = ["RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"];
 

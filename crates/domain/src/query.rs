@@ -26,6 +26,8 @@ impl std::error::Error for QueryError {}
 pub enum Scope {
     Runs,
     Experiments,
+    /// MLflow 3's logged models.
+    LoggedModels,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +43,9 @@ pub enum Attribute {
     Name,
     CreationTime,
     LastUpdateTime,
+    ModelId,
+    ModelType,
+    SourceRunId,
 }
 
 impl Attribute {
@@ -67,6 +72,9 @@ impl Attribute {
             Attribute::Name => "name",
             Attribute::CreationTime => "creation_time",
             Attribute::LastUpdateTime => "last_update_time",
+            Attribute::ModelId => "model_id",
+            Attribute::ModelType => "model_type",
+            Attribute::SourceRunId => "source_run_id",
         }
     }
 
@@ -83,6 +91,17 @@ impl Attribute {
             (Scope::Experiments, "name") => Attribute::Name,
             (Scope::Experiments, "creation_time") => Attribute::CreationTime,
             (Scope::Experiments, "last_update_time") => Attribute::LastUpdateTime,
+            (Scope::LoggedModels, "name") => Attribute::Name,
+            (Scope::LoggedModels, "model_id") => Attribute::ModelId,
+            (Scope::LoggedModels, "model_type") => Attribute::ModelType,
+            (Scope::LoggedModels, "status") => Attribute::Status,
+            (Scope::LoggedModels, "source_run_id") => Attribute::SourceRunId,
+            (Scope::LoggedModels, "creation_timestamp" | "creation_time") => {
+                Attribute::CreationTime
+            }
+            (Scope::LoggedModels, "last_updated_timestamp" | "last_updated_time") => {
+                Attribute::LastUpdateTime
+            }
             _ => return None,
         };
         Some(attr)
@@ -92,6 +111,9 @@ impl Attribute {
         match scope {
             Scope::Runs => "run_id, run_name, user_id, status, artifact_uri, start_time, end_time",
             Scope::Experiments => "name, experiment_id, creation_time, last_update_time",
+            Scope::LoggedModels => {
+                "name, model_id, model_type, status, source_run_id, creation_timestamp, last_updated_timestamp"
+            }
         }
     }
 }
@@ -600,10 +622,11 @@ impl Parser {
         };
         let entity = prefix.as_deref().map(str::to_ascii_lowercase);
         let field = match (self.scope, entity.as_deref()) {
-            (Scope::Runs, Some("metric" | "metrics")) => Field::Metric(key),
-            (Scope::Runs, Some("param" | "params" | "parameter" | "parameters")) => {
-                Field::Param(key)
-            }
+            (Scope::Runs | Scope::LoggedModels, Some("metric" | "metrics")) => Field::Metric(key),
+            (
+                Scope::Runs | Scope::LoggedModels,
+                Some("param" | "params" | "parameter" | "parameters"),
+            ) => Field::Param(key),
             (_, Some("tag" | "tags")) => Field::Tag(key),
             (_, None | Some("attribute" | "attributes" | "attr" | "run")) => {
                 match Attribute::lookup(self.scope, &key) {
@@ -621,7 +644,7 @@ impl Parser {
             }
             (_, Some(other)) => {
                 let valid = match self.scope {
-                    Scope::Runs => "metrics, params, tags, attributes",
+                    Scope::Runs | Scope::LoggedModels => "metrics, params, tags, attributes",
                     Scope::Experiments => "tags, attributes",
                 };
                 return Err(self.error_at(

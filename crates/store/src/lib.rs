@@ -6,6 +6,7 @@ pub mod compaction;
 pub mod entity;
 pub mod identity;
 pub mod jobs;
+pub mod models;
 mod nodes;
 pub mod series;
 mod sql;
@@ -16,6 +17,7 @@ mod uploads;
 
 pub use identity::{LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
 pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
+pub use models::{ModelMetricIn, ModelOrder, NewModel};
 pub use nodes::GpuInfo;
 pub use telemetry::{Heat, NodeGpu};
 pub use tracking::{DEFAULT_EXPERIMENT, MetricIn, NewRun, Viewer};
@@ -456,6 +458,8 @@ pub mod testing;
 
 #[cfg(test)]
 mod identity_tests;
+#[cfg(test)]
+mod models_tests;
 #[cfg(test)]
 mod series_tests;
 #[cfg(test)]

@@ -58,8 +58,8 @@ impl Sql {
     }
 }
 
-/// Writes a filter as a boolean SQL expression over `runs r` (runs scope) or
-/// `experiments e` (experiments scope).
+/// Writes a filter as a boolean SQL expression over `runs r` (runs scope),
+/// `experiments e` (experiments scope) or `logged_models m` (logged models).
 pub fn filter(sql: &mut Sql, expr: &Expr, scope: Scope) {
     match expr {
         Expr::And(parts) | Expr::Or(parts) => {
@@ -89,6 +89,9 @@ pub fn filter(sql: &mut Sql, expr: &Expr, scope: Scope) {
 /// A key-value entity: its table and key.
 fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
     match (field, scope) {
+        (Field::Metric(k), Scope::LoggedModels) => Some(("logged_model_metrics", k)),
+        (Field::Param(k), Scope::LoggedModels) => Some(("logged_model_params", k)),
+        (Field::Tag(k), Scope::LoggedModels) => Some(("logged_model_tags", k)),
         (Field::Metric(k), _) => Some(("latest_metrics", k)),
         (Field::Param(k), _) => Some(("params", k)),
         (Field::Tag(k), Scope::Runs) => Some(("tags", k)),
@@ -97,7 +100,18 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
     }
 }
 
-fn attr_column(attr: Attribute) -> &'static str {
+fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
+    if scope == Scope::LoggedModels {
+        return match attr {
+            Attribute::Name => "m.name",
+            Attribute::Status => "m.status",
+            Attribute::CreationTime => "m.creation_time",
+            Attribute::LastUpdateTime => "m.last_update_time",
+            Attribute::ModelType => "m.model_type",
+            Attribute::SourceRunId => "m.source_run_id",
+            _ => "m.id",
+        };
+    }
     match attr {
         Attribute::RunId => "r.id",
         Attribute::RunName => "r.name",
@@ -110,6 +124,8 @@ fn attr_column(attr: Attribute) -> &'static str {
         Attribute::Name => "e.name",
         Attribute::CreationTime => "e.creation_time",
         Attribute::LastUpdateTime => "e.last_update_time",
+        // Only the logged models' scope has these (above).
+        Attribute::ModelId | Attribute::ModelType | Attribute::SourceRunId => "NULL",
     }
 }
 
@@ -117,10 +133,11 @@ fn test(sql: &mut Sql, field: &Field, predicate: &Predicate, scope: Scope) {
     let link = match scope {
         Scope::Runs => "x.run_id = r.id",
         Scope::Experiments => "x.experiment_id = e.id",
+        Scope::LoggedModels => "x.model_id = m.id",
     };
     let Some((table, key)) = kv_table(field, scope) else {
         let Field::Attr(attr) = field else { return };
-        let column = attr_column(*attr);
+        let column = attr_column(*attr, scope);
         if *predicate == Predicate::IsNull {
             sql.push(&format!("({column} IS NULL)"));
         } else {

@@ -1178,7 +1178,7 @@ pub(crate) async fn upsert_run_tags(
 }
 
 /// `adjective-noun-NNN`, as MLflow names runs nobody named.
-fn random_run_name() -> String {
+pub(crate) fn random_run_name() -> String {
     const ADJECTIVES: [&str; 16] = [
         "brave", "calm", "eager", "fair", "gentle", "honest", "keen", "lively", "merry", "nimble",
         "proud", "quick", "rare", "sharp", "tidy", "witty",

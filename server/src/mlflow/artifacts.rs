@@ -1,6 +1,8 @@
 //! The mlflow-artifacts proxy: upload (PUT), download (GET), list and delete
-//! run artifacts, stored under `<data_dir>/artifacts/<experiment>/<run>/artifacts/`.
-//! A path must name an existing run's artifact folder and may not escape it.
+//! run artifacts, stored under `<data_dir>/artifacts/<experiment>/<run>/artifacts/`,
+//! and logged models' under `<experiment>/models/<model_id>/artifacts/`.
+//! A path must name an existing run's or model's artifact folder and may not
+//! escape it.
 
 use std::path::{Path, PathBuf};
 
@@ -67,6 +69,28 @@ async fn resolve(
         .any(|s| *s == "." || *s == ".." || s.contains(':'))
     {
         return Err(invalid());
+    }
+    if let [experiment, "models", model_id, "artifacts", ..] = segments.as_slice() {
+        match use_ {
+            Use::Write => super::models::may_change_model(state, principal, model_id).await?,
+            Use::Read => {
+                state
+                    .store
+                    .logged_model_as(&principal.user, model_id, trainyard_store::Access::Read)
+                    .await?
+            }
+        }
+        let place = state.store.logged_model_place(model_id).await?;
+        if place.map(|(e, _)| e.to_string()).as_deref() != Some(*experiment) {
+            return Err(ApiError::not_found(format!(
+                "Logged model {model_id} does not belong to experiment {experiment}"
+            )));
+        }
+        let mut full = state.artifact_root.clone();
+        for segment in segments {
+            full.push(segment);
+        }
+        return Ok(full);
     }
     let (experiment, run, folder) = match segments.as_slice() {
         [experiment, run, folder, ..] => (*experiment, *run, *folder),
@@ -279,14 +303,15 @@ async fn upload(
     Ok((StatusCode::OK, axum::Json(json!({}))).into_response())
 }
 
-/// The account a run's artifacts count against: its owner.
+/// The account a run's (or a model's) artifacts count against: its owner.
 async fn run_owner(state: &AppState, path: &str) -> Result<Option<i64>, ApiError> {
-    // `resolve` checked the path: experiment, run, "artifacts", …
-    let run = path
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .nth(1)
-        .unwrap_or_default();
+    // `resolve` checked the path: experiment, run, "artifacts", … or
+    // experiment, "models", model, "artifacts", …
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if let [_, "models", model_id, ..] = segments.as_slice() {
+        return Ok(state.store.logged_model_owner(model_id).await?.user_id);
+    }
+    let run = segments.get(1).copied().unwrap_or_default();
     Ok(state.store.run_owner(run).await?.user_id)
 }
 

@@ -18,9 +18,9 @@ use trainyard_store::{Access, Viewer};
 #[derive(Deserialize)]
 pub struct KeyValue {
     #[serde(default)]
-    key: Option<String>,
+    pub key: Option<String>,
     #[serde(default)]
-    value: Option<String>,
+    pub value: Option<String>,
 }
 
 pub fn key_values(
@@ -289,4 +289,33 @@ pub async fn delete_tag(
     let key = required(req.key, "key")?;
     state.store.delete_experiment_tag(id, &key).await?;
     Ok(Json(json!({})))
+}
+
+#[derive(Deserialize)]
+pub struct SearchDatasets {
+    #[serde(default, deserialize_with = "wire::id_list")]
+    experiment_ids: Vec<String>,
+}
+
+/// `experiments/search-datasets`: the datasets the experiments' runs used,
+/// each with the context it was used in (at most 1,000, as MLflow).
+pub async fn search_datasets(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<SearchDatasets>,
+) -> ApiResult {
+    let experiment_ids = req
+        .experiment_ids
+        .iter()
+        .map(|id| parse_experiment_id(id))
+        .collect::<Result<Vec<_>, _>>()?;
+    let found = state
+        .store
+        .search_datasets(&experiment_ids, &Viewer::of(&principal.user))
+        .await?;
+    let mut out = json!({});
+    if !found.is_empty() {
+        out["dataset_summaries"] = found.iter().map(wire::dataset_summary).collect();
+    }
+    Ok(Json(out))
 }

@@ -1,10 +1,14 @@
-//! The MLflow tracking REST API (2.0) and the mlflow-artifacts proxy, so that
-//! scripts using the official `mlflow` client work unchanged. Served under
-//! `/api/2.0/mlflow/` and `/ajax-api/2.0/mlflow/` (the MLflow UI's prefix).
+//! The MLflow tracking REST API (2.0, with MLflow 3's logged models and run
+//! inputs) and the mlflow-artifacts proxy, so that scripts using the official
+//! `mlflow` client work unchanged. Served under `/api/2.0/mlflow/` and
+//! `/ajax-api/2.0/mlflow/` (the MLflow UI's prefix); `/api/3.0/mlflow/`
+//! answers `server-info`; every unknown path under these answers MLflow's
+//! JSON error.
 
 mod artifacts;
 mod experiments;
 mod metrics;
+mod models;
 pub mod request;
 mod runs;
 mod validate;
@@ -14,7 +18,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, patch, post};
 use serde_json::json;
 use trainyard_store::StoreError;
 
@@ -157,12 +161,31 @@ fn tracking_routes() -> Router<AppState> {
         .route("/runs/set-tag", post(runs::set_tag))
         .route("/runs/delete-tag", post(runs::delete_tag))
         .route("/runs/log-batch", post(runs::log_batch))
+        .route("/runs/log-inputs", post(runs::log_inputs))
+        .route("/runs/outputs", post(runs::log_outputs))
+        .route(
+            "/experiments/search-datasets",
+            post(experiments::search_datasets),
+        )
+        .route("/logged-models", post(models::create))
+        .route(
+            "/logged-models/{model_id}",
+            get(models::get)
+                .patch(models::finalize)
+                .delete(models::delete),
+        )
+        .route("/logged-models/{model_id}/tags", patch(models::set_tags))
+        .route(
+            "/logged-models/{model_id}/tags/{key}",
+            delete(models::delete_tag),
+        )
+        .route("/logged-models/{model_id}/params", post(models::log_params))
         .route("/metrics/get-history", get(metrics::get_history))
         .route(
             "/metrics/get-history-bulk-interval",
             get(metrics::get_history_bulk_interval),
         )
-        .route("/logged-models/search", post(logged_models_search))
+        .route("/logged-models/search", post(models::search))
         .fallback(unknown_endpoint)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
 }
@@ -173,14 +196,46 @@ pub fn routes(artifact_limit: usize) -> Router<AppState> {
     Router::new()
         .nest("/api/2.0/mlflow", tracking_routes())
         .nest("/ajax-api/2.0/mlflow", tracking_routes())
+        .nest("/api/3.0/mlflow", v3_routes())
+        .nest("/ajax-api/3.0/mlflow", v3_routes())
+        .route("/version", get(version))
+        .route("/health", get(health))
         .nest("/api/2.0/mlflow-artifacts", artifacts.clone())
         .nest("/ajax-api/2.0/mlflow-artifacts", artifacts)
 }
 
-/// Logged models are not tracked yet; the client searches them when it lists
-/// a run's artifacts by path, and an empty answer is the truth.
-async fn logged_models_search() -> axum::Json<serde_json::Value> {
-    axum::Json(json!({}))
+/// What MLflow 3's client asks under `/api/3.0/mlflow/`: what this server
+/// offers. Everything else there is an unknown endpoint, in JSON.
+fn v3_routes() -> Router<AppState> {
+    Router::new()
+        .route("/server-info", get(server_info))
+        .fallback(unknown_endpoint)
+}
+
+/// The version of MLflow's protocol that this server speaks, for `/version`.
+pub const MLFLOW_VERSION: &str = "3.17.2";
+
+async fn server_info() -> axum::Json<serde_json::Value> {
+    axum::Json(json!({
+        "store_type": "SqlStore",
+        "workspaces_enabled": false,
+        "trace_archival_enabled": false,
+        "multipart_uploads_enabled": false,
+        "multipart_downloads_enabled": false,
+        "presigned_upload_run_id_supported": false,
+        "presigned_upload_model_id_supported": false,
+        "features_enabled": {},
+    }))
+}
+
+/// MLflow's `/version`: clients compare it to their own.
+pub async fn version() -> &'static str {
+    MLFLOW_VERSION
+}
+
+/// MLflow's `/health`: plain `OK` while the process answers.
+pub async fn health() -> &'static str {
+    "OK"
 }
 
 async fn unknown_endpoint(uri: axum::http::Uri) -> ApiError {

@@ -8,8 +8,8 @@ use axum::extract::State;
 use serde::Deserialize;
 use serde_json::json;
 use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
-use trainyard_domain::tracking::{Point, RUN_STATUSES};
-use trainyard_store::{Access, MetricIn, NewRun, Viewer};
+use trainyard_domain::tracking::{Dataset, DatasetInput, Point, RUN_STATUSES};
+use trainyard_store::{Access, MetricIn, ModelMetricIn, NewRun, Viewer};
 
 use super::experiments::{KeyValue, key_values, view_type};
 use super::may_change_run;
@@ -140,7 +140,10 @@ pub async fn get(
         .run_as(&principal.user, &run_id, Access::Read)
         .await?;
     let run = state.store.get_run(&run_id).await?;
-    Ok(Json(json!({ "run": wire::run(&run) })))
+    let io = state.store.run_io(std::slice::from_ref(&run_id)).await?;
+    Ok(Json(
+        json!({ "run": wire::run_with_io(&run, io.get(&run_id)) }),
+    ))
 }
 
 pub async fn delete(
@@ -219,7 +222,13 @@ pub async fn search(
             &Viewer::of(&principal.user),
         )
         .await?;
-    Ok(Json(wire::page(runs, limit, offset, "runs", wire::run)))
+    let ids: Vec<String> = runs.iter().map(|r| r.info.run_id.clone()).collect();
+    let io = state.store.run_io(&ids).await?;
+    let runs: Vec<serde_json::Value> = runs
+        .iter()
+        .map(|r| wire::run_with_io(r, io.get(&r.info.run_id)))
+        .collect();
+    Ok(Json(wire::page(runs, limit, offset, "runs", |v| v.clone())))
 }
 
 #[derive(Deserialize)]
@@ -231,10 +240,41 @@ pub struct MetricBody {
     timestamp: Option<i64>,
     #[serde(default, deserialize_with = "opt_i64")]
     step: Option<i64>,
+    /// MLflow 3: the logged model the metric measures, and on which dataset.
+    model_id: Option<String>,
+    dataset_name: Option<String>,
+    dataset_digest: Option<String>,
 }
 
-fn metric_in(m: MetricBody, path: &str) -> Result<MetricIn, ApiError> {
-    let key = required(m.key, &format!("{path}key"))?;
+/// The model metric a run's metric also is, when it names a model.
+fn model_metric(m: &MetricBody, logged: &MetricIn) -> Option<ModelMetricIn> {
+    let model_id = m.model_id.clone().filter(|id| !id.is_empty())?;
+    Some(ModelMetricIn {
+        model_id,
+        key: logged.key.clone(),
+        point: logged.point,
+        dataset_name: m.dataset_name.clone().filter(|n| !n.is_empty()),
+        dataset_digest: m.dataset_digest.clone().filter(|d| !d.is_empty()),
+    })
+}
+
+/// Checks that the caller may add metrics to each model named.
+async fn may_measure_models(
+    state: &AppState,
+    principal: &crate::auth::Principal,
+    metrics: &[ModelMetricIn],
+) -> Result<(), ApiError> {
+    let mut ids: Vec<&str> = metrics.iter().map(|m| m.model_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    for id in ids {
+        super::models::may_change_model(state, principal, id).await?;
+    }
+    Ok(())
+}
+
+fn metric_in(m: &MetricBody, path: &str) -> Result<MetricIn, ApiError> {
+    let key = required(m.key.clone(), &format!("{path}key"))?;
     validate::key(&key, &format!("{path}name"))?;
     let value = required(m.value, &format!("{path}value"))?;
     let timestamp = required(m.timestamp, &format!("{path}timestamp"))?;
@@ -268,8 +308,11 @@ pub async fn log_metric(
 ) -> ApiResult {
     let run_id = req.run.id()?;
     may_change_run(&state, &principal, &run_id).await?;
-    let metric = metric_in(req.metric, "")?;
+    let metric = metric_in(&req.metric, "")?;
+    let for_models: Vec<ModelMetricIn> = model_metric(&req.metric, &metric).into_iter().collect();
+    may_measure_models(&state, &principal, &for_models).await?;
     state.store.log_batch(&run_id, &[metric], &[], &[]).await?;
+    state.store.log_model_metrics(&run_id, &for_models).await?;
     Ok(Json(json!({})))
 }
 
@@ -354,10 +397,17 @@ pub async fn log_batch(
     validate::batch_limits(req.metrics.len(), req.params.len(), req.tags.len())?;
     let metrics = req
         .metrics
-        .into_iter()
+        .iter()
         .enumerate()
         .map(|(i, m)| metric_in(m, &format!("metrics[{i}].")))
         .collect::<Result<Vec<_>, _>>()?;
+    let for_models: Vec<ModelMetricIn> = req
+        .metrics
+        .iter()
+        .zip(&metrics)
+        .filter_map(|(body, logged)| model_metric(body, logged))
+        .collect();
+    may_measure_models(&state, &principal, &for_models).await?;
     let params = key_values_with(req.params, "params", MAX_PARAM_VALUE_LEN, "Param")?;
     let mut seen = HashSet::new();
     let duplicates: Vec<&str> = params
@@ -375,6 +425,190 @@ pub async fn log_batch(
         .store
         .log_batch(&run_id, &metrics, &params, &tags)
         .await?;
+    state.store.log_model_metrics(&run_id, &for_models).await?;
+    Ok(Json(json!({})))
+}
+
+/// Most datasets or models one `log-inputs` or `outputs` request records.
+const MAX_IO_PER_REQUEST: usize = 1000;
+
+#[derive(Deserialize)]
+pub struct DatasetBody {
+    name: Option<String>,
+    digest: Option<String>,
+    source_type: Option<String>,
+    source: Option<String>,
+    schema: Option<String>,
+    profile: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct DatasetInputBody {
+    dataset: Option<DatasetBody>,
+    #[serde(default, deserialize_with = "wire::list")]
+    tags: Vec<KeyValue>,
+}
+
+#[derive(Deserialize)]
+pub struct ModelRef {
+    model_id: Option<String>,
+    #[serde(default, deserialize_with = "opt_i64")]
+    step: Option<i64>,
+}
+
+#[derive(Deserialize)]
+pub struct LogInputs {
+    run_id: Option<String>,
+    #[serde(default, deserialize_with = "wire::list")]
+    datasets: Vec<DatasetInputBody>,
+    #[serde(default, deserialize_with = "wire::list")]
+    models: Vec<ModelRef>,
+}
+
+/// A text field of a dataset: required or not, within MLflow's limit.
+fn dataset_field(
+    value: Option<String>,
+    path: &str,
+    limit: usize,
+    required_: bool,
+) -> Result<Option<String>, ApiError> {
+    let value = match value {
+        Some(v) if !v.is_empty() || !required_ => v,
+        _ if required_ => {
+            return Err(ApiError::invalid(format!(
+                "Missing value for required parameter '{path}'. Give each dataset a name, digest, source_type and source."
+            )));
+        }
+        _ => return Ok(None),
+    };
+    let len = value.chars().count();
+    if len > limit {
+        return Err(ApiError::invalid(format!(
+            "'{path}' has {len} characters, more than the limit of {limit}; shorten it"
+        )));
+    }
+    Ok(Some(value))
+}
+
+fn dataset_input(body: DatasetInputBody, i: usize) -> Result<DatasetInput, ApiError> {
+    let at = |field: &str| format!("datasets[{i}].dataset.{field}");
+    let d = body.dataset.ok_or_else(|| {
+        ApiError::invalid(format!(
+            "Missing value for required parameter 'datasets[{i}].dataset'."
+        ))
+    })?;
+    let need = |v: Option<String>, field: &str, limit: usize| -> Result<String, ApiError> {
+        Ok(dataset_field(v, &at(field), limit, true)?.unwrap_or_default())
+    };
+    let dataset = Dataset {
+        name: need(d.name, "name", 500)?,
+        digest: need(d.digest, "digest", 36)?,
+        source_type: need(d.source_type, "source_type", 36)?,
+        source: need(d.source, "source", 65_535)?,
+        schema: dataset_field(d.schema, &at("schema"), 1_048_575, false)?,
+        profile: dataset_field(d.profile, &at("profile"), 1_048_575, false)?,
+    };
+    let mut tags = Vec::with_capacity(body.tags.len());
+    for (j, kv) in body.tags.into_iter().enumerate() {
+        let key = dataset_field(kv.key, &format!("datasets[{i}].tags[{j}].key"), 255, true)?
+            .unwrap_or_default();
+        let value = dataset_field(
+            kv.value,
+            &format!("datasets[{i}].tags[{j}].value"),
+            500,
+            false,
+        )?
+        .unwrap_or_default();
+        tags.push((key, value));
+    }
+    Ok(DatasetInput { dataset, tags })
+}
+
+fn model_ids(models: Vec<ModelRef>, what: &str) -> Result<Vec<(String, i64)>, ApiError> {
+    if models.len() > MAX_IO_PER_REQUEST {
+        return Err(ApiError::invalid(format!(
+            "A request can name at most {MAX_IO_PER_REQUEST} models; got {}. Split it up.",
+            models.len()
+        )));
+    }
+    models
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let id = required(
+                m.model_id.filter(|id| !id.is_empty()),
+                &format!("{what}[{i}].model_id"),
+            )?;
+            Ok((id, m.step.unwrap_or(0)))
+        })
+        .collect()
+}
+
+/// `runs/log-inputs`: datasets (with their context tags) and models a run read.
+pub async fn log_inputs(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<LogInputs>,
+) -> ApiResult {
+    let run_id = RunRef {
+        run_id: req.run_id,
+        run_uuid: None,
+    }
+    .id()?;
+    may_change_run(&state, &principal, &run_id).await?;
+    if req.datasets.len() > MAX_IO_PER_REQUEST {
+        return Err(ApiError::invalid(format!(
+            "A request can log at most {MAX_IO_PER_REQUEST} datasets; got {}. Split it up.",
+            req.datasets.len()
+        )));
+    }
+    let datasets = req
+        .datasets
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| dataset_input(d, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let models: Vec<String> = model_ids(req.models, "models")?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    for id in &models {
+        state
+            .store
+            .logged_model_as(&principal.user, id, Access::Read)
+            .await?;
+    }
+    state
+        .store
+        .log_run_inputs(&run_id, &datasets, &models)
+        .await?;
+    Ok(Json(json!({})))
+}
+
+#[derive(Deserialize)]
+pub struct LogOutputs {
+    run_id: Option<String>,
+    #[serde(default, deserialize_with = "wire::list")]
+    models: Vec<ModelRef>,
+}
+
+/// `runs/outputs`: the models a run wrote, each at a step.
+pub async fn log_outputs(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<LogOutputs>,
+) -> ApiResult {
+    let run_id = RunRef {
+        run_id: req.run_id,
+        run_uuid: None,
+    }
+    .id()?;
+    may_change_run(&state, &principal, &run_id).await?;
+    let models = model_ids(req.models, "models")?;
+    for (id, _) in &models {
+        super::models::may_change_model(&state, &principal, id).await?;
+    }
+    state.store.log_run_outputs(&run_id, &models).await?;
     Ok(Json(json!({})))
 }
 

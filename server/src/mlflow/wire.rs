@@ -5,7 +5,9 @@
 use base64::Engine;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
-use trainyard_domain::tracking::{Experiment, Point, Run, RunInfo};
+use trainyard_domain::tracking::{
+    Dataset, DatasetInput, DatasetSummary, Experiment, LoggedModel, Point, Run, RunInfo, RunIo,
+};
 
 use super::ApiError;
 
@@ -245,7 +247,33 @@ pub fn metric(key: &str, p: &Point) -> Value {
 }
 
 pub fn run(r: &Run) -> Value {
+    run_with_io(r, None)
+}
+
+/// A run with what it read and wrote (datasets, models), as MLflow 3 sends it.
+pub fn run_with_io(r: &Run, io: Option<&RunIo>) -> Value {
     let metrics: Vec<Value> = r.metrics.iter().map(|m| metric(&m.key, &m.point)).collect();
+    let mut inputs = json!({});
+    let mut outputs = json!({});
+    if let Some(io) = io {
+        if !io.datasets.is_empty() {
+            inputs["dataset_inputs"] = io.datasets.iter().map(dataset_input).collect();
+        }
+        if !io.model_inputs.is_empty() {
+            inputs["model_inputs"] = io
+                .model_inputs
+                .iter()
+                .map(|id| json!({ "model_id": id }))
+                .collect();
+        }
+        if !io.model_outputs.is_empty() {
+            outputs["model_outputs"] = io
+                .model_outputs
+                .iter()
+                .map(|(id, step)| json!({ "model_id": id, "step": step }))
+                .collect();
+        }
+    }
     json!({
         "info": run_info(&r.info),
         "data": {
@@ -253,8 +281,94 @@ pub fn run(r: &Run) -> Value {
             "params": kv_list(&r.params),
             "tags": kv_list(&r.tags),
         },
-        "inputs": {},
+        "inputs": inputs,
+        "outputs": outputs,
     })
+}
+
+pub fn dataset(d: &Dataset) -> Value {
+    let mut out = json!({
+        "name": d.name,
+        "digest": d.digest,
+        "source_type": d.source_type,
+        "source": d.source,
+    });
+    if let Some(schema) = &d.schema {
+        out["schema"] = json!(schema);
+    }
+    if let Some(profile) = &d.profile {
+        out["profile"] = json!(profile);
+    }
+    out
+}
+
+fn dataset_input(input: &DatasetInput) -> Value {
+    let mut out = json!({ "dataset": dataset(&input.dataset) });
+    if !input.tags.is_empty() {
+        out["tags"] = kv_list(&input.tags);
+    }
+    out
+}
+
+pub fn dataset_summary(d: &DatasetSummary) -> Value {
+    let mut out = json!({
+        "experiment_id": d.experiment_id.to_string(),
+        "name": d.name,
+        "digest": d.digest,
+    });
+    if let Some(context) = &d.context {
+        out["context"] = json!(context);
+    }
+    out
+}
+
+/// A logged model in MLflow 3's form: `info` (with tags) and `data`
+/// (params, metrics); the status as the proto's `LOGGED_MODEL_*` name.
+pub fn logged_model(m: &LoggedModel) -> Value {
+    let mut info = json!({
+        "model_id": m.model_id,
+        "experiment_id": m.experiment_id.to_string(),
+        "name": m.name,
+        "creation_timestamp_ms": m.creation_time,
+        "last_updated_timestamp_ms": m.last_update_time,
+        "artifact_uri": m.artifact_uri,
+        "status": format!("LOGGED_MODEL_{}", m.status),
+        "model_type": m.model_type,
+    });
+    if let Some(run) = &m.source_run_id {
+        info["source_run_id"] = json!(run);
+    }
+    if !m.status_message.is_empty() {
+        info["status_message"] = json!(m.status_message);
+    }
+    if !m.tags.is_empty() {
+        info["tags"] = kv_list(&m.tags);
+    }
+    let mut data = json!({});
+    if !m.params.is_empty() {
+        data["params"] = kv_list(&m.params);
+    }
+    if !m.metrics.is_empty() {
+        data["metrics"] = m
+            .metrics
+            .iter()
+            .map(|x| {
+                let mut out = metric(&x.key, &x.point);
+                out["model_id"] = json!(m.model_id);
+                if let Some(run) = &x.run_id {
+                    out["run_id"] = json!(run);
+                }
+                if let Some(name) = &x.dataset_name {
+                    out["dataset_name"] = json!(name);
+                }
+                if let Some(digest) = &x.dataset_digest {
+                    out["dataset_digest"] = json!(digest);
+                }
+                out
+            })
+            .collect();
+    }
+    json!({ "info": info, "data": data })
 }
 
 /// MLflow's page token: base64 of `{"offset": N}`.

@@ -1,0 +1,347 @@
+//! Logged models, datasets and run inputs/outputs, on SQLite and (with
+//! TEST_DATABASE_URL) PostgreSQL.
+
+use crate::testing::TestDb;
+use crate::{ModelMetricIn, ModelOrder, NewModel, NewRun, SignIn, Store, StoreError, Viewer};
+use trainyard_domain::identity::{Owner, User};
+use trainyard_domain::query::{Attribute, Field, Scope, parse_filter};
+use trainyard_domain::tracking::{Dataset, DatasetInput, Point};
+
+async fn store() -> (TestDb, Store) {
+    let db = TestDb::new().await;
+    let store = Store::connect(&db.url, 4).await.unwrap();
+    store.migrate().await.unwrap();
+    (db, store)
+}
+
+/// Someone signed in, in the given groups (teams).
+async fn person(store: &Store, name: &str, groups: &[&str]) -> User {
+    store
+        .sign_in(SignIn {
+            subject: format!("sub-{name}"),
+            username: name.to_owned(),
+            display_name: String::new(),
+            email: None,
+            is_admin: false,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        })
+        .await
+        .unwrap()
+}
+
+fn kv(k: &str, v: &str) -> (String, String) {
+    (k.to_owned(), v.to_owned())
+}
+
+async fn run_of(store: &Store, experiment_id: i64, user: i64, team: Option<i64>) -> String {
+    store
+        .create_run(NewRun {
+            experiment_id,
+            user_id: format!("user{user}"),
+            owner_id: Some(user),
+            team_id: team,
+            ..NewRun::default()
+        })
+        .await
+        .unwrap()
+        .info
+        .run_id
+}
+
+fn input(name: &str, digest: &str, context: &str) -> DatasetInput {
+    DatasetInput {
+        dataset: Dataset {
+            name: name.into(),
+            digest: digest.into(),
+            source_type: "s3".into(),
+            source: format!("{{\"uri\": \"s3://b/{name}\"}}"),
+            schema: Some("{}".into()),
+            profile: None,
+        },
+        tags: vec![kv("mlflow.data.context", context)],
+    }
+}
+
+#[tokio::test]
+async fn datasets_are_kept_once_and_listed_in_the_order_logged() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("shapes", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let run = run_of(&store, exp, ana.id, None).await;
+    let other = run_of(&store, exp, ana.id, None).await;
+    store
+        .log_run_inputs(
+            &run,
+            &[
+                input("train", "aa", "training"),
+                input("eval", "bb", "eval"),
+            ],
+            &[],
+        )
+        .await
+        .unwrap();
+    // Again, and with another context: the run lists it once, as first given.
+    store
+        .log_run_inputs(&run, &[input("train", "aa", "other")], &[])
+        .await
+        .unwrap();
+    store
+        .log_run_inputs(&other, &[input("train", "aa", "tuning")], &[])
+        .await
+        .unwrap();
+    let io = store.run_io(&[run.clone(), other.clone()]).await.unwrap();
+    let names: Vec<&str> = io[&run]
+        .datasets
+        .iter()
+        .map(|d| d.dataset.name.as_str())
+        .collect();
+    assert_eq!(names, ["train", "eval"]);
+    assert_eq!(
+        io[&run].datasets[0].tags,
+        [kv("mlflow.data.context", "training")]
+    );
+    assert_eq!(io[&other].datasets.len(), 1);
+
+    let summaries = store
+        .search_datasets(&[exp], &Viewer::Everyone)
+        .await
+        .unwrap();
+    let mut seen: Vec<(String, Option<String>)> = summaries
+        .iter()
+        .map(|s| (s.name.clone(), s.context.clone()))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("eval".to_owned(), Some("eval".to_owned())),
+            ("train".to_owned(), Some("training".to_owned())),
+            ("train".to_owned(), Some("tuning".to_owned())),
+        ]
+    );
+    // Someone who may not see the runs sees none of their datasets.
+    let stranger = Viewer::Member {
+        user_id: ana.id + 1000,
+        teams: vec![],
+    };
+    assert!(
+        store
+            .search_datasets(&[exp], &stranger)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // A model that does not exist is refused and nothing is recorded.
+    let missing = store
+        .log_run_inputs(&run, &[input("late", "cc", "x")], &["m-nope".to_owned()])
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound(_))),
+        "{missing:?}"
+    );
+    assert_eq!(
+        store.run_io(std::slice::from_ref(&run)).await.unwrap()[&run]
+            .datasets
+            .len(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn logged_models_are_made_measured_searched_and_deleted() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &["vision"]).await;
+    let team = ana.teams[0].id;
+    let exp = store
+        .create_experiment_with("models", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let run = run_of(&store, exp, ana.id, Some(team)).await;
+    let mut made = Vec::new();
+    for (i, acc) in [0.7, 0.9, 0.8].into_iter().enumerate() {
+        let model = store
+            .create_logged_model(NewModel {
+                experiment_id: exp,
+                name: Some(format!("candidate-{i}")),
+                source_run_id: Some(run.clone()),
+                owner: Owner::new(Some(ana.id), None),
+                params: vec![kv("depth", &i.to_string())],
+                tags: vec![kv("round", &i.to_string())],
+                ..NewModel::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(model.status, "PENDING");
+        assert_eq!(
+            model.artifact_uri,
+            format!(
+                "mlflow-artifacts:/{exp}/models/{}/artifacts",
+                model.model_id
+            )
+        );
+        store
+            .log_model_metrics(
+                &run,
+                &[ModelMetricIn {
+                    model_id: model.model_id.clone(),
+                    key: "acc".into(),
+                    point: Point {
+                        step: 0,
+                        timestamp: 1_000 + i as i64,
+                        value: acc,
+                    },
+                    dataset_name: Some("eval".into()),
+                    dataset_digest: None,
+                }],
+            )
+            .await
+            .unwrap();
+        made.push(model.model_id);
+        // Creation times must differ for the default order to be the order made.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let model = store.get_logged_model(&made[1]).await.unwrap();
+    assert_eq!(model.params, [kv("depth", "1")]);
+    assert_eq!(model.metrics[0].point.value, 0.9);
+    assert_eq!(model.metrics[0].run_id.as_deref(), Some(run.as_str()));
+
+    let search = |filter: &str, order: Vec<ModelOrder>| {
+        let store = &store;
+        let filter = parse_filter(filter, Scope::LoggedModels).unwrap();
+        async move {
+            store
+                .search_logged_models(&[exp], filter.as_ref(), &order, 10, 0, &Viewer::Everyone)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| m.model_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let by_acc = ModelOrder {
+        field: Field::Metric("acc".into()),
+        ascending: false,
+        dataset_name: Some("eval".into()),
+        dataset_digest: None,
+    };
+    assert_eq!(
+        search("metrics.acc > 0.75", vec![by_acc.clone()]).await,
+        [made[1].clone(), made[2].clone()]
+    );
+    assert_eq!(
+        search("", vec![]).await,
+        [made[2].clone(), made[1].clone(), made[0].clone()]
+    );
+    assert_eq!(
+        search("params.depth = '0'", vec![]).await,
+        [made[0].clone()]
+    );
+    assert_eq!(
+        search("name LIKE 'candidate-%' AND tags.round = '2'", vec![]).await,
+        [made[2].clone()]
+    );
+    let oldest_first = ModelOrder {
+        field: Field::Attr(Attribute::CreationTime),
+        ascending: true,
+        dataset_name: None,
+        dataset_digest: None,
+    };
+    assert_eq!(search("status = 'PENDING'", vec![oldest_first]).await, made);
+
+    // The team sees the model; someone outside it does not.
+    let teammate = Viewer::Member {
+        user_id: ana.id + 1000,
+        teams: vec![team],
+    };
+    let stranger = Viewer::Member {
+        user_id: ana.id + 1001,
+        teams: vec![team + 1000],
+    };
+    for (viewer, count) in [(teammate, 3), (stranger, 0)] {
+        let found = store
+            .search_logged_models(&[exp], None, &[], 10, 0, &viewer)
+            .await
+            .unwrap();
+        assert_eq!(found.len(), count);
+    }
+
+    // Params are write-once; tags last-write-wins; a finalized model is READY.
+    store
+        .log_logged_model_params(&made[0], &[kv("depth", "0"), kv("width", "8")])
+        .await
+        .unwrap();
+    let changed = store
+        .log_logged_model_params(&made[0], &[kv("depth", "5")])
+        .await;
+    assert!(
+        matches!(changed, Err(StoreError::Rejected(_))),
+        "{changed:?}"
+    );
+    store
+        .set_logged_model_tags(&made[0], &[kv("round", "first")])
+        .await
+        .unwrap();
+    let finalized = store
+        .finalize_logged_model(&made[0], "READY")
+        .await
+        .unwrap();
+    assert_eq!(finalized.status, "READY");
+    assert_eq!(finalized.tags, [kv("round", "first")]);
+    assert_eq!(finalized.params, [kv("depth", "0"), kv("width", "8")]);
+
+    store
+        .log_run_outputs(&run, &[(made[0].clone(), 4)])
+        .await
+        .unwrap();
+    let io = store.run_io(std::slice::from_ref(&run)).await.unwrap();
+    assert_eq!(io[&run].model_outputs, [(made[0].clone(), 4)]);
+
+    store.delete_logged_model(&made[2]).await.unwrap();
+    assert!(matches!(
+        store.get_logged_model(&made[2]).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(search("", vec![]).await, [made[1].clone(), made[0].clone()]);
+    assert!(matches!(
+        store.delete_logged_model_tag(&made[1], "nope").await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    // A model of another experiment takes no metrics from this run.
+    let elsewhere = store
+        .create_experiment_with("elsewhere", None, &[], Owner::default())
+        .await
+        .unwrap();
+    let foreign = store
+        .create_logged_model(NewModel {
+            experiment_id: elsewhere,
+            ..NewModel::default()
+        })
+        .await
+        .unwrap();
+    assert!(!foreign.name.is_empty(), "a model without a name gets one");
+    let refused = store
+        .log_model_metrics(
+            &run,
+            &[ModelMetricIn {
+                model_id: foreign.model_id,
+                key: "acc".into(),
+                point: Point {
+                    step: 0,
+                    timestamp: 1,
+                    value: 1.0,
+                },
+                dataset_name: None,
+                dataset_digest: None,
+            }],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Rejected(_))),
+        "{refused:?}"
+    );
+}

@@ -1,0 +1,195 @@
+"""MLflow 3 as scripts use it (logged models, datasets, run inputs and
+outputs), each test run against Trainyard and against MLflow 3.17's own
+server in the same session, so that what is expected is MLflow's behaviour."""
+
+import json
+import os
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import requests
+from mlflow import MlflowClient
+from mlflow.entities import LoggedModelStatus
+from mlflow.exceptions import MlflowException
+from sklearn.linear_model import LogisticRegression
+
+
+# MLflow's answers do not depend on Trainyard's database: compare once, on
+# the SQLite pass of the suite.
+SERVERS = ["trainyard"] if os.environ.get("MLFLOW_TEST_DATABASE_URL") else ["trainyard", "mlflow"]
+
+
+@pytest.fixture(params=SERVERS)
+def tracking(request, server, monkeypatch):
+    """The server under test: Trainyard, or MLflow itself for reference."""
+    url = server if request.param == "trainyard" else request.getfixturevalue("reference_server")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    mlflow.set_tracking_uri(url)
+    yield url
+    while mlflow.active_run():
+        mlflow.end_run()
+
+
+def _frame(rows=60, seed=0):
+    rng = np.random.default_rng(seed)
+    x = pd.DataFrame(rng.random((rows, 3)), columns=["width", "height", "depth"])
+    y = (x.width + x.height > 1.0).astype(int)
+    return x, y
+
+
+def test_sklearn_autolog_logs_params_metrics_model_and_dataset(tracking, unique):
+    experiment = mlflow.set_experiment(f"autolog-{unique}")
+    x, y = _frame()
+    mlflow.sklearn.autolog(log_input_examples=False, silent=True)
+    try:
+        with mlflow.start_run() as run:
+            LogisticRegression(C=0.5).fit(x, y)
+    finally:
+        mlflow.sklearn.autolog(disable=True)
+    got = MlflowClient().get_run(run.info.run_id)
+
+    assert got.data.params["C"] == "0.5"
+    assert 0.5 <= got.data.metrics["training_accuracy_score"] <= 1.0
+    datasets = got.inputs.dataset_inputs
+    assert len(datasets) == 1
+    assert {t.key: t.value for t in datasets[0].tags}["mlflow.data.context"] == "train"
+    assert "width" in datasets[0].dataset.schema
+    outputs = got.outputs.model_outputs
+    assert len(outputs) == 1 and outputs[0].step == 0
+
+    model = mlflow.get_logged_model(outputs[0].model_id)
+    assert model.status == LoggedModelStatus.READY
+    assert model.source_run_id == run.info.run_id
+    assert model.experiment_id == experiment.experiment_id
+    assert model.params["C"] == "0.5"
+    by_key = {m.key: m for m in model.metrics}
+    assert by_key["training_accuracy_score"].value == got.data.metrics["training_accuracy_score"]
+    assert by_key["training_accuracy_score"].run_id == run.info.run_id
+    assert by_key["training_accuracy_score"].dataset_digest == datasets[0].dataset.digest
+
+    # The model loads back, by its run and by its own id, and predicts the same.
+    by_run = mlflow.sklearn.load_model(f"runs:/{run.info.run_id}/model")
+    by_id = mlflow.sklearn.load_model(f"models:/{model.model_id}")
+    assert list(by_run.predict(x)) == list(by_id.predict(x))
+    assert list(by_id.predict(x)) == list(LogisticRegression(C=0.5).fit(x, y).predict(x))
+
+
+def test_log_model_and_load_it_by_run_and_by_id(tracking, unique, tmp_path):
+    mlflow.set_experiment(f"log-model-{unique}")
+    x, y = _frame(seed=1)
+    fitted = LogisticRegression().fit(x, y)
+    with mlflow.start_run() as run:
+        info = mlflow.sklearn.log_model(fitted, name="classifier", params={"kind": "logreg"})
+        mlflow.log_metric("val_acc", 0.875, model_id=info.model_id, step=3)
+    assert info.model_uri == f"models:/{info.model_id}"
+    model = mlflow.get_logged_model(info.model_id)
+    assert model.name == "classifier"
+    assert model.params == {"kind": "logreg"}
+    assert [(m.key, m.value, m.step) for m in model.metrics] == [("val_acc", 0.875, 3)]
+    assert MlflowClient().get_run(run.info.run_id).data.metrics["val_acc"] == 0.875
+
+    loaded = mlflow.sklearn.load_model(f"runs:/{run.info.run_id}/classifier")
+    assert list(loaded.predict(x)) == list(fitted.predict(x))
+    files = {a.path for a in MlflowClient().list_logged_model_artifacts(info.model_id)}
+    assert {"MLmodel", "requirements.txt"} <= files
+
+    downloaded = mlflow.artifacts.download_artifacts(artifact_uri=info.model_uri, dst_path=str(tmp_path))
+    assert "sklearn" in open(os.path.join(downloaded, "MLmodel")).read()
+
+
+def test_logged_models_are_searched_ordered_tagged_and_deleted(tracking, unique):
+    experiment_id = mlflow.set_experiment(f"models-{unique}").experiment_id
+    client = MlflowClient()
+    with mlflow.start_run() as run:
+        made = []
+        for i, acc in enumerate([0.7, 0.9, 0.8]):
+            model = mlflow.initialize_logged_model(
+                name=f"candidate-{i}", model_type="classifier", tags={"round": str(i)}
+            )
+            mlflow.log_metric("acc", acc, model_id=model.model_id)
+            made.append(model.model_id)
+    assert client.get_logged_model(made[0]).status == LoggedModelStatus.PENDING
+    client.finalize_logged_model(made[0], LoggedModelStatus.READY)
+    assert client.get_logged_model(made[0]).status == LoggedModelStatus.READY
+    assert client.get_logged_model(made[0]).source_run_id == run.info.run_id
+
+    best = mlflow.search_logged_models(
+        experiment_ids=[experiment_id],
+        filter_string="metrics.acc > 0.75",
+        order_by=[{"field_name": "metrics.acc", "ascending": False}],
+        output_format="list",
+    )
+    assert [m.model_id for m in best] == [made[1], made[2]]
+
+    newest_first = mlflow.search_logged_models(experiment_ids=[experiment_id], output_format="list")
+    assert [m.model_id for m in newest_first] == list(reversed(made))
+    named = mlflow.search_logged_models(
+        experiment_ids=[experiment_id], filter_string="name = 'candidate-2'", output_format="list"
+    )
+    assert [m.model_id for m in named] == [made[2]]
+    tagged = mlflow.search_logged_models(
+        experiment_ids=[experiment_id], filter_string="tags.round = '1'", output_format="list"
+    )
+    assert [m.model_id for m in tagged] == [made[1]]
+
+    # Pages of one, followed through their tokens.
+    seen, token = [], None
+    while True:
+        page = client.search_logged_models(experiment_ids=[experiment_id], max_results=1, page_token=token)
+        seen += [m.model_id for m in page]
+        token = page.token
+        if not token:
+            break
+    assert seen == list(reversed(made))
+
+    def own_tags(model_id):
+        # The client adds mlflow.source.* and mlflow.user tags of its own.
+        tags = client.get_logged_model(model_id).tags
+        return {k: v for k, v in tags.items() if not k.startswith("mlflow.")}
+
+    client.set_logged_model_tags(made[0], {"stage": "review", "round": "first"})
+    assert own_tags(made[0]) == {"round": "first", "stage": "review"}
+    client.delete_logged_model_tag(made[0], "stage")
+    assert own_tags(made[0]) == {"round": "first"}
+    with pytest.raises(MlflowException) as err:
+        client.delete_logged_model_tag(made[0], "stage")
+    assert err.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+
+    client.delete_logged_model(made[2])
+    with pytest.raises(MlflowException) as err:
+        client.get_logged_model(made[2])
+    assert err.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+    left = mlflow.search_logged_models(experiment_ids=[experiment_id], output_format="list")
+    assert [m.model_id for m in left] == [made[1], made[0]]
+
+    with pytest.raises(MlflowException) as err:
+        mlflow.initialize_logged_model(name="bad/name")
+    assert err.value.error_code == "INVALID_PARAMETER_VALUE"
+
+
+def test_log_input_records_a_pandas_dataset_once(tracking, unique):
+    experiment_id = mlflow.set_experiment(f"datasets-{unique}").experiment_id
+    x, _ = _frame(rows=20, seed=2)
+    dataset = mlflow.data.from_pandas(x, source="s3://lab-bucket/shapes.csv", name="shapes")
+    with mlflow.start_run() as run:
+        mlflow.log_input(dataset, context="training")
+        mlflow.log_input(dataset, context="training")
+        mlflow.log_input(mlflow.data.from_pandas(x.head(5), name="shapes-eval"), context="eval")
+    inputs = MlflowClient().get_run(run.info.run_id).inputs.dataset_inputs
+    assert [i.dataset.name for i in inputs] == ["shapes", "shapes-eval"]
+    first = inputs[0].dataset
+    assert first.digest == dataset.digest
+    assert first.source_type == "s3"
+    assert json.loads(first.source) == {"uri": "s3://lab-bucket/shapes.csv"}
+    assert [c["name"] for c in json.loads(first.schema)["mlflow_colspec"]] == ["width", "height", "depth"]
+    assert json.loads(first.profile)["num_rows"] == 20
+
+    summaries = requests.post(
+        f"{tracking}/ajax-api/2.0/mlflow/experiments/search-datasets",
+        json={"experiment_ids": [experiment_id]},
+        timeout=10,
+    ).json()["dataset_summaries"]
+    assert sorted((s["name"], s["context"]) for s in summaries) == [("shapes", "training"), ("shapes-eval", "eval")]
+    assert all(s["experiment_id"] == experiment_id for s in summaries)
