@@ -193,3 +193,67 @@ def test_log_input_records_a_pandas_dataset_once(tracking, unique):
     ).json()["dataset_summaries"]
     assert sorted((s["name"], s["context"]) for s in summaries) == [("shapes", "training"), ("shapes-eval", "eval")]
     assert all(s["experiment_id"] == experiment_id for s in summaries)
+
+
+def test_the_registry_registers_versions_aliases_and_loads_them(tracking, unique):
+    mlflow.set_experiment(f"registry-{unique}")
+    client = MlflowClient()
+    x, y = _frame(seed=3)
+    fitted = LogisticRegression().fit(x, y)
+    with mlflow.start_run() as run:
+        info = mlflow.sklearn.log_model(fitted, name="model")
+    name = f"shapes-{unique}"
+
+    first = mlflow.register_model(info.model_uri, name)
+    assert (first.name, first.version) == (name, "1")
+    assert first.run_id == run.info.run_id
+    second = mlflow.register_model(f"runs:/{run.info.run_id}/model", name)
+    assert second.version == "2"
+
+    client.set_registered_model_alias(name, "champion", "1")
+    assert client.get_model_version_by_alias(name, "champion").version == "1"
+    for uri in [f"models:/{name}@champion", f"models:/{name}/1", f"models:/{name}/2"]:
+        loaded = mlflow.sklearn.load_model(uri)
+        assert list(loaded.predict(x)) == list(fitted.predict(x)), uri
+
+    model = client.get_registered_model(name)
+    assert model.aliases == {"champion": "1"}
+    assert [v.version for v in model.latest_versions] == ["2"]
+    assert client.get_model_version(name, "1").aliases == ["champion"]
+
+    client.update_registered_model(name, description="predicts shapes")
+    client.set_registered_model_tag(name, "task", "classification")
+    client.set_model_version_tag(name, "2", "validated", "yes")
+    client.update_model_version(name, "2", description="second try")
+    found = client.search_registered_models(filter_string=f"name = '{name}'")
+    assert [m.name for m in found] == [name]
+    assert found[0].description == "predicts shapes" and found[0].tags == {"task": "classification"}
+    versions = client.search_model_versions(f"name = '{name}'")
+    assert sorted(v.version for v in versions) == ["1", "2"]
+    tagged = client.search_model_versions(f"name = '{name}' and tags.validated = 'yes'")
+    assert [(v.version, v.description) for v in tagged] == [("2", "second try")]
+
+    with pytest.warns(FutureWarning):
+        client.transition_model_version_stage(name, "1", "Production")
+    production = client.get_latest_versions(name, stages=["Production"])
+    assert [v.version for v in production] == ["1"]
+
+    client.delete_registered_model_alias(name, "champion")
+    with pytest.raises(MlflowException):
+        client.get_model_version_by_alias(name, "champion")
+    client.delete_model_version(name, "2")
+    with pytest.raises(MlflowException) as err:
+        client.get_model_version(name, "2")
+    assert err.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+    assert mlflow.register_model(info.model_uri, name).version == "3", "a deleted version's number is not reused"
+
+    renamed = f"{name}-v2"
+    client.rename_registered_model(name, renamed)
+    assert client.get_model_version(renamed, "3").name == renamed
+    with pytest.raises(MlflowException) as err:
+        client.create_registered_model(renamed)
+    assert err.value.error_code == "RESOURCE_ALREADY_EXISTS"
+    client.delete_registered_model(renamed)
+    with pytest.raises(MlflowException) as err:
+        client.get_registered_model(renamed)
+    assert err.value.error_code == "RESOURCE_DOES_NOT_EXIST"

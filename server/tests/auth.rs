@@ -1279,6 +1279,27 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
         .to_owned();
     let model_file =
         format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/models/{model_id}/artifacts/MLmodel");
+    for (path, body) in [
+        ("registered-models/create", json!({"name": "reg"})),
+        (
+            "model-versions/create",
+            json!({"name": "reg", "source": format!("models:/{model_id}")}),
+        ),
+        (
+            "registered-models/alias",
+            json!({"name": "reg", "alias": "best", "version": "1"}),
+        ),
+    ] {
+        let made = call(
+            &server,
+            "POST",
+            &format!("/api/2.0/mlflow/{path}"),
+            Some(&alice),
+            &body,
+        )
+        .await;
+        assert_eq!(made.status, 200, "{path}: {}", made.body);
+    }
     let mlflow = |rest: &str| format!("/api/2.0/mlflow/{rest}");
     // Each person runs the whole list in this order, so deletes are undone
     // and writes are repeatable.
@@ -1403,6 +1424,42 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
             &mlflow("runs/log-batch"),
             json!({"run_id": run_id, "metrics": [{"key": "acc", "value": 0.5, "timestamp": 1, "step": 0, "model_id": model_id}]}),
             true,
+        ),
+        Probe::json(
+            "GET",
+            &mlflow("registered-models/get?name=reg"),
+            Value::Null,
+            false,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("registered-models/set-tag"),
+            json!({"name": "reg", "key": "k", "value": "v"}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("registered-models/alias"),
+            json!({"name": "reg", "alias": "best", "version": "1"}),
+            true,
+        ),
+        Probe::json(
+            "GET",
+            &mlflow("registered-models/alias?name=reg&alias=best"),
+            Value::Null,
+            false,
+        ),
+        Probe::json(
+            "PATCH",
+            &mlflow("model-versions/update"),
+            json!({"name": "reg", "version": "1", "description": "d"}),
+            true,
+        ),
+        Probe::json(
+            "GET",
+            &mlflow("model-versions/get-download-uri?name=reg&version=1"),
+            Value::Null,
+            false,
         ),
         Probe {
             method: "PUT",

@@ -429,6 +429,46 @@ pub mod tracking {
         pub metrics: Vec<ModelMetric>,
     }
 
+    /// The registry's stages (kept for clients before aliases).
+    pub const MODEL_STAGES: [&str; 4] = ["None", "Staging", "Production", "Archived"];
+
+    /// A version of a registered model.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct ModelVersion {
+        pub name: String,
+        pub version: i64,
+        pub creation_time: i64,
+        pub last_update_time: i64,
+        pub description: String,
+        pub user_id: String,
+        /// The URI it was registered from (`models:/m-…`, `runs:/…/model`).
+        pub source: String,
+        /// Where its files are, for `get-download-uri`.
+        pub storage_location: String,
+        pub run_id: Option<String>,
+        pub run_link: String,
+        /// One of [`MODEL_STAGES`].
+        pub stage: String,
+        /// The logged model it was registered from, if any.
+        pub model_id: Option<String>,
+        pub tags: Vec<(String, String)>,
+        pub aliases: Vec<String>,
+    }
+
+    /// A registered model: a name, its versions' latest per stage, aliases.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct RegisteredModel {
+        pub name: String,
+        pub description: Option<String>,
+        pub creation_time: i64,
+        pub last_update_time: i64,
+        pub tags: Vec<(String, String)>,
+        /// (alias, version)
+        pub aliases: Vec<(String, i64)>,
+        /// The newest version in each stage.
+        pub latest_versions: Vec<ModelVersion>,
+    }
+
     /// Run statuses of MLflow.
     pub const RUN_STATUSES: [&str; 5] = ["RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"];
 

@@ -28,6 +28,9 @@ pub enum Scope {
     Experiments,
     /// MLflow 3's logged models.
     LoggedModels,
+    /// The model registry's registered models, and their versions.
+    RegisteredModels,
+    ModelVersions,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +49,8 @@ pub enum Attribute {
     ModelId,
     ModelType,
     SourceRunId,
+    VersionNumber,
+    SourcePath,
 }
 
 impl Attribute {
@@ -56,6 +61,7 @@ impl Attribute {
                 | Attribute::EndTime
                 | Attribute::CreationTime
                 | Attribute::LastUpdateTime
+                | Attribute::VersionNumber
         )
     }
 
@@ -75,6 +81,8 @@ impl Attribute {
             Attribute::ModelId => "model_id",
             Attribute::ModelType => "model_type",
             Attribute::SourceRunId => "source_run_id",
+            Attribute::VersionNumber => "version_number",
+            Attribute::SourcePath => "source_path",
         }
     }
 
@@ -102,6 +110,17 @@ impl Attribute {
             (Scope::LoggedModels, "last_updated_timestamp" | "last_updated_time") => {
                 Attribute::LastUpdateTime
             }
+            (Scope::RegisteredModels | Scope::ModelVersions, "name") => Attribute::Name,
+            (
+                Scope::RegisteredModels | Scope::ModelVersions,
+                "creation_timestamp" | "timestamp",
+            ) => Attribute::CreationTime,
+            (Scope::RegisteredModels | Scope::ModelVersions, "last_updated_timestamp") => {
+                Attribute::LastUpdateTime
+            }
+            (Scope::ModelVersions, "run_id") => Attribute::RunId,
+            (Scope::ModelVersions, "source_path") => Attribute::SourcePath,
+            (Scope::ModelVersions, "version_number") => Attribute::VersionNumber,
             _ => return None,
         };
         Some(attr)
@@ -113,6 +132,10 @@ impl Attribute {
             Scope::Experiments => "name, experiment_id, creation_time, last_update_time",
             Scope::LoggedModels => {
                 "name, model_id, model_type, status, source_run_id, creation_timestamp, last_updated_timestamp"
+            }
+            Scope::RegisteredModels => "name, creation_timestamp, last_updated_timestamp",
+            Scope::ModelVersions => {
+                "name, run_id, source_path, version_number, creation_timestamp, last_updated_timestamp"
             }
         }
     }
@@ -645,7 +668,9 @@ impl Parser {
             (_, Some(other)) => {
                 let valid = match self.scope {
                     Scope::Runs | Scope::LoggedModels => "metrics, params, tags, attributes",
-                    Scope::Experiments => "tags, attributes",
+                    Scope::Experiments | Scope::RegisteredModels | Scope::ModelVersions => {
+                        "tags, attributes"
+                    }
                 };
                 return Err(self.error_at(
                     tok.pos,

@@ -345,3 +345,135 @@ async fn logged_models_are_made_measured_searched_and_deleted() {
         "{refused:?}"
     );
 }
+
+#[tokio::test]
+async fn registry_versions_keep_their_numbers_and_aliases_follow_them() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &["vision"]).await;
+    let made = store
+        .create_registered_model(
+            "shapes",
+            Some("a classifier"),
+            &[kv("task", "cls")],
+            ana.as_owner(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(made.tags, [kv("task", "cls")]);
+    let again = store
+        .create_registered_model("shapes", None, &[], ana.as_owner())
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::Conflict { .. })),
+        "{again:?}"
+    );
+    let version = |source: &str| crate::NewVersion {
+        source: source.to_owned(),
+        storage_location: source.to_owned(),
+        user_name: "ana".into(),
+        ..crate::NewVersion::default()
+    };
+    for n in 1..=3 {
+        let v = store
+            .create_model_version("shapes", version(&format!("runs:/r/{n}")))
+            .await
+            .unwrap();
+        assert_eq!(v.version, n);
+    }
+    store
+        .set_registered_model_alias("shapes", "best", 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .model_version_by_alias("shapes", "best")
+            .await
+            .unwrap()
+            .version,
+        2
+    );
+    store.delete_model_version("shapes", 2).await.unwrap();
+    assert!(
+        store
+            .model_version_by_alias("shapes", "best")
+            .await
+            .is_err()
+    );
+    let fourth = store
+        .create_model_version("shapes", version("runs:/r/4"))
+        .await
+        .unwrap();
+    assert_eq!(
+        fourth.version, 4,
+        "a deleted version's number is not given again"
+    );
+
+    store
+        .transition_model_version_stage("shapes", 1, "Production", false)
+        .await
+        .unwrap();
+    store
+        .transition_model_version_stage("shapes", 3, "Production", true)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_model_version("shapes", 1).await.unwrap().stage,
+        "Archived"
+    );
+    let latest = store
+        .get_registered_model("shapes")
+        .await
+        .unwrap()
+        .latest_versions;
+    let by_stage: Vec<(String, i64)> = latest
+        .iter()
+        .map(|v| (v.stage.clone(), v.version))
+        .collect();
+    assert_eq!(
+        by_stage,
+        [
+            ("Archived".to_owned(), 1),
+            ("Production".to_owned(), 3),
+            ("None".to_owned(), 4)
+        ]
+    );
+
+    let filter = parse_filter(
+        "name = 'shapes' AND tags.hidden != 'true'",
+        Scope::RegisteredModels,
+    )
+    .unwrap();
+    let stranger = Viewer::Member {
+        user_id: ana.id + 1000,
+        teams: vec![],
+    };
+    for (viewer, count) in [(Viewer::of(&ana), 1), (stranger, 0)] {
+        let found = store
+            .search_registered_models(filter.as_ref(), &[], 10, 0, &viewer)
+            .await
+            .unwrap();
+        assert_eq!(found.len(), count);
+    }
+    let versions = parse_filter("version_number >= 3", Scope::ModelVersions).unwrap();
+    let found = store
+        .search_model_versions(versions.as_ref(), &[], 10, 0, &Viewer::Everyone)
+        .await
+        .unwrap();
+    let mut numbers: Vec<i64> = found.iter().map(|v| v.version).collect();
+    numbers.sort();
+    assert_eq!(numbers, [3, 4]);
+
+    store
+        .rename_registered_model("shapes", "forms")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_model_version("forms", 4).await.unwrap().name,
+        "forms"
+    );
+    store.delete_registered_model("forms").await.unwrap();
+    assert!(matches!(
+        store.get_registered_model("forms").await,
+        Err(StoreError::NotFound(_))
+    ));
+}

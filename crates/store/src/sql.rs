@@ -59,7 +59,8 @@ impl Sql {
 }
 
 /// Writes a filter as a boolean SQL expression over `runs r` (runs scope),
-/// `experiments e` (experiments scope) or `logged_models m` (logged models).
+/// `experiments e` (experiments scope), `logged_models m` (logged models),
+/// `registered_models g` and (for versions) `model_versions v`.
 pub fn filter(sql: &mut Sql, expr: &Expr, scope: Scope) {
     match expr {
         Expr::And(parts) | Expr::Or(parts) => {
@@ -92,6 +93,8 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
         (Field::Metric(k), Scope::LoggedModels) => Some(("logged_model_metrics", k)),
         (Field::Param(k), Scope::LoggedModels) => Some(("logged_model_params", k)),
         (Field::Tag(k), Scope::LoggedModels) => Some(("logged_model_tags", k)),
+        (Field::Tag(k), Scope::RegisteredModels) => Some(("registered_model_tags", k)),
+        (Field::Tag(k), Scope::ModelVersions) => Some(("model_version_tags", k)),
         (Field::Metric(k), _) => Some(("latest_metrics", k)),
         (Field::Param(k), _) => Some(("params", k)),
         (Field::Tag(k), Scope::Runs) => Some(("tags", k)),
@@ -101,6 +104,18 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
 }
 
 fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
+    if matches!(scope, Scope::RegisteredModels | Scope::ModelVersions) {
+        return match attr {
+            Attribute::RunId => "v.run_id",
+            Attribute::SourcePath => "v.source",
+            Attribute::VersionNumber => "v.version",
+            Attribute::CreationTime if scope == Scope::ModelVersions => "v.creation_time",
+            Attribute::LastUpdateTime if scope == Scope::ModelVersions => "v.last_update_time",
+            Attribute::CreationTime => "g.creation_time",
+            Attribute::LastUpdateTime => "g.last_update_time",
+            _ => "g.name",
+        };
+    }
     if scope == Scope::LoggedModels {
         return match attr {
             Attribute::Name => "m.name",
@@ -125,7 +140,11 @@ fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
         Attribute::CreationTime => "e.creation_time",
         Attribute::LastUpdateTime => "e.last_update_time",
         // Only the logged models' scope has these (above).
-        Attribute::ModelId | Attribute::ModelType | Attribute::SourceRunId => "NULL",
+        Attribute::ModelId
+        | Attribute::ModelType
+        | Attribute::SourceRunId
+        | Attribute::VersionNumber
+        | Attribute::SourcePath => "NULL",
     }
 }
 
@@ -134,6 +153,10 @@ fn test(sql: &mut Sql, field: &Field, predicate: &Predicate, scope: Scope) {
         Scope::Runs => "x.run_id = r.id",
         Scope::Experiments => "x.experiment_id = e.id",
         Scope::LoggedModels => "x.model_id = m.id",
+        Scope::RegisteredModels => "x.registered_model_id = g.id",
+        Scope::ModelVersions => {
+            "x.registered_model_id = v.registered_model_id AND x.version = v.version"
+        }
     };
     let Some((table, key)) = kv_table(field, scope) else {
         let Field::Attr(attr) = field else { return };
@@ -152,6 +175,23 @@ fn test(sql: &mut Sql, field: &Field, predicate: &Predicate, scope: Scope) {
             "NOT EXISTS (SELECT 1 FROM {table} x WHERE {link} AND x.key = "
         ));
         sql.bind(key.to_owned());
+        sql.push(")");
+        return;
+    }
+    // In the registry, a model without the tag differs from any value: the
+    // client hides prompts with `tags.mlflow.prompt.is_prompt != 'true'`.
+    if let (
+        Field::Tag(_),
+        Predicate::Cmp(CmpOp::Ne, value),
+        Scope::RegisteredModels | Scope::ModelVersions,
+    ) = (field, predicate, scope)
+    {
+        sql.push(&format!(
+            "NOT EXISTS (SELECT 1 FROM {table} x WHERE {link} AND x.key = "
+        ));
+        sql.bind(key.to_owned());
+        sql.push(" AND x.value = ");
+        bind_literal(sql, value, false);
         sql.push(")");
         return;
     }

@@ -1,5 +1,5 @@
 //! The MLflow tracking REST API (2.0, with MLflow 3's logged models and run
-//! inputs) and the mlflow-artifacts proxy, so that scripts using the official
+//! inputs), the model registry, and the mlflow-artifacts proxy, so that scripts using the official
 //! `mlflow` client work unchanged. Served under `/api/2.0/mlflow/` and
 //! `/ajax-api/2.0/mlflow/` (the MLflow UI's prefix); `/api/3.0/mlflow/`
 //! answers `server-info`; every unknown path under these answers MLflow's
@@ -9,6 +9,7 @@ mod artifacts;
 mod experiments;
 mod metrics;
 mod models;
+mod registry;
 pub mod request;
 mod runs;
 mod validate;
@@ -186,6 +187,51 @@ fn tracking_routes() -> Router<AppState> {
             get(metrics::get_history_bulk_interval),
         )
         .route("/logged-models/search", post(models::search))
+        .route("/registered-models/create", post(registry::create))
+        .route("/registered-models/get", get(registry::get))
+        .route("/registered-models/update", patch(registry::update))
+        .route("/registered-models/rename", post(registry::rename))
+        .route("/registered-models/delete", delete(registry::delete))
+        .route(
+            "/registered-models/search",
+            get(registry::search).post(registry::search),
+        )
+        .route(
+            "/registered-models/get-latest-versions",
+            get(registry::latest_versions).post(registry::latest_versions),
+        )
+        .route("/registered-models/set-tag", post(registry::set_tag))
+        .route(
+            "/registered-models/delete-tag",
+            delete(registry::delete_tag),
+        )
+        .route(
+            "/registered-models/alias",
+            get(registry::get_by_alias)
+                .post(registry::set_alias)
+                .delete(registry::delete_alias),
+        )
+        .route("/model-versions/create", post(registry::create_version))
+        .route("/model-versions/get", get(registry::get_version))
+        .route("/model-versions/update", patch(registry::update_version))
+        .route("/model-versions/delete", delete(registry::delete_version))
+        .route(
+            "/model-versions/transition-stage",
+            post(registry::transition_stage),
+        )
+        .route(
+            "/model-versions/search",
+            get(registry::search_versions).post(registry::search_versions),
+        )
+        .route(
+            "/model-versions/get-download-uri",
+            get(registry::download_uri),
+        )
+        .route("/model-versions/set-tag", post(registry::set_version_tag))
+        .route(
+            "/model-versions/delete-tag",
+            delete(registry::delete_version_tag),
+        )
         .fallback(unknown_endpoint)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
 }

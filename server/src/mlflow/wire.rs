@@ -6,7 +6,8 @@ use base64::Engine;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 use trainyard_domain::tracking::{
-    Dataset, DatasetInput, DatasetSummary, Experiment, LoggedModel, Point, Run, RunInfo, RunIo,
+    Dataset, DatasetInput, DatasetSummary, Experiment, LoggedModel, ModelVersion, Point,
+    RegisteredModel, Run, RunInfo, RunIo,
 };
 
 use super::ApiError;
@@ -369,6 +370,60 @@ pub fn logged_model(m: &LoggedModel) -> Value {
             .collect();
     }
     json!({ "info": info, "data": data })
+}
+
+/// A model version in the registry's form (version as a string).
+pub fn model_version(v: &ModelVersion) -> Value {
+    let mut out = json!({
+        "name": v.name,
+        "version": v.version.to_string(),
+        "creation_timestamp": v.creation_time,
+        "last_updated_timestamp": v.last_update_time,
+        "current_stage": v.stage,
+        "description": v.description,
+        "source": v.source,
+        "run_id": v.run_id.clone().unwrap_or_default(),
+        "status": "READY",
+        "run_link": v.run_link,
+    });
+    if !v.user_id.is_empty() {
+        out["user_id"] = json!(v.user_id);
+    }
+    if let Some(model_id) = &v.model_id {
+        out["model_id"] = json!(model_id);
+    }
+    if !v.tags.is_empty() {
+        out["tags"] = kv_list(&v.tags);
+    }
+    if !v.aliases.is_empty() {
+        out["aliases"] = json!(v.aliases);
+    }
+    out
+}
+
+pub fn registered_model(m: &RegisteredModel) -> Value {
+    let mut out = json!({
+        "name": m.name,
+        "creation_timestamp": m.creation_time,
+        "last_updated_timestamp": m.last_update_time,
+    });
+    if let Some(description) = &m.description {
+        out["description"] = json!(description);
+    }
+    if !m.latest_versions.is_empty() {
+        out["latest_versions"] = m.latest_versions.iter().map(model_version).collect();
+    }
+    if !m.tags.is_empty() {
+        out["tags"] = kv_list(&m.tags);
+    }
+    if !m.aliases.is_empty() {
+        out["aliases"] = m
+            .aliases
+            .iter()
+            .map(|(alias, version)| json!({ "alias": alias, "version": version.to_string() }))
+            .collect();
+    }
+    out
 }
 
 /// MLflow's page token: base64 of `{"offset": N}`.
