@@ -257,3 +257,49 @@ def test_the_registry_registers_versions_aliases_and_loads_them(tracking, unique
     with pytest.raises(MlflowException) as err:
         client.get_registered_model(renamed)
     assert err.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+
+
+def test_traced_functions_are_found_with_their_spans(tracking, unique):
+    experiment_id = mlflow.set_experiment(f"traces-{unique}").experiment_id
+
+    @mlflow.trace
+    def answer(question):
+        return retrieve(question) + "!"
+
+    @mlflow.trace(span_type="RETRIEVER")
+    def retrieve(question):
+        return question.upper()
+
+    assert answer("why") == "WHY!"
+    with mlflow.start_run() as run:
+        answer("how")
+    mlflow.flush_trace_async_logging()
+
+    traces = mlflow.search_traces(experiment_ids=[experiment_id], return_type="list")
+    assert len(traces) == 2
+    newest = traces[0]
+    assert newest.info.state.value == "OK"
+    assert newest.info.request_metadata.get("mlflow.sourceRun") == run.info.run_id
+    assert [s.name for s in newest.data.spans] == ["answer", "retrieve"]
+    assert newest.data.spans[1].span_type == "RETRIEVER"
+    assert newest.data.spans[1].parent_id == newest.data.spans[0].span_id
+    assert newest.data.spans[0].inputs == {"question": "how"}
+    assert newest.data.spans[0].outputs == "HOW!"
+
+    by_run = mlflow.search_traces(experiment_ids=[experiment_id], run_id=run.info.run_id, return_type="list")
+    assert [t.info.trace_id for t in by_run] == [newest.info.trace_id]
+
+    client = MlflowClient()
+    client.set_trace_tag(newest.info.trace_id, "reviewed", "yes")
+    assert client.get_trace(newest.info.trace_id).info.tags["reviewed"] == "yes"
+    tagged = mlflow.search_traces(
+        experiment_ids=[experiment_id], filter_string="tags.reviewed = 'yes'", return_type="list"
+    )
+    assert [t.info.trace_id for t in tagged] == [newest.info.trace_id]
+    client.delete_trace_tag(newest.info.trace_id, "reviewed")
+    assert "reviewed" not in client.get_trace(newest.info.trace_id).info.tags
+
+    deleted = client.delete_traces(experiment_id, trace_ids=[traces[1].info.trace_id])
+    assert deleted == 1
+    left = mlflow.search_traces(experiment_ids=[experiment_id], return_type="list")
+    assert [t.info.trace_id for t in left] == [newest.info.trace_id]

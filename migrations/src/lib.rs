@@ -14,6 +14,7 @@ mod m20261202_000009_gpu_telemetry;
 mod m20261202_000010_node_tokens;
 mod m20261203_000011_models_datasets;
 mod m20261203_000012_model_registry;
+mod m20261203_000013_traces;
 
 pub struct Migrator;
 
@@ -33,6 +34,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261202_000010_node_tokens::Migration),
             Box::new(m20261203_000011_models_datasets::Migration),
             Box::new(m20261203_000012_model_registry::Migration),
+            Box::new(m20261203_000013_traces::Migration),
         ]
     }
 }

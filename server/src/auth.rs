@@ -207,6 +207,7 @@ fn is_mlflow_api(path: &str) -> bool {
         || path.starts_with("/ajax-api/2.0/mlflow")
         || path.starts_with("/api/3.0/mlflow")
         || path.starts_with("/ajax-api/3.0/mlflow")
+        || path == "/v1/traces"
 }
 
 /// Where node agents send their node's GPUs and samples; node tokens reach

@@ -39,7 +39,7 @@ pub fn exhausted(
     }
 }
 
-/// What the artifacts of each person's runs and logged models hold: counted from disk the
+/// What the artifacts of each person's runs, logged models and traces hold: counted from disk the
 /// first time a person's is needed, then kept by this process's writes.
 /// Writes and removals of one person's artifacts take turns
 /// ([`ArtifactUsage::turn`]), so the count and the check stay true under
@@ -68,6 +68,7 @@ impl ArtifactUsage {
         }
         let runs = store.runs_owned_by(owner).await?;
         let models = store.logged_models_owned_by(owner).await?;
+        let traces = store.traces_owned_by(owner).await?;
         let folders: Vec<PathBuf> = runs
             .into_iter()
             .map(|(experiment, run)| {
@@ -79,6 +80,12 @@ impl ArtifactUsage {
                 root.join(experiment.to_string())
                     .join("models")
                     .join(model)
+                    .join("artifacts")
+            }))
+            .chain(traces.into_iter().map(|(experiment, trace)| {
+                root.join(experiment.to_string())
+                    .join("traces")
+                    .join(trace)
                     .join("artifacts")
             }))
             .collect();

@@ -1301,6 +1301,28 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
         assert_eq!(made.status, 200, "{path}: {}", made.body);
     }
     let mlflow = |rest: &str| format!("/api/2.0/mlflow/{rest}");
+    let trace = call(
+        &server,
+        "POST",
+        "/api/3.0/mlflow/traces",
+        Some(&alice),
+        &json!({"trace": {"trace_info": {
+            "trace_id": "tr-matrix",
+            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}},
+            "request_time": "2026-12-02T10:00:00.000Z",
+            "execution_duration": "0.5s",
+            "state": "OK",
+            "tags": {"mlflow.traceName": "answer"},
+        }}}),
+    )
+    .await;
+    assert_eq!(trace.status, 200, "{}", trace.body);
+    assert_eq!(
+        trace.json()["trace"]["trace_info"]["tags"]["mlflow.artifactLocation"],
+        format!("mlflow-artifacts:/{exp}/traces/tr-matrix/artifacts")
+    );
+    let trace_file =
+        format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/traces/tr-matrix/artifacts/traces.json");
     // Each person runs the whole list in this order, so deletes are undone
     // and writes are repeatable.
     let probes = vec![
@@ -1461,6 +1483,25 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
             Value::Null,
             false,
         ),
+        Probe::json(
+            "GET",
+            "/api/3.0/mlflow/traces/tr-matrix",
+            Value::Null,
+            false,
+        ),
+        Probe::json(
+            "PATCH",
+            &mlflow("traces/tr-matrix/tags"),
+            json!({"key": "k", "value": "v"}),
+            true,
+        ),
+        Probe {
+            method: "PUT",
+            path: trace_file.clone(),
+            body: b"{}".to_vec(),
+            changes: true,
+        },
+        Probe::json("GET", &trace_file, Value::Null, false),
         Probe {
             method: "PUT",
             path: model_file.clone(),

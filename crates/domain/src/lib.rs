@@ -469,6 +469,24 @@ pub mod tracking {
         pub latest_versions: Vec<ModelVersion>,
     }
 
+    /// An MLflow 3 trace's summary (its spans are in its `traces.json`).
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct TraceInfo {
+        pub trace_id: String,
+        pub experiment_id: i64,
+        /// When the request came, in ms since the epoch.
+        pub request_time: i64,
+        /// How long it took, in ms.
+        pub execution_time: Option<i64>,
+        /// OK, ERROR or IN_PROGRESS.
+        pub state: String,
+        pub request_preview: String,
+        pub response_preview: String,
+        pub client_request_id: Option<String>,
+        pub metadata: Vec<(String, String)>,
+        pub tags: Vec<(String, String)>,
+    }
+
     /// Run statuses of MLflow.
     pub const RUN_STATUSES: [&str; 5] = ["RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"];
 

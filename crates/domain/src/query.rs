@@ -31,6 +31,8 @@ pub enum Scope {
     /// The model registry's registered models, and their versions.
     RegisteredModels,
     ModelVersions,
+    /// MLflow 3's traces: `metadata.<key>` reads their request metadata.
+    Traces,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +53,8 @@ pub enum Attribute {
     SourceRunId,
     VersionNumber,
     SourcePath,
+    TraceId,
+    ExecutionTime,
 }
 
 impl Attribute {
@@ -62,6 +66,7 @@ impl Attribute {
                 | Attribute::CreationTime
                 | Attribute::LastUpdateTime
                 | Attribute::VersionNumber
+                | Attribute::ExecutionTime
         )
     }
 
@@ -83,6 +88,8 @@ impl Attribute {
             Attribute::SourceRunId => "source_run_id",
             Attribute::VersionNumber => "version_number",
             Attribute::SourcePath => "source_path",
+            Attribute::TraceId => "trace_id",
+            Attribute::ExecutionTime => "execution_time_ms",
         }
     }
 
@@ -121,6 +128,12 @@ impl Attribute {
             (Scope::ModelVersions, "run_id") => Attribute::RunId,
             (Scope::ModelVersions, "source_path") => Attribute::SourcePath,
             (Scope::ModelVersions, "version_number") => Attribute::VersionNumber,
+            (Scope::Traces, "trace_id" | "request_id") => Attribute::TraceId,
+            (Scope::Traces, "timestamp_ms" | "timestamp") => Attribute::CreationTime,
+            (Scope::Traces, "execution_time_ms" | "execution_time") => Attribute::ExecutionTime,
+            (Scope::Traces, "status" | "state") => Attribute::Status,
+            (Scope::Traces, "name") => Attribute::Name,
+            (Scope::Traces, "run_id") => Attribute::RunId,
             _ => return None,
         };
         Some(attr)
@@ -137,6 +150,7 @@ impl Attribute {
             Scope::ModelVersions => {
                 "name, run_id, source_path, version_number, creation_timestamp, last_updated_timestamp"
             }
+            Scope::Traces => "trace_id, name, status, timestamp_ms, execution_time_ms, run_id",
         }
     }
 }
@@ -651,6 +665,20 @@ impl Parser {
                 Some("param" | "params" | "parameter" | "parameters"),
             ) => Field::Param(key),
             (_, Some("tag" | "tags")) => Field::Tag(key),
+            // Request metadata lives in a key-value table as params do.
+            (Scope::Traces, Some("metadata" | "request_metadata")) => Field::Param(key),
+            (Scope::Traces, Some("trace")) => match Attribute::lookup(self.scope, &key) {
+                Some(attr) => Field::Attr(attr),
+                None => {
+                    return Err(self.error_at(
+                        key_pos,
+                        format!(
+                            "unknown attribute `{key}`; use one of {}",
+                            Attribute::valid_names(self.scope)
+                        ),
+                    ));
+                }
+            },
             (_, None | Some("attribute" | "attributes" | "attr" | "run")) => {
                 match Attribute::lookup(self.scope, &key) {
                     Some(attr) => Field::Attr(attr),
@@ -671,6 +699,7 @@ impl Parser {
                     Scope::Experiments | Scope::RegisteredModels | Scope::ModelVersions => {
                         "tags, attributes"
                     }
+                    Scope::Traces => "tags, metadata, attributes",
                 };
                 return Err(self.error_at(
                     tok.pos,

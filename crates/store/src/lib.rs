@@ -13,6 +13,7 @@ pub mod series;
 mod sql;
 pub mod telemetry;
 mod templates;
+pub mod traces;
 pub mod tracking;
 mod uploads;
 

@@ -477,3 +477,78 @@ async fn registry_versions_keep_their_numbers_and_aliases_follow_them() {
         Err(StoreError::NotFound(_))
     ));
 }
+
+#[tokio::test]
+async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("agents", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let run = run_of(&store, exp, ana.id, None).await;
+    for (i, id) in ["tr-a", "tr-b", "tr-c"].into_iter().enumerate() {
+        let mut metadata = vec![kv("mlflow.user", "ana")];
+        if i == 1 {
+            metadata.push(kv("mlflow.sourceRun", &run));
+        }
+        let saved = store
+            .start_trace(
+                trainyard_domain::tracking::TraceInfo {
+                    trace_id: id.into(),
+                    experiment_id: exp,
+                    request_time: 1_000 * (i as i64 + 1),
+                    execution_time: Some(5),
+                    state: if i == 2 { "ERROR" } else { "OK" }.into(),
+                    request_preview: "{}".into(),
+                    response_preview: String::new(),
+                    client_request_id: None,
+                    metadata,
+                    tags: vec![kv("mlflow.traceName", &format!("step{i}"))],
+                },
+                ana.as_owner(),
+            )
+            .await
+            .unwrap();
+        assert!(saved.tags.contains(&kv(
+            "mlflow.artifactLocation",
+            &format!("mlflow-artifacts:/{exp}/traces/{id}/artifacts")
+        )));
+    }
+    let search = |filter: &str| {
+        let filter = parse_filter(filter, Scope::Traces).unwrap();
+        let store = &store;
+        async move {
+            store
+                .search_traces(&[exp], filter.as_ref(), &[], 10, 0, &Viewer::Everyone)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|t| t.trace_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(search("").await, ["tr-c", "tr-b", "tr-a"]);
+    assert_eq!(
+        search(&format!("attribute.run_id = '{run}'")).await,
+        ["tr-b"]
+    );
+    assert_eq!(search("trace.status = 'ERROR'").await, ["tr-c"]);
+    assert_eq!(search("tags.`mlflow.traceName` = 'step0'").await, ["tr-a"]);
+    assert_eq!(
+        search("metadata.`mlflow.user` = 'ana' AND timestamp_ms > 1500").await,
+        ["tr-c", "tr-b"]
+    );
+    let again = store.get_trace_info("tr-a").await.unwrap();
+    assert!(matches!(
+        store.start_trace(again, ana.as_owner()).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let old = store
+        .traces_to_delete(exp, Some(2_000), None, &[])
+        .await
+        .unwrap();
+    assert_eq!(old, ["tr-a", "tr-b"]);
+    assert_eq!(store.delete_traces(&old[..1]).await.unwrap(), 1);
+    assert_eq!(search("").await, ["tr-c", "tr-b"]);
+}

@@ -60,7 +60,8 @@ impl Sql {
 
 /// Writes a filter as a boolean SQL expression over `runs r` (runs scope),
 /// `experiments e` (experiments scope), `logged_models m` (logged models),
-/// `registered_models g` and (for versions) `model_versions v`.
+/// `registered_models g` and (for versions) `model_versions v`, or
+/// `traces t`.
 pub fn filter(sql: &mut Sql, expr: &Expr, scope: Scope) {
     match expr {
         Expr::And(parts) | Expr::Or(parts) => {
@@ -95,6 +96,8 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
         (Field::Tag(k), Scope::LoggedModels) => Some(("logged_model_tags", k)),
         (Field::Tag(k), Scope::RegisteredModels) => Some(("registered_model_tags", k)),
         (Field::Tag(k), Scope::ModelVersions) => Some(("model_version_tags", k)),
+        (Field::Tag(k), Scope::Traces) => Some(("trace_tags", k)),
+        (Field::Param(k), Scope::Traces) => Some(("trace_metadata", k)),
         (Field::Metric(k), _) => Some(("latest_metrics", k)),
         (Field::Param(k), _) => Some(("params", k)),
         (Field::Tag(k), Scope::Runs) => Some(("tags", k)),
@@ -104,6 +107,16 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
 }
 
 fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
+    if scope == Scope::Traces {
+        return match attr {
+            Attribute::TraceId => "t.id",
+            Attribute::CreationTime => "t.request_time",
+            Attribute::ExecutionTime => "t.execution_time",
+            Attribute::Status => "t.state",
+            Attribute::RunId => "t.run_id",
+            _ => "t.name",
+        };
+    }
     if matches!(scope, Scope::RegisteredModels | Scope::ModelVersions) {
         return match attr {
             Attribute::RunId => "v.run_id",
@@ -144,7 +157,9 @@ fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
         | Attribute::ModelType
         | Attribute::SourceRunId
         | Attribute::VersionNumber
-        | Attribute::SourcePath => "NULL",
+        | Attribute::SourcePath
+        | Attribute::TraceId
+        | Attribute::ExecutionTime => "NULL",
     }
 }
 
@@ -157,6 +172,7 @@ fn test(sql: &mut Sql, field: &Field, predicate: &Predicate, scope: Scope) {
         Scope::ModelVersions => {
             "x.registered_model_id = v.registered_model_id AND x.version = v.version"
         }
+        Scope::Traces => "x.trace_id = t.id",
     };
     let Some((table, key)) = kv_table(field, scope) else {
         let Field::Attr(attr) = field else { return };

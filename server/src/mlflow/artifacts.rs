@@ -1,6 +1,7 @@
 //! The mlflow-artifacts proxy: upload (PUT), download (GET), list and delete
 //! run artifacts, stored under `<data_dir>/artifacts/<experiment>/<run>/artifacts/`,
-//! and logged models' under `<experiment>/models/<model_id>/artifacts/`.
+//! logged models' under `<experiment>/models/<model_id>/artifacts/` and
+//! traces' (`traces.json`) under `<experiment>/traces/<trace_id>/artifacts/`.
 //! A path must name an existing run's or model's artifact folder and may not
 //! escape it.
 
@@ -84,6 +85,36 @@ async fn resolve(
         if place.map(|(e, _)| e.to_string()).as_deref() != Some(*experiment) {
             return Err(ApiError::not_found(format!(
                 "Logged model {model_id} does not belong to experiment {experiment}"
+            )));
+        }
+        let mut full = state.artifact_root.clone();
+        for segment in segments {
+            full.push(segment);
+        }
+        return Ok(full);
+    }
+    if let [experiment, "traces", trace_id, "artifacts", ..] = segments.as_slice() {
+        let access = match use_ {
+            Use::Write => trainyard_store::Access::Change,
+            Use::Read => trainyard_store::Access::Read,
+        };
+        if matches!(
+            principal.via,
+            trainyard_domain::identity::Via::RunToken { .. }
+        ) && use_ == Use::Write
+        {
+            return Err(crate::auth::permission_denied(
+                "a job's token does not write traces",
+            ));
+        }
+        state
+            .store
+            .trace_as(&principal.user, trace_id, access)
+            .await?;
+        let (trace_experiment, _) = state.store.trace_place(trace_id).await?;
+        if trace_experiment.to_string() != *experiment {
+            return Err(ApiError::not_found(format!(
+                "Trace {trace_id} does not belong to experiment {experiment}"
             )));
         }
         let mut full = state.artifact_root.clone();
@@ -310,6 +341,9 @@ async fn run_owner(state: &AppState, path: &str) -> Result<Option<i64>, ApiError
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     if let [_, "models", model_id, ..] = segments.as_slice() {
         return Ok(state.store.logged_model_owner(model_id).await?.user_id);
+    }
+    if let [_, "traces", trace_id, ..] = segments.as_slice() {
+        return Ok(state.store.trace_place(trace_id).await?.1.user_id);
     }
     let run = segments.get(1).copied().unwrap_or_default();
     Ok(state.store.run_owner(run).await?.user_id)

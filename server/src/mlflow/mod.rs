@@ -2,8 +2,8 @@
 //! inputs), the model registry, and the mlflow-artifacts proxy, so that scripts using the official
 //! `mlflow` client work unchanged. Served under `/api/2.0/mlflow/` and
 //! `/ajax-api/2.0/mlflow/` (the MLflow UI's prefix); `/api/3.0/mlflow/`
-//! answers `server-info`; every unknown path under these answers MLflow's
-//! JSON error.
+//! answers `server-info` and traces; every unknown path under these answers
+//! MLflow's JSON error.
 
 mod artifacts;
 mod experiments;
@@ -12,6 +12,7 @@ mod models;
 mod registry;
 pub mod request;
 mod runs;
+mod traces;
 mod validate;
 pub mod wire;
 
@@ -227,6 +228,12 @@ fn tracking_routes() -> Router<AppState> {
             "/model-versions/get-download-uri",
             get(registry::download_uri),
         )
+        .route(
+            "/traces/{trace_id}/tags",
+            patch(traces::set_tag).delete(traces::delete_tag),
+        )
+        .route("/traces/delete-traces", post(traces::delete))
+        .route("/traces/link-to-run", post(traces::link_to_run))
         .route("/model-versions/set-tag", post(registry::set_version_tag))
         .route(
             "/model-versions/delete-tag",
@@ -244,6 +251,7 @@ pub fn routes(artifact_limit: usize) -> Router<AppState> {
         .nest("/ajax-api/2.0/mlflow", tracking_routes())
         .nest("/api/3.0/mlflow", v3_routes())
         .nest("/ajax-api/3.0/mlflow", v3_routes())
+        .route("/v1/traces", post(traces::otlp))
         .route("/version", get(version))
         .route("/health", get(health))
         .nest("/api/2.0/mlflow-artifacts", artifacts.clone())
@@ -255,7 +263,11 @@ pub fn routes(artifact_limit: usize) -> Router<AppState> {
 fn v3_routes() -> Router<AppState> {
     Router::new()
         .route("/server-info", get(server_info))
+        .route("/traces", post(traces::start))
+        .route("/traces/search", post(traces::search))
+        .route("/traces/{trace_id}", get(traces::get))
         .fallback(unknown_endpoint)
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
 }
 
 /// The version of MLflow's protocol that this server speaks, for `/version`.

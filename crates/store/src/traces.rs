@@ -1,0 +1,402 @@
+//! MLflow 3's traces: their summaries, tags and request metadata, search,
+//! deletion, and the run a trace belongs to. Spans are in each trace's
+//! `traces.json` artifact, which the client writes and reads itself.
+
+use sea_orm::{ConnectionTrait, EntityTrait, QueryResult, TransactionTrait};
+use trainyard_domain::identity::{Owner, User};
+use trainyard_domain::query::{Expr, Field, OrderBy, Scope};
+use trainyard_domain::tracking::TraceInfo;
+
+use crate::sql::{Sql, filter};
+use crate::tracking::get;
+use crate::{Store, StoreError, Viewer};
+
+/// The tag that names a trace (its root span's name).
+pub const TRACE_NAME_TAG: &str = "mlflow.traceName";
+/// The metadata key of the run a trace was made under.
+pub const SOURCE_RUN_METADATA: &str = "mlflow.sourceRun";
+/// The tag that says where the trace's `traces.json` is.
+pub const ARTIFACT_LOCATION_TAG: &str = "mlflow.artifactLocation";
+
+fn trace_not_found(id: &str) -> StoreError {
+    StoreError::NotFound(format!("Trace with ID '{id}' not found."))
+}
+
+async fn put_kv(
+    conn: &impl ConnectionTrait,
+    mut sql: Sql,
+    table: &str,
+    trace_id: &str,
+    pairs: &[(String, String)],
+) -> Result<(), StoreError> {
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    sql.push(&format!(
+        "INSERT INTO {table} (trace_id, key, value) VALUES "
+    ));
+    let mut seen: Vec<&str> = Vec::new();
+    let mut first = true;
+    for (key, value) in pairs.iter().rev() {
+        if seen.contains(&key.as_str()) {
+            continue;
+        }
+        seen.push(key);
+        if !first {
+            sql.push(", ");
+        }
+        first = false;
+        sql.push("(")
+            .bind(trace_id.to_owned())
+            .push(", ")
+            .bind(key.clone())
+            .push(", ")
+            .bind(value.clone())
+            .push(")");
+    }
+    sql.push(" ON CONFLICT (trace_id, key) DO UPDATE SET value = excluded.value");
+    conn.execute_raw(sql.build()).await?;
+    Ok(())
+}
+
+impl Store {
+    /// Records a trace that the client finished. Its artifact location (for
+    /// `traces.json`) is under its experiment's; a trace id is recorded once.
+    pub async fn start_trace(
+        &self,
+        mut info: TraceInfo,
+        owner: Owner,
+    ) -> Result<TraceInfo, StoreError> {
+        {
+            let _turn = self.write_turn().await;
+            let txn = self.connection().begin().await?;
+            let experiment = crate::entity::experiment::Entity::find_by_id(info.experiment_id)
+                .one(&txn)
+                .await?
+                .ok_or_else(|| {
+                    StoreError::NotFound(format!(
+                        "No Experiment with id={} exists",
+                        info.experiment_id
+                    ))
+                })?;
+            if experiment.lifecycle_stage != "active" {
+                return Err(StoreError::Rejected(format!(
+                    "The experiment {} must be in the 'active' state. Current state is {}.",
+                    info.experiment_id, experiment.lifecycle_stage
+                )));
+            }
+            let location = format!(
+                "{}/traces/{}/artifacts",
+                experiment.artifact_location.trim_end_matches('/'),
+                info.trace_id
+            );
+            info.tags.retain(|(k, _)| k != ARTIFACT_LOCATION_TAG);
+            info.tags
+                .push((ARTIFACT_LOCATION_TAG.to_owned(), location.clone()));
+            let name = info
+                .tags
+                .iter()
+                .find(|(k, _)| k == TRACE_NAME_TAG)
+                .map(|(_, v)| v.chars().take(500).collect::<String>())
+                .unwrap_or_default();
+            let run_id = info
+                .metadata
+                .iter()
+                .find(|(k, _)| k == SOURCE_RUN_METADATA)
+                .map(|(_, v)| v.clone())
+                .filter(|r| r.len() <= 32);
+            let mut sql = self.sql();
+            sql.push("INSERT INTO traces (id, experiment_id, name, request_time, execution_time, state, request_preview, response_preview, client_request_id, run_id, artifact_location, user_id, team_id) VALUES (")
+                .bind(info.trace_id.clone())
+                .push(", ")
+                .bind(info.experiment_id)
+                .push(", ")
+                .bind(name)
+                .push(", ")
+                .bind(info.request_time)
+                .push(", ")
+                .bind(info.execution_time)
+                .push(", ")
+                .bind(info.state.clone())
+                .push(", ")
+                .bind(info.request_preview.clone())
+                .push(", ")
+                .bind(info.response_preview.clone())
+                .push(", ")
+                .bind(info.client_request_id.clone())
+                .push(", ")
+                .bind(run_id)
+                .push(", ")
+                .bind(location)
+                .push(", ")
+                .bind(owner.user_id)
+                .push(", ")
+                .bind(experiment.team_id.or(owner.team_id))
+                .push(") ON CONFLICT (id) DO NOTHING");
+            if txn.execute_raw(sql.build()).await?.rows_affected() == 0 {
+                return Err(StoreError::Conflict {
+                    what: format!("Trace with ID '{}'", info.trace_id),
+                });
+            }
+            put_kv(&txn, self.sql(), "trace_tags", &info.trace_id, &info.tags).await?;
+            put_kv(
+                &txn,
+                self.sql(),
+                "trace_metadata",
+                &info.trace_id,
+                &info.metadata,
+            )
+            .await?;
+            txn.commit().await?;
+        }
+        self.get_trace_info(&info.trace_id).await
+    }
+
+    pub async fn get_trace_info(&self, trace_id: &str) -> Result<TraceInfo, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT * FROM traces WHERE id = ")
+            .bind(trace_id.to_owned());
+        let rows = self.connection().query_all_raw(sql.build()).await?;
+        self.traces_from(&rows)
+            .await?
+            .pop()
+            .ok_or_else(|| trace_not_found(trace_id))
+    }
+
+    async fn traces_from(&self, rows: &[QueryResult]) -> Result<Vec<TraceInfo>, StoreError> {
+        let mut out: Vec<TraceInfo> = Vec::with_capacity(rows.len());
+        for row in rows {
+            out.push(TraceInfo {
+                trace_id: get(row, "id")?,
+                experiment_id: get(row, "experiment_id")?,
+                request_time: get(row, "request_time")?,
+                execution_time: get(row, "execution_time")?,
+                state: get(row, "state")?,
+                request_preview: get(row, "request_preview")?,
+                response_preview: get(row, "response_preview")?,
+                client_request_id: get(row, "client_request_id")?,
+                metadata: Vec::new(),
+                tags: Vec::new(),
+            });
+        }
+        let ids: Vec<String> = out.iter().map(|t| t.trace_id.clone()).collect();
+        for chunk in ids.chunks(500) {
+            for table in ["trace_tags", "trace_metadata"] {
+                let mut sql = self.sql();
+                sql.push(&format!(
+                    "SELECT trace_id, key, value FROM {table} WHERE trace_id IN "
+                ))
+                .bind_list(chunk.iter().cloned())
+                .push(" ORDER BY key");
+                for row in self.connection().query_all_raw(sql.build()).await? {
+                    let id: String = get(&row, "trace_id")?;
+                    if let Some(trace) = out.iter_mut().find(|t| t.trace_id == id) {
+                        let kv = (get(&row, "key")?, get(&row, "value")?);
+                        if table == "trace_tags" {
+                            trace.tags.push(kv);
+                        } else {
+                            trace.metadata.push(kv);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The (experiment, trace) of every trace a user owns: where their
+    /// `traces.json` files are.
+    pub async fn traces_owned_by(&self, user_id: i64) -> Result<Vec<(i64, String)>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT experiment_id, id FROM traces WHERE user_id = ")
+            .bind(user_id);
+        self.connection()
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| Ok((get(row, "experiment_id")?, get(row, "id")?)))
+            .collect()
+    }
+
+    /// Who owns a trace and in which experiment it is.
+    pub async fn trace_place(&self, trace_id: &str) -> Result<(i64, Owner), StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT experiment_id, user_id, team_id FROM traces WHERE id = ")
+            .bind(trace_id.to_owned());
+        let row = self
+            .connection()
+            .query_one_raw(sql.build())
+            .await?
+            .ok_or_else(|| trace_not_found(trace_id))?;
+        Ok((
+            get(&row, "experiment_id")?,
+            Owner::new(get(&row, "user_id")?, get(&row, "team_id")?),
+        ))
+    }
+
+    /// May the user see (Read) or change (Change) the trace? As for runs.
+    pub async fn trace_as(
+        &self,
+        user: &User,
+        trace_id: &str,
+        access: crate::Access,
+    ) -> Result<(), StoreError> {
+        let (_, owner) = self.trace_place(trace_id).await?;
+        if !user.can_read(owner) {
+            return Err(trace_not_found(trace_id));
+        }
+        if access == crate::Access::Change && !user.can_change(owner) {
+            return Err(StoreError::Forbidden(format!(
+                "trace {trace_id} is not yours: only its owner or an admin may change it"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Traces of the experiments matching the filter, newest first unless
+    /// ordered otherwise.
+    pub async fn search_traces(
+        &self,
+        experiment_ids: &[i64],
+        expr: Option<&Expr>,
+        order: &[OrderBy],
+        limit: u64,
+        offset: u64,
+        viewer: &Viewer,
+    ) -> Result<Vec<TraceInfo>, StoreError> {
+        if experiment_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = self.sql();
+        sql.push("SELECT t.* FROM traces t WHERE t.experiment_id IN ")
+            .bind_list(experiment_ids.iter().copied());
+        viewer.restrict(&mut sql, "t.user_id", "t.team_id", None);
+        if let Some(expr) = expr {
+            sql.push(" AND ");
+            filter(&mut sql, expr, Scope::Traces);
+        }
+        let mut terms = Vec::new();
+        for o in order {
+            let Field::Attr(attr) = &o.field else {
+                return Err(StoreError::Rejected(
+                    "Invalid order_by: traces are ordered by timestamp_ms, execution_time_ms, status or name".to_owned(),
+                ));
+            };
+            let column = match attr.name() {
+                "creation_time" => "t.request_time",
+                "execution_time_ms" => "t.execution_time",
+                "status" => "t.state",
+                "trace_id" => "t.id",
+                "run_id" => "t.run_id",
+                _ => "t.name",
+            };
+            let dir = if o.ascending { "ASC" } else { "DESC" };
+            terms.push(format!("{column} {dir}"));
+        }
+        terms.push("t.request_time DESC, t.id ASC".to_owned());
+        sql.push(&format!(" ORDER BY {} LIMIT ", terms.join(", ")))
+            .bind(limit as i64)
+            .push(" OFFSET ")
+            .bind(offset as i64);
+        let rows = self.connection().query_all_raw(sql.build()).await?;
+        self.traces_from(&rows).await
+    }
+
+    pub async fn set_trace_tag(
+        &self,
+        trace_id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        self.trace_place(trace_id).await?;
+        put_kv(
+            self.connection(),
+            self.sql(),
+            "trace_tags",
+            trace_id,
+            &[(key.to_owned(), value.to_owned())],
+        )
+        .await
+    }
+
+    pub async fn delete_trace_tag(&self, trace_id: &str, key: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        self.trace_place(trace_id).await?;
+        let mut sql = self.sql();
+        sql.push("DELETE FROM trace_tags WHERE trace_id = ")
+            .bind(trace_id.to_owned())
+            .push(" AND key = ")
+            .bind(key.to_owned());
+        if self
+            .connection()
+            .execute_raw(sql.build())
+            .await?
+            .rows_affected()
+            == 0
+        {
+            return Err(StoreError::NotFound(format!(
+                "No trace tag with key '{key}' for trace with ID '{trace_id}'"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The ids of an experiment's traces that a deletion takes: the given
+    /// ones, or those older than `max_timestamp` (the oldest `max_traces`).
+    pub async fn traces_to_delete(
+        &self,
+        experiment_id: i64,
+        max_timestamp: Option<i64>,
+        max_traces: Option<i64>,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT id FROM traces WHERE experiment_id = ")
+            .bind(experiment_id);
+        if !ids.is_empty() {
+            sql.push(" AND id IN ").bind_list(ids.iter().cloned());
+        }
+        if let Some(max) = max_timestamp {
+            sql.push(" AND request_time <= ").bind(max);
+        }
+        sql.push(" ORDER BY request_time ASC");
+        if let Some(n) = max_traces {
+            sql.push(" LIMIT ").bind(n);
+        }
+        self.connection()
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| get(row, "id"))
+            .collect()
+    }
+
+    pub async fn delete_traces(&self, ids: &[String]) -> Result<u64, StoreError> {
+        let _turn = self.write_turn().await;
+        let mut deleted = 0;
+        for chunk in ids.chunks(500) {
+            let mut sql = self.sql();
+            sql.push("DELETE FROM traces WHERE id IN ")
+                .bind_list(chunk.iter().cloned());
+            deleted += self
+                .connection()
+                .execute_raw(sql.build())
+                .await?
+                .rows_affected();
+        }
+        Ok(deleted)
+    }
+
+    /// Files traces under a run (each trace belongs to one run here).
+    pub async fn link_traces_to_run(&self, ids: &[String], run_id: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        let mut sql = self.sql();
+        sql.push("UPDATE traces SET run_id = ")
+            .bind(run_id.to_owned())
+            .push(" WHERE id IN ")
+            .bind_list(ids.iter().cloned());
+        self.connection().execute_raw(sql.build()).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,457 @@
+//! MLflow 3's traces (`@mlflow.trace`, `mlflow.search_traces`): the v3
+//! trace API under `/api/3.0/mlflow/traces`, tags and deletion under 2.0,
+//! and `/v1/traces` (OTLP) answered "not supported", so that the client
+//! keeps the spans in the trace's `traces.json` artifact, as it does with
+//! MLflow servers whose store takes no spans.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
+use trainyard_domain::tracking::TraceInfo;
+use trainyard_store::{Access, Viewer};
+
+use super::request::Req;
+use super::validate::{self, MAX_TAG_VALUE_LEN};
+use super::wire::{self, opt_i64, parse_experiment_id, required};
+use super::{ApiError, ApiResult};
+use crate::AppState;
+use crate::auth::Caller;
+
+/// Longest request or response preview kept, in characters.
+const MAX_PREVIEW_CHARS: usize = 65_536;
+/// Most tags or metadata entries one trace carries.
+const MAX_TRACE_KEYS: usize = 1000;
+
+/// A protobuf JSON timestamp (`2026-12-02T22:38:39.681Z`) in ms.
+fn parse_time(text: &str) -> Result<i64, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(text.trim())
+        .map(|t| t.timestamp_millis())
+        .map_err(|_| {
+            ApiError::invalid(format!(
+                "Invalid 'request_time' `{text}`: use RFC 3339, e.g. 2026-12-02T22:38:39.681Z"
+            ))
+        })
+}
+
+fn format_time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_default()
+}
+
+/// A protobuf JSON duration (`0.023s`) in ms.
+fn parse_duration(text: &str) -> Result<i64, ApiError> {
+    text.trim()
+        .strip_suffix('s')
+        .and_then(|n| n.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| (s * 1000.0).round() as i64)
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "Invalid 'execution_duration' `{text}`: use seconds with an s, e.g. 0.023s"
+            ))
+        })
+}
+
+pub fn trace_info_json(t: &TraceInfo) -> Value {
+    let map = |pairs: &[(String, String)]| -> Value {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let mut out = json!({
+        "trace_id": t.trace_id,
+        "trace_location": {
+            "type": "MLFLOW_EXPERIMENT",
+            "mlflow_experiment": { "experiment_id": t.experiment_id.to_string() },
+        },
+        "request_time": format_time(t.request_time),
+        "state": t.state,
+        "trace_metadata": map(&t.metadata),
+        "tags": map(&t.tags),
+        "request_preview": t.request_preview,
+        "response_preview": t.response_preview,
+    });
+    if let Some(ms) = t.execution_time {
+        out["execution_duration"] = json!(format!("{}s", ms as f64 / 1000.0));
+    }
+    if let Some(id) = &t.client_request_id {
+        out["client_request_id"] = json!(id);
+    }
+    out
+}
+
+#[derive(Deserialize)]
+pub struct ExperimentLocation {
+    #[serde(default, deserialize_with = "wire::opt_id")]
+    experiment_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct Location {
+    mlflow_experiment: Option<ExperimentLocation>,
+}
+
+#[derive(Deserialize)]
+pub struct InfoBody {
+    trace_id: Option<String>,
+    trace_location: Option<Location>,
+    request_time: Option<String>,
+    execution_duration: Option<String>,
+    state: Option<String>,
+    #[serde(default)]
+    trace_metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    tags: BTreeMap<String, String>,
+    request_preview: Option<String>,
+    response_preview: Option<String>,
+    client_request_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct TraceBody {
+    trace_info: Option<InfoBody>,
+}
+
+#[derive(Deserialize)]
+pub struct Start {
+    trace: Option<TraceBody>,
+}
+
+fn preview(text: Option<String>) -> String {
+    let text = text.unwrap_or_default();
+    if text.chars().count() <= MAX_PREVIEW_CHARS {
+        text
+    } else {
+        text.chars().take(MAX_PREVIEW_CHARS).collect()
+    }
+}
+
+fn pairs(map: BTreeMap<String, String>, what: &str) -> Result<Vec<(String, String)>, ApiError> {
+    if map.len() > MAX_TRACE_KEYS {
+        return Err(ApiError::invalid(format!(
+            "A trace can carry at most {MAX_TRACE_KEYS} {what}; got {}",
+            map.len()
+        )));
+    }
+    for (key, value) in &map {
+        if key.is_empty() || key.chars().count() > 250 {
+            return Err(ApiError::invalid(format!(
+                "Invalid {what} key `{key}`: 1 to 250 characters"
+            )));
+        }
+        validate::value(value, MAX_TAG_VALUE_LEN, what, key)?;
+    }
+    Ok(map.into_iter().collect())
+}
+
+/// `POST /api/3.0/mlflow/traces`: a finished trace's summary.
+pub async fn start(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Start>,
+) -> ApiResult {
+    let info = required(req.trace.and_then(|t| t.trace_info), "trace.trace_info")?;
+    let trace_id = required(
+        info.trace_id.filter(|t| !t.is_empty()),
+        "trace_info.trace_id",
+    )?;
+    let valid_id = trace_id.len() <= 64
+        && trace_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid_id {
+        return Err(ApiError::invalid(format!(
+            "Invalid trace_id `{trace_id}`: letters, digits, - and _, at most 64"
+        )));
+    }
+    let experiment_id = parse_experiment_id(&required(
+        info.trace_location
+            .and_then(|l| l.mlflow_experiment)
+            .and_then(|e| e.experiment_id),
+        "trace_info.trace_location.mlflow_experiment.experiment_id",
+    )?)?;
+    let request_time = parse_time(&required(info.request_time, "trace_info.request_time")?)?;
+    let execution_time = info
+        .execution_duration
+        .as_deref()
+        .map(parse_duration)
+        .transpose()?;
+    let trace_state = info.state.unwrap_or_else(|| "STATE_UNSPECIFIED".to_owned());
+    if !matches!(
+        trace_state.as_str(),
+        "OK" | "ERROR" | "IN_PROGRESS" | "STATE_UNSPECIFIED"
+    ) {
+        return Err(ApiError::invalid(format!(
+            "Invalid trace state `{trace_state}`: use OK, ERROR or IN_PROGRESS"
+        )));
+    }
+    state
+        .store
+        .may_add_runs(&principal.user, experiment_id)
+        .await?;
+    let saved = state
+        .store
+        .start_trace(
+            TraceInfo {
+                trace_id,
+                experiment_id,
+                request_time,
+                execution_time,
+                state: trace_state,
+                request_preview: preview(info.request_preview),
+                response_preview: preview(info.response_preview),
+                client_request_id: info.client_request_id.filter(|c| !c.is_empty()),
+                metadata: pairs(info.trace_metadata, "metadata")?,
+                tags: pairs(info.tags, "tags")?,
+            },
+            principal.user.as_owner(),
+        )
+        .await?;
+    Ok(Json(
+        json!({ "trace": { "trace_info": trace_info_json(&saved) } }),
+    ))
+}
+
+/// `GET /api/3.0/mlflow/traces/{trace_id}`: one trace's summary.
+pub async fn get(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(trace_id): Path<String>,
+) -> ApiResult {
+    state
+        .store
+        .trace_as(&principal.user, &trace_id, Access::Read)
+        .await?;
+    let info = state.store.get_trace_info(&trace_id).await?;
+    Ok(Json(
+        json!({ "trace": { "trace_info": trace_info_json(&info) } }),
+    ))
+}
+
+#[derive(Deserialize)]
+pub struct Search {
+    #[serde(default, deserialize_with = "wire::list")]
+    locations: Vec<Location>,
+    #[serde(default, deserialize_with = "wire::id_list")]
+    experiment_ids: Vec<String>,
+    filter: Option<String>,
+    #[serde(default, deserialize_with = "opt_i64")]
+    max_results: Option<i64>,
+    #[serde(default, deserialize_with = "wire::list")]
+    order_by: Vec<String>,
+    page_token: Option<String>,
+}
+
+/// `POST /api/3.0/mlflow/traces/search`.
+pub async fn search(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Search>,
+) -> ApiResult {
+    let mut experiment_ids = Vec::new();
+    for id in req
+        .locations
+        .into_iter()
+        .filter_map(|l| l.mlflow_experiment.and_then(|e| e.experiment_id))
+        .chain(req.experiment_ids)
+    {
+        experiment_ids.push(parse_experiment_id(&id)?);
+    }
+    let limit = wire::max_results(req.max_results, 100, 1000)?;
+    let offset = wire::parse_page_token(req.page_token.as_deref())?;
+    let filter = parse_filter(req.filter.as_deref().unwrap_or(""), Scope::Traces)
+        .map_err(|e| ApiError::invalid(format!("Invalid filter: {e}")))?;
+    let order = req
+        .order_by
+        .iter()
+        .map(|o| {
+            parse_order_by(o, Scope::Traces)
+                .map_err(|e| ApiError::invalid(format!("Invalid order_by `{o}`: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let found = state
+        .store
+        .search_traces(
+            &experiment_ids,
+            filter.as_ref(),
+            &order,
+            limit + 1,
+            offset,
+            &Viewer::of(&principal.user),
+        )
+        .await?;
+    Ok(Json(wire::page(
+        found,
+        limit,
+        offset,
+        "traces",
+        trace_info_json,
+    )))
+}
+
+#[derive(Deserialize)]
+pub struct Tag {
+    key: Option<String>,
+    value: Option<String>,
+}
+
+/// `PATCH /api/2.0/mlflow/traces/{id}/tags`.
+pub async fn set_tag(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(trace_id): Path<String>,
+    Req(req): Req<Tag>,
+) -> ApiResult {
+    let key = required(req.key.filter(|k| !k.is_empty()), "key")?;
+    let value = req.value.unwrap_or_default();
+    validate::value(&value, MAX_TAG_VALUE_LEN, "Tag", &key)?;
+    if key.chars().count() > 250 {
+        return Err(ApiError::invalid("'key' is longer than 250 characters"));
+    }
+    state
+        .store
+        .trace_as(&principal.user, &trace_id, Access::Change)
+        .await?;
+    state.store.set_trace_tag(&trace_id, &key, &value).await?;
+    Ok(Json(json!({})))
+}
+
+/// `DELETE /api/2.0/mlflow/traces/{id}/tags`.
+pub async fn delete_tag(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(trace_id): Path<String>,
+    Req(req): Req<Tag>,
+) -> ApiResult {
+    let key = required(req.key, "key")?;
+    state
+        .store
+        .trace_as(&principal.user, &trace_id, Access::Change)
+        .await?;
+    state.store.delete_trace_tag(&trace_id, &key).await?;
+    Ok(Json(json!({})))
+}
+
+#[derive(Deserialize)]
+pub struct Delete {
+    #[serde(default, deserialize_with = "wire::opt_id")]
+    experiment_id: Option<String>,
+    #[serde(default, deserialize_with = "opt_i64")]
+    max_timestamp_millis: Option<i64>,
+    #[serde(default, deserialize_with = "opt_i64")]
+    max_traces: Option<i64>,
+    #[serde(default, deserialize_with = "wire::list")]
+    request_ids: Vec<String>,
+}
+
+/// `POST /api/2.0/mlflow/traces/delete-traces`: by ids, or older than a time.
+pub async fn delete(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Delete>,
+) -> ApiResult {
+    let experiment_id = parse_experiment_id(&required(req.experiment_id, "experiment_id")?)?;
+    if req.request_ids.is_empty() == req.max_timestamp_millis.is_none() {
+        return Err(ApiError::invalid(
+            "Give either request_ids or max_timestamp_millis (with max_traces if you like), not both and not neither",
+        ));
+    }
+    if req.request_ids.len() > 10_000 {
+        return Err(ApiError::invalid(
+            "A request can delete at most 10000 traces by id; split it up",
+        ));
+    }
+    let chosen = state
+        .store
+        .traces_to_delete(
+            experiment_id,
+            req.max_timestamp_millis,
+            req.max_traces.filter(|n| *n > 0),
+            &req.request_ids,
+        )
+        .await?;
+    // Only what the caller may change: a trace they may not see is passed
+    // over as if it did not exist; one they may see but not change stops it.
+    let mut mine = Vec::with_capacity(chosen.len());
+    for id in chosen {
+        match state
+            .store
+            .trace_as(&principal.user, &id, Access::Change)
+            .await
+        {
+            Ok(()) => mine.push(id),
+            Err(trainyard_store::StoreError::NotFound(_)) => {}
+            Err(other) => return Err(other.into()),
+        }
+    }
+    let deleted = state.store.delete_traces(&mine).await?;
+    Ok(Json(json!({ "traces_deleted": deleted })))
+}
+
+#[derive(Deserialize)]
+pub struct Link {
+    #[serde(default, deserialize_with = "wire::list")]
+    trace_ids: Vec<String>,
+    run_id: Option<String>,
+}
+
+/// `POST /api/2.0/mlflow/traces/link-to-run`.
+pub async fn link_to_run(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<Link>,
+) -> ApiResult {
+    let run_id = required(req.run_id, "run_id")?;
+    validate::run_id(&run_id)?;
+    if req.trace_ids.len() > 100 {
+        return Err(ApiError::invalid(
+            "At most 100 traces can be linked to a run at once",
+        ));
+    }
+    super::may_change_run(&state, &principal, &run_id).await?;
+    for id in &req.trace_ids {
+        state
+            .store
+            .trace_as(&principal.user, id, Access::Change)
+            .await?;
+    }
+    state
+        .store
+        .link_traces_to_run(&req.trace_ids, &run_id)
+        .await?;
+    Ok(Json(json!({})))
+}
+
+/// `POST /v1/traces`: OTLP spans. The client then writes them into the
+/// trace's `traces.json` artifact instead.
+pub async fn otlp() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_IMPLEMENTED,
+        code: "NOT_IMPLEMENTED",
+        message: "REST OTLP span logging is not supported by this server: spans are kept in each trace's traces.json artifact".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protobuf_times_and_durations_round_trip() {
+        let ms = parse_time("2026-12-02T22:38:39.681Z").unwrap();
+        assert_eq!(format_time(ms), "2026-12-02T22:38:39.681Z");
+        assert_eq!(parse_time("2026-12-02T23:38:39.681+01:00").unwrap(), ms);
+        assert!(parse_time("yesterday").is_err());
+        assert_eq!(parse_duration("0.023s").unwrap(), 23);
+        assert_eq!(parse_duration("12s").unwrap(), 12_000);
+        assert!(parse_duration("-1s").is_err() && parse_duration("5").is_err());
+    }
+}
