@@ -211,6 +211,36 @@ test('a run page mounts charts as they scroll in and follows a live run', async 
   expect(idle).toBeLessThanOrEqual(2);
 });
 
+test('a run page shows the datasets, models and traces its script logged', async ({ page, baseURL }) => {
+  const out = execFileSync(
+    python,
+    [join(__dirname, '..', 'explorer', 'seed_mlflow3.py'), baseURL!, `mlflow3-${Date.now()}`],
+    { encoding: 'utf8', timeout: 120_000, env: { ...process.env, MLFLOW_HTTP_REQUEST_MAX_RETRIES: '0' } },
+  );
+  const lines = out.trim().split('\n');
+  const seeded = JSON.parse(lines[lines.length - 1]);
+  await page.goto(`/experiments/${seeded.experiment_id}/runs/${seeded.run_id}`);
+  const dataset = page.locator('[data-testid="datasets"] tr[data-dataset="shapes"]');
+  await expect(dataset).toContainText('training');
+  await expect(dataset).toContainText('s3://lab/shapes.csv');
+  await expect(dataset).toContainText('width (double)');
+  await expect(dataset.locator('td.num')).toHaveText('3');
+  const model = page.locator('[data-testid="models"] tr[data-model="classifier"]');
+  await expect(model).toContainText('ready');
+  await expect(model).toContainText('made here');
+  await expect(model).toContainText('val_acc 0.875');
+  await expect(model).toContainText(seeded.model_id);
+  const files = await page.request.get(await model.getByRole('link', { name: 'MLmodel' }).getAttribute('href') ?? '');
+  // The model has no files (it was only initialized): the link answers
+  // MLflow's not-found, not a page.
+  expect(files.status()).toBe(404);
+  const trace = page.locator('[data-testid="traces"] tbody tr');
+  await expect(trace).toHaveCount(1);
+  await expect(trace).toContainText('predict');
+  await expect(trace).toContainText('OK');
+  await page.screenshot({ path: test.info().outputPath('run-inputs-outputs.png'), fullPage: true });
+});
+
 test('the links the mlflow client prints open the run', async ({ page, baseURL }) => {
   const seeded = seed(baseURL!, `links-${Date.now()}`, 1, 5);
   const link = seeded.printed.match(/View run \S+ at: (\S+)/)?.[1];

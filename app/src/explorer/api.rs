@@ -311,6 +311,77 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
     let mut params = run.params;
     params.sort();
     let tags = user_tags(run.tags);
+    let user = caller()?.user;
+    let mut io = store.run_io(std::slice::from_ref(&run.info.run_id)).await?;
+    let datasets = run_datasets(
+        io.remove(&run.info.run_id)
+            .map(|io| io.datasets)
+            .unwrap_or_default(),
+    );
+    let mut models = Vec::new();
+    for model in store.logged_models_of_run(&run.info.run_id).await? {
+        if store
+            .logged_model_as(&user, &model.model_id, trainyard_store::Access::Read)
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        // The latest value of each metric logged against it.
+        let mut latest: Vec<(String, (i64, i64), f64)> = Vec::new();
+        for m in &model.metrics {
+            let at = (m.point.step, m.point.timestamp);
+            match latest.iter_mut().find(|(k, _, _)| *k == m.key) {
+                Some(slot) if slot.1 <= at => *slot = (m.key.clone(), at, m.point.value),
+                Some(_) => {}
+                None => latest.push((m.key.clone(), at, m.point.value)),
+            }
+        }
+        latest.sort_by(|a, b| a.0.cmp(&b.0));
+        models.push(trainyard_domain::explorer::RunModel {
+            made_here: model.source_run_id.as_deref() == Some(run.info.run_id.as_str()),
+            model_id: model.model_id,
+            name: model.name,
+            status: model.status,
+            model_type: model.model_type,
+            metrics: latest
+                .into_iter()
+                .map(|(k, _, v)| (k, Cell::metric(v)))
+                .collect(),
+            experiment_id: model.experiment_id,
+        });
+    }
+    let by_run = trainyard_domain::query::Expr::Test(
+        trainyard_domain::query::Field::Attr(trainyard_domain::query::Attribute::RunId),
+        trainyard_domain::query::Predicate::Cmp(
+            trainyard_domain::query::CmpOp::Eq,
+            trainyard_domain::query::Literal::Str(run.info.run_id.clone()),
+        ),
+    );
+    let traces = store
+        .search_traces(
+            &[run.info.experiment_id],
+            Some(&by_run),
+            &[],
+            trainyard_domain::explorer::RUN_TRACES_SHOWN,
+            0,
+            &trainyard_store::Viewer::of(&user),
+        )
+        .await?
+        .into_iter()
+        .map(|t| trainyard_domain::explorer::RunTrace {
+            name: t
+                .tags
+                .iter()
+                .find(|(k, _)| k == "mlflow.traceName")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default(),
+            trace_id: t.trace_id,
+            state: t.state,
+            request_time: t.request_time,
+            execution_ms: t.execution_time,
+        })
+        .collect();
     Ok(RunDetail {
         run_id: run.info.run_id,
         experiment_id: run.info.experiment_id,
@@ -327,7 +398,71 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
         tags,
         artifacts,
         artifacts_truncated,
+        datasets,
+        models,
+        traces,
     })
+}
+
+/// A run's datasets as its page shows them: the source's URI, the schema's
+/// columns, the profile's row count.
+#[cfg(feature = "ssr")]
+fn run_datasets(
+    inputs: Vec<trainyard_domain::tracking::DatasetInput>,
+) -> Vec<trainyard_domain::explorer::RunDataset> {
+    use serde_json::Value;
+    inputs
+        .into_iter()
+        .map(|input| {
+            let d = input.dataset;
+            let source: Option<Value> = serde_json::from_str(&d.source).ok();
+            let uri = source
+                .as_ref()
+                .and_then(|s| s.get("uri").or_else(|| s.get("path")))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let schema: Option<Value> = d
+                .schema
+                .as_deref()
+                .and_then(|s| serde_json::from_str(s).ok());
+            let columns = schema
+                .as_ref()
+                .and_then(|s| {
+                    s.get("mlflow_colspec")
+                        .or_else(|| s.get("mlflow_tensorspec"))
+                })
+                .and_then(Value::as_array)
+                .map(|cols| {
+                    cols.iter()
+                        .take(200)
+                        .map(|c| {
+                            let text =
+                                |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+                            (text("name"), text("type"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let rows = d
+                .profile
+                .as_deref()
+                .and_then(|p| serde_json::from_str::<Value>(p).ok())
+                .and_then(|p| p.get("num_rows").and_then(Value::as_u64));
+            trainyard_domain::explorer::RunDataset {
+                name: d.name,
+                digest: d.digest,
+                source_type: d.source_type,
+                source: uri.unwrap_or(d.source),
+                context: input
+                    .tags
+                    .into_iter()
+                    .find(|(k, _)| k == "mlflow.data.context")
+                    .map(|(_, v)| v),
+                columns,
+                rows,
+            }
+        })
+        .collect()
 }
 
 /// A run's name and the keys of its metrics, sorted: what its page draws

@@ -226,8 +226,103 @@ fn RunFacts(detail: RunDetail) -> impl IntoView {
                 }}
             </section>
         </div>
+        {view! { <RunInputsOutputs datasets=d.datasets models=d.models traces=d.traces/> }.into_any()}
     }
     .into_any()
+}
+
+/// What the run read and made besides metrics: datasets, logged models,
+/// traces. Each section is there only when the run has some.
+#[component]
+fn RunInputsOutputs(
+    datasets: Vec<trainyard_domain::explorer::RunDataset>,
+    models: Vec<trainyard_domain::explorer::RunModel>,
+    traces: Vec<trainyard_domain::explorer::RunTrace>,
+) -> impl IntoView {
+    let datasets = (!datasets.is_empty()).then(|| view! {
+        <section>
+            <h2>"Datasets"</h2>
+            <table class="table" data-testid="datasets">
+                <thead><tr>
+                    <th>"Name"</th><th>"Used for"</th><th>"Digest"</th><th>"Source"</th>
+                    <th class="num">"Rows"</th><th>"Columns"</th>
+                </tr></thead>
+                <tbody>
+                    {datasets.into_iter().map(|d| {
+                        let columns = d.columns.iter()
+                            .map(|(name, kind)| if kind.is_empty() { name.clone() } else { format!("{name} ({kind})") })
+                            .collect::<Vec<_>>()
+                            .join(", ");
+                        view! {
+                            <tr data-dataset=d.name.clone()>
+                                <td>{d.name.clone()}</td>
+                                <td>{d.context.unwrap_or_else(|| "–".to_owned())}</td>
+                                <td><code>{d.digest}</code></td>
+                                <td><span class="muted">{d.source_type}": "</span>{d.source}</td>
+                                <td class="num">{d.rows.map(|r| r.to_string()).unwrap_or_else(|| "–".to_owned())}</td>
+                                <td>{columns}</td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </section>
+    }.into_any());
+    let models = (!models.is_empty()).then(|| view! {
+        <section>
+            <h2>"Models"</h2>
+            <table class="table" data-testid="models">
+                <thead><tr><th>"Name"</th><th>"Status"</th><th>"Run"</th><th>"Metrics"</th><th>"Model ID"</th><th>"Files"</th></tr></thead>
+                <tbody>
+                    {models.into_iter().map(|m| {
+                        let files = format!(
+                            "/api/2.0/mlflow-artifacts/artifacts/{}/models/{}/artifacts/MLmodel",
+                            m.experiment_id, m.model_id
+                        );
+                        let metrics = m.metrics.iter()
+                            .map(|(k, v)| format!("{k} {}", v.display()))
+                            .collect::<Vec<_>>()
+                            .join(" · ");
+                        let status_class = match m.status.as_str() {
+                            "READY" => "badge badge-ok",
+                            "FAILED" => "badge badge-bad",
+                            _ => "badge",
+                        };
+                        view! {
+                            <tr data-model=m.name.clone()>
+                                <td>{m.name.clone()}{(!m.model_type.is_empty()).then(|| view! { " " <span class="muted">{m.model_type.clone()}</span> })}</td>
+                                <td><span class=status_class>{m.status.to_lowercase()}</span></td>
+                                <td>{if m.made_here { "made here" } else { "read" }}</td>
+                                <td>{if metrics.is_empty() { "–".to_owned() } else { metrics }}</td>
+                                <td><code>{m.model_id}</code></td>
+                                <td><a href=files download="MLmodel">"MLmodel"</a></td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </section>
+    }.into_any());
+    let traces = (!traces.is_empty()).then(|| view! {
+        <section>
+            <h2>"Traces"</h2>
+            <table class="table narrow" data-testid="traces">
+                <thead><tr><th>"Name"</th><th>"State"</th><th>"At"</th><th class="num">"Took"</th><th>"Trace ID"</th></tr></thead>
+                <tbody>
+                    {traces.into_iter().map(|t| view! {
+                        <tr data-trace=t.trace_id.clone()>
+                            <td>{t.name}</td>
+                            <td>{t.state}</td>
+                            <td>{format_utc(t.request_time)}</td>
+                            <td class="num">{t.execution_ms.map(|ms| format!("{ms} ms")).unwrap_or_else(|| "–".to_owned())}</td>
+                            <td><code>{t.trace_id.clone()}</code></td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </section>
+    }.into_any());
+    view! { {datasets} {models} {traces} }.into_any()
 }
 
 #[component]

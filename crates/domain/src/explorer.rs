@@ -270,6 +270,55 @@ pub struct RunDetail {
     pub artifacts: Vec<Artifact>,
     /// True when the list stopped at its limit.
     pub artifacts_truncated: bool,
+    /// The datasets it read (`mlflow.log_input`, autolog).
+    pub datasets: Vec<RunDataset>,
+    /// The logged models it made or read.
+    pub models: Vec<RunModel>,
+    /// Its traces, newest first (at most [`RUN_TRACES_SHOWN`]).
+    pub traces: Vec<RunTrace>,
+}
+
+/// How many of a run's traces its page lists.
+pub const RUN_TRACES_SHOWN: u64 = 50;
+
+/// A dataset a run read, as its page shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunDataset {
+    pub name: String,
+    pub digest: String,
+    pub source_type: String,
+    /// Where it came from: the source's `uri` when it has one, else its JSON.
+    pub source: String,
+    /// `mlflow.data.context`: training, eval, …
+    pub context: Option<String>,
+    /// Column names and types from its schema.
+    pub columns: Vec<(String, String)>,
+    pub rows: Option<u64>,
+}
+
+/// A logged model of a run, with the metrics logged against it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunModel {
+    pub model_id: String,
+    pub name: String,
+    /// PENDING, READY or FAILED.
+    pub status: String,
+    /// True when this run made it; false when it only read it.
+    pub made_here: bool,
+    pub model_type: String,
+    pub metrics: Vec<(String, Cell)>,
+    /// The experiment it is filed under (for its files' path).
+    pub experiment_id: i64,
+}
+
+/// A trace of a run, as its page lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunTrace {
+    pub trace_id: String,
+    pub name: String,
+    pub state: String,
+    pub request_time: i64,
+    pub execution_ms: Option<i64>,
 }
 
 /// A run as a comparison needs it: its name, params, tags and latest

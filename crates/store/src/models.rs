@@ -509,6 +509,27 @@ impl Store {
         Ok(())
     }
 
+    /// The logged models a run made (its source run) or read or wrote, in
+    /// the order they were made.
+    pub async fn logged_models_of_run(&self, run_id: &str) -> Result<Vec<LoggedModel>, StoreError> {
+        let mut sql = self.sql();
+        sql.push(
+            "SELECT id FROM logged_models WHERE lifecycle_stage = 'active' AND (source_run_id = ",
+        )
+        .bind(run_id.to_owned())
+        .push(" OR id IN (SELECT model_id FROM run_models WHERE run_id = ")
+        .bind(run_id.to_owned())
+        .push(")) ORDER BY creation_time, id LIMIT 1000");
+        let ids: Vec<String> = self
+            .connection()
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| get(row, "id"))
+            .collect::<Result<_, _>>()?;
+        self.load_logged_models(&ids).await
+    }
+
     /// The (experiment, model) of every logged model a user owns, deleted
     /// ones too: where their artifacts are.
     pub async fn logged_models_owned_by(

@@ -430,12 +430,14 @@ pub async fn link_to_run(
     Ok(Json(json!({})))
 }
 
-/// `POST /v1/traces`: OTLP spans. The client then writes them into the
-/// trace's `traces.json` artifact instead.
+/// `POST /v1/traces`: OTLP spans. The client reads this message, stops
+/// sending spans here and writes them into the trace's `traces.json`
+/// artifact instead. (A 404, not MLflow's 501: the access log would count
+/// every client's first trace as a server failure.)
 pub async fn otlp() -> ApiError {
     ApiError {
-        status: StatusCode::NOT_IMPLEMENTED,
-        code: "NOT_IMPLEMENTED",
+        status: StatusCode::NOT_FOUND,
+        code: "ENDPOINT_NOT_FOUND",
         message: "REST OTLP span logging is not supported by this server: spans are kept in each trace's traces.json artifact".to_owned(),
     }
 }

@@ -1,0 +1,30 @@
+"""Logs one run with what MLflow 3 scripts add beside metrics: a dataset
+(pandas, from S3), a logged model with a metric, and a trace. Prints the
+ids as JSON. Usage: seed_mlflow3.py URL EXPERIMENT"""
+
+import json
+import sys
+
+import mlflow
+import pandas as pd
+from mlflow.entities import LoggedModelStatus
+
+url, experiment = sys.argv[1], sys.argv[2]
+mlflow.set_tracking_uri(url)
+experiment_id = mlflow.set_experiment(experiment).experiment_id
+frame = pd.DataFrame({"width": [0.1, 0.5, 0.9], "label": [0, 1, 1]})
+
+
+@mlflow.trace
+def predict(width):
+    return int(width > 0.3)
+
+
+with mlflow.start_run(run_name="with-inputs") as run:
+    mlflow.log_input(mlflow.data.from_pandas(frame, source="s3://lab/shapes.csv", name="shapes"), context="training")
+    model = mlflow.initialize_logged_model(name="classifier", model_type="sklearn")
+    mlflow.log_metric("val_acc", 0.875, model_id=model.model_id)
+    mlflow.MlflowClient().finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    predict(0.7)
+mlflow.flush_trace_async_logging()
+print(json.dumps({"experiment_id": experiment_id, "run_id": run.info.run_id, "model_id": model.model_id}))
