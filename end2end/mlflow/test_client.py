@@ -292,10 +292,13 @@ def test_version_health_server_info_and_json_errors_under_every_prefix(server):
     info = requests.get(f"{server}/api/3.0/mlflow/server-info", timeout=10).json()
     assert info["store_type"] == "SqlStore" and info["multipart_uploads_enabled"] is False
     # MLflow answers these with an HTML page; a client wants JSON it can read.
-    for path in ["/api/3.0/mlflow/traces/nope", "/ajax-api/3.0/mlflow/x", "/api/2.0/mlflow/registered-models/nope"]:
+    for path in ["/api/3.0/mlflow/no/such/thing", "/ajax-api/3.0/mlflow/x", "/api/2.0/mlflow/registered-models/nope"]:
         response = requests.post(f"{server}{path}", json={}, timeout=10)
         assert response.status_code == 404, path
         assert response.json()["error_code"] == "ENDPOINT_NOT_FOUND", path
+    # A known path asked with the wrong method says so, in JSON too.
+    response = requests.post(f"{server}/api/3.0/mlflow/traces/tr-1", json={}, timeout=10)
+    assert response.status_code == 405 and "does not take POST" in response.json()["message"]
 
 
 def test_long_params_and_tags_are_kept_whole(server, unique):

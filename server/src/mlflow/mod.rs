@@ -240,6 +240,7 @@ fn tracking_routes() -> Router<AppState> {
             delete(registry::delete_version_tag),
         )
         .fallback(unknown_endpoint)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
 }
 
@@ -267,6 +268,7 @@ fn v3_routes() -> Router<AppState> {
         .route("/traces/search", post(traces::search))
         .route("/traces/{trace_id}", get(traces::get))
         .fallback(unknown_endpoint)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
 }
 
@@ -294,6 +296,18 @@ pub async fn version() -> &'static str {
 /// MLflow's `/health`: plain `OK` while the process answers.
 pub async fn health() -> &'static str {
     "OK"
+}
+
+/// A known endpoint asked with a method it does not take.
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        code: "ENDPOINT_NOT_FOUND",
+        message: format!(
+            "{} does not take {method}; see MLflow's REST API for its method",
+            uri.path()
+        ),
+    }
 }
 
 async fn unknown_endpoint(uri: axum::http::Uri) -> ApiError {
