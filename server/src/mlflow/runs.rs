@@ -246,18 +246,6 @@ pub struct MetricBody {
     dataset_digest: Option<String>,
 }
 
-/// The model metric a run's metric also is, when it names a model.
-fn model_metric(m: &MetricBody, logged: &MetricIn) -> Option<ModelMetricIn> {
-    let model_id = m.model_id.clone().filter(|id| !id.is_empty())?;
-    Some(ModelMetricIn {
-        model_id,
-        key: logged.key.clone(),
-        point: logged.point,
-        dataset_name: m.dataset_name.clone().filter(|n| !n.is_empty()),
-        dataset_digest: m.dataset_digest.clone().filter(|d| !d.is_empty()),
-    })
-}
-
 /// Checks that the caller may add metrics to each model named.
 async fn may_measure_models(
     state: &AppState,
@@ -273,8 +261,10 @@ async fn may_measure_models(
     Ok(())
 }
 
-fn metric_in(m: &MetricBody, path: &str) -> Result<MetricIn, ApiError> {
-    let key = required(m.key.clone(), &format!("{path}key"))?;
+/// The metric a run logs, and the model metric it also is when it names a
+/// model (the key is copied only then: a batch holds up to 1,000 points).
+fn metric_in(m: MetricBody, path: &str) -> Result<(MetricIn, Option<ModelMetricIn>), ApiError> {
+    let key = required(m.key, &format!("{path}key"))?;
     validate::key(&key, &format!("{path}name"))?;
     let value = required(m.value, &format!("{path}value"))?;
     let timestamp = required(m.timestamp, &format!("{path}timestamp"))?;
@@ -283,14 +273,25 @@ fn metric_in(m: &MetricBody, path: &str) -> Result<MetricIn, ApiError> {
             "Invalid value {timestamp} for parameter 'timestamp' supplied: metric '{key}'. Timestamp must be a nonnegative long (64-bit integer)"
         )));
     }
-    Ok(MetricIn {
+    let logged = MetricIn {
         key,
         point: Point {
             step: m.step.unwrap_or(0),
             timestamp,
             value,
         },
-    })
+    };
+    let for_model = m
+        .model_id
+        .filter(|id| !id.is_empty())
+        .map(|model_id| ModelMetricIn {
+            model_id,
+            key: logged.key.clone(),
+            point: logged.point,
+            dataset_name: m.dataset_name.filter(|n| !n.is_empty()),
+            dataset_digest: m.dataset_digest.filter(|d| !d.is_empty()),
+        });
+    Ok((logged, for_model))
 }
 
 #[derive(Deserialize)]
@@ -308,8 +309,8 @@ pub async fn log_metric(
 ) -> ApiResult {
     let run_id = req.run.id()?;
     may_change_run(&state, &principal, &run_id).await?;
-    let metric = metric_in(&req.metric, "")?;
-    let for_models: Vec<ModelMetricIn> = model_metric(&req.metric, &metric).into_iter().collect();
+    let (metric, for_model) = metric_in(req.metric, "")?;
+    let for_models: Vec<ModelMetricIn> = for_model.into_iter().collect();
     may_measure_models(&state, &principal, &for_models).await?;
     state.store.log_batch(&run_id, &[metric], &[], &[]).await?;
     state.store.log_model_metrics(&run_id, &for_models).await?;
@@ -395,18 +396,13 @@ pub async fn log_batch(
     .id()?;
     may_change_run(&state, &principal, &run_id).await?;
     validate::batch_limits(req.metrics.len(), req.params.len(), req.tags.len())?;
-    let metrics = req
-        .metrics
-        .iter()
-        .enumerate()
-        .map(|(i, m)| metric_in(m, &format!("metrics[{i}].")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let for_models: Vec<ModelMetricIn> = req
-        .metrics
-        .iter()
-        .zip(&metrics)
-        .filter_map(|(body, logged)| model_metric(body, logged))
-        .collect();
+    let mut metrics = Vec::with_capacity(req.metrics.len());
+    let mut for_models: Vec<ModelMetricIn> = Vec::new();
+    for (i, m) in req.metrics.into_iter().enumerate() {
+        let (logged, for_model) = metric_in(m, &format!("metrics[{i}]."))?;
+        metrics.push(logged);
+        for_models.extend(for_model);
+    }
     may_measure_models(&state, &principal, &for_models).await?;
     let params = key_values_with(req.params, "params", MAX_PARAM_VALUE_LEN, "Param")?;
     let mut seen = HashSet::new();
