@@ -10,7 +10,7 @@ use trainyard_domain::tracking::{
     Dataset, DatasetInput, DatasetSummary, LoggedModel, ModelMetric, Point, RunIo,
 };
 
-use crate::sql::{Sql, filter};
+use crate::sql::{filter, upsert_pairs};
 use crate::tracking::get;
 use crate::{Store, StoreError, Viewer, now_millis};
 
@@ -56,56 +56,12 @@ fn model_not_found(model_id: &str) -> StoreError {
     StoreError::NotFound(format!("Logged model with ID '{model_id}' not found."))
 }
 
-/// `(key, value)` pairs with the last value of each key, in first-seen order.
-fn last_per_key(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
-    let mut out: Vec<(&str, &str)> = Vec::new();
-    for (k, v) in pairs {
-        match out.iter_mut().find(|(key, _)| *key == k.as_str()) {
-            Some(slot) => slot.1 = v.as_str(),
-            None => out.push((k.as_str(), v.as_str())),
-        }
-    }
-    out
-}
-
 fn tags_json(tags: &[(String, String)]) -> String {
     serde_json::to_string(tags).unwrap_or_else(|_| "[]".to_owned())
 }
 
 fn tags_from_json(text: &str) -> Vec<(String, String)> {
     serde_json::from_str(text).unwrap_or_default()
-}
-
-/// Writes `INSERT INTO <table> (model_id, key, value) … ON CONFLICT …`.
-async fn upsert_model_kv(
-    conn: &impl ConnectionTrait,
-    mut sql: Sql,
-    table: &str,
-    model_id: &str,
-    pairs: &[(String, String)],
-) -> Result<(), StoreError> {
-    let last = last_per_key(pairs);
-    if last.is_empty() {
-        return Ok(());
-    }
-    sql.push(&format!(
-        "INSERT INTO {table} (model_id, key, value) VALUES "
-    ));
-    for (i, (key, value)) in last.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        sql.push("(")
-            .bind(model_id.to_owned())
-            .push(", ")
-            .bind((*key).to_owned())
-            .push(", ")
-            .bind((*value).to_owned())
-            .push(")");
-    }
-    sql.push(" ON CONFLICT (model_id, key) DO UPDATE SET value = excluded.value");
-    conn.execute_raw(sql.build()).await?;
-    Ok(())
 }
 
 impl Store {
@@ -452,15 +408,22 @@ impl Store {
             .bind(team_id)
             .push(", 'active')");
         txn.execute_raw(sql.build()).await?;
-        upsert_model_kv(
+        upsert_pairs(
             &txn,
             self.sql(),
             "logged_model_params",
-            &model_id,
+            &[("model_id", model_id.to_owned().into())],
             &new.params,
         )
         .await?;
-        upsert_model_kv(&txn, self.sql(), "logged_model_tags", &model_id, &new.tags).await?;
+        upsert_pairs(
+            &txn,
+            self.sql(),
+            "logged_model_tags",
+            &[("model_id", model_id.to_owned().into())],
+            &new.tags,
+        )
+        .await?;
         txn.commit().await?;
         self.get_logged_model(&model_id).await
     }
@@ -627,7 +590,14 @@ impl Store {
         let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
         self.touch_model(&txn, model_id, "", None).await?;
-        upsert_model_kv(&txn, self.sql(), "logged_model_tags", model_id, tags).await?;
+        upsert_pairs(
+            &txn,
+            self.sql(),
+            "logged_model_tags",
+            &[("model_id", model_id.to_owned().into())],
+            tags,
+        )
+        .await?;
         txn.commit().await?;
         Ok(())
     }
@@ -681,7 +651,14 @@ impl Store {
                 }
             }
         }
-        upsert_model_kv(&txn, self.sql(), "logged_model_params", model_id, params).await?;
+        upsert_pairs(
+            &txn,
+            self.sql(),
+            "logged_model_params",
+            &[("model_id", model_id.to_owned().into())],
+            params,
+        )
+        .await?;
         txn.commit().await?;
         Ok(())
     }

@@ -6,7 +6,7 @@ use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Expr, OrderBy, Scope};
 use trainyard_domain::tracking::{MODEL_STAGES, ModelVersion, RegisteredModel};
 
-use crate::sql::{Sql, filter};
+use crate::sql::{Sql, filter, upsert_pairs};
 use crate::tracking::get;
 use crate::{Store, StoreError, Viewer, now_millis};
 
@@ -34,33 +34,6 @@ pub struct NewVersion {
     pub user_name: String,
     pub model_id: Option<String>,
     pub tags: Vec<(String, String)>,
-}
-
-async fn upsert_tag(
-    conn: &impl ConnectionTrait,
-    mut sql: Sql,
-    table: &str,
-    keys: &[(&str, sea_orm::Value)],
-    key: &str,
-    value: &str,
-) -> Result<(), StoreError> {
-    let columns: Vec<&str> = keys.iter().map(|(c, _)| *c).collect();
-    sql.push(&format!(
-        "INSERT INTO {table} ({}, key, value) VALUES (",
-        columns.join(", ")
-    ));
-    for (_, v) in keys {
-        sql.bind(v.clone()).push(", ");
-    }
-    sql.bind(key.to_owned())
-        .push(", ")
-        .bind(value.to_owned())
-        .push(&format!(
-            ") ON CONFLICT ({}, key) DO UPDATE SET value = excluded.value",
-            columns.join(", ")
-        ));
-    conn.execute_raw(sql.build()).await?;
-    Ok(())
 }
 
 impl Store {
@@ -134,17 +107,14 @@ impl Store {
                 });
             }
             let (id, _) = self.registered_model_row(&txn, name).await?;
-            for (key, value) in tags {
-                upsert_tag(
-                    &txn,
-                    self.sql(),
-                    "registered_model_tags",
-                    &[("registered_model_id", id.into())],
-                    key,
-                    value,
-                )
-                .await?;
-            }
+            upsert_pairs(
+                &txn,
+                self.sql(),
+                "registered_model_tags",
+                &[("registered_model_id", id.into())],
+                tags,
+            )
+            .await?;
             txn.commit().await?;
         }
         self.get_registered_model(name).await
@@ -373,13 +343,12 @@ impl Store {
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         let (id, _) = self.registered_model_row(self.connection(), name).await?;
-        upsert_tag(
+        upsert_pairs(
             self.connection(),
             self.sql(),
             "registered_model_tags",
             &[("registered_model_id", id.into())],
-            key,
-            value,
+            &[(key.to_owned(), value.to_owned())],
         )
         .await
     }
@@ -475,20 +444,17 @@ impl Store {
                 .bind(new.model_id.clone())
                 .push(")");
             txn.execute_raw(sql.build()).await?;
-            for (key, value) in &new.tags {
-                upsert_tag(
-                    &txn,
-                    self.sql(),
-                    "model_version_tags",
-                    &[
-                        ("registered_model_id", id.into()),
-                        ("version", version.into()),
-                    ],
-                    key,
-                    value,
-                )
-                .await?;
-            }
+            upsert_pairs(
+                &txn,
+                self.sql(),
+                "model_version_tags",
+                &[
+                    ("registered_model_id", id.into()),
+                    ("version", version.into()),
+                ],
+                &new.tags,
+            )
+            .await?;
             self.touch_registered_model(&txn, id).await?;
             txn.commit().await?;
             i64::from(version)
@@ -628,7 +594,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         let id = self.live_version(self.connection(), name, version).await?;
-        upsert_tag(
+        upsert_pairs(
             self.connection(),
             self.sql(),
             "model_version_tags",
@@ -636,8 +602,7 @@ impl Store {
                 ("registered_model_id", id.into()),
                 ("version", (version as i32).into()),
             ],
-            key,
-            value,
+            &[(key.to_owned(), value.to_owned())],
         )
         .await
     }

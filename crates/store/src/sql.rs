@@ -58,6 +58,58 @@ impl Sql {
     }
 }
 
+/// `(key, value)` pairs with the last value of each key, in first-seen order.
+pub(crate) fn last_per_key(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for (k, v) in pairs {
+        match out.iter_mut().find(|(key, _)| *key == k.as_str()) {
+            Some(slot) => slot.1 = v.as_str(),
+            None => out.push((k.as_str(), v.as_str())),
+        }
+    }
+    out
+}
+
+/// Sets key-value rows of one owner in one statement, last write wins:
+/// `INSERT INTO <table> (<owner columns>, key, value) … ON CONFLICT … DO
+/// UPDATE`. The tags and params of models, registered models, versions and
+/// traces all have this shape.
+pub(crate) async fn upsert_pairs(
+    conn: &impl sea_orm::ConnectionTrait,
+    mut sql: Sql,
+    table: &str,
+    owner: &[(&str, Value)],
+    pairs: &[(String, String)],
+) -> Result<(), crate::StoreError> {
+    let last = last_per_key(pairs);
+    if last.is_empty() {
+        return Ok(());
+    }
+    let columns: Vec<&str> = owner.iter().map(|(c, _)| *c).collect();
+    let columns = columns.join(", ");
+    sql.push(&format!(
+        "INSERT INTO {table} ({columns}, key, value) VALUES "
+    ));
+    for (i, (key, value)) in last.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.push("(");
+        for (_, v) in owner {
+            sql.bind(v.clone()).push(", ");
+        }
+        sql.bind((*key).to_owned())
+            .push(", ")
+            .bind((*value).to_owned())
+            .push(")");
+    }
+    sql.push(&format!(
+        " ON CONFLICT ({columns}, key) DO UPDATE SET value = excluded.value"
+    ));
+    conn.execute_raw(sql.build()).await?;
+    Ok(())
+}
+
 /// Writes a filter as a boolean SQL expression over `runs r` (runs scope),
 /// `experiments e` (experiments scope), `logged_models m` (logged models),
 /// `registered_models g` and (for versions) `model_versions v`, or

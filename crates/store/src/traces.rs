@@ -7,7 +7,7 @@ use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Expr, Field, OrderBy, Scope};
 use trainyard_domain::tracking::TraceInfo;
 
-use crate::sql::{Sql, filter};
+use crate::sql::{filter, upsert_pairs};
 use crate::tracking::get;
 use crate::{Store, StoreError, Viewer};
 
@@ -20,43 +20,6 @@ pub const ARTIFACT_LOCATION_TAG: &str = "mlflow.artifactLocation";
 
 fn trace_not_found(id: &str) -> StoreError {
     StoreError::NotFound(format!("Trace with ID '{id}' not found."))
-}
-
-async fn put_kv(
-    conn: &impl ConnectionTrait,
-    mut sql: Sql,
-    table: &str,
-    trace_id: &str,
-    pairs: &[(String, String)],
-) -> Result<(), StoreError> {
-    if pairs.is_empty() {
-        return Ok(());
-    }
-    sql.push(&format!(
-        "INSERT INTO {table} (trace_id, key, value) VALUES "
-    ));
-    let mut seen: Vec<&str> = Vec::new();
-    let mut first = true;
-    for (key, value) in pairs.iter().rev() {
-        if seen.contains(&key.as_str()) {
-            continue;
-        }
-        seen.push(key);
-        if !first {
-            sql.push(", ");
-        }
-        first = false;
-        sql.push("(")
-            .bind(trace_id.to_owned())
-            .push(", ")
-            .bind(key.clone())
-            .push(", ")
-            .bind(value.clone())
-            .push(")");
-    }
-    sql.push(" ON CONFLICT (trace_id, key) DO UPDATE SET value = excluded.value");
-    conn.execute_raw(sql.build()).await?;
-    Ok(())
 }
 
 impl Store {
@@ -138,15 +101,9 @@ impl Store {
                     what: format!("Trace with ID '{}'", info.trace_id),
                 });
             }
-            put_kv(&txn, self.sql(), "trace_tags", &info.trace_id, &info.tags).await?;
-            put_kv(
-                &txn,
-                self.sql(),
-                "trace_metadata",
-                &info.trace_id,
-                &info.metadata,
-            )
-            .await?;
+            let owner = [("trace_id", info.trace_id.clone().into())];
+            upsert_pairs(&txn, self.sql(), "trace_tags", &owner, &info.tags).await?;
+            upsert_pairs(&txn, self.sql(), "trace_metadata", &owner, &info.metadata).await?;
             txn.commit().await?;
         }
         self.get_trace_info(&info.trace_id).await
@@ -310,11 +267,11 @@ impl Store {
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         self.trace_place(trace_id).await?;
-        put_kv(
+        upsert_pairs(
             self.connection(),
             self.sql(),
             "trace_tags",
-            trace_id,
+            &[("trace_id", trace_id.to_owned().into())],
             &[(key.to_owned(), value.to_owned())],
         )
         .await

@@ -45,7 +45,7 @@ fn version_number(version: Option<serde_json::Value>) -> Result<i64, ApiError> {
     text.trim()
         .parse::<i64>()
         .ok()
-        .filter(|v| *v > 0)
+        .filter(|v| (1..=i64::from(i32::MAX)).contains(v))
         .ok_or_else(|| {
             ApiError::invalid(format!(
                 "Parameter 'version' must be a positive integer, got '{text}'"

@@ -224,11 +224,9 @@ pub async fn search(
         .await?;
     let ids: Vec<String> = runs.iter().map(|r| r.info.run_id.clone()).collect();
     let io = state.store.run_io(&ids).await?;
-    let runs: Vec<serde_json::Value> = runs
-        .iter()
-        .map(|r| wire::run_with_io(r, io.get(&r.info.run_id)))
-        .collect();
-    Ok(Json(wire::page(runs, limit, offset, "runs", |v| v.clone())))
+    Ok(Json(wire::page(runs, limit, offset, "runs", |r| {
+        wire::run_with_io(r, io.get(&r.info.run_id))
+    })))
 }
 
 #[derive(Deserialize)]

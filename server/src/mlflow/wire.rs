@@ -461,7 +461,7 @@ pub fn page<T>(
     limit: u64,
     offset: u64,
     field: &str,
-    to_json: fn(&T) -> Value,
+    to_json: impl Fn(&T) -> Value,
 ) -> Value {
     let mut out = json!({});
     if found.len() as u64 > limit {
