@@ -37,7 +37,7 @@ bench-k8s-fragmentation: ## 1/2/4/8-GPU jobs on 100 nodes: Trainyard's placement
 image:    ## Trainyard's container image (deploy/Dockerfile) from the release build; needs a Docker engine
 	@scripts/image.sh
 
-bench-scheduler: ## one scheduling cycle: 10,000 pending jobs on 1,000 nodes x 8 GPUs
+bench-scheduler: ## one scheduling cycle: 10,000 pending jobs of 50 teams and 2,000 people on 1,000 nodes x 8 GPUs
 	@bash -c 'source scripts/common.sh && cargo bench --locked -p trainyard-scheduler --bench cycle'
 
 fmt:

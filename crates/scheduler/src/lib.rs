@@ -12,8 +12,12 @@
 //!   team over its share, then by the user), then submission time.
 //! - Quotas: a team may run up to its quota of GPUs as its own. Beyond it, a
 //!   job runs only on idle GPUs, as *borrowed* capacity. Which of a team's
-//!   jobs are borrowed is derived each cycle: its earliest-started jobs fill
-//!   the quota, the rest are borrowed.
+//!   jobs are borrowed is derived each cycle: its jobs that may not be
+//!   preempted, then its earliest-started, fill the quota; the rest are
+//!   borrowed. A team without a quota (0, the default) borrows everything
+//!   it runs: with no quotas anywhere the queue is plain fair share.
+//! - A job that may not be preempted never borrows: it starts only within
+//!   its team's quota.
 //! - Preemption: a job whose team is within its quota and that finds no room
 //!   may preempt borrowed jobs of teams over their quota (whole jobs, to be
 //!   requeued), on the one node where that frees enough for it at the least
@@ -72,6 +76,9 @@ pub struct PendingJob {
     /// Milliseconds since the Unix epoch.
     pub submitted_at: i64,
     pub resources: Resources,
+    /// May run beyond its team's quota on borrowed GPUs (and so be
+    /// preempted). False: it waits for the team's own GPUs.
+    pub borrow: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +92,9 @@ pub struct RunningJob {
     /// GPU indices on the node.
     pub gpus: Vec<u32>,
     pub resources: Resources,
+    /// False for a job that may not be preempted: it counts first
+    /// against its team's quota.
+    pub preemptible: bool,
 }
 
 /// Decayed GPU-hours over the fair-share window.
@@ -158,6 +168,12 @@ pub enum Reason {
         in_use: u32,
         quota: u32,
     },
+    /// The job may not be preempted, so it waits for its team's own GPUs.
+    OwnGpusOnly {
+        team: String,
+        in_use: u32,
+        quota: u32,
+    },
     /// No node has the GPUs free.
     NoRoom { gpus: u32, largest_free: u32 },
     /// Nodes with the GPUs free lack CPU or memory.
@@ -196,7 +212,17 @@ impl fmt::Display for Reason {
                 quota,
             } => write!(
                 f,
-                "team quota: {in_use} of {quota} GPUs in use by {team}, and no idle GPUs to borrow"
+                "team {team}: {in_use} of {} in use; waiting for idle GPUs to borrow",
+                gpus_text(*quota, "guaranteed")
+            ),
+            Reason::OwnGpusOnly {
+                team,
+                in_use,
+                quota,
+            } => write!(
+                f,
+                "team {team}: {in_use} of {} in use; this job may not be preempted, so it runs only on the team's own GPUs",
+                gpus_text(*quota, "guaranteed")
             ),
             Reason::NoRoom { gpus, largest_free } => write!(
                 f,
@@ -233,11 +259,36 @@ pub struct Waiting {
     pub reason: Reason,
 }
 
+/// A borrowed job to stop and requeue, and who needs its GPUs back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Preemption {
+    pub job: JobId,
+    /// The waiting job the GPUs go to.
+    pub for_job: JobId,
+    /// Its team, that team's quota, and the GPUs it needs.
+    pub team: String,
+    pub quota: u32,
+    pub gpus: u32,
+}
+
+impl fmt::Display for Preemption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "preempted: team {} is within its quota of {} and needs {} (job {})",
+            self.team,
+            gpus_text(self.quota, ""),
+            self.gpus,
+            self.for_job
+        )
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Decision {
     pub starts: Vec<Placement>,
     /// Running jobs to stop and requeue.
-    pub preempt: Vec<JobId>,
+    pub preempt: Vec<Preemption>,
     /// Every pending job that does not start, in queue order.
     pub waiting: Vec<Waiting>,
 }
@@ -269,7 +320,15 @@ struct Free {
     cpu_millis: u32,
     memory_mib: u64,
     schedulable: bool,
-    held_by: Option<JobId>,
+    held_by: Option<Hold>,
+}
+
+/// A node kept draining for a job ahead in the queue. A hold for a job
+/// that would borrow gives way to jobs within their team's quota.
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    job: JobId,
+    borrower: bool,
 }
 
 impl Free {
@@ -297,8 +356,9 @@ impl Free {
     }
 }
 
-/// Which running jobs are borrowed: per team, the earliest-started jobs fill
-/// the quota; the rest are borrowed.
+/// Which running jobs are borrowed: per team, the jobs that may not be
+/// preempted, then the earliest-started, fill the quota; the rest are
+/// borrowed.
 pub fn borrowed_jobs(teams: &[Team], running: &[RunningJob]) -> Vec<JobId> {
     let quota: HashMap<TeamId, u32> = teams.iter().map(|t| (t.id, t.quota_gpus)).collect();
     let mut by_team: HashMap<TeamId, Vec<&RunningJob>> = HashMap::new();
@@ -307,11 +367,13 @@ pub fn borrowed_jobs(teams: &[Team], running: &[RunningJob]) -> Vec<JobId> {
     }
     let mut borrowed = Vec::new();
     for (team, mut jobs) in by_team {
-        jobs.sort_by_key(|j| (j.started_at, j.id));
+        jobs.sort_by_key(|j| (j.preemptible, j.started_at, j.id));
         let mut owned = 0u32;
         let limit = quota.get(&team).copied().unwrap_or(0);
         for job in jobs {
-            if owned + job.resources.gpus <= limit {
+            // Over the quota only when an admin lowered it: still not
+            // preempted, as it was promised.
+            if !job.preemptible || owned + job.resources.gpus <= limit {
                 owned += job.resources.gpus;
             } else {
                 borrowed.push(job.id);
@@ -395,7 +457,10 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
     let mut preempted: std::collections::HashSet<JobId> = Default::default();
     // Nodes held for a job ahead in the queue (see the crate's rules).
     let mut held_nodes: Vec<usize> = Vec::new();
-    let mut holding = false;
+    // The first job within its quota and the first borrowing job that find
+    // no room each hold a node.
+    let mut holding_owner = false;
+    let mut holding_borrower = false;
     for (position, job) in order.into_iter().enumerate() {
         let position = position + 1;
         let r = &job.resources;
@@ -417,11 +482,23 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
             continue;
         }
         let team = teams.get(&job.team);
+        let team_name = || team.map(|t| t.name.clone()).unwrap_or_default();
         let quota = team.map(|t| t.quota_gpus).unwrap_or(0);
         let used = in_use.get(&job.team).copied().unwrap_or(0);
         let within_quota = used + r.gpus <= quota;
+        if !within_quota && !job.borrow {
+            wait(
+                Reason::OwnGpusOnly {
+                    team: team_name(),
+                    in_use: used,
+                    quota,
+                },
+                &mut decision,
+            );
+            continue;
+        }
         let quota_reason = || Reason::Quota {
-            team: team.map(|t| t.name.clone()).unwrap_or_default(),
+            team: team_name(),
             in_use: used,
             quota,
         };
@@ -429,19 +506,30 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
             wait(quota_reason(), &mut decision);
             continue;
         }
-        // Best fit among nodes not held for another job.
-        let mut chosen = None;
-        for &(_, i) in by_free.range((r.gpus, 0)..) {
-            let f = &free[i];
-            if f.held_by.is_none() && f.fits(r) {
-                chosen = Some(i);
-                break;
+        // Best fit among nodes not held for another job; a job within its
+        // quota may also use nodes held for borrowers.
+        let mut chosen = by_free
+            .range((r.gpus, 0)..)
+            .map(|&(_, i)| i)
+            .find(|&i| free[i].held_by.is_none() && free[i].fits(r));
+        if within_quota {
+            let yielding = held_nodes
+                .iter()
+                .copied()
+                .filter(|&i| free[i].held_by.is_some_and(|h| h.borrower) && free[i].fits(r))
+                .min_by_key(|&i| (free[i].free_gpus, i));
+            if let Some(h) = yielding
+                && chosen.is_none_or(|c| free[h].free_gpus < free[c].free_gpus)
+            {
+                chosen = Some(h);
             }
         }
         if let Some(i) = chosen {
-            by_free.remove(&(free[i].free_gpus, i));
+            let listed = by_free.remove(&(free[i].free_gpus, i));
             let gpus = free[i].take(r);
-            by_free.insert((free[i].free_gpus, i));
+            if listed {
+                by_free.insert((free[i].free_gpus, i));
+            }
             *in_use.entry(job.team).or_default() += r.gpus;
             decision.starts.push(Placement {
                 job: job.id,
@@ -458,11 +546,15 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         {
             for v in &victims {
                 preempted.insert(*v);
-                decision.preempt.push(*v);
+                decision.preempt.push(Preemption {
+                    job: *v,
+                    for_job: job.id,
+                    team: team_name(),
+                    quota,
+                    gpus: r.gpus,
+                });
             }
-            by_free.remove(&(free[i].free_gpus, i));
-            free[i].held_by = Some(job.id);
-            held_nodes.push(i);
+            hold(&mut free, &mut by_free, &mut held_nodes, i, job.id, false);
             *in_use.entry(job.team).or_default() += r.gpus;
             wait(
                 Reason::Preempting {
@@ -474,7 +566,7 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
             continue;
         }
         let largest_unheld = by_free.iter().next_back().map_or(0, |&(g, _)| g);
-        if !within_quota && largest_unheld == 0 {
+        if !within_quota && quota > 0 && largest_unheld == 0 {
             wait(quota_reason(), &mut decision);
             continue;
         }
@@ -494,23 +586,36 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                 largest_free,
             }
         };
-        // The first job within its quota that lacks room holds the node
-        // nearest to fitting it, so that node drains for it.
-        if within_quota && !holding {
-            holding = true;
-            if let Some(i) = nearest_node(r, &by_free, &free) {
-                by_free.remove(&(free[i].free_gpus, i));
-                free[i].held_by = Some(job.id);
-                held_nodes.push(i);
+        // The first job that lacks room holds the node nearest to fitting
+        // it, so that node drains for it; so does the first borrower, on a
+        // node that jobs within their quota may still take.
+        let first = if within_quota {
+            !std::mem::replace(&mut holding_owner, true)
+        } else {
+            !std::mem::replace(&mut holding_borrower, true)
+        };
+        if first {
+            if let Some(i) = nearest_node(r, &by_free, &free, &held_nodes, within_quota) {
+                hold(
+                    &mut free,
+                    &mut by_free,
+                    &mut held_nodes,
+                    i,
+                    job.id,
+                    !within_quota,
+                );
             }
             wait(reason, &mut decision);
             continue;
         }
         // Would it fit on a held node? Then say so.
-        match held_nodes.iter().find(|&&i| free[i].fits(r)) {
+        match held_nodes
+            .iter()
+            .find(|&&i| free[i].fits(r) && free[i].held_by.is_some_and(|h| h.job != job.id))
+        {
             Some(&i) => wait(
                 Reason::HeldFor {
-                    job: free[i].held_by.unwrap_or_default(),
+                    job: free[i].held_by.map(|h| h.job).unwrap_or_default(),
                     node: state.nodes[i].name.clone(),
                 },
                 &mut decision,
@@ -519,6 +624,23 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         }
     }
     decision
+}
+
+/// Keeps node `i` draining for `job`: off the best-fit list, and its hold
+/// taken over from a borrower when there was one.
+fn hold(
+    free: &mut [Free],
+    by_free: &mut BTreeSet<(u32, usize)>,
+    held_nodes: &mut Vec<usize>,
+    i: usize,
+    job: JobId,
+    borrower: bool,
+) {
+    by_free.remove(&(free[i].free_gpus, i));
+    if free[i].held_by.is_none() {
+        held_nodes.push(i);
+    }
+    free[i].held_by = Some(Hold { job, borrower });
 }
 
 /// Pending jobs in queue order.
@@ -584,7 +706,7 @@ fn preemption_plan(
 ) -> Option<(usize, Vec<JobId>)> {
     let mut best: Option<(u32, usize, usize, Vec<JobId>)> = None;
     for (i, f) in free.iter().enumerate() {
-        if !f.schedulable || f.held_by.is_some() {
+        if !f.schedulable || f.held_by.is_some_and(|h| !h.borrower) {
             continue;
         }
         let mut victims: Vec<&&RunningJob> = borrowed_on_node[i]
@@ -623,14 +745,27 @@ fn preemption_plan(
     best.map(|(_, _, i, victims)| (i, victims))
 }
 
-/// The schedulable, unheld node closest to fitting `r`: the most free GPUs
-/// among nodes big enough for it.
-fn nearest_node(r: &Resources, by_free: &BTreeSet<(u32, usize)>, free: &[Free]) -> Option<usize> {
-    by_free
+/// The schedulable node closest to fitting `r`: the most free GPUs among
+/// unheld nodes big enough for it, and, for a job within its quota, nodes
+/// held for borrowers too.
+fn nearest_node(
+    r: &Resources,
+    by_free: &BTreeSet<(u32, usize)>,
+    free: &[Free],
+    held_nodes: &[usize],
+    within_quota: bool,
+) -> Option<usize> {
+    let big_enough = |i: &usize| free[*i].gpus.len() as u32 >= r.gpus;
+    let unheld = by_free.iter().rev().map(|&(_, i)| i).find(big_enough);
+    if !within_quota {
+        return unheld;
+    }
+    held_nodes
         .iter()
-        .rev()
-        .map(|&(_, i)| i)
-        .find(|&i| free[i].gpus.len() as u32 >= r.gpus)
+        .copied()
+        .filter(|&i| free[i].held_by.is_some_and(|h| h.borrower) && big_enough(&i))
+        .chain(unheld)
+        .max_by_key(|&i| (free[i].free_gpus, std::cmp::Reverse(i)))
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ fn pending(id: JobId, team: TeamId, n: u32) -> PendingJob {
         priority: 0,
         submitted_at: id as i64,
         resources: gpus(n),
+        borrow: true,
     }
 }
 
@@ -53,6 +54,7 @@ fn running(id: JobId, team: TeamId, node: NodeId, gpu_list: &[u32], started_at: 
         node,
         gpus: gpu_list.to_vec(),
         resources: gpus(gpu_list.len() as u32),
+        preemptible: true,
     }
 }
 
@@ -156,7 +158,7 @@ fn teams_borrow_idle_gpus_beyond_their_quota() {
     assert_eq!(d.starts.len(), 4);
     assert_eq!(
         reason_of(&d, 5),
-        "team quota: 4 of 4 GPUs in use by team-1, and no idle GPUs to borrow"
+        "team team-1: 4 of 4 guaranteed GPUs in use; waiting for idle GPUs to borrow"
     );
 }
 
@@ -179,7 +181,7 @@ fn owners_take_borrowed_gpus_back() {
     assert_eq!(borrowed_jobs(&state.teams, &state.running).len(), 3);
     let d = schedule(&state, &Policy::default());
     assert!(d.starts.is_empty());
-    let mut victims = d.preempt.clone();
+    let mut victims: Vec<JobId> = d.preempt.iter().map(|p| p.job).collect();
     victims.sort();
     assert_eq!(victims, vec![12, 13], "the latest-started borrowed jobs");
     assert_eq!(
@@ -188,7 +190,7 @@ fn owners_take_borrowed_gpus_back() {
     );
     assert_eq!(
         reason_of(&d, 2),
-        "team quota: 8 of 2 GPUs in use by team-1, and no idle GPUs to borrow"
+        "team team-1: 8 of 2 guaranteed GPUs in use; waiting for idle GPUs to borrow"
     );
 
     // Once they stop, the owner's job starts on the GPUs they held.
@@ -353,6 +355,8 @@ fn random_state(rng: &mut Rng) -> State {
                 cpu_millis: 1000 * rng.below(8) as u32,
                 memory_mib: 1024 * rng.below(64),
             },
+            // Now and then a job that may not be preempted.
+            borrow: rng.below(5) != 0,
         });
         next_id += 1;
     }
@@ -473,12 +477,22 @@ fn decisions_never_overcommit_and_respect_quotas() {
                 assert!(d.starts.iter().all(|p| !p.borrowed), "seed {seed}");
             }
         }
+        // A job that may not be preempted never starts on borrowed GPUs.
+        let borrows: HashMap<JobId, bool> =
+            state.pending.iter().map(|j| (j.id, j.borrow)).collect();
+        for p in &d.starts {
+            assert!(
+                borrows[&p.job] || !p.borrowed,
+                "seed {seed}: job {} may not be preempted but borrowed",
+                p.job
+            );
+        }
 
         // Only borrowed jobs are preempted.
         let borrowed: HashSet<JobId> = borrowed_jobs(&state.teams, &state.running)
             .into_iter()
             .collect();
-        for v in &d.preempt {
+        for v in d.preempt.iter().map(|p| &p.job) {
             assert!(
                 borrowed.contains(v),
                 "seed {seed}: job {v} was not borrowed"
@@ -534,7 +548,7 @@ impl Sim {
             self.state.usage.add(j.team, j.user, hours, 0.0, 24.0);
         }
         let d = schedule(&self.state, &Policy::default());
-        for v in &d.preempt {
+        for v in d.preempt.iter().map(|p| &p.job) {
             let pos = self.state.running.iter().position(|j| j.id == *v).unwrap();
             let j = self.state.running.remove(pos);
             self.state.pending.push(PendingJob {
@@ -544,6 +558,7 @@ impl Sim {
                 priority: j.priority,
                 submitted_at: j.started_at,
                 resources: j.resources,
+                borrow: true,
             });
         }
         for p in d.starts {
@@ -568,6 +583,7 @@ impl Sim {
                 node: p.node,
                 gpus: p.gpus,
                 resources: j.resources,
+                preemptible: j.borrow,
             });
         }
         self.state.now += self.tick_ms;
@@ -638,4 +654,121 @@ fn every_job_runs_in_random_workloads() {
         );
         assert_eq!(sim.waited.len() as u64, next - 1, "seed {seed}");
     }
+}
+
+#[test]
+fn with_no_quotas_the_queue_is_fair_share_between_people() {
+    // No team has a quota: everything borrows, nothing is preempted, the
+    // person who used less goes first, and a big job is not starved.
+    let mut state = State {
+        now: 10 * HOUR,
+        nodes: vec![node(1, 4)],
+        teams: vec![team(1, 0)],
+        running: vec![running(10, 1, 1, &[0, 1, 2], 0)],
+        pending: vec![
+            PendingJob {
+                user: 1,
+                ..pending(1, 1, 1)
+            },
+            PendingJob {
+                user: 2,
+                ..pending(2, 1, 1)
+            },
+        ],
+        ..State::default()
+    };
+    state.usage.add(1, 1, 50.0, 0.0, 168.0);
+    state.usage.add(1, 2, 5.0, 0.0, 168.0);
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(started(&d), vec![2], "the lighter user first");
+    assert!(d.preempt.is_empty());
+    assert_eq!(
+        reason_of(&d, 1),
+        "no node has 1 free GPU; largest free block is 0"
+    );
+
+    // A 4-GPU job ahead in the queue holds the node: later 1-GPU jobs do
+    // not take the GPUs it waits for.
+    state.pending = vec![
+        PendingJob {
+            user: 2,
+            ..pending(3, 1, 4)
+        },
+        PendingJob {
+            user: 1,
+            ..pending(4, 1, 1)
+        },
+    ];
+    let d = schedule(&state, &Policy::default());
+    assert!(d.starts.is_empty());
+    assert_eq!(
+        reason_of(&d, 4),
+        "node-1 is held for job 3, which is ahead in the queue"
+    );
+}
+
+#[test]
+fn a_team_within_its_quota_overrides_a_borrower_s_hold() {
+    // Team 1 (no quota) borrows 3 of 4 GPUs and waits with a 4-GPU job
+    // that holds the node. Team 2 (quota 2) still gets its guaranteed
+    // GPUs: one idle GPU now, and the borrowed ones taken back.
+    let state = State {
+        now: 100,
+        nodes: vec![node(1, 4)],
+        teams: vec![team(1, 0), team(2, 2)],
+        running: vec![running(10, 1, 1, &[0, 1], 1), running(11, 1, 1, &[2], 2)],
+        pending: vec![
+            PendingJob {
+                priority: 5,
+                ..pending(1, 1, 4)
+            },
+            pending(2, 2, 1),
+            pending(3, 2, 1),
+        ],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(started(&d), vec![2], "the idle GPU, despite the hold");
+    assert_eq!(d.starts[0].gpus, vec![3]);
+    assert!(!d.starts[0].borrowed);
+    assert_eq!(d.preempt.len(), 1);
+    assert_eq!(d.preempt[0].job, 11, "the latest-started borrowed job");
+    assert_eq!(
+        d.preempt[0].to_string(),
+        "preempted: team team-2 is within its quota of 2 GPUs and needs 1 (job 3)"
+    );
+}
+
+#[test]
+fn a_job_that_may_not_be_preempted_waits_for_its_team_s_own_gpus() {
+    let state = State {
+        now: 100,
+        nodes: vec![node(1, 8)],
+        teams: vec![team(1, 2)],
+        running: vec![running(10, 1, 1, &[0, 1], 1)],
+        pending: vec![
+            PendingJob {
+                borrow: false,
+                ..pending(1, 1, 1)
+            },
+            pending(2, 1, 1),
+        ],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(started(&d), vec![2], "the other job borrows");
+    assert!(d.starts[0].borrowed);
+    assert_eq!(
+        reason_of(&d, 1),
+        "team team-1: 2 of 2 guaranteed GPUs in use; this job may not be preempted, so it runs only on the team's own GPUs"
+    );
+    // Started within the quota, it counts first against it: never borrowed.
+    let running = vec![
+        running(10, 1, 1, &[0], 1),
+        RunningJob {
+            preemptible: false,
+            ..running(11, 1, 1, &[1, 2], 5)
+        },
+    ];
+    assert_eq!(borrowed_jobs(&state.teams, &running), vec![10]);
 }
