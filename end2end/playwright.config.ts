@@ -51,10 +51,10 @@ export default defineConfig({
   retries: 0,
   reporter: [['list']],
   projects: [
-    { name: 'local', testIgnore: /auth\.spec\.ts/, use: { baseURL: `http://127.0.0.1:${port}` } },
+    { name: 'local', testIgnore: /(auth|fair-share)\.spec\.ts/, use: { baseURL: `http://127.0.0.1:${port}` } },
     {
       name: 'sso',
-      testMatch: /auth\.spec\.ts/,
+      testMatch: /(auth|fair-share)\.spec\.ts/,
       use: { baseURL: `http://127.0.0.1:${ssoPort}` },
       metadata: { provider: `http://127.0.0.1:${oidcPort}` },
     },

@@ -122,6 +122,55 @@ pub async fn end_sessions(user_id: i64) -> Result<u64, AppError> {
     Ok(store()?.end_sessions_of(user_id).await?)
 }
 
+/// Every team with its guaranteed GPUs, weight, GPUs in use and decayed
+/// usage; for admins.
+#[server(endpoint = "list_teams")]
+pub async fn list_teams() -> Result<Vec<trainyard_domain::teams::TeamPolicy>, AppError> {
+    admin_only("see the teams' quotas")?;
+    Ok(jobs()?.team_policies().await?)
+}
+
+/// Sets a team's guaranteed GPUs and fair-share weight (the form's text,
+/// read here so that a mistyped box is a field error); for admins.
+#[server(endpoint = "set_team")]
+pub async fn set_team(id: i64, quota_gpus: String, share: String) -> Result<(), AppError> {
+    use trainyard_domain::FieldError;
+    use trainyard_domain::teams::TeamPolicyChange;
+    admin_only("set teams' quotas and shares")?;
+    let mut errors = Vec::new();
+    let quota_gpus = match quota_gpus.trim().parse::<u32>() {
+        Ok(q) => Some(q),
+        Err(_) => {
+            errors.push(FieldError::new(
+                "quota_gpus",
+                format!("`{}` is not a whole number of GPUs", quota_gpus.trim()),
+            ));
+            None
+        }
+    };
+    let share = match share.trim().parse::<f64>() {
+        Ok(s) => Some(s),
+        Err(_) => {
+            errors.push(FieldError::new(
+                "share",
+                format!("`{}` is not a number", share.trim()),
+            ));
+            None
+        }
+    };
+    let change = TeamPolicyChange { quota_gpus, share };
+    if let Err(more) = change.check() {
+        errors.extend(more);
+    }
+    if !errors.is_empty() {
+        return Err(AppError::Fields(errors));
+    }
+    let jobs = jobs()?;
+    jobs.store().set_team_policy(id, &change).await?;
+    jobs.wake();
+    Ok(())
+}
+
 #[server(endpoint = "get_overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
     let me = caller()?;
@@ -273,6 +322,12 @@ pub struct SubmitForm {
     /// Dataset names, separated by commas.
     #[serde(default)]
     pub datasets: String,
+    /// The team its GPUs count against (for someone in several).
+    #[serde(default)]
+    pub team: String,
+    /// A ticked box: the job never borrows GPUs, so it is never preempted.
+    #[serde(default)]
+    pub never_preempt: String,
 }
 
 /// Submits the form; on success the browser goes to the job's page (also

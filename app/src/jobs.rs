@@ -83,6 +83,18 @@ fn ran_for(job: &Job, now: i64) -> String {
     }
 }
 
+/// "borrowed" beside the state of a job running beyond its team's quota.
+fn borrowed_badge(job: &Job) -> Option<impl IntoView + use<>> {
+    (job.borrowed && matches!(job.state, JobState::Running | JobState::Starting)).then(|| {
+        view! {
+            <span class="badge badge-wait" data-testid="borrowed"
+                title="Runs on GPUs borrowed beyond its team's quota: it may be preempted when another team needs its guaranteed GPUs back">
+                "borrowed GPUs, may be preempted"
+            </span>
+        }
+    })
+}
+
 fn queue_text(job: &Job) -> String {
     match (job.state, job.queue_position, &job.pending_reason) {
         (JobState::Queued, Some(p), Some(reason)) => format!("#{p} · {reason}"),
@@ -149,7 +161,7 @@ pub fn JobsPage() -> impl IntoView {
                         view! {
                             <table class="table" data-testid="jobs">
                                 <thead><tr>
-                                    <th class="num">"#"</th><th>"Name"</th><th>"State"</th><th>"Queue"</th>
+                                    <th class="num">"#"</th><th>"Name"</th><th>"Team"</th><th>"State"</th><th>"Queue"</th>
                                     <th>"GPUs"</th><th>"Ran for"</th><th>"Submitted"</th>
                                 </tr></thead>
                                 <tbody>
@@ -159,7 +171,11 @@ pub fn JobsPage() -> impl IntoView {
                                             <tr data-job=j.id data-state=j.state.as_str()>
                                                 <td class="num">{j.id}</td>
                                                 <td><a href=href>{j.name.clone()}</a></td>
-                                                <td><span class=state_class(j.state)>{j.state.label()}</span></td>
+                                                <td>{j.team.clone().unwrap_or_else(|| "–".to_owned())}</td>
+                                                <td>
+                                                    <span class=state_class(j.state)>{j.state.label()}</span>
+                                                    {borrowed_badge(&j)}
+                                                </td>
                                                 <td class="reason">{queue_text(&j)}</td>
                                                 <td>{gpus_text(&j)}</td>
                                                 <td>{ran_for(&j, now)}</td>
@@ -248,11 +264,19 @@ pub fn SubmitPage() -> impl IntoView {
     let query = use_query_map();
     let slug = move || query.read().get("template").unwrap_or_default();
     let template = Resource::new(slug, |slug| async move {
-        if slug.is_empty() {
+        // Someone in several teams chooses which one the job counts against.
+        let teams = crate::api::whoami()
+            .await
+            .ok()
+            .flatten()
+            .map(|me| me.user.teams)
+            .unwrap_or_default();
+        let template = if slug.is_empty() {
             Ok(None)
         } else {
             get_template(slug).await
-        }
+        };
+        template.map(|t| (t, teams))
     });
     let submit = ServerAction::<SubmitJob>::new();
     let error = Signal::derive(move || submit.value().get().and_then(Result::err));
@@ -262,13 +286,13 @@ pub fn SubmitPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match template.await {
-                    Ok(None) if !slug().is_empty() => view! {
+                    Ok((None, _)) if !slug().is_empty() => view! {
                         <p class="error" role="alert">
                             "There is no template “" {slug()} "” in the catalog. "
                             <a href="/templates">"Choose one from the catalog"</a>
                         </p>
                     }.into_any(),
-                    Ok(t) => submit_form(t, submit, error).into_any(),
+                    Ok((t, teams)) => submit_form(t, teams, submit, error).into_any(),
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -278,6 +302,7 @@ pub fn SubmitPage() -> impl IntoView {
 
 fn submit_form(
     template: Option<Template>,
+    teams: Vec<trainyard_domain::identity::Team>,
     submit: ServerAction<SubmitJob>,
     error: Signal<Option<AppError>>,
 ) -> impl IntoView {
@@ -379,6 +404,17 @@ fn submit_form(
                     <input type="number" name="form[priority]" min="-10" max="10" step="1" value="0"/>
                 </Field>
             </fieldset>
+            {(teams.len() > 1).then(|| view! {
+                <Field label="Team (its GPUs count against this team's quota and share)" field="team" error=error>
+                    <select name="form[team]" data-testid="submit-team">
+                        {teams.into_iter().map(|t| view! { <option value=t.name.clone()>{t.name.clone()}</option> }).collect_view()}
+                    </select>
+                </Field>
+            })}
+            <Field label="Never preempt" field="preemptible" error=error>
+                <input type="checkbox" name="form[never_preempt]" value="on" data-testid="never-preempt"/>
+                <span class="hint">" runs only on the team's own (guaranteed) GPUs, never on borrowed ones: it is never stopped for another team, and may wait longer"</span>
+            </Field>
             <button type="submit" disabled=move || submit.pending().get()>"Submit"</button>
         </ActionForm>
     }
@@ -564,6 +600,7 @@ pub fn JobPage() -> impl IntoView {
                             <section class="page-head">
                                 <h1>{job.name.clone()}</h1>
                                 <span class=state_class(job.state) data-testid="job-state">{job.state.label()}</span>
+                                {borrowed_badge(&job)}
                                 {(!cancellable).then(|| view! {
                                     <ActionForm action=retry attr:class="inline-form">
                                         <input type="hidden" name="id" value=job.id/>
@@ -587,6 +624,10 @@ pub fn JobPage() -> impl IntoView {
                                     if q.is_empty() { "–".to_owned() } else { q }
                                 }</dd>
                                 <dt>"GPUs"</dt><dd>{gpus_text(&job)}</dd>
+                                <dt>"Team"</dt><dd data-testid="job-team">{
+                                    let team = job.team.clone().unwrap_or_else(|| "–".to_owned());
+                                    if job.spec.preemptible { team } else { format!("{team} · never preempted: runs on the team's own GPUs only") }
+                                }</dd>
                                 <dt>"Node"</dt><dd data-testid="job-node">{job.node.clone().unwrap_or_else(|| "–".to_owned())}</dd>
                                 {job.pod.clone().map(|pod| view! {
                                     <dt>"Pod"</dt><dd data-testid="job-pod"><code>{pod}</code></dd>

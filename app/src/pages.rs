@@ -4,7 +4,9 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
-use crate::api::{EndSessions, get_overview, list_template_specs, list_users, node_use};
+use crate::api::{
+    EndSessions, SetTeam, get_overview, list_teams, list_template_specs, list_users, node_use,
+};
 use crate::error::AppError;
 
 /// An error as the pages show it: what happened and what to do.
@@ -175,7 +177,72 @@ pub fn AdminPage() -> impl IntoView {
         <section class="page-head"><h1>"Admin"</h1></section>
         <p><a href="/admin/gpus" data-testid="admin-gpus">"GPU utilization: the heatmap of every GPU, each node's charts, idle GPUs"</a></p>
         <Users/>
+        <Teams/>
         <Nodes/>
+    }
+}
+
+/// Each team's guaranteed GPUs and fair-share weight, which an admin sets
+/// here, beside what the team holds now and its decayed usage.
+#[component]
+fn Teams() -> impl IntoView {
+    let set = ServerAction::<SetTeam>::new();
+    let teams = Resource::new(move || set.version().get(), |_| list_teams());
+    let error = Signal::derive(move || set.value().get().and_then(Result::err));
+    view! {
+        <h2>"Teams"</h2>
+        <p class="hint">
+            "A team may always use its guaranteed GPUs: when others borrowed them, their borrowed jobs are preempted (stopped, and queued again) to give them back. "
+            "Beyond its guarantee a team borrows idle GPUs. Waiting jobs go by priority, then by GPU-hours used (decayed, divided by the team's weight), then by the person's. "
+            "Teams appear here when someone of the group first signs in."
+        </p>
+        {move || error.get().map(|e| view! { <ErrorNote error=e/> })}
+        <Suspense fallback=|| view! { <p class="muted">"Loading teams…"</p> }>
+            {move || Suspend::new(async move {
+                match teams.await {
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="empty">"No teams yet: they come from the identity provider's groups at sign-in."</p>
+                    }.into_any(),
+                    Ok(list) => view! {
+                        <table class="table" data-testid="teams">
+                            <thead><tr>
+                                <th>"Team"</th><th class="num">"People"</th><th>"Guaranteed GPUs"</th><th>"Weight"</th>
+                                <th class="num">"GPUs in use"</th><th class="num">"GPU-hours (decayed)"</th><th></th>
+                            </tr></thead>
+                            <tbody>
+                                {list.into_iter().map(|t| {
+                                    let form = format!("team-{}", t.id);
+                                    let in_use = if t.gpus_borrowed > 0 {
+                                        format!("{} ({} borrowed)", t.gpus_in_use, t.gpus_borrowed)
+                                    } else {
+                                        t.gpus_in_use.to_string()
+                                    };
+                                    view! {
+                                        <tr data-team=t.name.clone()>
+                                            <td>{t.name.clone()}</td>
+                                            <td class="num">{t.members}</td>
+                                            <td><input type="number" name="quota_gpus" form=form.clone() min="0" max="100000" step="1"
+                                                value=t.quota_gpus aria-label=format!("guaranteed GPUs of {}", t.name) data-testid="quota"/></td>
+                                            <td><input type="number" name="share" form=form.clone() min="0.01" max="100" step="any"
+                                                value=t.share aria-label=format!("fair-share weight of {}", t.name) data-testid="share"/></td>
+                                            <td class="num" data-testid="in-use">{in_use}</td>
+                                            <td class="num">{format!("{:.1}", t.decayed_gpu_hours)}</td>
+                                            <td>
+                                                <ActionForm action=set attr:class="inline-form" attr:id=form>
+                                                    <input type="hidden" name="id" value=t.id/>
+                                                    <button type="submit" class="secondary" data-testid="save-team">"Save"</button>
+                                                </ActionForm>
+                                            </td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
     }
 }
 

@@ -139,6 +139,8 @@ pub fn spec_from_form(
             .filter(|d| !d.is_empty())
             .map(str::to_owned)
             .collect(),
+        team: text(&form.team),
+        preemptible: text(&form.never_preempt).is_none(),
     };
     if errors.is_empty() {
         Ok(spec)

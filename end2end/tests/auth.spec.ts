@@ -2,29 +2,9 @@
 // loopback), driven in Chromium: the redirect, the provider's login form and
 // consent, the callback, teams from groups, sign-out at the provider; the
 // attacks that must fail; and API tokens made in the browser.
-import { expect, request as apiRequest, test, type Page } from '@playwright/test';
+import { expect, request as apiRequest, test } from '@playwright/test';
 
-const provider = () => test.info().project.metadata.provider as string;
-const app = () => test.info().project.use.baseURL as string;
-
-/** From the provider's login form back to Trainyard (or its error page). */
-async function throughProvider(page: Page, who: string) {
-  await expect(page).toHaveURL(new RegExp(`^${provider()}/interaction/`));
-  await page.locator('input[name="login"]').fill(who);
-  await page.locator('input[name="password"]').fill('any password will do');
-  await page.getByRole('button', { name: 'Sign-in' }).click();
-  const consent = page.getByRole('button', { name: 'Continue' });
-  const back = page.getByTestId('user-menu').or(page.getByRole('heading', { name: 'Sign-in failed' }));
-  await expect(consent.or(back)).toBeVisible();
-  if (await consent.isVisible()) await consent.click();
-  await expect(back).toBeVisible();
-}
-
-async function signIn(page: Page, who: string, path = '/jobs') {
-  await page.goto(path);
-  await throughProvider(page, who);
-  await expect(page.getByTestId('user-menu')).toBeVisible();
-}
+import { app, provider, signIn, throughProvider } from './sso';
 
 test('a person signs in at the provider with their teams, and signs out there', async ({ page, context }) => {
   await page.goto('/jobs?all=1');

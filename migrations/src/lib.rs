@@ -15,6 +15,7 @@ mod m20261202_000010_node_tokens;
 mod m20261203_000011_models_datasets;
 mod m20261203_000012_model_registry;
 mod m20261203_000013_traces;
+mod m20261203_000014_fair_share;
 
 pub struct Migrator;
 
@@ -35,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000011_models_datasets::Migration),
             Box::new(m20261203_000012_model_registry::Migration),
             Box::new(m20261203_000013_traces::Migration),
+            Box::new(m20261203_000014_fair_share::Migration),
         ]
     }
 }

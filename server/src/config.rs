@@ -122,6 +122,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "seconds a cancelled or timed-out job gets between SIGTERM and SIGKILL",
     },
     SettingDoc {
+        key: "fair_share_half_life_hours",
+        env: "TRAINYARD_FAIR_SHARE_HALF_LIFE_HOURS",
+        default: "168",
+        meaning: "how fast past GPU use stops counting against a team and a person in the queue: GPU-hours used this many hours ago count half (1 to 8760)",
+    },
+    SettingDoc {
         key: "job_uids",
         env: "TRAINYARD_JOB_UIDS",
         default: "auto",
@@ -314,6 +320,7 @@ pub struct Settings {
     pub gpu_idle_percent: f64,
     pub gpu_idle_minutes: u64,
     pub job_stop_grace_secs: u64,
+    pub fair_share_half_life_hours: u64,
     pub job_uids: String,
     pub job_limits: String,
     pub executor: String,
@@ -374,6 +381,7 @@ impl Default for Settings {
             gpu_idle_percent: 5.0,
             gpu_idle_minutes: 30,
             job_stop_grace_secs: 10,
+            fair_share_half_life_hours: 168,
             job_uids: "auto".to_owned(),
             job_limits: "auto".to_owned(),
             executor: "local".to_owned(),
@@ -443,6 +451,7 @@ pub struct Config {
     pub simulated_gpus: u32,
     pub telemetry: TelemetrySettings,
     pub job_stop_grace_secs: u64,
+    pub fair_share_half_life: std::time::Duration,
     pub job_uids: JobUids,
     pub job_limits: JobLimits,
     /// The program started as `PROGRAM job-shim DIR` for each job: this
@@ -681,6 +690,12 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
             s.simulated_gpus
         )));
     }
+    if !(1..=8760).contains(&s.fair_share_half_life_hours) {
+        return Err(ConfigError(format!(
+            "fair_share_half_life_hours: {} is outside 1 to 8760 hours (a year); 168 is a week",
+            s.fair_share_half_life_hours
+        )));
+    }
     if !(1..=3600).contains(&s.gpu_sample_secs) {
         return Err(ConfigError(format!(
             "gpu_sample_secs: {} is outside 1 to 3600 seconds",
@@ -758,6 +773,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
             idle_after: std::time::Duration::from_secs(s.gpu_idle_minutes * 60),
         },
         job_stop_grace_secs: s.job_stop_grace_secs,
+        fair_share_half_life: std::time::Duration::from_secs(s.fair_share_half_life_hours * 3600),
         job_uids,
         job_limits,
         job_shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("trainyard")),

@@ -17,6 +17,7 @@ mod ops;
 mod quota;
 pub mod security;
 pub mod series;
+mod teams_api;
 pub mod telemetry;
 mod tokens_api;
 
@@ -117,6 +118,7 @@ impl AppState {
                     max_bytes: config.upload_max_bytes.saturating_mul(4),
                     max_files: 100_000,
                 },
+                usage_half_life: config.fair_share_half_life,
             },
             executor,
         );
@@ -328,6 +330,12 @@ pub fn router(state: AppState) -> Router {
                 )
                 .route("/api/trainyard/v1/templates", get(jobs_api::templates))
                 .route("/api/trainyard/v1/nodes", get(jobs_api::nodes))
+                .route("/api/trainyard/v1/teams", get(teams_api::list))
+                .route(
+                    "/api/trainyard/v1/teams/{id}",
+                    axum::routing::put(teams_api::update),
+                )
+                .route("/api/trainyard/v1/usage", get(teams_api::usage))
                 .route(
                     "/api/trainyard/v1/agent/register",
                     axum::routing::post(agent_api::register).layer(

@@ -4,9 +4,17 @@ loss and accuracy every epoch with the mlflow client.
 Run by Trainyard, `mlflow.start_run()` continues the job's run: the server
 sets MLFLOW_TRACKING_URI and MLFLOW_RUN_ID, and has logged the template's
 parameters as the run's params already.
+
+Checkpoints: with TRAINYARD_CHECKPOINT_DIR set (a folder kept across the
+job's attempts), it saves its state every 25 epochs and when asked to stop
+(SIGTERM: preempted, cancelled, out of time), and an attempt that finds a
+checkpoint resumes after its epoch instead of starting over.
 """
 
 import argparse
+import os
+import signal
+import sys
 import time
 
 import mlflow
@@ -38,6 +46,41 @@ def evaluate(params, x, y):
     return float(loss), float(accuracy)
 
 
+CHECKPOINT_EVERY = 25
+
+
+def save_checkpoint(folder, epoch, params, m, v):
+    """Writes the state after `epoch` (0-based) whole, or not at all."""
+    path = os.path.join(folder, "cpu-demo.npz")
+    partial = path + ".partial.npz"
+    arrays = {"epoch": np.array(epoch)}
+    for name, values in (("p", params), ("m", m), ("v", v)):
+        for i, w in enumerate(values):
+            arrays[f"{name}{i}"] = w
+    np.savez(partial, **arrays)
+    os.replace(partial, path)
+
+
+def load_checkpoint(folder, params, m, v):
+    """The epoch a saved state ends with (and the state put in place), or -1."""
+    path = os.path.join(folder, "cpu-demo.npz")
+    if not os.path.isfile(path):
+        return -1
+    try:
+        with np.load(path) as saved:
+            shapes = [w.shape for w in params]
+            loaded = [[saved[f"{name}{i}"] for i in range(len(params))] for name in ("p", "m", "v")]
+            if any(w.shape != s for values in loaded for w, s in zip(values, shapes)):
+                print("checkpoint: its shapes differ from this run's (another --hidden?); starting over", flush=True)
+                return -1
+            for values, target in zip(loaded, (params, m, v)):
+                target[:] = values
+            return int(saved["epoch"])
+    except (OSError, ValueError, KeyError) as e:
+        print(f"checkpoint: cannot read it ({e}); starting over", flush=True)
+        return -1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=150)
@@ -65,8 +108,23 @@ def main():
     v = [np.zeros_like(w) for w in params]
     beta1, beta2 = 0.9, 0.999
 
+    folder = os.environ.get("TRAINYARD_CHECKPOINT_DIR")
+    first = 0
+    if folder:
+        done = load_checkpoint(folder, params, m, v)
+        if done >= 0:
+            first = done + 1
+            print(f"resumed from the checkpoint after epoch {first}", flush=True)
+
+    stop = {"asked": False}
+
+    def asked_to_stop(signum, frame):
+        stop["asked"] = True
+
+    signal.signal(signal.SIGTERM, asked_to_stop)
+
     with mlflow.start_run():
-        for epoch in range(args.epochs):
+        for epoch in range(first, args.epochs):
             # One full-batch Adam step on the cross-entropy.
             w1, b1, w2, b2 = params
             h, p = forward(params, x_train)
@@ -96,6 +154,11 @@ def main():
                 f"  val_loss {val_loss:.4f}  val_accuracy {val_accuracy:.3f}",
                 flush=True,
             )
+            if folder and (stop["asked"] or (epoch + 1) % CHECKPOINT_EVERY == 0):
+                save_checkpoint(folder, epoch, params, m, v)
+            if stop["asked"]:
+                print(f"stopping: saved the checkpoint after epoch {epoch + 1}", flush=True)
+                sys.exit(143)
             if args.delay > 0:
                 time.sleep(args.delay)
 

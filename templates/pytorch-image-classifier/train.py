@@ -3,10 +3,17 @@
 Run by Trainyard, `mlflow.start_run()` continues the job's run (the server
 sets MLFLOW_TRACKING_URI and MLFLOW_RUN_ID) and CUDA_VISIBLE_DEVICES holds
 the GPU the job was given.
+
+Checkpoints: with TRAINYARD_CHECKPOINT_DIR set (a folder kept across the
+job's attempts), it saves model, optimizer, schedule and scaler after every
+epoch and, when asked to stop (SIGTERM: preempted, cancelled), after the
+batch in progress; a later attempt resumes where the last one saved.
 """
 
 import argparse
 import os
+import signal
+import sys
 import time
 
 import mlflow
@@ -59,6 +66,24 @@ def evaluate(model, loader, device, amp):
     return loss_sum / seen, correct / seen
 
 
+def save_checkpoint(folder, state):
+    """Writes the state whole, or not at all."""
+    path = os.path.join(folder, "image-classifier.pt")
+    torch.save(state, path + ".partial")
+    os.replace(path + ".partial", path)
+
+
+def load_checkpoint(folder, device):
+    path = os.path.join(folder, "image-classifier.pt")
+    if not os.path.isfile(path):
+        return None
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # a torn or foreign file: start over, say why
+        print(f"checkpoint: cannot read it ({e}); starting over", flush=True)
+        return None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=30)
@@ -81,11 +106,46 @@ def main():
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr, total_steps=steps, pct_start=0.15)
     scaler = torch.amp.GradScaler(device.type, enabled=amp and device.type == "cuda")
 
+    folder = os.environ.get("TRAINYARD_CHECKPOINT_DIR")
+    first_epoch, skip = 0, 0
+    saved = load_checkpoint(folder, device) if folder else None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        scaler.load_state_dict(saved["scaler"])
+        first_epoch, skip = int(saved["epoch"]), int(saved["batches"])
+        print(f"resumed from the checkpoint: epoch {first_epoch + 1}, after batch {skip}", flush=True)
+
+    stop = {"asked": False}
+
+    def asked_to_stop(signum, frame):
+        stop["asked"] = True
+
+    signal.signal(signal.SIGTERM, asked_to_stop)
+
+    def state(epoch, batches):
+        return {
+            "epoch": epoch,
+            "batches": batches,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "scaler": scaler.state_dict(),
+        }
+
     with mlflow.start_run():
-        for epoch in range(args.epochs):
+        for epoch in range(first_epoch, args.epochs):
             model.train()
             started, seen, loss_sum, correct = time.time(), 0, 0.0, 0
-            for images, labels in train_loader:
+            for batch, (images, labels) in enumerate(train_loader):
+                if batch < skip:
+                    continue
+                if stop["asked"]:
+                    if folder:
+                        save_checkpoint(folder, state(epoch, batch))
+                        print(f"stopping: saved the checkpoint in epoch {epoch + 1} after batch {batch}", flush=True)
+                    sys.exit(143)
                 images = images.to(device, non_blocking=True, memory_format=torch.channels_last)
                 labels = labels.to(device, non_blocking=True)
                 with torch.autocast(device.type, enabled=amp):
@@ -99,15 +159,18 @@ def main():
                 loss_sum += loss.item() * labels.numel()
                 correct += (logits.argmax(1) == labels).sum().item()
                 seen += labels.numel()
+            skip = 0
+            if folder:
+                save_checkpoint(folder, state(epoch + 1, 0))
             elapsed = time.time() - started
             val_loss, val_accuracy = evaluate(model, test_loader, device, amp)
             metrics = {
-                "loss": loss_sum / seen,
-                "accuracy": correct / seen,
+                "loss": loss_sum / max(seen, 1),
+                "accuracy": correct / max(seen, 1),
                 "val_loss": val_loss,
                 "val_accuracy": val_accuracy,
                 "lr": schedule.get_last_lr()[0],
-                "images_per_second": seen / elapsed,
+                "images_per_second": seen / max(elapsed, 1e-9),
             }
             mlflow.log_metrics(metrics, step=epoch)
             print(

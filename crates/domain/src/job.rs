@@ -102,6 +102,22 @@ pub struct JobSpec {
     /// job's folder, read-only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub datasets: Vec<String>,
+    /// The team its GPUs count against, by name, for someone in several;
+    /// their first team when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    /// False: it never runs on GPUs borrowed beyond its team's quota, so it
+    /// is never preempted (it may wait longer).
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub preemptible: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(v: &bool) -> bool {
+    *v
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -204,6 +220,12 @@ pub struct Job {
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     pub spec: JobSpec,
+    /// The team its GPUs count against, by name.
+    #[serde(default)]
+    pub team: Option<String>,
+    /// Runs on GPUs borrowed beyond its team's quota: may be preempted.
+    #[serde(default)]
+    pub borrowed: bool,
 }
 
 /// One entry of a job's timeline.
@@ -493,6 +515,15 @@ impl JobSpec {
                 ),
             );
         }
+        if let Some(team) = &self.team {
+            let len = team.trim().chars().count();
+            if len == 0 || len > 250 {
+                err(
+                    "team",
+                    "give the name of one of your teams (at most 250 characters), or leave it out for your first team".into(),
+                );
+            }
+        }
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -534,6 +565,8 @@ mod tests {
             priority: 0,
             project: None,
             datasets: Vec::new(),
+            team: None,
+            preemptible: true,
         }
     }
 

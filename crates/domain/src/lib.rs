@@ -5,6 +5,7 @@ pub mod explorer;
 pub mod identity;
 pub mod job;
 pub mod query;
+pub mod teams;
 pub mod telemetry;
 pub mod template;
 

@@ -7,6 +7,7 @@
 pub mod archive;
 pub mod cgroups;
 pub mod executor;
+pub mod fair;
 pub mod local;
 pub mod machine;
 pub mod shim;
@@ -94,6 +95,8 @@ pub struct JobsConfig {
     pub uploads_root: PathBuf,
     /// What one upload may unpack to.
     pub upload_limits: archive::Limits,
+    /// Past GPU use counts half this long after (fair share).
+    pub usage_half_life: Duration,
 }
 
 /// Why an upload was refused.
@@ -135,11 +138,16 @@ struct Inner {
     /// How long the last cycle spent looking at jobs and placing them,
     /// before it started any.
     looked: Mutex<Duration>,
+    /// Decayed GPU-hours per team and person, read from history at the
+    /// first cycle and added to as attempts end.
+    usage: Mutex<Option<fair::UsageBook>>,
 }
 
-/// Until teams exist, every job belongs to one team without a quota, so a
-/// waiting job's reason is the room it lacks.
-const LOCAL_TEAM: sched::TeamId = 0;
+/// The team of jobs filed under none (and user 0: of no account): no
+/// guaranteed GPUs, weight 1.
+const NO_TEAM: sched::TeamId = 0;
+/// Usage older than this many half-lives is not read (it counts < 0.1%).
+const USAGE_HALF_LIVES_READ: i64 = 10;
 /// How often the supervisor looks at running jobs when nothing wakes it.
 const TICK: Duration = Duration::from_millis(500);
 /// The least time between the starts of two cycles.
@@ -158,6 +166,7 @@ impl Jobs {
                 positions: Mutex::new(HashMap::new()),
                 waiting: Mutex::new(HashMap::new()),
                 looked: Mutex::new(Duration::ZERO),
+                usage: Mutex::new(None),
             }),
         }
     }
@@ -265,6 +274,27 @@ impl Jobs {
             },
             None => None,
         };
+        let team_id = match spec.team.as_deref().map(str::trim) {
+            None => owner.primary_team(),
+            Some(name) => match owner.teams.iter().find(|t| t.name == name) {
+                Some(team) => Some(team.id),
+                None => {
+                    let yours: Vec<&str> = owner.teams.iter().map(|t| t.name.as_str()).collect();
+                    errors.push(FieldError::new(
+                        "team",
+                        if yours.is_empty() {
+                            format!("you are in no team, so the job cannot count against `{name}`; leave the team out")
+                        } else {
+                            format!(
+                                "you are not in the team `{name}`; yours: {}",
+                                yours.join(", ")
+                            )
+                        },
+                    ));
+                    None
+                }
+            },
+        };
         let mut datasets = Vec::new();
         for (i, name) in spec.datasets.iter().enumerate() {
             match self.store().dataset(name).await? {
@@ -342,13 +372,18 @@ impl Jobs {
             });
         }
         let (run, params) = self
-            .run_for(&checked.spec, experiment_id, 0, owner.as_owner())
+            .run_for(
+                &checked.spec,
+                experiment_id,
+                0,
+                Owner::new(Some(owner.id), team_id),
+            )
             .await?;
         let record = store
             .create_job(NewJob {
                 spec: checked.spec.clone(),
                 owner_id: Some(owner.id),
-                team_id: owner.primary_team(),
+                team_id,
                 cpu_millis: checked.cpu_millis,
                 memory_mib: checked.memory_mib,
                 max_runtime_secs: checked.max_runtime_secs,
@@ -714,6 +749,103 @@ impl Jobs {
         Ok(run_id)
     }
 
+    /// Every team with its quota and weight, the GPUs its jobs hold now
+    /// (and how many of them are borrowed), and its decayed usage.
+    pub async fn team_policies(
+        &self,
+    ) -> Result<Vec<trainyard_domain::teams::TeamPolicy>, StoreError> {
+        let mut teams = self.store().team_policies().await?;
+        let active = self.store().active_jobs().await?;
+        let mut held: HashMap<i64, (u32, u32)> = HashMap::new();
+        for r in &active {
+            if let (JobState::Starting | JobState::Running, Some(team)) = (r.job.state, r.team_id) {
+                let entry = held.entry(team).or_default();
+                let gpus = r.job.gpu_indices.len() as u32;
+                entry.0 += gpus;
+                if r.job.borrowed {
+                    entry.1 += gpus;
+                }
+            }
+        }
+        let now = now_millis();
+        let book = self.inner.usage.lock().unwrap_or_else(|p| p.into_inner());
+        for t in &mut teams {
+            let (in_use, borrowed) = held.get(&t.id).copied().unwrap_or_default();
+            t.gpus_in_use = in_use;
+            t.gpus_borrowed = borrowed;
+            t.decayed_gpu_hours = book.as_ref().map_or(0.0, |b| b.team_hours(t.id, now));
+        }
+        Ok(teams)
+    }
+
+    /// GPU-hours by period (UTC), team and person over `[from_ms, to_ms)`:
+    /// ended attempts as recorded, and running ones so far. An admin sees
+    /// everyone's; anyone else their own and their teams'.
+    pub async fn usage_by_period(
+        &self,
+        viewer: &User,
+        from_ms: i64,
+        to_ms: i64,
+        period: trainyard_domain::teams::UsagePeriod,
+    ) -> Result<Vec<trainyard_domain::teams::UsageRow>, StoreError> {
+        let team_ids: Vec<i64> = viewer.teams.iter().map(|t| t.id).collect();
+        let only = (!viewer.is_admin).then_some((viewer.id, team_ids.as_slice()));
+        let days = self.store().gpu_usage_by_day(from_ms, to_ms, only).await?;
+        let mut sums: BTreeMap<(i64, Option<String>, Option<String>), f64> = BTreeMap::new();
+        for d in days {
+            let start = fair::period_start(d.day * fair::DAY_MS, period);
+            *sums.entry((start, d.team, d.user)).or_default() += d.gpu_seconds / 3600.0;
+        }
+        // What running attempts used so far.
+        let active = self.store().active_jobs().await?;
+        let visible: Vec<&JobRecord> = active
+            .iter()
+            .filter(|r| matches!(r.job.state, JobState::Starting | JobState::Running))
+            .filter(|r| {
+                viewer.is_admin
+                    || r.owner_id == Some(viewer.id)
+                    || r.team_id.is_some_and(|t| viewer.in_team(t))
+            })
+            .collect();
+        if !visible.is_empty() {
+            let teams: HashMap<i64, String> = self
+                .store()
+                .teams()
+                .await?
+                .into_iter()
+                .map(|t| (t.id, t.name))
+                .collect();
+            let now = now_millis();
+            for r in visible {
+                let (Some(started), gpus) = (r.job.started_at, r.job.gpu_indices.len()) else {
+                    continue;
+                };
+                let user = match r.owner_id {
+                    Some(id) => self.store().user(id).await?.map(|u| u.username),
+                    None => None,
+                };
+                let team = r.team_id.and_then(|t| teams.get(&t).cloned());
+                for (day_start, ms) in fair::split_days(started.max(from_ms), now.min(to_ms)) {
+                    let start = fair::period_start(day_start, period);
+                    *sums.entry((start, team.clone(), user.clone())).or_default() +=
+                        gpus as f64 * ms as f64 / 3_600_000.0;
+                }
+            }
+        }
+        Ok(sums
+            .into_iter()
+            .filter(|(_, hours)| *hours > 0.0)
+            .map(
+                |((period_start, team, user), gpu_hours)| trainyard_domain::teams::UsageRow {
+                    period_start,
+                    team,
+                    user,
+                    gpu_hours,
+                },
+            )
+            .collect())
+    }
+
     /// The executor's nodes and who holds their GPUs: Trainyard's jobs
     /// (those that start or run), what is not Trainyard's, and what is
     /// free. An executor that cannot tell now says why.
@@ -922,48 +1054,87 @@ impl Jobs {
             [node] => Some(node.id),
             _ => None,
         };
-        let state = sched::State {
-            now: now_millis(),
-            nodes: capacity.nodes.clone(),
-            teams: vec![sched::Team {
-                id: LOCAL_TEAM,
-                name: "local".to_owned(),
-                quota_gpus: u32::MAX,
-                share: 1.0,
-            }],
-            running: running
-                .iter()
-                .filter_map(|r| {
-                    // An attempt on a node the executor no longer offers
-                    // holds nothing that could be given to another.
-                    let node = match r.job.node.as_deref() {
-                        Some(name) => node_of.get(name).copied().or(only_node),
-                        None => only_node,
-                    }?;
-                    Some(sched::RunningJob {
-                        id: r.job.id as sched::JobId,
-                        team: LOCAL_TEAM,
-                        user: 0,
-                        priority: r.job.priority,
-                        started_at: r.job.started_at.unwrap_or(0),
-                        node,
-                        gpus: r.job.gpu_indices.clone(),
-                        resources: resources(&r.job),
-                    })
+        let now = now_millis();
+        let team_rows = self.store().team_quotas().await?;
+        let mut teams: Vec<sched::Team> = team_rows
+            .iter()
+            .filter(|t| t.id > 0 && t.id <= sched::TeamId::MAX as i64)
+            .map(|t| sched::Team {
+                id: t.id as sched::TeamId,
+                name: t.name.clone(),
+                quota_gpus: t.quota_gpus,
+                share: t.share,
+            })
+            .collect();
+        teams.push(sched::Team {
+            id: NO_TEAM,
+            name: "(no team)".to_owned(),
+            quota_gpus: 0,
+            share: 1.0,
+        });
+        let team_of = |r: &JobRecord| {
+            r.team_id
+                .filter(|&t| t > 0 && t <= sched::TeamId::MAX as i64)
+                .map_or(NO_TEAM, |t| t as sched::TeamId)
+        };
+        let user_of = |r: &JobRecord| {
+            r.owner_id
+                .filter(|&u| u > 0 && u <= sched::UserId::MAX as i64)
+                .map_or(0, |u| u as sched::UserId)
+        };
+        let running_now: Vec<sched::RunningJob> = running
+            .iter()
+            .filter_map(|r| {
+                // An attempt on a node the executor no longer offers
+                // holds nothing that could be given to another.
+                let node = match r.job.node.as_deref() {
+                    Some(name) => node_of.get(name).copied().or(only_node),
+                    None => only_node,
+                }?;
+                Some(sched::RunningJob {
+                    id: r.job.id as sched::JobId,
+                    team: team_of(r),
+                    user: user_of(r),
+                    priority: r.job.priority,
+                    started_at: r.job.started_at.unwrap_or(0),
+                    node,
+                    gpus: r.job.gpu_indices.clone(),
+                    resources: resources(&r.job),
+                    preemptible: r.job.spec.preemptible,
+                    preempting: r.preempt_reason.is_some(),
                 })
-                .collect(),
+            })
+            .collect();
+        let so_far: Vec<(i64, i64, u32, i64)> = running_now
+            .iter()
+            .map(|j| {
+                (
+                    j.team as i64,
+                    j.user as i64,
+                    j.gpus.len() as u32,
+                    j.started_at,
+                )
+            })
+            .collect();
+        let usage = self.usage(now, &so_far).await?;
+        let state = sched::State {
+            now,
+            nodes: capacity.nodes.clone(),
+            teams,
+            running: running_now,
             pending: queued
                 .iter()
                 .map(|r| sched::PendingJob {
                     id: r.job.id as sched::JobId,
-                    team: LOCAL_TEAM,
-                    user: 0,
+                    team: team_of(r),
+                    user: user_of(r),
                     priority: r.job.priority,
                     submitted_at: r.job.queued_at.unwrap_or(r.job.created_at),
                     resources: resources(&r.job),
+                    borrow: r.job.spec.preemptible,
                 })
                 .collect(),
-            usage: sched::Usage::default(),
+            usage,
         };
         let decision = sched::schedule(&state, &sched::Policy::default());
         *self.inner.looked.lock().unwrap_or_else(|p| p.into_inner()) = began.elapsed();
@@ -986,10 +1157,174 @@ impl Jobs {
             tracing::warn!(job = starts[slots].0.job.id, "{}", capacity.full);
             starts.truncate(slots);
         }
-        let launched = self.launch(starts).await;
+        let borrowed_now: std::collections::HashSet<sched::JobId> =
+            sched::borrowed_jobs(&state.teams, &state.running)
+                .into_iter()
+                .collect();
+        let flags = self.write_borrowed(&running, &borrowed_now).await;
+        let preempted = self.preempt(&running, &decision.preempt).await;
+        let borrowed_starts: std::collections::HashSet<sched::JobId> = decision
+            .starts
+            .iter()
+            .filter(|p| p.borrowed)
+            .map(|p| p.job)
+            .collect();
+        let launched = self.launch(starts, &borrowed_starts).await;
         // Positions are written even when a start could not be recorded.
         let positions = self.write_positions(&decision.waiting).await;
-        launched.and(positions)
+        flags.and(preempted).and(launched).and(positions)
+    }
+
+    /// The scheduler's usage at `now`: decayed history (read at the first
+    /// call) and what running attempts used so far.
+    async fn usage(
+        &self,
+        now: i64,
+        running: &[(i64, i64, u32, i64)],
+    ) -> Result<sched::Usage, StoreError> {
+        let half_life = self.inner.config.usage_half_life.as_millis().max(1) as i64;
+        let loaded = self
+            .inner
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if !loaded {
+            let from = now.saturating_sub(half_life.saturating_mul(USAGE_HALF_LIVES_READ));
+            let rows = self.store().gpu_usage_since(from).await?;
+            let mut book = fair::UsageBook::new(half_life, now);
+            for row in rows {
+                // A day's use counts as of its middle.
+                let at = row.day * 86_400_000 + 43_200_000;
+                book.add(
+                    row.team_id,
+                    row.user_id,
+                    row.gpu_seconds / 3600.0,
+                    at.min(now),
+                );
+            }
+            let mut slot = self.inner.usage.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                *slot = Some(book);
+            }
+        }
+        let slot = self.inner.usage.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(slot
+            .as_ref()
+            .map(|book| book.usage(now, running))
+            .unwrap_or_default())
+    }
+
+    /// Records the GPU time of an attempt that ended (or was stopped):
+    /// by the hour in the store, and in the decayed usage.
+    async fn account(&self, record: &JobRecord) {
+        let job = &record.job;
+        let (Some(started), gpus) = (job.started_at, job.gpu_indices.len() as u32) else {
+            return;
+        };
+        if gpus == 0 {
+            return;
+        }
+        let now = now_millis();
+        let span = trainyard_store::GpuSpan {
+            team_id: record.team_id.unwrap_or(0),
+            user_id: record.owner_id.unwrap_or(0),
+            from_ms: started,
+            to_ms: now.max(started),
+            gpus,
+        };
+        if let Err(error) = self.store().add_gpu_usage(&[span]).await {
+            tracing::warn!(job = job.id, %error, "could not record the job's GPU time");
+        }
+        let hours = gpus as f64 * (span.to_ms - span.from_ms) as f64 / 3_600_000.0;
+        if let Some(book) = self
+            .inner
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            book.add(span.team_id, span.user_id, hours, now);
+        }
+    }
+
+    /// Marks which running attempts are on borrowed GPUs, where that changed.
+    async fn write_borrowed(
+        &self,
+        running: &[JobRecord],
+        borrowed: &std::collections::HashSet<sched::JobId>,
+    ) -> Result<(), StoreError> {
+        let moves: Vec<_> = running
+            .iter()
+            .filter_map(|r| {
+                let now = borrowed.contains(&(r.job.id as sched::JobId));
+                (r.job.borrowed != now).then(|| {
+                    (
+                        r.job.id,
+                        &[JobState::Starting, JobState::Running][..],
+                        r.job.state,
+                        JobChange {
+                            borrowed: Some(now),
+                            event: (!now).then(|| {
+                                (
+                                    "quota".to_owned(),
+                                    "now within its team's quota: it is no longer preempted for others".to_owned(),
+                                )
+                            }),
+                            ..Default::default()
+                        },
+                    )
+                })
+            })
+            .collect();
+        self.store().move_jobs(moves).await.map(|_| ())
+    }
+
+    /// Asks borrowed attempts to give their GPUs back: the reason goes to
+    /// their timeline, and the executor stops them (SIGTERM, the stop
+    /// grace, SIGKILL); once ended they go back to the queue.
+    async fn preempt(
+        &self,
+        running: &[JobRecord],
+        preempt: &[sched::Preemption],
+    ) -> Result<(), StoreError> {
+        let by_id: HashMap<i64, &JobRecord> = running.iter().map(|r| (r.job.id, r)).collect();
+        let mut first_error = None;
+        for p in preempt {
+            let Some(record) = by_id.get(&(p.job as i64)) else {
+                continue;
+            };
+            if record.preempt_reason.is_some() || record.job.cancel_requested {
+                continue;
+            }
+            let reason = p.to_string();
+            tracing::info!(job = record.job.id, %reason, "preempting");
+            let marked = self
+                .store()
+                .move_job(
+                    record.job.id,
+                    &[record.job.state],
+                    record.job.state,
+                    JobChange {
+                        preempt_reason: Some(Some(reason.clone())),
+                        event: Some(("preempting".to_owned(), reason)),
+                        ..Default::default()
+                    },
+                )
+                .await;
+            match marked {
+                Ok(true) => {
+                    if let Err(error) = self.inner.executor.stop(record).await {
+                        tracing::warn!(job = record.job.id, %error, "could not stop the job to preempt it");
+                    }
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn write_positions(&self, waiting: &[sched::Waiting]) -> Result<(), StoreError> {
@@ -1023,6 +1358,7 @@ impl Jobs {
     async fn launch(
         &self,
         starts: Vec<(JobRecord, sched::Node, Vec<u32>)>,
+        borrowed: &std::collections::HashSet<sched::JobId>,
     ) -> Result<(), StoreError> {
         use futures::StreamExt;
         if starts.is_empty() {
@@ -1047,12 +1383,21 @@ impl Jobs {
                         handle: Some(None),
                         pod: Some(None),
                         started_at: Some(Some(now)),
+                        borrowed: Some(borrowed.contains(&(record.job.id as sched::JobId))),
                         event: Some((
                             "starting".into(),
-                            if gpus.is_empty() {
-                                format!("placed on {}, no GPU", node.name)
-                            } else {
-                                format!("placed on {}, GPU {gpu_list}", node.name)
+                            match (
+                                gpus.is_empty(),
+                                borrowed.contains(&(record.job.id as sched::JobId)),
+                            ) {
+                                (true, _) => format!("placed on {}, no GPU", node.name),
+                                (false, false) => {
+                                    format!("placed on {}, GPU {gpu_list}", node.name)
+                                }
+                                (false, true) => format!(
+                                    "placed on {}, GPU {gpu_list}: borrowed beyond its team's quota, so it may be preempted",
+                                    node.name
+                                ),
                             },
                         )),
                         ..Default::default()
@@ -1245,7 +1590,7 @@ impl Jobs {
         self.note_waiting(&record, why).await?;
         match observed {
             Observation::Running | Observation::Waiting(_) => {
-                if record.job.cancel_requested
+                if (record.job.cancel_requested || record.preempt_reason.is_some())
                     && let Err(error) = self.inner.executor.stop(&record).await
                 {
                     tracing::warn!(job = record.job.id, %error, "could not stop the job");
@@ -1314,6 +1659,15 @@ impl Jobs {
             let why = exit.message.as_deref().unwrap_or("its node went away");
             return self.requeue_disrupted(record, why).await;
         }
+        // Stopped to give its GPUs back (unless it finished meanwhile, or
+        // its owner cancelled it too).
+        let succeeded = exit.reason == EndReason::Exited && exit.exit_code == Some(0);
+        if let Some(reason) = &record.preempt_reason
+            && !succeeded
+            && !self.cancel_requested(record).await
+        {
+            return self.requeue_preempted(record, reason).await;
+        }
         let code = exit.exit_code.or(exit.signal.map(|signal| 128 + signal));
         let how = match (exit.exit_code, exit.signal) {
             (Some(code), _) => format!("exited with code {code}"),
@@ -1379,14 +1733,10 @@ impl Jobs {
         let job = &record.job;
         // Queued too: a job whose files could not be prepared ends before it starts.
         let from = [JobState::Queued, JobState::Starting, JobState::Running];
-        // A cancel may have come after this cycle read the job: look again.
-        let cancelled = job.cancel_requested
-            || self
-                .store()
-                .get_job(job.id)
-                .await
-                .map(|r| r.job.cancel_requested)
-                .unwrap_or(false);
+        if job.state != JobState::Queued {
+            self.account(record).await;
+        }
+        let cancelled = self.cancel_requested(record).await;
         let retry = retryable
             && matches!(state, JobState::Failed | JobState::Lost)
             && job.attempt < job.retries
@@ -1439,15 +1789,54 @@ impl Jobs {
         Ok(())
     }
 
+    /// Whether the job's owner asked it to stop: a cancel may have come
+    /// after this cycle read the job, so it looks again.
+    async fn cancel_requested(&self, record: &JobRecord) -> bool {
+        record.job.cancel_requested
+            || self
+                .store()
+                .get_job(record.job.id)
+                .await
+                .map(|r| r.job.cancel_requested)
+                .unwrap_or(false)
+    }
+
+    /// An attempt stopped to give borrowed GPUs back: its run ends KILLED
+    /// (tagged with the reason), and the job goes back to the queue with a
+    /// new attempt that spends none of its retries (and resumes from its
+    /// checkpoints, when it keeps some).
+    async fn requeue_preempted(&self, record: &JobRecord, why: &str) -> Result<(), StoreError> {
+        let tag = ("trainyard.preempted".to_owned(), why.to_owned());
+        self.requeue_unspent(record, why, Some(tag)).await
+    }
+
     /// An attempt ended through no fault of its own (its node was lost,
     /// it was evicted): its run ends KILLED, and the job goes back to the
     /// queue with a new attempt that spends none of its retries.
     async fn requeue_disrupted(&self, record: &JobRecord, why: &str) -> Result<(), StoreError> {
+        self.requeue_unspent(record, &format!("disrupted: {why}"), None)
+            .await
+    }
+
+    /// Ends the attempt's run KILLED (with `tag` on it, when given) and
+    /// queues the next attempt with one more retry, so none is spent.
+    async fn requeue_unspent(
+        &self,
+        record: &JobRecord,
+        said: &str,
+        tag: Option<(String, String)>,
+    ) -> Result<(), StoreError> {
         let job = &record.job;
+        self.account(record).await;
         if let Some(run_id) = &job.run_id {
+            if let Some(tag) = tag
+                && let Err(error) = self.store().log_batch(run_id, &[], &[], &[tag]).await
+            {
+                tracing::warn!(run = %run_id, %error, "could not tag the run with why it ended");
+            }
             self.end_run(run_id, "KILLED").await;
         }
-        tracing::info!(job = job.id, %why, "job disrupted; requeued");
+        tracing::info!(job = job.id, why = %said, "job requeued without spending a retry");
         self.requeue(
             record,
             &[JobState::Starting, JobState::Running],
@@ -1459,7 +1848,7 @@ impl Jobs {
                 (
                     "requeued".into(),
                     format!(
-                        "disrupted: {why}; placed again without spending a retry (attempt {})",
+                        "{said}; placed again without spending a retry (attempt {})",
                         next + 1
                     ),
                 )
@@ -1500,6 +1889,8 @@ impl Jobs {
                     started_at: Some(None),
                     queued_at: Some(now_millis()),
                     attempt: Some(next),
+                    borrowed: Some(false),
+                    preempt_reason: Some(None),
                     run_id,
                     event: Some(event(next)),
                     ..change

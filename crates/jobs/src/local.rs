@@ -77,6 +77,11 @@ impl LocalExecutor {
         self.config.root.join(id.to_string())
     }
 
+    /// The folder a job's attempts keep their checkpoints in.
+    pub fn checkpoint_dir(&self, id: i64) -> PathBuf {
+        self.job_dir(id).join("checkpoints")
+    }
+
     /// The folder of one attempt of a job.
     pub fn attempt_dir(&self, id: i64, attempt: u32) -> PathBuf {
         self.job_dir(id).join(attempt.to_string())
@@ -204,6 +209,12 @@ impl LocalExecutor {
         tokio::fs::create_dir_all(&work)
             .await
             .map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+        // Kept across the job's attempts: a preempted or retried attempt
+        // resumes from what the last one saved.
+        let checkpoints = self.checkpoint_dir(job.id);
+        tokio::fs::create_dir_all(&checkpoints)
+            .await
+            .map_err(|e| format!("cannot create {}: {e}", checkpoints.display()))?;
         if user.is_some() {
             if let Some(files) = attempt.files.as_ref().filter(|f| f.is_dir()) {
                 // The project's files are copied into the work folder; the
@@ -235,10 +246,15 @@ impl LocalExecutor {
                 .map_err(|e| format!("cannot link the dataset `{name}`: {e}"))?;
         }
         let mut env = self.environment(attempt);
+        env.insert(
+            "TRAINYARD_CHECKPOINT_DIR".to_owned(),
+            checkpoints.display().to_string(),
+        );
         if let Some(user) = user {
             // A home and a temporary folder of its own: the server's are
             // not the job's to read or write.
             let to = work.clone();
+            let kept = checkpoints.clone();
             let folders = [dir.join("home"), dir.join("tmp")];
             let made = folders.clone();
             tokio::task::spawn_blocking(move || {
@@ -246,10 +262,12 @@ impl LocalExecutor {
                     std::fs::create_dir_all(folder)?;
                     users::set_mode(folder, 0o700)?;
                 }
-                for path in made.iter().chain([&to]) {
+                // The checkpoints too: each attempt may run as another uid.
+                for path in made.iter().chain([&to, &kept]) {
                     tree::chown_tree(path, user.uid, user.gid)?;
                 }
                 users::set_mode(&to, 0o700)?;
+                users::set_mode(&kept, 0o700)?;
                 Ok::<_, std::io::Error>(())
             })
             .await

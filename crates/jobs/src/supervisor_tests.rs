@@ -163,6 +163,7 @@ async fn setup(nodes: Vec<sched::Node>) -> Setup {
                 max_bytes: 1 << 20,
                 max_files: 100,
             },
+            usage_half_life: std::time::Duration::from_secs(7 * 24 * 3600),
         },
         fake.clone(),
     );

@@ -46,6 +46,7 @@ fn main() {
                     memory_mib: 32 * 1024,
                 },
                 preemptible: true,
+                preempting: false,
             });
         }
     }

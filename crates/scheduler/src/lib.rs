@@ -95,6 +95,9 @@ pub struct RunningJob {
     /// False for a job that may not be preempted: it counts first
     /// against its team's quota.
     pub preemptible: bool,
+    /// Already asked to stop for a preemption: what it holds is counted as
+    /// coming free (for the next cycles' plans), and it is not chosen again.
+    pub preempting: bool,
 }
 
 /// Decayed GPU-hours over the fair-share window.
@@ -434,13 +437,23 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
     }
     let borrowed: Vec<JobId> = borrowed_jobs(&state.teams, &state.running);
     let mut borrowed_on_node: Vec<Vec<&RunningJob>> = vec![Vec::new(); state.nodes.len()];
+    // Borrowed jobs already being preempted, per node: what they free.
+    let mut stopping: Vec<Stopping> = vec![Stopping::default(); state.nodes.len()];
     {
         let set: std::collections::HashSet<JobId> = borrowed.iter().copied().collect();
         for job in &state.running {
             if set.contains(&job.id)
                 && let Some(&i) = node_index.get(&job.node)
             {
-                borrowed_on_node[i].push(job);
+                if job.preempting {
+                    let s = &mut stopping[i];
+                    s.gpus += job.resources.gpus;
+                    s.cpu_millis += job.resources.cpu_millis;
+                    s.memory_mib += job.resources.memory_mib;
+                    s.jobs += 1;
+                } else {
+                    borrowed_on_node[i].push(job);
+                }
             }
         }
     }
@@ -542,7 +555,7 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         // No room. A job within its quota may take back borrowed GPUs.
         if within_quota
             && let Some((i, victims)) =
-                preemption_plan(r, &free, &borrowed_on_node, &preempted, job.team)
+                preemption_plan(r, &free, &borrowed_on_node, &stopping, &preempted, job.team)
         {
             for v in &victims {
                 preempted.insert(*v);
@@ -556,10 +569,12 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
             }
             hold(&mut free, &mut by_free, &mut held_nodes, i, job.id, false);
             *in_use.entry(job.team).or_default() += r.gpus;
+            // What is stopping there is this job's now.
+            let jobs = victims.len() + std::mem::take(&mut stopping[i]).jobs;
             wait(
                 Reason::Preempting {
                     node: state.nodes[i].name.clone(),
-                    jobs: victims.len(),
+                    jobs,
                 },
                 &mut decision,
             );
@@ -694,13 +709,25 @@ fn queue_order<'a>(
     keyed.into_iter().map(|k| k.5).collect()
 }
 
+/// What borrowed jobs already asked to stop on one node hold.
+#[derive(Debug, Clone, Copy, Default)]
+struct Stopping {
+    gpus: u32,
+    cpu_millis: u32,
+    memory_mib: u64,
+    jobs: usize,
+}
+
 /// The node where preempting borrowed jobs (of other teams, not already
 /// preempted) makes room for `r` at the least cost: fewest GPUs taken back,
-/// then fewest jobs. Victims are the lowest-priority, latest-started first.
+/// then fewest jobs; what jobs already stopping there free counts first
+/// (a plan may need no new victim). Victims are the lowest-priority,
+/// latest-started first.
 fn preemption_plan(
     r: &Resources,
     free: &[Free],
     borrowed_on_node: &[Vec<&RunningJob>],
+    stopping: &[Stopping],
     preempted: &std::collections::HashSet<JobId>,
     team: TeamId,
 ) -> Option<(usize, Vec<JobId>)> {
@@ -713,13 +740,14 @@ fn preemption_plan(
             .iter()
             .filter(|j| j.team != team && !preempted.contains(&j.id))
             .collect();
-        if victims.is_empty() {
+        let going = stopping[i];
+        if victims.is_empty() && going.jobs == 0 {
             continue;
         }
         victims.sort_by_key(|j| (j.priority, std::cmp::Reverse(j.started_at), j.id));
-        let mut gpus = f.free_gpus;
-        let mut cpu = f.cpu_millis;
-        let mut mem = f.memory_mib;
+        let mut gpus = f.free_gpus + going.gpus;
+        let mut cpu = f.cpu_millis + going.cpu_millis;
+        let mut mem = f.memory_mib + going.memory_mib;
         let mut chosen = Vec::new();
         let mut taken = 0;
         for v in victims {

@@ -55,6 +55,7 @@ fn running(id: JobId, team: TeamId, node: NodeId, gpu_list: &[u32], started_at: 
         gpus: gpu_list.to_vec(),
         resources: gpus(gpu_list.len() as u32),
         preemptible: true,
+        preempting: false,
     }
 }
 
@@ -337,6 +338,9 @@ fn random_state(rng: &mut Rng) -> State {
             state.running.push(RunningJob {
                 resources: r,
                 priority: rng.below(3) as i32,
+                // Now and then one already asked to stop, or not preemptible.
+                preempting: rng.below(8) == 0,
+                preemptible: rng.below(8) != 0,
                 ..running(next_id, team, n.id, &taken, rng.below(1000) as i64)
             });
             next_id += 1;
@@ -465,7 +469,18 @@ fn decisions_never_overcommit_and_respect_quotas() {
                 .filter(|p| teams_of[&p.job] == t.id && !p.borrowed)
                 .map(|p| p.gpus.len() as u32)
                 .sum();
-            assert!(owned_running <= t.quota_gpus, "seed {seed}");
+            // Jobs that may not be preempted are never borrowed: they alone
+            // may exceed a quota (lowered after they started).
+            let unpreemptible: u32 = state
+                .running
+                .iter()
+                .filter(|j| j.team == t.id && !j.preemptible)
+                .map(|j| j.resources.gpus)
+                .sum();
+            assert!(
+                owned_running <= t.quota_gpus.max(unpreemptible),
+                "seed {seed}"
+            );
             // New jobs count as the team's own only while everything it
             // runs fits in the quota.
             assert!(
@@ -492,10 +507,20 @@ fn decisions_never_overcommit_and_respect_quotas() {
         let borrowed: HashSet<JobId> = borrowed_jobs(&state.teams, &state.running)
             .into_iter()
             .collect();
+        let preempting: HashSet<JobId> = state
+            .running
+            .iter()
+            .filter(|j| j.preempting)
+            .map(|j| j.id)
+            .collect();
         for v in d.preempt.iter().map(|p| &p.job) {
             assert!(
                 borrowed.contains(v),
                 "seed {seed}: job {v} was not borrowed"
+            );
+            assert!(
+                !preempting.contains(v),
+                "seed {seed}: job {v} was already being preempted"
             );
         }
     }
@@ -584,6 +609,7 @@ impl Sim {
                 gpus: p.gpus,
                 resources: j.resources,
                 preemptible: j.borrow,
+                preempting: false,
             });
         }
         self.state.now += self.tick_ms;
@@ -771,4 +797,38 @@ fn a_job_that_may_not_be_preempted_waits_for_its_team_s_own_gpus() {
         },
     ];
     assert_eq!(borrowed_jobs(&state.teams, &running), vec![10]);
+}
+
+#[test]
+fn a_preemption_under_way_is_not_made_twice() {
+    // Team 2 (quota 2) needs 1 GPU; team 1's borrowed job 11 was asked to
+    // stop last cycle. This cycle waits for it rather than preempting 10.
+    let state = State {
+        now: 100,
+        nodes: vec![node(1, 2)],
+        teams: vec![team(1, 0), team(2, 2)],
+        running: vec![
+            running(10, 1, 1, &[0], 1),
+            RunningJob {
+                preempting: true,
+                ..running(11, 1, 1, &[1], 2)
+            },
+        ],
+        pending: vec![pending(1, 2, 1)],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+    assert_eq!(
+        reason_of(&d, 1),
+        "stopping 1 borrowed job(s) on node-1 to make room within the team's quota"
+    );
+    // Needing 2, it takes the other borrowed job too.
+    let mut more = state.clone();
+    more.pending = vec![pending(2, 2, 2)];
+    let d = schedule(&more, &Policy::default());
+    assert_eq!(
+        d.preempt.iter().map(|p| p.job).collect::<Vec<_>>(),
+        vec![10]
+    );
 }

@@ -51,6 +51,9 @@ pub struct JobRecord {
     /// What the executor knows its running attempt by (its own format: the
     /// local executor's supervising process, a Kubernetes Job's name).
     pub handle: Option<String>,
+    /// Set while it is being stopped to give its GPUs back (see
+    /// [`JobChange::preempt_reason`]).
+    pub preempt_reason: Option<String>,
 }
 
 impl JobRecord {
@@ -103,6 +106,11 @@ pub struct JobChange {
     pub run_id: Option<String>,
     /// An entry for the timeline: (kind, message).
     pub event: Option<(String, String)>,
+    /// Runs on GPUs borrowed beyond its team's quota.
+    pub borrowed: Option<bool>,
+    /// Why it is being preempted: set when it is asked to stop for a team
+    /// within its quota, cleared when it is queued again.
+    pub preempt_reason: Option<Option<String>>,
 }
 
 fn gpu_list(text: Option<&str>) -> Vec<u32> {
@@ -150,11 +158,14 @@ fn record(m: job::Model) -> Result<JobRecord, StoreError> {
             started_at: m.started_at,
             finished_at: m.finished_at,
             spec,
+            team: None,
+            borrowed: m.borrowed,
         },
         owner_id: m.owner_id,
         team_id: m.team_id,
         node_id: m.node_id,
         handle: m.handle,
+        preempt_reason: m.preempt_reason,
     })
 }
 
@@ -205,6 +216,8 @@ impl Store {
             pending_reason: Set(None),
             cancel_requested: Set(false),
             queued_at: Set(Some(now)),
+            borrowed: Set(false),
+            preempt_reason: Set(None),
             ..Default::default()
         }
         .insert(&txn)
@@ -243,7 +256,8 @@ impl Store {
         id: i64,
         access: Access,
     ) -> Result<JobRecord, StoreError> {
-        let record = self.get_job(id).await?;
+        let mut record = self.get_job(id).await?;
+        self.name_teams(std::slice::from_mut(&mut record)).await?;
         if !user.can_read(record.owner()) {
             return Err(StoreError::NotFound(format!("job {id} does not exist")));
         }
@@ -276,14 +290,36 @@ impl Store {
         if !states.is_empty() {
             query = query.filter(job::Column::State.is_in(states.iter().map(|s| s.as_str())));
         }
-        query
+        let mut records = query
             .order_by_desc(job::Column::Id)
             .limit(limit)
             .all(self.connection())
             .await?
             .into_iter()
             .map(record)
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        self.name_teams(&mut records).await?;
+        Ok(records)
+    }
+
+    /// Fills in the names of the jobs' teams, for people to read.
+    async fn name_teams(&self, records: &mut [JobRecord]) -> Result<(), StoreError> {
+        let ids: std::collections::BTreeSet<i64> =
+            records.iter().filter_map(|r| r.team_id).collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let names: std::collections::HashMap<i64, String> = crate::entity::team::Entity::find()
+            .filter(crate::entity::team::Column::Id.is_in(ids))
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(|t| (t.id, t.name))
+            .collect();
+        for r in records {
+            r.job.team = r.team_id.and_then(|t| names.get(&t).cloned());
+        }
+        Ok(())
     }
 
     /// Every job that is not finished: what the scheduler and the executor
@@ -415,6 +451,12 @@ async fn move_job_in(
     }
     if let Some(v) = change.started_at {
         update = update.col_expr(job::Column::StartedAt, Expr::value(v));
+    }
+    if let Some(v) = change.borrowed {
+        update = update.col_expr(job::Column::Borrowed, Expr::value(v));
+    }
+    if let Some(v) = change.preempt_reason {
+        update = update.col_expr(job::Column::PreemptReason, Expr::value(v));
     }
     if let Some(v) = change.finished_at {
         update = update.col_expr(job::Column::FinishedAt, Expr::value(v));

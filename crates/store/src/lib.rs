@@ -4,6 +4,7 @@
 mod chunks;
 pub mod compaction;
 pub mod entity;
+pub mod fair_share;
 pub mod identity;
 pub mod jobs;
 pub mod models;
@@ -17,6 +18,7 @@ pub mod traces;
 pub mod tracking;
 mod uploads;
 
+pub use fair_share::{DayUsage, GpuSpan};
 pub use identity::{LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
 pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
 pub use models::{ModelMetricIn, ModelOrder, NewModel};

@@ -33,6 +33,8 @@ pub struct Model {
     pub pending_reason: Option<String>,
     pub cancel_requested: bool,
     pub queued_at: Option<i64>,
+    pub borrowed: bool,
+    pub preempt_reason: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

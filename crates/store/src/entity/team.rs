@@ -1,6 +1,6 @@
 use sea_orm::entity::prelude::*;
 
-#[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "teams")]
 pub struct Model {
     #[sea_orm(primary_key)]
@@ -9,6 +9,7 @@ pub struct Model {
     pub gpu_quota: Option<i32>,
     pub priority: i32,
     pub created_at: i64,
+    pub share: f64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

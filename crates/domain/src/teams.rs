@@ -1,0 +1,142 @@
+//! Teams as the queue sees them: the GPUs each is guaranteed, its
+//! fair-share weight, and the GPU-hours teams and people used.
+
+use serde::{Deserialize, Serialize};
+
+use crate::FieldError;
+
+/// The most GPUs a team may be guaranteed.
+pub const MAX_QUOTA_GPUS: u32 = 100_000;
+/// Fair-share weights go from this to its inverse.
+pub const MIN_SHARE: f64 = 0.01;
+pub const MAX_SHARE: f64 = 100.0;
+
+/// A team's place in the queue, as admins set it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TeamPolicy {
+    pub id: i64,
+    pub name: String,
+    /// GPUs the team may always use, taking them back from teams that
+    /// borrowed them. 0: none guaranteed; it runs on idle GPUs.
+    pub quota_gpus: u32,
+    /// Fair-share weight: a team's usage counts divided by it (2 gets twice
+    /// the GPU time of 1 when both wait).
+    pub share: f64,
+    pub members: u32,
+    /// GPUs its jobs hold now, and how many of them are borrowed.
+    #[serde(default)]
+    pub gpus_in_use: u32,
+    #[serde(default)]
+    pub gpus_borrowed: u32,
+    /// Decayed GPU-hours (what fair share compares).
+    #[serde(default)]
+    pub decayed_gpu_hours: f64,
+}
+
+/// What an admin changes of a team; what is left out stays.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamPolicyChange {
+    #[serde(default)]
+    pub quota_gpus: Option<u32>,
+    #[serde(default)]
+    pub share: Option<f64>,
+}
+
+impl TeamPolicyChange {
+    pub fn check(&self) -> Result<(), Vec<FieldError>> {
+        let mut errors = Vec::new();
+        if let Some(q) = self.quota_gpus
+            && q > MAX_QUOTA_GPUS
+        {
+            errors.push(FieldError::new(
+                "quota_gpus",
+                format!("is {q}; give a whole number of GPUs from 0 to {MAX_QUOTA_GPUS}"),
+            ));
+        }
+        if let Some(s) = self.share
+            && !(s.is_finite() && (MIN_SHARE..=MAX_SHARE).contains(&s))
+        {
+            errors.push(FieldError::new(
+                "share",
+                format!("is {s}; give a weight from {MIN_SHARE} to {MAX_SHARE} (1 is the default)"),
+            ));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// How long each bar of the usage chart is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsagePeriod {
+    Day,
+    Week,
+    Month,
+}
+
+impl UsagePeriod {
+    pub fn parse(text: &str) -> Option<UsagePeriod> {
+        match text {
+            "day" => Some(UsagePeriod::Day),
+            "week" => Some(UsagePeriod::Week),
+            "month" => Some(UsagePeriod::Month),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsagePeriod::Day => "day",
+            UsagePeriod::Week => "week",
+            UsagePeriod::Month => "month",
+        }
+    }
+}
+
+/// GPU-hours of one team and person in one period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageRow {
+    /// The period's first millisecond (UTC).
+    pub period_start: i64,
+    pub team: Option<String>,
+    pub user: Option<String>,
+    pub gpu_hours: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_out_of_range_name_their_field() {
+        let bad = TeamPolicyChange {
+            quota_gpus: Some(MAX_QUOTA_GPUS + 1),
+            share: Some(0.0),
+        };
+        let errors = bad.check().unwrap_err();
+        assert_eq!(errors.len(), 2);
+        assert_eq!(errors[0].field, "quota_gpus");
+        assert_eq!(errors[1].field, "share");
+        assert!(
+            TeamPolicyChange {
+                quota_gpus: Some(4),
+                share: Some(f64::NAN)
+            }
+            .check()
+            .is_err()
+        );
+        assert!(
+            TeamPolicyChange {
+                quota_gpus: Some(4),
+                share: Some(2.0)
+            }
+            .check()
+            .is_ok()
+        );
+    }
+}

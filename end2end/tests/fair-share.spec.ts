@@ -1,0 +1,89 @@
+// Fair share as people see it, with sign-in (project `sso`, one simulated
+// GPU): an admin gives team nlp a guaranteed GPU in Admin → Teams; alice's
+// job (team vision, no guarantee) runs on it as borrowed and says so; when
+// carol (nlp) needs it, alice's job is preempted, and its page shows who
+// needed the GPU back and why it waits now.
+import { expect, test, type Page } from '@playwright/test';
+import { signIn } from './sso';
+
+async function submitSleeper(page: Page, name: string): Promise<string> {
+  await page.goto('/submit');
+  const form = page.getByTestId('submit-job');
+  await form.locator('input[name="form[name]"]').fill(name);
+  await form.locator('textarea[name="form[command]"]').fill('sleep 600');
+  await form.locator('input[name="form[gpus]"]').fill('1');
+  await form.locator('input[name="form[cpus]"]').fill('0.1');
+  await form.locator('input[name="form[memory]"]').fill('64Mi');
+  await expect(async () => {
+    await form.getByRole('button', { name: 'Submit' }).click();
+    await expect(page).toHaveURL(/\/jobs\/\d+$/, { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  return page.url();
+}
+
+async function cancel(page: Page, url: string) {
+  await page.goto(url);
+  page.once('dialog', (d) => void d.accept());
+  await page.getByTestId('cancel').click();
+  await expect(page.getByTestId('job-state')).toHaveText('Cancelled', { timeout: 30_000 });
+}
+
+test('a team within its quota takes its GPU back from a borrower, and both see why', async ({ browser }) => {
+  test.setTimeout(120_000);
+  const alice = await browser.newPage();
+  const carol = await browser.newPage();
+  const root = await browser.newPage();
+  // Teams come from groups at first sign-in.
+  await signIn(alice, 'alice');
+  await signIn(carol, 'carol');
+  await signIn(root, 'root', '/admin');
+
+  // The admin guarantees nlp the GPU.
+  const nlp = root.getByTestId('teams').locator('tr[data-team="nlp"]');
+  await expect(nlp).toBeVisible();
+  await expect(root.getByTestId('teams').locator('tr[data-team="vision"]')).toBeVisible();
+  await nlp.getByTestId('quota').fill('1');
+  await nlp.getByTestId('share').fill('2');
+  await nlp.getByTestId('save-team').click();
+  await root.reload();
+  await expect(nlp.getByTestId('quota')).toHaveValue('1');
+  await expect(nlp.getByTestId('share')).toHaveValue('2');
+  // A weight out of range is refused before it is sent (the server checks
+  // it too, naming the field).
+  await nlp.getByTestId('share').fill('0');
+  expect(await nlp.getByTestId('share').evaluate((e: HTMLInputElement) => e.validity.valid)).toBe(false);
+  await root.reload();
+
+  // Alice's job runs on the idle GPU, borrowed.
+  const hers = await submitSleeper(alice, 'alice borrows');
+  await expect(alice.getByTestId('job-state')).toHaveText('Running', { timeout: 30_000 });
+  await expect(alice.getByTestId('borrowed')).toHaveText('borrowed GPUs, may be preempted');
+  await expect(alice.getByTestId('job-team')).toHaveText('vision');
+  await alice.goto('/jobs');
+  await expect(alice.getByTestId('jobs').locator('tr', { hasText: 'alice borrows' }).getByTestId('borrowed')).toBeVisible();
+  await root.reload();
+  await expect(root.getByTestId('teams').locator('tr[data-team="vision"]').getByTestId('in-use')).toHaveText('1 (1 borrowed)');
+
+  // Carol's team needs its guaranteed GPU: alice's job gives it back.
+  const theirs = await submitSleeper(carol, 'carol needs it');
+  await expect(carol.getByTestId('job-state')).toHaveText('Running', { timeout: 30_000 });
+  await expect(carol.getByTestId('borrowed')).toHaveCount(0);
+  await alice.goto(hers);
+  await expect(alice.getByTestId('job-state')).toHaveText('Queued', { timeout: 30_000 });
+  const events = alice.getByTestId('events');
+  await expect(events).toContainText(/preempted: team nlp is within its quota of 1 GPU and needs 1 \(job \d+\)/);
+  await expect(events).toContainText('without spending a retry');
+  await expect(alice.getByTestId('job-queue')).toContainText('no node has 1 free GPU');
+  await alice.screenshot({ path: test.info().outputPath('preempted-job.png'), fullPage: true });
+
+  await cancel(alice, hers);
+  await cancel(carol, theirs);
+  // Leave the quota as it was for other specs.
+  await root.goto('/admin');
+  await nlp.getByTestId('quota').fill('0');
+  await nlp.getByTestId('share').fill('1');
+  await nlp.getByTestId('save-team').click();
+  await root.reload();
+  await expect(nlp.getByTestId('quota')).toHaveValue('0');
+  for (const p of [alice, carol, root]) await p.close();
+});
