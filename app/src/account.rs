@@ -37,6 +37,7 @@ pub fn TopBar(me: Resource<Option<Me>>) -> impl IntoView {
                             <A href="/experiments">"Experiments"</A>
                             <A href="/jobs">"Jobs"</A>
                             <A href="/templates">"Templates"</A>
+                            <A href="/usage">"Usage"</A>
                             {admin.then(|| view! { <A href="/admin">"Admin"</A> })}
                         </nav>
                         {user_menu(me)}

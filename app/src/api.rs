@@ -188,7 +188,7 @@ pub async fn node_use() -> Result<ExecutorNodes, AppError> {
 }
 
 #[cfg(feature = "ssr")]
-fn jobs() -> Result<trainyard_jobs::Jobs, AppError> {
+pub(crate) fn jobs() -> Result<trainyard_jobs::Jobs, AppError> {
     use_context::<trainyard_jobs::Jobs>().ok_or_else(|| {
         AppError::Internal("the job service is not wired into this request".to_owned())
     })

@@ -11,6 +11,7 @@ mod pages;
 #[cfg(any(feature = "ssr", test))]
 mod submit;
 mod theme;
+mod usage;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
@@ -70,6 +71,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("templates"), StaticSegment("new")) view=jobs::TemplateEditor ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("templates"), ParamSegment("slug"), StaticSegment("edit")) view=jobs::TemplateEditor ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("templates") view=pages::TemplatesPage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("usage") view=usage::UsagePage ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("admin") view=pages::AdminPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("admin"), StaticSegment("gpus")) view=gpus::GpusPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("admin"), StaticSegment("gpus"), ParamSegment("node")) view=gpus::NodeGpusPage ssr=SsrMode::InOrder/>

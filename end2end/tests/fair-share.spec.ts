@@ -76,6 +76,21 @@ test('a team within its quota takes its GPU back from a borrower, and both see w
   await expect(alice.getByTestId('job-queue')).toContainText('no node has 1 free GPU');
   await alice.screenshot({ path: test.info().outputPath('preempted-job.png'), fullPage: true });
 
+  // Usage, drawn: alice sees her team's GPU time, not carol's team's.
+  await alice.goto('/usage?period=day&by=team');
+  await expect(alice.getByTestId('usage-chart')).toHaveAttribute('data-series', '1');
+  await expect(alice.getByTestId('usage-chart').locator('svg rect').first()).toBeVisible();
+  await expect(alice.getByTestId('usage-totals').locator('tr[data-name="vision"]')).toBeVisible();
+  await expect(alice.getByTestId('usage-totals').locator('tr[data-name="nlp"]')).toHaveCount(0);
+  const csv = await alice.request.get((await alice.getByTestId('usage-csv').getAttribute('href'))!);
+  expect(csv.status()).toBe(200);
+  expect(await csv.text()).toMatch(/^period_start,team,person,gpu_hours\n\d{4}-\d\d-\d\d,"vision","alice",/);
+  // The admin sees both teams, and per person on request.
+  await root.goto('/usage?period=week&by=person');
+  await expect(root.getByTestId('usage-totals').locator('tr[data-name="alice"]')).toBeVisible();
+  await expect(root.getByTestId('usage-totals').locator('tr[data-name="carol"]')).toBeVisible();
+  await root.screenshot({ path: test.info().outputPath('usage.png'), fullPage: true });
+
   await cancel(alice, hers);
   await cancel(carol, theirs);
   // Leave the quota as it was for other specs.

@@ -13,6 +13,7 @@
 //! grid lines are `<line>`, and all words are `<text>`. See [`line_svg`], [`scatter_svg`] and
 //! [`parallel_svg`] for the counts per chart.
 
+mod bars;
 mod format;
 mod heatmap;
 mod parallel;
@@ -20,6 +21,7 @@ mod plot;
 #[cfg(feature = "png")]
 mod raster;
 
+pub use bars::{BarSeries, MAX_BAR_SERIES, StackedBars, stacked_bars_svg};
 pub use format::{format_value, format_x};
 #[cfg(feature = "png")]
 pub use heatmap::heatmap_png;

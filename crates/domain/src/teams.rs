@@ -108,6 +108,20 @@ pub struct UsageRow {
     pub gpu_hours: f64,
 }
 
+/// What the usage page draws: GPU-hours of the periods from `from` on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageView {
+    pub period: UsagePeriod,
+    pub from: i64,
+    pub to: i64,
+    /// Each period's first millisecond, oldest first.
+    pub periods: Vec<i64>,
+    pub rows: Vec<UsageRow>,
+    /// The viewer sees everyone's (an admin), not only their own and their
+    /// teams'.
+    pub everyone: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

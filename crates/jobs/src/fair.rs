@@ -25,6 +25,22 @@ pub fn period_start(at_ms: i64, period: trainyard_domain::teams::UsagePeriod) ->
     }
 }
 
+/// The last `count` periods up to and including the one that holds
+/// `now_ms`: their first milliseconds, oldest first.
+pub fn last_periods(
+    now_ms: i64,
+    period: trainyard_domain::teams::UsagePeriod,
+    count: usize,
+) -> Vec<i64> {
+    let mut starts = vec![period_start(now_ms, period)];
+    while starts.len() < count.max(1) {
+        let earlier = period_start(starts[starts.len() - 1] - 1, period);
+        starts.push(earlier);
+    }
+    starts.reverse();
+    starts
+}
+
 /// `[from, to)` cut at UTC midnights: (the day's first millisecond, the
 /// milliseconds of the span in it).
 pub fn split_days(from_ms: i64, to_ms: i64) -> Vec<(i64, i64)> {

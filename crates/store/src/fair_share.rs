@@ -143,8 +143,8 @@ impl Store {
         Ok(())
     }
 
-    /// GPU-seconds by UTC day, team and person over `[from_ms, to_ms)`
-    /// (whole hours), with names; `only` keeps the rows of one person or
+    /// GPU-seconds by UTC day, team and person over the hours that
+    /// `[from_ms, to_ms)` touches, with names; `only` keeps the rows of one person or
     /// of the teams given (what a non-admin may see).
     pub async fn gpu_usage_by_day(
         &self,
@@ -160,8 +160,9 @@ impl Store {
              WHERE u.hour >= ",
         )
         .bind(from_ms.div_euclid(HOUR_MS))
+        // The hour `to_ms` falls in counts (whole hours are kept).
         .push(" AND u.hour < ")
-        .bind(to_ms.div_euclid(HOUR_MS));
+        .bind(to_ms.saturating_add(HOUR_MS - 1).div_euclid(HOUR_MS));
         if let Some((user, teams)) = only {
             sql.push(" AND (u.user_id = ").bind(user);
             if !teams.is_empty() {
@@ -359,6 +360,15 @@ mod tests {
         assert!(his.iter().all(|r| r.team_id == vision));
         // A period that ends before the second day.
         assert_eq!(store.gpu_usage_by_day(0, day, None).await.unwrap().len(), 1);
+        // One that ends within an hour counts that hour.
+        assert_eq!(
+            store
+                .gpu_usage_by_day(0, day + 1, None)
+                .await
+                .unwrap()
+                .len(),
+            4
+        );
     }
 
     #[test]

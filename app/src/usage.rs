@@ -1,0 +1,246 @@
+//! `/usage`: GPU-hours per team or person by day, week or month, as
+//! stacked bars and a table, with a CSV download. An admin sees everyone's;
+//! anyone else their own and their teams'.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+use trainyard_charts::{BarSeries, StackedBars, stacked_bars_svg};
+use trainyard_domain::format_utc;
+use trainyard_domain::teams::{UsagePeriod, UsageView};
+
+use crate::error::AppError;
+use crate::pages::ErrorNote;
+
+/// How many periods each view goes back.
+#[cfg(feature = "ssr")]
+fn periods_shown(period: UsagePeriod) -> usize {
+    match period {
+        UsagePeriod::Day => 30,
+        UsagePeriod::Week => 12,
+        UsagePeriod::Month => 12,
+    }
+}
+
+#[server(endpoint = "get_usage")]
+pub async fn get_usage(period: UsagePeriod) -> Result<UsageView, AppError> {
+    let principal = crate::api::caller()?;
+    let jobs = crate::api::jobs()?;
+    let now = trainyard_store::now_millis();
+    let periods = trainyard_jobs::fair::last_periods(now, period, periods_shown(period));
+    let from = periods[0];
+    let rows = jobs
+        .usage_by_period(&principal.user, from, now, period)
+        .await?;
+    Ok(UsageView {
+        period,
+        from,
+        to: now,
+        periods,
+        rows,
+        everyone: principal.user.is_admin,
+    })
+}
+
+/// A period's label: `12-03` for a day or week, `2026-12` for a month.
+fn label(start: i64, period: UsagePeriod) -> String {
+    let text = format_utc(start);
+    match period {
+        UsagePeriod::Month => text.get(..7).unwrap_or(&text).to_owned(),
+        _ => text.get(5..10).unwrap_or(&text).to_owned(),
+    }
+}
+
+/// Team or person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum By {
+    Team,
+    Person,
+}
+
+impl By {
+    fn as_str(self) -> &'static str {
+        match self {
+            By::Team => "team",
+            By::Person => "person",
+        }
+    }
+}
+
+/// The bars: one series per team or person, one value per period.
+fn bars(view: &UsageView, by: By) -> StackedBars {
+    let mut series: Vec<BarSeries> = Vec::new();
+    for row in &view.rows {
+        let name = match by {
+            By::Team => row.team.clone().unwrap_or_else(|| "(no team)".to_owned()),
+            By::Person => row.user.clone().unwrap_or_else(|| "(unknown)".to_owned()),
+        };
+        let Some(i) = view.periods.iter().position(|&p| p == row.period_start) else {
+            continue;
+        };
+        let at = match series.iter().position(|s| s.label == name) {
+            Some(at) => at,
+            None => {
+                series.push(BarSeries {
+                    label: name,
+                    values: vec![0.0; view.periods.len()],
+                });
+                series.len() - 1
+            }
+        };
+        series[at].values[i] += row.gpu_hours;
+    }
+    StackedBars {
+        title: format!("GPU-hours by {} and {}", view.period.as_str(), by.as_str()),
+        categories: view
+            .periods
+            .iter()
+            .map(|&p| label(p, view.period))
+            .collect(),
+        series,
+        unit: "GPU-h".to_owned(),
+        width: 960,
+        height: 320,
+    }
+}
+
+#[component]
+pub fn UsagePage() -> impl IntoView {
+    let query = use_query_map();
+    let period = Signal::derive(move || {
+        query
+            .read()
+            .get("period")
+            .and_then(|p| UsagePeriod::parse(&p))
+            .unwrap_or(UsagePeriod::Week)
+    });
+    let by = Signal::derive(move || match query.read().get("by").as_deref() {
+        Some("person") => By::Person,
+        _ => By::Team,
+    });
+    let usage = Resource::new(move || period.get(), get_usage);
+    let link =
+        move |p: UsagePeriod, b: By| format!("/usage?period={}&by={}", p.as_str(), b.as_str());
+    view! {
+        <Title text="GPU usage"/>
+        <section class="page-head"><h1>"GPU usage"</h1></section>
+        <div class="section-head">
+            <nav class="window-picker" aria-label="Period">
+                {[UsagePeriod::Day, UsagePeriod::Week, UsagePeriod::Month].into_iter().map(|p| view! {
+                    <a href=move || link(p, by.get()) class:current=move || period.get() == p
+                        aria-current=move || (period.get() == p).then_some("page")>
+                        {match p { UsagePeriod::Day => "by day", UsagePeriod::Week => "by week", UsagePeriod::Month => "by month" }}
+                    </a>
+                }).collect_view()}
+            </nav>
+            <nav class="window-picker" aria-label="Colour by">
+                {[By::Team, By::Person].into_iter().map(|b| view! {
+                    <a href=move || link(period.get(), b) class:current=move || by.get() == b
+                        aria-current=move || (by.get() == b).then_some("page")>
+                        {match b { By::Team => "per team", By::Person => "per person" }}
+                    </a>
+                }).collect_view()}
+            </nav>
+        </div>
+        <Suspense fallback=|| view! { <p class="muted">"Summing GPU-hours…"</p> }>
+            {move || Suspend::new(async move {
+                match usage.await {
+                    Ok(view) => usage_view(view, by.get()).into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+fn usage_view(view: UsageView, by: By) -> impl IntoView {
+    let chart = bars(&view, by);
+    let svg = stacked_bars_svg(&chart).map_err(|e| e.to_string());
+    let csv = format!(
+        "/api/trainyard/v1/usage?period={}&from={}&to={}&format=csv",
+        view.period.as_str(),
+        view.from,
+        view.to
+    );
+    let whose = if view.everyone {
+        "Everyone's GPU time"
+    } else {
+        "Your GPU time and your teams'"
+    };
+    // Totals per team or person over the whole view, largest first.
+    let mut totals: Vec<(String, f64)> = chart
+        .series
+        .iter()
+        .map(|s| (s.label.clone(), s.values.iter().sum()))
+        .collect();
+    totals.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    view! {
+        <p class="muted">
+            {whose} " since " {format_utc(view.from)} ": GPUs × hours held by jobs (ended attempts and running ones so far). "
+            <a href=csv download=format!("gpu-hours-by-{}.csv", view.period.as_str()) data-testid="usage-csv">"CSV"</a>
+        </p>
+        <figure class="chart" data-testid="usage-chart" data-series=chart.series.len()>
+            {match svg {
+                Ok(svg) => view! { <div class="chart-svg" inner_html=svg></div> }.into_any(),
+                Err(e) => view! { <p class="error">{e}</p> }.into_any(),
+            }}
+        </figure>
+        {if totals.is_empty() {
+            view! { <p class="empty" data-testid="usage-empty">"No job held a GPU in these periods."</p> }.into_any()
+        } else {
+            view! {
+                <table class="table" data-testid="usage-totals">
+                    <thead><tr>
+                        <th>{match by { By::Team => "Team", By::Person => "Person" }}</th>
+                        <th class="num">"GPU-hours"</th>
+                    </tr></thead>
+                    <tbody>
+                        {totals.into_iter().map(|(name, hours)| view! {
+                            <tr data-name=name.clone()>
+                                <td>{name.clone()}</td>
+                                <td class="num">{trainyard_charts::format_value(hours)}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            }.into_any()
+        }}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trainyard_domain::teams::UsageRow;
+
+    #[test]
+    fn rows_become_one_series_per_team_or_person() {
+        let row = |p: i64, team: &str, user: &str, h: f64| UsageRow {
+            period_start: p,
+            team: Some(team.into()),
+            user: Some(user.into()),
+            gpu_hours: h,
+        };
+        let view = UsageView {
+            period: UsagePeriod::Day,
+            from: 0,
+            to: 2 * 86_400_000,
+            periods: vec![0, 86_400_000],
+            rows: vec![
+                row(0, "vision", "ada", 1.0),
+                row(0, "vision", "bob", 2.0),
+                row(86_400_000, "nlp", "ada", 4.0),
+            ],
+            everyone: true,
+        };
+        let teams = bars(&view, By::Team);
+        assert_eq!(teams.categories, vec!["01-01", "01-02"]);
+        assert_eq!(teams.series.len(), 2);
+        assert_eq!(teams.series[0].label, "vision");
+        assert_eq!(teams.series[0].values, vec![3.0, 0.0]);
+        let people = bars(&view, By::Person);
+        assert_eq!(people.series[0].label, "ada");
+        assert_eq!(people.series[0].values, vec![1.0, 4.0]);
+        assert_eq!(label(0, UsagePeriod::Month), "1970-01");
+    }
+}
