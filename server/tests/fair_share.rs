@@ -126,19 +126,27 @@ async fn team_id(server: &TestServer, admin: &str, name: &str) -> i64 {
 
 #[tokio::test]
 async fn a_team_within_its_quota_takes_borrowed_gpus_back_and_the_preempted_job_resumes() {
-    let venvs = common::job_venvs();
-    let server = TestServer::start_with(&[
-        ("TRAINYARD_OIDC_ISSUER_URL", "http://127.0.0.1:9"),
-        ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
-        ("TRAINYARD_SIMULATED_GPUS", "4"),
-        ("TRAINYARD_VENV_DIR", venvs.as_str()),
-    ])
-    .await;
-    let store = Store::connect(&server.db.url, 1).await.unwrap();
+    // People first, in the database before the server runs (a second
+    // writer beside a running server's SQLite may find it busy).
+    let db = trainyard_store::testing::TestDb::new().await;
+    let store = Store::connect(&db.url, 1).await.unwrap();
+    store.migrate().await.unwrap();
     let (ada, _) = person(&store, "ada", &["vision"], false).await;
     let (carol, _) = person(&store, "carol", &["nlp"], false).await;
     let (admin, _) = person(&store, "root", &["gpu-admins"], true).await;
     store.close().await.unwrap();
+    let venvs = common::job_venvs();
+    let server = TestServer::start_in(
+        db,
+        tempfile::tempdir().unwrap(),
+        &[
+            ("TRAINYARD_OIDC_ISSUER_URL", "http://127.0.0.1:9"),
+            ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
+            ("TRAINYARD_SIMULATED_GPUS", "4"),
+            ("TRAINYARD_VENV_DIR", venvs.as_str()),
+        ],
+    )
+    .await;
 
     // Quotas: admins only, checked field by field.
     let vision = team_id(&server, &admin, "vision").await;

@@ -816,12 +816,21 @@ impl Jobs {
                 .map(|t| (t.id, t.name))
                 .collect();
             let now = now_millis();
+            // Each owner's name once, however many jobs they run.
+            let mut names: HashMap<i64, Option<String>> = HashMap::new();
             for r in visible {
                 let (Some(started), gpus) = (r.job.started_at, r.job.gpu_indices.len()) else {
                     continue;
                 };
                 let user = match r.owner_id {
-                    Some(id) => self.store().user(id).await?.map(|u| u.username),
+                    Some(id) => match names.get(&id) {
+                        Some(name) => name.clone(),
+                        None => {
+                            let name = self.store().user(id).await?.map(|u| u.username);
+                            names.insert(id, name.clone());
+                            name
+                        }
+                    },
                     None => None,
                 };
                 let team = r.team_id.and_then(|t| teams.get(&t).cloned());
