@@ -557,7 +557,7 @@ async fn the_queue_goes_by_priority_then_by_usage() {
         state(d) == "RUNNING"
     })
     .await;
-    let held = format!("is held for job {wide}, which is ahead in the queue");
+    let held = format!("are kept for job {wide}, which is ahead in the queue");
     wait_until(&server, &ada, heavy, 30, "held back", |d| {
         d["job"]["pending_reason"]
             .as_str()

@@ -426,7 +426,7 @@ async fn what_no_node_can_hold_is_refused_and_others_pods_make_jobs_wait() {
     .await;
     assert_eq!(answer.status, 400, "{}", answer.body);
     assert!(
-        answer.body.contains("asks for 9 GPU(s); the largest of the cluster's 1 node(s) with trainyard.dev/pool=busy has 8 (nvidia.com/gpu)"),
+        answer.body.contains("asks for 9 GPUs; the largest of the cluster's 1 node with trainyard.dev/pool=busy has 8 (nvidia.com/gpu)"),
         "{}",
         answer.body
     );

@@ -32,7 +32,7 @@ pub struct Capacity {
     /// How many more attempts may start now whatever the nodes hold (the
     /// local executor's free job uids); None: no such bound.
     pub slots: Option<usize>,
-    /// What a refusal says of the GPUs on offer, after "asks for N GPU(s);":
+    /// What a refusal says of the GPUs on offer, after "asks for N GPUs;":
     /// "this server has 2 (found by NVML …)".
     pub gpus_said: String,
     /// What a refusal calls the place it measured ("this machine").

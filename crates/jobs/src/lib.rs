@@ -665,8 +665,8 @@ impl Jobs {
             errors.push(FieldError::new(
                 "resources.gpus",
                 format!(
-                    "asks for {} GPU(s); {}",
-                    spec.resources().gpus,
+                    "asks for {}; {}",
+                    sched::gpus_text(spec.resources().gpus, ""),
                     capacity.gpus_said
                 ),
             ));

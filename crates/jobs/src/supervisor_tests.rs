@@ -507,10 +507,7 @@ async fn a_job_no_node_can_hold_is_refused_at_submission() {
     match s.jobs.submit(spec, &s.user).await {
         Err(SubmitError::Invalid(errors)) => {
             assert_eq!(errors[0].field, "resources.gpus");
-            assert_eq!(
-                errors[0].message,
-                "asks for 9 GPU(s); the largest node has 8"
-            );
+            assert_eq!(errors[0].message, "asks for 9 GPUs; the largest node has 8");
         }
         other => panic!("{:?}", other.map(|r| r.job.id)),
     }

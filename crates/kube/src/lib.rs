@@ -897,7 +897,8 @@ impl Executor for KubeExecutor {
             in_all,
             slots: None,
             gpus_said: format!(
-                "the largest of the cluster's {count} node(s){selector} has {largest} ({gpu})"
+                "the largest of the cluster's {count} {}{selector} has {largest} ({gpu})",
+                if count == 1 { "node" } else { "nodes" }
             ),
             place: "the largest node of the cluster".to_owned(),
             full: String::new(),

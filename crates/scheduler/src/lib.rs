@@ -192,12 +192,36 @@ pub enum Reason {
 }
 
 /// "1 GPU", "2 GPUs"; with an adjective between: "1 free GPU".
-fn gpus_text(n: u32, adjective: &str) -> String {
+pub fn gpus_text(n: u32, adjective: &str) -> String {
     let unit = if n == 1 { "GPU" } else { "GPUs" };
     if adjective.is_empty() {
         format!("{n} {unit}")
     } else {
         format!("{n} {adjective} {unit}")
+    }
+}
+
+/// "1 CPU", "2.5 CPUs".
+fn cpus_text(millis: u32) -> String {
+    let cpus = millis as f64 / 1000.0;
+    if millis == 1000 {
+        "1 CPU".to_owned()
+    } else {
+        format!("{cpus} CPUs")
+    }
+}
+
+/// "512 MiB", "1.5 GiB".
+fn memory_text(mib: u64) -> String {
+    if mib >= 1024 {
+        let gib = mib as f64 / 1024.0;
+        if mib.is_multiple_of(1024) {
+            format!("{} GiB", mib / 1024)
+        } else {
+            format!("{gib:.1} GiB")
+        }
+    } else {
+        format!("{mib} MiB")
     }
 }
 
@@ -238,17 +262,19 @@ impl fmt::Display for Reason {
                 memory_mib,
             } => write!(
                 f,
-                "no node with {} also has {} free CPUs and {memory_mib} MiB free memory",
+                "no node with {} also has {} and {} of memory free",
                 gpus_text(*gpus, "free"),
-                *cpu_millis as f64 / 1000.0
+                cpus_text(*cpu_millis),
+                memory_text(*memory_mib)
             ),
             Reason::Preempting { node, jobs } => write!(
                 f,
-                "stopping {jobs} borrowed job(s) on {node} to make room within the team's quota"
+                "stopping {jobs} borrowed {} on {node} to give the team its guaranteed GPUs",
+                if *jobs == 1 { "job" } else { "jobs" }
             ),
             Reason::HeldFor { job, node } => write!(
                 f,
-                "{node} is held for job {job}, which is ahead in the queue"
+                "the GPUs freeing up on {node} are kept for job {job}, which is ahead in the queue"
             ),
         }
     }

@@ -187,7 +187,7 @@ fn owners_take_borrowed_gpus_back() {
     assert_eq!(victims, vec![12, 13], "the latest-started borrowed jobs");
     assert_eq!(
         reason_of(&d, 1),
-        "stopping 2 borrowed job(s) on node-1 to make room within the team's quota"
+        "stopping 2 borrowed jobs on node-1 to give the team its guaranteed GPUs"
     );
     assert_eq!(
         reason_of(&d, 2),
@@ -227,7 +227,7 @@ fn every_waiting_job_has_a_reason_in_words() {
     // Job 2 holds node 1 (3 free), so job 3 may not take it.
     assert_eq!(
         reason_of(&d, 3),
-        "node-1 is held for job 2, which is ahead in the queue"
+        "the GPUs freeing up on node-1 are kept for job 2, which is ahead in the queue"
     );
     assert_eq!(
         admissible(&state.nodes, &gpus(9)).unwrap_err().to_string(),
@@ -254,7 +254,7 @@ fn every_waiting_job_has_a_reason_in_words() {
     let d = schedule(&state, &Policy::default());
     assert_eq!(
         reason_of(&d, 4),
-        "no node with 1 free GPU also has 1 free CPUs and 614400 MiB free memory"
+        "no node with 1 free GPU also has 1 CPU and 600 GiB of memory free"
     );
 }
 
@@ -729,7 +729,7 @@ fn with_no_quotas_the_queue_is_fair_share_between_people() {
     assert!(d.starts.is_empty());
     assert_eq!(
         reason_of(&d, 4),
-        "node-1 is held for job 3, which is ahead in the queue"
+        "the GPUs freeing up on node-1 are kept for job 3, which is ahead in the queue"
     );
 }
 
@@ -821,7 +821,7 @@ fn a_preemption_under_way_is_not_made_twice() {
     assert!(d.preempt.is_empty(), "{:?}", d.preempt);
     assert_eq!(
         reason_of(&d, 1),
-        "stopping 1 borrowed job(s) on node-1 to make room within the team's quota"
+        "stopping 1 borrowed job on node-1 to give the team its guaranteed GPUs"
     );
     // Needing 2, it takes the other borrowed job too.
     let mut more = state.clone();
