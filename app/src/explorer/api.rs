@@ -169,10 +169,13 @@ pub async fn list_runs_page(
                 )
                 .await?;
             let metrics = keys.metrics.into_iter().take(DEFAULT_METRIC_COLUMNS);
-            let params = keys.params.into_iter().take(DEFAULT_PARAM_COLUMNS);
+            // The params that tell runs apart, not the first alphabetically.
+            let params = store
+                .params_that_differ_first(experiment_id, &viewer, DEFAULT_PARAM_COLUMNS as u64)
+                .await?;
             metrics
                 .map(|k| Column::Metric(k).name())
-                .chain(params.map(|k| Column::Param(k).name()))
+                .chain(params.into_iter().map(|k| Column::Param(k).name()))
                 .collect()
         }
     };

@@ -1080,6 +1080,34 @@ impl Store {
         }
         Ok(keys)
     }
+
+    /// Up to `limit` param keys of an experiment's newest 1,000 runs (those
+    /// the viewer may see), the ones whose values differ between runs
+    /// first (what tells runs apart), then the rest; by key within each.
+    pub async fn params_that_differ_first(
+        &self,
+        experiment_id: i64,
+        viewer: &Viewer,
+        limit: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut sql = self.sql();
+        sql.push(
+            "SELECT k.key AS key, CASE WHEN COUNT(DISTINCT k.value) > 1 THEN 0 ELSE 1 END AS same \
+             FROM params k WHERE k.run_id IN (SELECT r.id FROM runs r WHERE r.experiment_id = ",
+        )
+        .bind(experiment_id)
+        .push(" AND r.lifecycle_stage = 'active'");
+        viewer.restrict(&mut sql, "r.user_id", "r.team_id", None);
+        sql.push(
+            " ORDER BY r.start_time DESC LIMIT 1000) GROUP BY k.key ORDER BY same, k.key LIMIT ",
+        )
+        .bind(limit as i64);
+        let mut keys = Vec::new();
+        for row in self.connection().query_all_raw(sql.build()).await? {
+            keys.push(get(&row, "key")?);
+        }
+        Ok(keys)
+    }
 }
 
 /// The keys the runs of an experiment use, by kind.

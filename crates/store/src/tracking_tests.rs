@@ -500,6 +500,13 @@ async fn runs_are_counted_keyed_and_followed() {
         "runs the viewer may not see are not counted"
     );
 
+    assert_eq!(
+        store
+            .params_that_differ_first(exp, &stranger, 10)
+            .await
+            .unwrap(),
+        Vec::<String>::new()
+    );
     let keys = store.run_keys(exp, &Viewer::Everyone, 10).await.unwrap();
     assert_eq!(keys.metrics, ["loss"]);
     assert_eq!(keys.params, ["lr"]);
@@ -512,4 +519,28 @@ async fn runs_are_counted_keyed_and_followed() {
             .params
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn the_params_that_tell_runs_apart_come_first() {
+    let (_db, store) = store().await;
+    let exp = store
+        .create_experiment_with("apart", None, &[], Owner::default())
+        .await
+        .unwrap();
+    for (i, optimizer) in ["adam", "sgd", "adam"].into_iter().enumerate() {
+        let id = new_run(&store, exp, &format!("r{i}")).await;
+        let params = [
+            kv("a_seed", "0"),
+            kv("b_epochs", "10"),
+            kv("optimizer", optimizer),
+            kv("model", &format!("resnet{}", 18 + i)),
+        ];
+        store.log_batch(&id, &[], &params, &[]).await.unwrap();
+    }
+    let keys = store
+        .params_that_differ_first(exp, &Viewer::Everyone, 3)
+        .await
+        .unwrap();
+    assert_eq!(keys, ["model", "optimizer", "a_seed"]);
 }
