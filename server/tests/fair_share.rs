@@ -177,6 +177,25 @@ async fn a_team_within_its_quota_takes_borrowed_gpus_back_and_the_preempted_job_
         assert_eq!(set.json()["quota_gpus"], 2);
         assert_eq!(set.json()["share"], 1.0);
     }
+    // A job that may not be preempted must fit in its team's guarantee.
+    let never = call(
+        &server,
+        "POST",
+        "/api/trainyard/v1/jobs",
+        &ada,
+        &json!({"name": "x", "command": "true", "preemptible": false,
+                "resources": {"gpus": 3, "cpus": 0.1, "memory": "64Mi"}}),
+    )
+    .await;
+    assert_eq!(never.status, 400, "{}", never.body);
+    assert_eq!(never.json()["fields"][0]["field"], "preemptible");
+    assert!(
+        never
+            .body
+            .contains("team vision is guaranteed 2 and the job asks for 3"),
+        "{}",
+        never.body
+    );
     // Someone sees their own teams only.
     let mine = call(
         &server,

@@ -321,6 +321,35 @@ impl Jobs {
             return Err(SubmitError::Invalid(errors));
         }
         let mut checked = effective.check().map_err(SubmitError::Invalid)?;
+        // A job that may not be preempted runs only within its team's
+        // guarantee: one that could never fit there is refused, not queued
+        // forever (with no quotas set, every guarantee is 0).
+        let gpus = checked.spec.resources().gpus;
+        if !checked.spec.preemptible && gpus > 0 {
+            let quota = match team_id {
+                Some(id) => self
+                    .store()
+                    .team_quotas()
+                    .await?
+                    .into_iter()
+                    .find(|t| t.id == id)
+                    .map_or(0, |t| t.quota_gpus),
+                None => 0,
+            };
+            if quota < gpus {
+                let team = team_id
+                    .and_then(|id| owner.teams.iter().find(|t| t.id == id))
+                    .map_or("a job of no team".to_owned(), |t| {
+                        format!("team {}", t.name)
+                    });
+                return Err(SubmitError::Invalid(vec![FieldError::new(
+                    "preemptible",
+                    format!(
+                        "a job that may not be preempted runs only on its team's guaranteed GPUs: {team} is guaranteed {quota} and the job asks for {gpus}; leave it preemptible, or ask an admin for a guarantee"
+                    ),
+                )]));
+            }
+        }
         checked.spec.template = template.as_ref().map(|t| t.slug.clone());
         self.admit(&checked).await.map_err(SubmitError::Invalid)?;
         let store = self.store();
