@@ -16,7 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../../scripts/common.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # One namespace per test server (Job names restart at 1 with each database).
-NAMESPACES=14
+NAMESPACES=15
 
 finish() {
   local rc=$?
@@ -48,6 +48,30 @@ for ns in $(seq -f 'trainyard-test-%g' 1 "$NAMESPACES") trainyard-browser; do
     --set executor=kubernetes --set "kubernetes.namespace=$ns" \
     --set database.url=postgres://unused --show-only templates/rbac.yaml |
     kubectl apply -f - >/dev/null
+done
+# Checkpoint volumes: a StorageClass without a provisioner and volumes made
+# ahead for its claims to bind to (kwok runs no storage driver).
+kubectl apply -f - >/dev/null <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: trainyard-checkpoints
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: Immediate
+EOF
+for i in $(seq 1 6); do
+  kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: checkpoints-$i
+spec:
+  storageClassName: trainyard-checkpoints
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: /var/lib/trainyard-checkpoints/$i}
+EOF
 done
 # The chart's GPU agents (their account, DaemonSet, and the server's right
 # to review their tokens), on the agents' node only.

@@ -68,6 +68,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "most bytes the artifacts of one person's runs may hold in all; past it an artifact upload gets 507 saying what is used; 0: no quota",
     },
     SettingDoc {
+        key: "job_disk_quota_bytes",
+        env: "TRAINYARD_JOB_DISK_QUOTA_BYTES",
+        default: "107374182400",
+        meaning: "most bytes a running job may hold in its folders (work, home, temporary files, log, checkpoints), measured every 10 s; past it the job is stopped and fails saying how much it held (on Kubernetes: its pod's ephemeral-storage limit); 0: no limit",
+    },
+    SettingDoc {
         key: "site_dir",
         env: "TRAINYARD_SITE_DIR",
         default: "target/site",
@@ -212,6 +218,18 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "seconds a job's pod may keep failing to pull its image (ErrImagePull, ImagePullBackOff) before the attempt fails and frees its GPUs; a name that is no image fails at once",
     },
     SettingDoc {
+        key: "kube_checkpoint_storage_class",
+        env: "TRAINYARD_KUBE_CHECKPOINT_STORAGE_CLASS",
+        default: "(none: checkpoints last one attempt)",
+        meaning: "the StorageClass of each job's checkpoint volume: a PersistentVolumeClaim of kube_checkpoint_gib made at its first start, mounted at TRAINYARD_CHECKPOINT_DIR (/checkpoints) in every attempt, so that a preempted or retried job resumes; deleted when the job ends for good",
+    },
+    SettingDoc {
+        key: "kube_checkpoint_gib",
+        env: "TRAINYARD_KUBE_CHECKPOINT_GIB",
+        default: "20",
+        meaning: "size of each job's checkpoint volume in GiB (1 to 65536)",
+    },
+    SettingDoc {
         key: "kube_agent_account",
         env: "TRAINYARD_KUBE_AGENT_ACCOUNT",
         default: "(none: agents use node tokens only)",
@@ -310,6 +328,7 @@ pub struct Settings {
     pub upload_max_bytes: u64,
     pub upload_quota_bytes: u64,
     pub artifact_quota_bytes: u64,
+    pub job_disk_quota_bytes: u64,
     pub site_dir: PathBuf,
     pub log: String,
     pub templates_dir: PathBuf,
@@ -339,6 +358,9 @@ pub struct Settings {
     pub kube_tracking_url: Option<String>,
     pub kube_gpu_resource: String,
     pub kube_image_pull_timeout_secs: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_checkpoint_storage_class: Option<String>,
+    pub kube_checkpoint_gib: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kube_agent_account: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -372,6 +394,7 @@ impl Default for Settings {
             upload_max_bytes: 2 << 30,
             upload_quota_bytes: 50 << 30,
             artifact_quota_bytes: 100 << 30,
+            job_disk_quota_bytes: 100 << 30,
             site_dir: PathBuf::from("target/site"),
             log: "info".to_owned(),
             templates_dir: PathBuf::from("templates"),
@@ -396,6 +419,8 @@ impl Default for Settings {
             kube_tracking_url: None,
             kube_gpu_resource: "nvidia.com/gpu".to_owned(),
             kube_image_pull_timeout_secs: 300,
+            kube_checkpoint_storage_class: None,
+            kube_checkpoint_gib: 20,
             kube_agent_account: None,
             public_url: None,
             oidc_issuer_url: None,
@@ -444,6 +469,8 @@ pub struct Config {
     /// Per person; None: no quota.
     pub upload_quota_bytes: Option<u64>,
     pub artifact_quota_bytes: Option<u64>,
+    /// Per running job; None: no limit.
+    pub job_disk_quota_bytes: Option<u64>,
     pub site_dir: PathBuf,
     pub log: String,
     pub templates_dir: PathBuf,
@@ -481,6 +508,9 @@ pub struct KubeOptions {
     pub tracking_url: Option<url::Url>,
     pub gpu_resource: String,
     pub image_pull_timeout: std::time::Duration,
+    /// Each job's checkpoint volume: its StorageClass and GiB; None: an
+    /// attempt's checkpoints go with it.
+    pub checkpoints: Option<(String, u64)>,
     /// The node agents' ServiceAccount, `namespace/name`.
     pub agent_account: Option<String>,
 }
@@ -762,6 +792,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         upload_max_bytes: s.upload_max_bytes,
         upload_quota_bytes: (s.upload_quota_bytes > 0).then_some(s.upload_quota_bytes),
         artifact_quota_bytes: (s.artifact_quota_bytes > 0).then_some(s.artifact_quota_bytes),
+        job_disk_quota_bytes: (s.job_disk_quota_bytes > 0).then_some(s.job_disk_quota_bytes),
         site_dir: s.site_dir,
         log: s.log,
         templates_dir: s.templates_dir,
@@ -826,6 +857,14 @@ fn kube_options(s: &Settings) -> Result<KubeOptions, ConfigError> {
             return Err(ConfigError(format!("{key}: must not be empty")));
         }
     }
+    if !(1..=65_536).contains(&s.kube_checkpoint_gib) {
+        return Err(ConfigError(format!(
+            "kube_checkpoint_gib: {} is out of range; give 1 to 65536 (GiB)",
+            s.kube_checkpoint_gib
+        )));
+    }
+    let checkpoints =
+        non_empty(&s.kube_checkpoint_storage_class).map(|class| (class, s.kube_checkpoint_gib));
     let agent_account = match non_empty(&s.kube_agent_account) {
         Some(account) => {
             trainyard_kube::agents::parse_account(&account)
@@ -852,6 +891,7 @@ fn kube_options(s: &Settings) -> Result<KubeOptions, ConfigError> {
         tracking_url,
         gpu_resource: s.kube_gpu_resource.trim().to_owned(),
         image_pull_timeout: std::time::Duration::from_secs(s.kube_image_pull_timeout_secs),
+        checkpoints,
         agent_account,
     })
 }

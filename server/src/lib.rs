@@ -195,6 +195,8 @@ fn kube_settings(
         stop_grace_secs: config.job_stop_grace_secs,
         image_pull_timeout: kube.image_pull_timeout,
         root: config.data_dir.join("jobs"),
+        checkpoints: kube.checkpoints.clone(),
+        disk_quota_bytes: config.job_disk_quota_bytes,
     }
 }
 
@@ -246,6 +248,7 @@ fn local_config(
         uploads_root: config.data_dir.join("uploads"),
         job_users,
         job_limits,
+        disk_quota_bytes: config.job_disk_quota_bytes,
     }
 }
 

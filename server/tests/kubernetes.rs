@@ -275,7 +275,26 @@ async fn a_job_becomes_a_pinned_hardened_kubernetes_job_and_its_log_is_kept() {
     assert_eq!(limits["nvidia.com/gpu"], "2");
     assert_eq!(limits["cpu"], "4");
     assert_eq!(limits["memory"], "16Gi");
-    assert_eq!(main["resources"]["requests"], *limits);
+    // Its disk is held to job_disk_quota_bytes (100 GiB by default), by the
+    // kubelet, without being asked for: Trainyard does not place by disk.
+    assert_eq!(limits["ephemeral-storage"], "100Gi");
+    let requests = &main["resources"]["requests"];
+    assert_eq!(requests["ephemeral-storage"], "0");
+    for key in ["nvidia.com/gpu", "cpu", "memory"] {
+        assert_eq!(requests[key], limits[key], "{key}");
+    }
+    let volumes = pod["volumes"].as_array().unwrap();
+    let volume = |n: &str| volumes.iter().find(|v| v["name"] == n).cloned().unwrap();
+    assert_eq!(volume("workspace")["emptyDir"]["sizeLimit"], "100Gi");
+    // Without a checkpoint storage class, checkpoints last the attempt.
+    assert!(volume("checkpoints")["emptyDir"].is_object(), "{volumes:?}");
+    let mounts = main["volumeMounts"].as_array().unwrap();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["name"] == "checkpoints" && m["mountPath"] == "/checkpoints"),
+        "{mounts:?}"
+    );
     let env = main["env"].as_array().unwrap();
     let var = |n: &str| env.iter().find(|e| e["name"] == n).cloned();
     assert_eq!(var("WANDB_MODE").unwrap()["value"], "offline");
@@ -284,6 +303,10 @@ async fn a_job_becomes_a_pinned_hardened_kubernetes_job_and_its_log_is_kept() {
         "http://trainyard.trainyard.svc:3000"
     );
     assert_eq!(var("TRAINYARD_JOB_ID").unwrap()["value"], id.to_string());
+    assert_eq!(
+        var("TRAINYARD_CHECKPOINT_DIR").unwrap()["value"],
+        "/checkpoints"
+    );
     // The token is in the Secret, never in the spec.
     let token = var("MLFLOW_TRACKING_TOKEN").unwrap();
     assert!(token.get("value").is_none(), "{token}");
@@ -377,6 +400,96 @@ async fn a_failing_pod_fails_the_job_with_its_exit_code_and_oom_is_said_in_words
         message.starts_with("out of memory: it reached its limit of 2.0 GiB (resources.memory)"),
         "{message}"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
+async fn every_attempt_mounts_the_jobs_checkpoint_claim_which_goes_with_the_job() {
+    let ns = namespace();
+    let mut with_claims = settings(&ns, "default");
+    // executor.sh makes the class, with volumes made ahead (no provisioner).
+    with_claims.push((
+        "TRAINYARD_KUBE_CHECKPOINT_STORAGE_CLASS".into(),
+        "trainyard-checkpoints".into(),
+    ));
+    with_claims.push(("TRAINYARD_KUBE_CHECKPOINT_GIB".into(), "1".into()));
+    let s = TestServer::start_with(&as_refs(&with_claims)).await;
+    let id = submit(
+        &s,
+        json!({"name": "resumes", "command": "python train.py", "retries": 1,
+               "env": {"FAKE_RUN_SECONDS": "2", "FAKE_EXIT_CODE": "3"}}),
+    )
+    .await;
+    // The claim is made at the first start and bound to a volume; the pod
+    // runs with it.
+    let mut claim = Value::Null;
+    until("the job's checkpoint claim bound", 60, || {
+        let claims = kubectl_json(&[
+            "-n",
+            &ns,
+            "get",
+            "pvc",
+            "-l",
+            &format!("trainyard.dev/job={id}"),
+        ]);
+        claim = claims["items"][0].clone();
+        claim["status"]["phase"] == "Bound"
+    })
+    .await;
+    let claim_name = claim["metadata"]["name"].as_str().unwrap().to_owned();
+    assert!(
+        claim_name.starts_with(&format!("trainyard-{id}-")) && claim_name.ends_with("-checkpoints"),
+        "{claim_name}"
+    );
+    assert_eq!(claim["spec"]["storageClassName"], "trainyard-checkpoints");
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "1Gi");
+    assert_eq!(
+        claim["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "trainyard"
+    );
+    // Both attempts fail (exit 3): each attempt's Job, seen while it is
+    // there, mounts the same claim.
+    let mut mounted = std::collections::BTreeMap::new();
+    let mut looks = 0;
+    let failed = loop {
+        looks += 1;
+        assert!(looks < 600, "not FAILED within 120 s: {mounted:?}");
+        let jobs = kubectl_json(&[
+            "-n",
+            &ns,
+            "get",
+            "jobs",
+            "-l",
+            &format!("trainyard.dev/job={id}"),
+        ]);
+        for job in jobs["items"].as_array().unwrap() {
+            let claim = job["spec"]["template"]["spec"]["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == "checkpoints")
+                .map(|v| v["persistentVolumeClaim"]["claimName"].clone());
+            mounted.insert(
+                job["metadata"]["labels"]["trainyard.dev/attempt"].to_string(),
+                claim,
+            );
+        }
+        let detail = common::job(&s, id).await;
+        if detail["job"]["state"] == "FAILED" {
+            break detail;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(failed["job"]["attempt"], 1, "{failed}");
+    assert_eq!(mounted.len(), 2, "{mounted:?}");
+    for claim in mounted.values() {
+        assert_eq!(claim.as_ref().unwrap(), claim_name.as_str(), "{mounted:?}");
+    }
+    // Ended for good: its claim goes.
+    until("the checkpoint claim deleted", 60, || {
+        !exists(&ns, "pvc", &claim_name)
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -673,6 +786,8 @@ async fn the_servers_account_may_do_what_jobs_need_and_no_more() {
         ["watch", "pods"],
         ["get", "pods/log"],
         ["create", "secrets"],
+        ["create", "persistentvolumeclaims"],
+        ["delete", "persistentvolumeclaims"],
     ] {
         assert_eq!(
             can(&[allowed[0], allowed[1], "-n", &ns]),
@@ -688,6 +803,8 @@ async fn the_servers_account_may_do_what_jobs_need_and_no_more() {
         vec!["delete", "nodes"],
         vec!["patch", "nodes"],
         vec!["create", "pods/exec", "-n", &ns],
+        vec!["create", "persistentvolumes"],
+        vec!["list", "persistentvolumeclaims", "-n", &ns],
     ] {
         assert_eq!(can(&refused), "no", "{refused:?}");
     }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use common::{
-    TestServer, job, log, new_run, post_json, request, submit, tar_gz, try_request, wait_for,
+    TestServer, job, last_message, log, new_run, post_json, request, submit, tar_gz, try_request,
+    wait_for,
 };
 use serde_json::json;
 use trainyard_store::{SignIn, Store};
@@ -513,4 +514,41 @@ async fn a_token_follows_its_persons_rights_as_the_provider_last_said() {
     store.end_sessions_of(erin.id).await.unwrap();
     assert_eq!(write_template().await, 401, "revoked with her sessions");
     store.close().await.unwrap();
+}
+
+/// A job could fill the machine's disk: its folders were held to no limit,
+/// and what it wrote stayed after it ended.
+#[tokio::test]
+async fn a_job_past_its_disk_quota_is_stopped_and_its_files_go_at_its_end() {
+    let server = TestServer::start_with(&[("TRAINYARD_JOB_DISK_QUOTA_BYTES", "4000000")]).await;
+    let id = submit(
+        &server,
+        json!({"name": "filler", "retries": 2,
+               "command": "head -c 3000000 /dev/zero > big; \
+                           head -c 2000000 /dev/zero > \"$TRAINYARD_CHECKPOINT_DIR/step-1\"; \
+                           echo written; sleep 120"}),
+    )
+    .await;
+    let failed = wait_for(&server, id, "FAILED").await;
+    let message = last_message(&failed);
+    assert!(
+        message.starts_with("stopped: its files took ")
+            && message.contains("on disk, past its limit of 3.8 MiB (job_disk_quota_bytes)"),
+        "{message}"
+    );
+    assert_eq!(failed["job"]["attempt"], 0, "no retry: {failed}");
+    assert!(log(&server, id).await.contains("written"));
+    let folder = server.data_dir.path().join(format!("jobs/{id}"));
+    if is_root() {
+        // Its users' files go once it ended for good; its log stays.
+        for _ in 0..100 {
+            if !folder.join("0/work").exists() && !folder.join("checkpoints").exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!folder.join("0/work").exists());
+        assert!(!folder.join("checkpoints").exists());
+        assert!(folder.join("0/output.log").exists());
+    }
 }

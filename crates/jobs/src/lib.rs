@@ -1732,6 +1732,15 @@ impl Jobs {
                     exit.message.as_deref().unwrap_or("unknown reason")
                 ),
             ),
+            EndReason::DiskLimit => (
+                JobState::Failed,
+                format!(
+                    "stopped: {} (job_disk_quota_bytes) ({how}); delete what it no longer needs as it goes (old checkpoints, downloads), keep results as artifacts, or ask an admin for more",
+                    exit.message
+                        .as_deref()
+                        .unwrap_or("its files took more disk than it may")
+                ),
+            ),
         };
         if exit.out_of_memory && state == JobState::Failed {
             let limit = trainyard_domain::format_bytes(
@@ -1746,14 +1755,19 @@ impl Jobs {
                 EndReason::Exited => format!(
                     "out of memory: it reached its limit of {limit} (resources.memory) and the kernel stopped it ({how}); ask for more memory or make it use less"
                 ),
-                EndReason::Timeout | EndReason::Cancelled | EndReason::Disrupted => message,
+                EndReason::Timeout
+                | EndReason::Cancelled
+                | EndReason::Disrupted
+                | EndReason::DiskLimit => message,
             };
         }
         if let Some(usage) = &exit.usage {
             message.push_str(&usage_summary(usage));
         }
         tracing::info!(job = job.id, state = %state, %message, "job ended");
-        self.finish(record, state, code, &message, true).await
+        // Another attempt would fill the same disk (its checkpoints stay).
+        let retryable = exit.reason != EndReason::DiskLimit;
+        self.finish(record, state, code, &message, retryable).await
     }
 
     /// Records the end of an attempt, and queues the next one when the

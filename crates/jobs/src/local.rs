@@ -45,7 +45,17 @@ pub struct LocalConfig {
     /// Where each job's control group is made, which holds it to the CPUs
     /// and memory it asked for; None: not enforced.
     pub job_limits: Option<cgroups::Hierarchy>,
+    /// Most bytes a running job may hold in its folders (its attempt's
+    /// work, home, temporary files and log, and its checkpoints); None: not
+    /// measured.
+    pub disk_quota_bytes: Option<u64>,
 }
+
+/// Most files and folders a running job may hold in its folders.
+pub const MAX_JOB_ENTRIES: u64 = 1_000_000;
+
+/// Seconds between measures of a running job's disk use.
+const DISK_EVERY_SECS: u64 = 10;
 
 pub struct LocalExecutor {
     config: LocalConfig,
@@ -295,6 +305,15 @@ impl LocalExecutor {
             venv_env: self.venv_env(user.is_some()),
             user,
             cgroup: self.job_group(job),
+            disk: self
+                .config
+                .disk_quota_bytes
+                .map(|max_bytes| shim::DiskLimit {
+                    folders: vec![dir.clone(), checkpoints.clone()],
+                    max_bytes,
+                    max_entries: MAX_JOB_ENTRIES,
+                    every_secs: DISK_EVERY_SECS,
+                }),
         };
         let launch_json = serde_json::to_vec_pretty(&launch).map_err(|e| e.to_string())?;
         // It holds the job's token: the server's alone to read.
@@ -520,6 +539,22 @@ impl Executor for LocalExecutor {
             {
                 tracing::warn!(job = record.job.id, %error, "could not close the job's folder");
             }
+            // What its users wrote is theirs no longer to reach: it goes,
+            // so that ended jobs do not fill the disk. Logs and exit
+            // records stay.
+            let (job, attempts) = (record.job.id, record.job.attempt);
+            let mut gone = vec![self.checkpoint_dir(job)];
+            for attempt in 0..=attempts {
+                let dir = self.attempt_dir(job, attempt);
+                gone.extend(["work", "home", "tmp"].map(|name| dir.join(name)));
+            }
+            tokio::task::spawn_blocking(move || {
+                for path in gone {
+                    if let Err(error) = tree::remove_tree(&path) {
+                        tracing::warn!(job, %error, path = %path.display(), "could not remove what the job left");
+                    }
+                }
+            });
         }
     }
 

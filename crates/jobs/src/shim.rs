@@ -57,6 +57,23 @@ pub struct Launch {
     /// not enforced.
     #[serde(default)]
     pub cgroup: Option<JobGroup>,
+    /// What the job may hold on disk in its folders; None: not measured.
+    #[serde(default)]
+    pub disk: Option<DiskLimit>,
+}
+
+/// The disk a job may hold: measured every `every_secs` while it runs
+/// (as the kubelet measures a pod's ephemeral storage), and the job stopped
+/// past it. Its folders are its own (work, home, temporary files, log,
+/// checkpoints); the shared Python environments are not counted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskLimit {
+    pub folders: Vec<PathBuf>,
+    pub max_bytes: u64,
+    /// Files and folders it may hold, whatever their size.
+    pub max_entries: u64,
+    /// Seconds between measures.
+    pub every_secs: u64,
 }
 
 /// Why the command ended.
@@ -74,6 +91,9 @@ pub enum EndReason {
     /// Its node went away or it was evicted (Kubernetes): through no fault
     /// of its own, so it runs again without spending a retry.
     Disrupted,
+    /// It held more on disk than it may, and was stopped (the message says
+    /// how much).
+    DiskLimit,
 }
 
 /// What the shim writes to `DIR/exit.json` when the command has ended.
@@ -83,7 +103,7 @@ pub struct Exit {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub finished_ms: i64,
-    /// Set for `StartFailed`.
+    /// Set for `StartFailed` and `DiskLimit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// What it used, where its control group tells.
@@ -279,6 +299,10 @@ fn watch_of(dir: &Path, launch: &Launch) -> Watch {
         cancel: dir.join(CANCEL_FILE),
         deadline_ms: launch.deadline_ms,
         grace_secs: launch.stop_grace_secs,
+        disk: launch.disk.clone().map(|limit| DiskWatch {
+            next: std::cell::Cell::new(Instant::now() + limit.every()),
+            limit,
+        }),
     }
 }
 
@@ -339,21 +363,68 @@ fn run_job(launch: &Launch, log: &File, watch: &Watch, group: Option<&Group>) ->
     }
 }
 
+impl DiskLimit {
+    fn every(&self) -> Duration {
+        Duration::from_secs(self.every_secs.max(1))
+    }
+}
+
 /// When to stop a process group early.
 struct Watch {
     cancel: PathBuf,
     deadline_ms: i64,
     grace_secs: u64,
+    disk: Option<DiskWatch>,
+}
+
+struct DiskWatch {
+    limit: DiskLimit,
+    /// When to measure next.
+    next: std::cell::Cell<Instant>,
 }
 
 impl Watch {
-    fn stop_reason(&self) -> Option<EndReason> {
+    /// Why to stop now, and what to say of it; None: go on.
+    fn stop_reason(&self) -> Option<(EndReason, Option<String>)> {
         if self.cancel.exists() {
-            Some(EndReason::Cancelled)
+            Some((EndReason::Cancelled, None))
         } else if now_ms() >= self.deadline_ms {
-            Some(EndReason::Timeout)
+            Some((EndReason::Timeout, None))
         } else {
-            None
+            self.over_disk()
+                .map(|message| (EndReason::DiskLimit, Some(message)))
+        }
+    }
+
+    /// What the job holds past its disk limit, when it is due a measure.
+    fn over_disk(&self) -> Option<String> {
+        let disk = self.disk.as_ref()?;
+        if Instant::now() < disk.next.get() {
+            return None;
+        }
+        let limit = &disk.limit;
+        let folders: Vec<&Path> = limit.folders.iter().map(PathBuf::as_path).collect();
+        let measured = tree::disk_use(&folders, limit.max_entries);
+        disk.next.set(Instant::now() + limit.every());
+        match measured {
+            Ok(Ok(used)) if used.bytes > limit.max_bytes => Some(format!(
+                "its files took {} on disk, past its limit of {}",
+                trainyard_domain::format_bytes(used.bytes),
+                trainyard_domain::format_bytes(limit.max_bytes)
+            )),
+            Ok(Ok(_)) => None,
+            Ok(Err(tree::TooMuch::Entries(max))) => Some(format!(
+                "its folders held more than {max} files and folders"
+            )),
+            Ok(Err(tree::TooMuch::Depth)) => Some(format!(
+                "its folders nested more than {} deep",
+                tree::MAX_DEPTH
+            )),
+            Err(e) => {
+                // Not the job's doing as far as is known: it goes on.
+                eprintln!("job-shim: cannot measure the job's disk use: {e}");
+                None
+            }
         }
     }
 }
@@ -416,7 +487,7 @@ fn run_group(
                 return Err(format!("lost track of {program}: {e}"));
             }
         }
-        if let Some(reason) = watch.stop_reason() {
+        if let Some((reason, message)) = watch.stop_reason() {
             // What left the process group gets its SIGTERM (and grace) too.
             if let Some(cgroup) = cgroup {
                 cgroup.signal(libc::SIGTERM);
@@ -428,7 +499,7 @@ fn run_group(
                 exit_code,
                 signal,
                 finished_ms: now_ms(),
-                message: None,
+                message,
                 usage: None,
             });
         }
@@ -482,13 +553,13 @@ fn python_env(
         {
             break;
         }
-        if let Some(reason) = watch.stop_reason() {
+        if let Some((reason, message)) = watch.stop_reason() {
             return Err(Exit {
                 reason,
                 exit_code: None,
                 signal: None,
                 finished_ms: now_ms(),
-                message: None,
+                message,
                 usage: None,
             });
         }
@@ -752,6 +823,7 @@ mod tests {
             venv_env: BTreeMap::new(),
             user: None,
             cgroup: None,
+            disk: None,
         };
         write_launch(dir, &launch);
     }
@@ -775,6 +847,7 @@ mod tests {
             venv_env: BTreeMap::new(),
             user: None,
             cgroup: None,
+            disk: None,
         }
     }
 
@@ -840,6 +913,49 @@ mod tests {
         std::thread::sleep(Duration::from_millis(200));
         let alive = process_start(grandchild).is_some() && !is_zombie(grandchild);
         assert!(!alive, "the grandchild {grandchild} must be stopped too");
+    }
+
+    #[test]
+    fn a_job_past_its_disk_limit_is_stopped_and_its_end_says_how_much() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        let kept = dir.path().join("checkpoints");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::create_dir_all(&kept).unwrap();
+        // Within the limit in the work folder, past it with the checkpoint.
+        let mut launch = with_venvs(
+            "head -c 3000000 /dev/urandom > data; \
+             head -c 3000000 /dev/urandom > \"$KEPT/step-1\"; sleep 60",
+            &work,
+            dir.path(),
+        );
+        launch.venv_root = None;
+        launch
+            .env
+            .insert("KEPT".to_owned(), kept.display().to_string());
+        launch.disk = Some(DiskLimit {
+            folders: vec![work.clone(), kept.clone()],
+            max_bytes: 5_000_000,
+            max_entries: 1_000,
+            every_secs: 1,
+        });
+        let (exit, log) = run(dir.path(), &launch);
+        assert_eq!(exit.reason, EndReason::DiskLimit, "{exit:?}: {log}");
+        let message = exit.message.unwrap();
+        assert!(message.contains("past its limit of 4.8 MiB"), "{message}");
+        // Too many files, whatever their size.
+        let many = tempfile::tempdir().unwrap();
+        launch.cwd = many.path().to_path_buf();
+        launch.command = "for i in $(seq 1 50); do : > f$i; done; sleep 60".to_owned();
+        launch.disk = Some(DiskLimit {
+            folders: vec![many.path().to_path_buf()],
+            max_bytes: 1 << 30,
+            max_entries: 20,
+            every_secs: 1,
+        });
+        let (exit, log) = run(dir.path(), &launch);
+        assert_eq!(exit.reason, EndReason::DiskLimit, "{exit:?}: {log}");
+        assert!(exit.message.unwrap().contains("more than 20 files"));
     }
 
     #[test]
@@ -1037,6 +1153,7 @@ mod tests {
             venv_env: BTreeMap::new(),
             user: Some(user),
             cgroup: None,
+            disk: None,
         };
         let (exit, log) = run(dir.path(), &launch);
         assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
@@ -1082,6 +1199,7 @@ mod tests {
             venv_env: BTreeMap::new(),
             user: Some(user),
             cgroup: None,
+            disk: None,
         };
         let (exit, log) = run(dir.path(), &launch);
         assert_eq!(exit.exit_code, Some(0), "{log}");
@@ -1245,6 +1363,7 @@ mod tests {
                 name,
                 limits,
             }),
+            disk: None,
         };
         Some(Limited {
             dir,

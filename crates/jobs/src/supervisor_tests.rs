@@ -328,6 +328,39 @@ async fn a_failure_is_retried_with_a_new_run_until_the_retries_are_spent() {
 }
 
 #[tokio::test]
+async fn a_job_past_its_disk_limit_fails_at_once_with_how_much_it_held() {
+    let s = setup(vec![node(0, "a", 0)]).await;
+    let id = s
+        .submit(r#"{"name": "hoarder", "command": "x", "retries": 3}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    s.fake.set_fate(
+        id,
+        Observation::Ended(Ending {
+            signal: Some(15),
+            message: Some("its files took 12.0 GiB on disk, past its limit of 10.0 GiB".into()),
+            ..Ending::of(EndReason::DiskLimit)
+        }),
+    );
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(id).await;
+    assert_eq!(
+        record.job.state,
+        JobState::Failed,
+        "no retry: it would fill the disk again"
+    );
+    assert_eq!(s.fake.started().len(), 1);
+    assert_eq!(s.run_status(&record).await, "FAILED");
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline.iter().any(|e| e.contains(
+            "stopped: its files took 12.0 GiB on disk, past its limit of 10.0 GiB (job_disk_quota_bytes) (killed by signal 15); delete what it no longer needs"
+        )),
+        "{timeline:?}"
+    );
+}
+
+#[tokio::test]
 async fn out_of_memory_is_said_in_words() {
     let s = setup(vec![node(0, "a", 0)]).await;
     let id = s

@@ -332,6 +332,115 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// What a set of trees holds on disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskUse {
+    /// Blocks allocated, in bytes (as `du` counts: a sparse file counts
+    /// what it holds, a file with several names once).
+    pub bytes: u64,
+    /// Entries of every kind, folders included.
+    pub entries: u64,
+}
+
+/// Why a measure was cut short: the trees are past what a job may hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TooMuch {
+    /// More than the entries allowed.
+    Entries(u64),
+    /// Folders nested deeper than [`MAX_DEPTH`].
+    Depth,
+}
+
+/// Measures the trees at `roots` (missing ones hold nothing), never
+/// following a link; Ok(Err) when they hold more than `max_entries`
+/// entries or nest deeper than [`MAX_DEPTH`], which no job needs. Entries
+/// that vanish while it walks are skipped: the job may be deleting them.
+pub fn disk_use(roots: &[&Path], max_entries: u64) -> io::Result<Result<DiskUse, TooMuch>> {
+    let mut total = DiskUse::default();
+    let mut linked = std::collections::HashSet::new();
+    let mut count = |stat: &rustix::fs::Stat, total: &mut DiskUse| {
+        let kind = FileType::from_raw_mode(stat.st_mode);
+        total.entries += 1;
+        if kind != FileType::Directory
+            && stat.st_nlink > 1
+            && !linked.insert((stat.st_dev, stat.st_ino))
+        {
+            return;
+        }
+        total.bytes = total
+            .bytes
+            .saturating_add((stat.st_blocks as u64).saturating_mul(512));
+    };
+    let gone = |e: &rustix::io::Errno| {
+        matches!(
+            *e,
+            rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP
+        )
+    };
+    for root in roots {
+        let (parent, name) = match split(root) {
+            Ok(split) => split,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let stat = match rustix::fs::statat(&parent, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        count(&stat, &mut total);
+        if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+            continue;
+        }
+        let top = match open_folder_at(&parent, &name) {
+            Ok(top) => top,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let mut stack = vec![Dir::new(top)?];
+        while let Some(dir) = stack.last_mut() {
+            let Some(entry) = dir.next() else {
+                stack.pop();
+                continue;
+            };
+            let depth = stack.len();
+            let Some(dir) = stack.last() else { break };
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let name = entry.file_name().to_owned();
+            if is_dot(&name) {
+                continue;
+            }
+            let fd = dir.fd()?;
+            let stat = match rustix::fs::statat(fd, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => stat,
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            count(&stat, &mut total);
+            if total.entries > max_entries {
+                return Ok(Err(TooMuch::Entries(max_entries)));
+            }
+            if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+                continue;
+            }
+            if depth >= MAX_DEPTH {
+                return Ok(Err(TooMuch::Depth));
+            }
+            match rustix::fs::openat(fd, name.as_c_str(), folder_flags(), Mode::empty()) {
+                Ok(child) => stack.push(Dir::new(child)?),
+                // Swapped for a link or a file, or gone: nothing to go into.
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(Ok(total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,5 +583,40 @@ mod tests {
         symlink(&keep, dir.path().join("l")).unwrap();
         remove_tree(&dir.path().join("l")).unwrap();
         assert!(keep.join("file").exists());
+    }
+
+    #[test]
+    fn disk_use_counts_blocks_once_never_follows_links_and_stops_at_the_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, vec![7u8; 1 << 20]).unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir_all(tree.join("a/b")).unwrap();
+        std::fs::write(tree.join("a/b/f"), vec![1u8; 256 << 10]).unwrap();
+        std::fs::hard_link(tree.join("a/b/f"), tree.join("a/again")).unwrap();
+        symlink(&outside, tree.join("a/link")).unwrap();
+        symlink(dir.path(), tree.join("up")).unwrap();
+        // A sparse file counts what it holds, not what it says.
+        let sparse = std::fs::File::create(tree.join("sparse")).unwrap();
+        sparse.set_len(1 << 30).unwrap();
+        let other = dir.path().join("other");
+        std::fs::write(&other, vec![2u8; 64 << 10]).unwrap();
+        let missing = dir.path().join("missing");
+        let used = disk_use(&[&tree, &other, &missing], 1_000)
+            .unwrap()
+            .unwrap();
+        // tree, a, a/b, a/b/f, a/again, a/link, up, sparse, other.
+        assert_eq!(used.entries, 9);
+        let data = (256u64 << 10) + (64 << 10);
+        assert!(used.bytes >= data, "{used:?}");
+        assert!(
+            used.bytes < data + (1 << 20),
+            "neither the link's target, the second name nor the hole counts: {used:?}"
+        );
+        assert_eq!(disk_use(&[&tree], 5).unwrap(), Err(TooMuch::Entries(5)));
+        let deep = dir.path().join("deep");
+        std::fs::create_dir(&deep).unwrap();
+        deep_chain(&deep, MAX_DEPTH + 2);
+        assert_eq!(disk_use(&[&deep], 1_000).unwrap(), Err(TooMuch::Depth));
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret, Toleration};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Secret, Toleration};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -70,6 +70,14 @@ pub struct KubeSettings {
     pub image_pull_timeout: Duration,
     /// `<data_dir>/jobs`: the attempt's log is `<id>/<attempt>/output.log`.
     pub root: PathBuf,
+    /// Each job's checkpoint volume, kept across its attempts: the
+    /// StorageClass of its claim and its size in GiB. None: an emptyDir,
+    /// which goes with the attempt.
+    pub checkpoints: Option<(String, u64)>,
+    /// Most bytes an attempt may write to its pod's own disk (its
+    /// workspace, home and container layer: `ephemeral-storage`); None: no
+    /// limit.
+    pub disk_quota_bytes: Option<u64>,
 }
 
 /// `key=value,key2=value2` as a node selector.
@@ -311,6 +319,7 @@ pub struct KubeExecutor {
     namespace: String,
     jobs: Api<Job>,
     secrets: Api<Secret>,
+    claims: Api<PersistentVolumeClaim>,
     /// For the checks of what the account may read.
     client_nodes: Api<Node>,
     client_pods: Api<Pod>,
@@ -448,6 +457,7 @@ impl KubeExecutor {
             jobs: Api::namespaced(client.clone(), &namespace),
             client_nodes: Api::all(client.clone()),
             client_pods: Api::all(client.clone()),
+            claims: Api::namespaced(client.clone(), &namespace),
             secrets: Api::namespaced(client, &namespace),
             settings,
             namespace,
@@ -704,6 +714,26 @@ impl KubeExecutor {
         let record = &attempt.record.job;
         let name = shape::attempt_name(record);
         let node = attempt.node.clone();
+        if let Some((class, gib)) = &self.settings.checkpoints {
+            // Made at the first start, found at the next ones.
+            let claim = shape::checkpoint_claim(record, class, *gib);
+            match self.claims.create(&PostParams::default(), &claim).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+                Err(error) if transient(&error) => {
+                    return Err(StartError::Unavailable(format!(
+                        "the Kubernetes API did not take its checkpoint volume claim: {}",
+                        describe(&error)
+                    )));
+                }
+                Err(error) => {
+                    return Err(StartError::Failed(format!(
+                        "Kubernetes refused its checkpoint volume claim: {} (check kube_checkpoint_storage_class and kube_checkpoint_gib)",
+                        describe(&error)
+                    )));
+                }
+            }
+        }
         let job = shape::job(&self.settings, &attempt, trainyard_store::now_millis());
         let created = match self.jobs.create(&PostParams::default(), &job).await {
             Ok(created) => created,
@@ -1074,6 +1104,21 @@ impl Executor for KubeExecutor {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&name);
         self.remove_later(name);
+        if self.settings.checkpoints.is_some() {
+            // Ended for good: its checkpoints are of no more use.
+            let claim = shape::claim_name(&record.job);
+            match self
+                .claims
+                .delete(&claim, &DeleteParams::background())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_not_found() => {}
+                Err(error) => {
+                    tracing::warn!(job = record.job.id, %claim, error = %describe(&error), "could not delete the job's checkpoint volume claim");
+                }
+            }
+        }
     }
 
     async fn read_log(

@@ -10,8 +10,10 @@ use k8s_openapi::api::batch::v1::{
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
     LocalObjectReference, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
     PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, Secret,
     SecretKeySelector, SecurityContext, Toleration, Volume, VolumeMount,
+    VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -32,6 +34,8 @@ pub const MAIN: &str = "main";
 pub const FILES: &str = "files";
 /// Where the job's files are, and its working folder.
 pub const WORKSPACE: &str = "/workspace";
+/// Where its checkpoints are kept (`TRAINYARD_CHECKPOINT_DIR`).
+pub const CHECKPOINTS: &str = "/checkpoints";
 /// The one variable that is a secret: it goes in the Secret, never the spec.
 pub const TOKEN_VAR: &str = "MLFLOW_TRACKING_TOKEN";
 /// The uid and gid jobs run as (images' own root user is refused).
@@ -79,6 +83,61 @@ pub fn job_name(job: i64, attempt: u32, run: Option<&str>) -> String {
 /// The name of a job's current attempt.
 pub fn attempt_name(job: &trainyard_domain::job::Job) -> String {
     job_name(job.id, job.attempt, job.run_id.as_deref())
+}
+
+/// The name of a job's checkpoint claim, the same for all its attempts:
+/// `trainyard-<job>-<when it was submitted, base 36>-checkpoints`, so that
+/// two Trainyards sharing a namespace never share one.
+pub fn claim_name(job: &trainyard_domain::job::Job) -> String {
+    let mut when = job.created_at.unsigned_abs();
+    let mut tag = Vec::new();
+    loop {
+        tag.push(b"0123456789abcdefghijklmnopqrstuvwxyz"[(when % 36) as usize]);
+        when /= 36;
+        if when == 0 {
+            break;
+        }
+    }
+    tag.reverse();
+    format!(
+        "trainyard-{}-{}-checkpoints",
+        job.id,
+        String::from_utf8_lossy(&tag)
+    )
+}
+
+/// A job's checkpoint claim (of `class`, `gib` GiB), made at its first
+/// start and kept until it ends for good; labelled as the job's, owned by
+/// none of its attempts.
+pub fn checkpoint_claim(
+    job: &trainyard_domain::job::Job,
+    class: &str,
+    gib: u64,
+) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(claim_name(job)),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY.to_owned(), MANAGER.to_owned()),
+                (JOB_LABEL.to_owned(), job.id.to_string()),
+            ])),
+            annotations: Some(BTreeMap::from([(
+                NAME_ANNOTATION.to_owned(),
+                job.name.clone(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_owned()]),
+            storage_class_name: Some(class.to_owned()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(quantities(&[("storage", format!("{gib}Gi"))])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 /// The labels that tie an object to a job's attempt.
@@ -162,6 +221,7 @@ pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
         .collect();
     env.push(plain("MLFLOW_TRACKING_URI", &settings.tracking_url));
     env.push(plain("HOME", "/tmp"));
+    env.push(plain("TRAINYARD_CHECKPOINT_DIR", CHECKPOINTS));
     let has_token = attempt.env.contains_key(TOKEN_VAR);
     if has_token {
         env.push(from_secret(TOKEN_VAR, &name));
@@ -174,9 +234,22 @@ pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
     if record.gpus > 0 {
         limits.push((settings.gpu_resource.as_str(), gpus));
     }
+    // Requests equal limits: the job gets what it asked for, no more. Its
+    // disk is limited but not asked for: Trainyard does not place by disk.
+    let mut requests = limits.clone();
+    let disk = settings.disk_quota_bytes.map(bytes_quantity);
+    if let Some(disk) = &disk {
+        limits.push(("ephemeral-storage", disk.clone()));
+        requests.push(("ephemeral-storage", "0".to_owned()));
+    }
     let workspace = VolumeMount {
         name: "workspace".to_owned(),
         mount_path: WORKSPACE.to_owned(),
+        ..Default::default()
+    };
+    let checkpoints = VolumeMount {
+        name: "checkpoints".to_owned(),
+        mount_path: CHECKPOINTS.to_owned(),
         ..Default::default()
     };
     let main = Container {
@@ -198,13 +271,12 @@ pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
         working_dir: Some(WORKSPACE.to_owned()),
         env: Some(env),
         resources: Some(ResourceRequirements {
-            // Requests equal limits: the job gets what it asked for, no more.
-            requests: Some(quantities(&limits)),
+            requests: Some(quantities(&requests)),
             limits: Some(quantities(&limits)),
             ..Default::default()
         }),
         security_context: Some(hardened()),
-        volume_mounts: Some(vec![workspace.clone()]),
+        volume_mounts: Some(vec![workspace.clone(), checkpoints]),
         ..Default::default()
     };
     // The job's files and datasets, fetched with its own token by
@@ -312,17 +384,25 @@ pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
                         run_as_user: Some(JOB_UID),
                         run_as_group: Some(JOB_UID),
                         fs_group: Some(JOB_UID),
+                        // A checkpoint volume already its group's is not walked again.
+                        fs_group_change_policy: Some("OnRootMismatch".to_owned()),
                         seccomp_profile: Some(SeccompProfile {
                             type_: "RuntimeDefault".to_owned(),
                             localhost_profile: None,
                         }),
                         ..Default::default()
                     }),
-                    volumes: Some(vec![Volume {
-                        name: "workspace".to_owned(),
-                        empty_dir: Some(EmptyDirVolumeSource::default()),
-                        ..Default::default()
-                    }]),
+                    volumes: Some(vec![
+                        Volume {
+                            name: "workspace".to_owned(),
+                            empty_dir: Some(EmptyDirVolumeSource {
+                                size_limit: disk.map(Quantity),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        },
+                        checkpoint_volume(settings, record),
+                    ]),
                     init_containers: init.map(|c| vec![c]),
                     containers: vec![main],
                     ..Default::default()
@@ -331,6 +411,36 @@ pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// Bytes as a quantity in the largest binary unit that holds them whole
+/// (as the API would write them back).
+fn bytes_quantity(bytes: u64) -> String {
+    for (shift, unit) in [(40, "Ti"), (30, "Gi"), (20, "Mi"), (10, "Ki")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+/// The job's claim where it has one, else a folder of the attempt's own.
+fn checkpoint_volume(settings: &KubeSettings, job: &trainyard_domain::job::Job) -> Volume {
+    match &settings.checkpoints {
+        Some(_) => Volume {
+            name: "checkpoints".to_owned(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim_name(job),
+                read_only: Some(false),
+            }),
+            ..Default::default()
+        },
+        None => Volume {
+            name: "checkpoints".to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
     }
 }
 

@@ -41,6 +41,9 @@ pub struct PodSeen {
     pub init_failed: Option<Term>,
     /// Why it was disrupted (`DisruptionTarget`): evicted, its node lost.
     pub disruption: Option<String>,
+    /// The kubelet evicted it for what it wrote to its node's disk (past
+    /// its `ephemeral-storage` limit or its workspace's size): its words.
+    pub over_disk: Option<String>,
     /// Why it waits: kube-scheduler's message, or the container's
     /// (an image that cannot be pulled).
     pub waiting: Option<String>,
@@ -152,8 +155,17 @@ pub fn seen(pod: &Pod) -> PodSeen {
             permanent,
         })
     });
+    // Evictions for node pressure carry DisruptionTarget; those for a
+    // pod's own local storage say so in the pod's status only.
+    let over_disk = status
+        .filter(|s| s.reason.as_deref() == Some("Evicted"))
+        .and_then(|s| s.message.as_deref())
+        .filter(|m| !m.starts_with("The node was low on resource"))
+        .filter(|m| m.contains("ephemeral") || m.contains("EmptyDir") || m.contains("storage"))
+        .map(|m| m.trim().to_owned());
     PodSeen {
         pod: pod.metadata.name.clone().unwrap_or_default(),
+        over_disk,
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         phase: status.and_then(|s| s.phase.clone()).unwrap_or_default(),
         started: main_state.is_some_and(|s| s.running.is_some() || s.terminated.is_some()),
@@ -208,6 +220,15 @@ pub fn job_ending(job: &Job, pod: Option<&PodSeen>) -> Option<Ending> {
             message: Some(format!("{on}{why}")),
             ..Ending::of(EndReason::Disrupted)
         });
+    }
+    if let Some(why) = pod.and_then(|p| p.over_disk.clone()) {
+        return Some(with_exit(Ending {
+            message: Some(format!(
+                "the kubelet evicted its pod: {}",
+                why.trim_end_matches('.')
+            )),
+            ..Ending::of(EndReason::DiskLimit)
+        }));
     }
     if reason == "PodFailurePolicy" && message.contains("DisruptionTarget") {
         return Some(Ending {
@@ -281,6 +302,31 @@ mod tests {
         assert_eq!(job_ending(&running, None), None);
         let done = job_ending(&job("Complete", "CompletionsReached", ""), None).unwrap();
         assert_eq!((done.reason, done.exit_code), (EndReason::Exited, Some(0)));
+    }
+
+    #[test]
+    fn a_pod_evicted_for_its_disk_ends_over_its_limit_not_disrupted() {
+        let failed = job("Failed", "BackoffLimitExceeded", "");
+        let mut status = terminated(137, "Error");
+        status["reason"] = "Evicted".into();
+        status["message"] =
+            "Pod ephemeral local storage usage exceeds the total limit of containers 10737418240. "
+                .into();
+        let seen = pod(status);
+        let end = job_ending(&failed, Some(&seen)).unwrap();
+        assert_eq!(end.reason, EndReason::DiskLimit);
+        assert_eq!(
+            end.message.as_deref(),
+            Some(
+                "the kubelet evicted its pod: Pod ephemeral local storage usage exceeds the total limit of containers 10737418240"
+            )
+        );
+        assert_eq!(end.exit_code, Some(137));
+        // An eviction for memory pressure on the node is another matter.
+        let mut status = terminated(137, "Error");
+        status["reason"] = "Evicted".into();
+        status["message"] = "The node was low on resource: ephemeral-storage.".into();
+        assert_eq!(pod(status).over_disk, None);
     }
 
     #[test]
