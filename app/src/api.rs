@@ -171,6 +171,63 @@ pub async fn set_team(id: i64, quota_gpus: String, share: String) -> Result<(), 
     Ok(())
 }
 
+/// Makes a team before its group's first member signs in (the form's
+/// text, read here so that a mistyped box is a field error); for admins.
+#[server(endpoint = "create_team")]
+pub async fn create_team(name: String, quota_gpus: String, share: String) -> Result<(), AppError> {
+    use trainyard_domain::FieldError;
+    use trainyard_domain::teams::{NewTeam, TeamPolicyChange};
+    admin_only("make teams")?;
+    let mut errors = Vec::new();
+    let quota_gpus = match quota_gpus.trim() {
+        "" => None,
+        text => match text.parse::<u32>() {
+            Ok(q) => Some(q),
+            Err(_) => {
+                errors.push(FieldError::new(
+                    "quota_gpus",
+                    format!("`{text}` is not a whole number of GPUs"),
+                ));
+                None
+            }
+        },
+    };
+    let share = match share.trim() {
+        "" => None,
+        text => match text.parse::<f64>() {
+            Ok(s) => Some(s),
+            Err(_) => {
+                errors.push(FieldError::new(
+                    "share",
+                    format!("`{text}` is not a number"),
+                ));
+                None
+            }
+        },
+    };
+    let new = NewTeam {
+        name,
+        quota_gpus,
+        share,
+    };
+    let name = match new.check() {
+        Ok(name) => Some(name),
+        Err(more) => {
+            errors.extend(more);
+            None
+        }
+    };
+    let Some(name) = name.filter(|_| errors.is_empty()) else {
+        return Err(AppError::Fields(errors));
+    };
+    let jobs = jobs()?;
+    jobs.store()
+        .create_team(&name, &TeamPolicyChange { quota_gpus, share })
+        .await?;
+    jobs.wake();
+    Ok(())
+}
+
 #[server(endpoint = "get_overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
     let me = caller()?;
@@ -213,19 +270,55 @@ pub async fn list_job_page(all: bool) -> Result<Vec<Job>, AppError> {
 pub struct JobDetail {
     pub job: Job,
     pub events: Vec<JobEvent>,
+    /// The teams the caller may file the job under now (empty: it has
+    /// ended, or it is not theirs to change).
+    pub team_choices: Vec<String>,
 }
 
 #[server(endpoint = "get_job")]
 pub async fn get_job(id: i64) -> Result<JobDetail, AppError> {
     let store = store()?;
+    let user = caller()?.user;
     let record = store
-        .job_as(&caller()?.user, id, trainyard_store::Access::Read)
+        .job_as(&user, id, trainyard_store::Access::Read)
         .await?;
     let events = store.job_events(id).await?;
+    let may_change = !record.job.state.is_terminal()
+        && store
+            .job_as(&user, id, trainyard_store::Access::Change)
+            .await
+            .is_ok();
+    let team_choices = if !may_change {
+        Vec::new()
+    } else if user.is_admin {
+        store
+            .team_quotas()
+            .await?
+            .into_iter()
+            .map(|t| t.name)
+            .collect()
+    } else {
+        user.teams.iter().map(|t| t.name.clone()).collect()
+    };
     Ok(JobDetail {
         job: record.job,
         events,
+        team_choices,
     })
+}
+
+/// Files a job that has not ended under another team (its owner: one of
+/// theirs; an admin: any).
+#[server(endpoint = "move_job_team")]
+pub async fn move_job_team(id: i64, team: String) -> Result<(), AppError> {
+    let jobs = jobs()?;
+    let user = caller()?.user;
+    let record = jobs
+        .store()
+        .job_as(&user, id, trainyard_store::Access::Change)
+        .await?;
+    jobs.set_team(&record, &team, &user).await?;
+    Ok(())
 }
 
 /// How much of a job's log its page shows when it opens.

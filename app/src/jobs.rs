@@ -10,8 +10,8 @@ use trainyard_domain::template::{ParamSpec, ParamType, Template};
 use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
-    CancelJob, DeleteTemplate, RetryJob, SaveTemplate, SubmitJob, get_job, get_log_tail,
-    get_template, list_job_page, template_text,
+    CancelJob, DeleteTemplate, MoveJobTeam, RetryJob, SaveTemplate, SubmitJob, get_job,
+    get_log_tail, get_template, list_job_page, template_text,
 };
 use crate::error::AppError;
 use crate::pages::{ErrorNote, state_class};
@@ -554,9 +554,17 @@ pub fn JobPage() -> impl IntoView {
     let tick = RwSignal::new(0u32);
     let cancel = ServerAction::<CancelJob>::new();
     let retry = ServerAction::<RetryJob>::new();
+    let move_team = ServerAction::<MoveJobTeam>::new();
     let page = Resource::new(
-        move || (id(), tick.get(), cancel.version().get()),
-        |(id, _, _)| async move {
+        move || {
+            (
+                id(),
+                tick.get(),
+                cancel.version().get(),
+                move_team.version().get(),
+            )
+        },
+        |(id, _, _, _)| async move {
             match id {
                 Some(id) => get_job(id).await.map(Some),
                 None => Ok(None),
@@ -586,6 +594,7 @@ pub fn JobPage() -> impl IntoView {
             .get()
             .and_then(Result::err)
             .or_else(|| retry.value().get().and_then(Result::err))
+            .or_else(|| move_team.value().get().and_then(Result::err))
     };
     view! {
         <Transition fallback=|| view! { <p class="muted">"Loading the job…"</p> }>
@@ -624,10 +633,26 @@ pub fn JobPage() -> impl IntoView {
                                     if q.is_empty() { "–".to_owned() } else { q }
                                 }</dd>
                                 <dt>"GPUs"</dt><dd>{gpus_text(&job)}</dd>
-                                <dt>"Team"</dt><dd data-testid="job-team">{
-                                    let team = job.team.clone().unwrap_or_else(|| "–".to_owned());
-                                    if job.spec.preemptible { team } else { format!("{team} · never preempted: runs on the team's own GPUs only") }
-                                }</dd>
+                                <dt>"Team"</dt><dd>
+                                    <span data-testid="job-team">{
+                                        let team = job.team.clone().unwrap_or_else(|| "–".to_owned());
+                                        if job.spec.preemptible { team } else { format!("{team} · never preempted: runs on the team's own GPUs only") }
+                                    }</span>
+                                    {
+                                        let current = job.team.clone().unwrap_or_default();
+                                        let others: Vec<String> = p.team_choices.iter().filter(|t| **t != current).cloned().collect();
+                                        (!others.is_empty()).then(|| view! {
+                                            " "
+                                            <ActionForm action=move_team attr:class="inline-form" attr:data-testid="move-team">
+                                                <input type="hidden" name="id" value=job.id/>
+                                                <select name="team" aria-label="Move to team" data-testid="move-team-choice">
+                                                    {others.into_iter().map(|t| view! { <option value=t.clone()>{t.clone()}</option> }).collect_view()}
+                                                </select>
+                                                <button type="submit" class="secondary" data-testid="move-team-submit">"Move to team"</button>
+                                            </ActionForm>
+                                        })
+                                    }
+                                </dd>
                                 <dt>"Node"</dt><dd data-testid="job-node">{job.node.clone().unwrap_or_else(|| "–".to_owned())}</dd>
                                 {job.pod.clone().map(|pod| view! {
                                     <dt>"Pod"</dt><dd data-testid="job-pod"><code>{pod}</code></dd>

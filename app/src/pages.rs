@@ -5,7 +5,8 @@ use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
-    EndSessions, SetTeam, get_overview, list_teams, list_template_specs, list_users, node_use,
+    CreateTeam, EndSessions, SetTeam, get_overview, list_teams, list_template_specs, list_users,
+    node_use,
 };
 use crate::error::AppError;
 
@@ -187,14 +188,19 @@ pub fn AdminPage() -> impl IntoView {
 #[component]
 fn Teams() -> impl IntoView {
     let set = ServerAction::<SetTeam>::new();
-    let teams = Resource::new(move || set.version().get(), |_| list_teams());
+    let create = ServerAction::<CreateTeam>::new();
+    let teams = Resource::new(
+        move || (set.version().get(), create.version().get()),
+        |_| list_teams(),
+    );
     let error = Signal::derive(move || set.value().get().and_then(Result::err));
+    let create_error = Signal::derive(move || create.value().get().and_then(Result::err));
     view! {
         <h2>"Teams"</h2>
         <p class="hint">
             "A team may always use its guaranteed GPUs: when others borrowed them, their borrowed jobs are preempted (stopped, and queued again) to give them back. "
             "Beyond its guarantee a team borrows idle GPUs. Waiting jobs go by priority, then by GPU-hours used (decayed, divided by the team's weight), then by the person's. "
-            "Teams appear here when someone of the group first signs in."
+            "Teams appear here when someone of the group first signs in, or when you add one below, named as the identity provider's group, to set its guarantee before its people arrive."
         </p>
         {move || error.get().map(|e| view! { <ErrorNote error=e/> })}
         <Suspense fallback=|| view! { <p class="muted">"Loading teams…"</p> }>
@@ -243,6 +249,23 @@ fn Teams() -> impl IntoView {
                 }
             })}
         </Suspense>
+        <h3>"Add a team"</h3>
+        {move || create_error.get().filter(|e| e.field().is_none()).map(|e| view! { <ErrorNote error=e/> })}
+        <ActionForm action=create attr:class="form inline-fields" attr:data-testid="new-team">
+            <label>"Group name"
+                <input type="text" name="name" required maxlength="250" placeholder="vision" data-testid="new-team-name"/>
+            </label>
+            <label>"Guaranteed GPUs"
+                <input type="number" name="quota_gpus" min="0" max="100000" step="1" value="0" data-testid="new-team-quota"/>
+            </label>
+            <label>"Weight"
+                <input type="number" name="share" min="0.01" max="100" step="any" value="1"/>
+            </label>
+            <button type="submit" data-testid="add-team">"Add team"</button>
+            {move || create_error.get().filter(|e| e.field().is_some()).map(|e| view! {
+                <p class="field-error" data-testid="new-team-error">{e.to_string()}</p>
+            })}
+        </ActionForm>
     }
 }
 

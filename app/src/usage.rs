@@ -22,20 +22,66 @@ fn periods_shown(period: UsagePeriod) -> usize {
     }
 }
 
+/// The most days a chosen range spans (the usage API's bound).
+#[cfg(feature = "ssr")]
+const MAX_RANGE_DAYS: i64 = 400;
+
+/// GPU-hours by `period`: the last few periods, or from the day `from` to
+/// the day `to` (`YYYY-MM-DD`, UTC, both included) when given.
 #[server(endpoint = "get_usage")]
-pub async fn get_usage(period: UsagePeriod) -> Result<UsageView, AppError> {
+pub async fn get_usage(
+    period: UsagePeriod,
+    from: Option<String>,
+    to: Option<String>,
+) -> Result<UsageView, AppError> {
+    use trainyard_domain::FieldError;
+    use trainyard_jobs::fair::{DAY_MS, parse_day, periods_between};
     let principal = crate::api::caller()?;
     let jobs = crate::api::jobs()?;
     let now = trainyard_store::now_millis();
-    let periods = trainyard_jobs::fair::last_periods(now, period, periods_shown(period));
-    let from = periods[0];
+    let day = |field: &str, text: Option<String>| -> Result<Option<i64>, AppError> {
+        match text.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+            None => Ok(None),
+            Some(t) => parse_day(t).map(Some).ok_or_else(|| {
+                AppError::Fields(vec![FieldError::new(
+                    field,
+                    format!("`{t}` is not a day; write it as YYYY-MM-DD"),
+                )])
+            }),
+        }
+    };
+    let (from, to) = match (day("from", from)?, day("to", to)?) {
+        (None, None) => {
+            let periods = trainyard_jobs::fair::last_periods(now, period, periods_shown(period));
+            (periods[0], now)
+        }
+        (from, to) => {
+            // `to` is included: its day ends at the next midnight.
+            let to = to.map_or(now, |t| (t + DAY_MS).min(now.max(t + 1)));
+            let from = from.unwrap_or(to - 30 * DAY_MS);
+            if from >= to {
+                return Err(AppError::Fields(vec![FieldError::new(
+                    "from",
+                    "is after `to`; choose an earlier first day",
+                )]));
+            }
+            if to - from > MAX_RANGE_DAYS * DAY_MS {
+                return Err(AppError::Fields(vec![FieldError::new(
+                    "from",
+                    format!("the range is longer than {MAX_RANGE_DAYS} days; choose a shorter one"),
+                )]));
+            }
+            (from, to)
+        }
+    };
+    let periods = periods_between(from, to, period, MAX_RANGE_DAYS as usize);
     let rows = jobs
-        .usage_by_period(&principal.user, from, now, period)
+        .usage_by_period(&principal.user, from, to, period)
         .await?;
     Ok(UsageView {
         period,
         from,
-        to: now,
+        to,
         periods,
         rows,
         everyone: principal.user.is_admin,
@@ -118,9 +164,21 @@ pub fn UsagePage() -> impl IntoView {
         Some("person") => By::Person,
         _ => By::Team,
     });
-    let usage = Resource::new(move || period.get(), get_usage);
-    let link =
-        move |p: UsagePeriod, b: By| format!("/usage?period={}&by={}", p.as_str(), b.as_str());
+    let day = move |key: &str| query.read().get(key).filter(|d| !d.trim().is_empty());
+    let usage = Resource::new(
+        move || (period.get(), day("from"), day("to")),
+        |(p, from, to)| get_usage(p, from, to),
+    );
+    // The range chosen stays as the period and colouring change.
+    let link = move |p: UsagePeriod, b: By| {
+        let mut url = format!("/usage?period={}&by={}", p.as_str(), b.as_str());
+        for key in ["from", "to"] {
+            if let Some(d) = day(key) {
+                url.push_str(&format!("&{key}={}", urlencoding_day(&d)));
+            }
+        }
+        url
+    };
     view! {
         <Title text="GPU usage"/>
         <section class="page-head"><h1>"GPU usage"</h1></section>
@@ -141,6 +199,16 @@ pub fn UsagePage() -> impl IntoView {
                     </a>
                 }).collect_view()}
             </nav>
+            <leptos_router::components::Form method="GET" action="/usage" attr:class="inline-form range-form" attr:data-testid="usage-range">
+                <input type="hidden" name="period" value=move || period.get().as_str()/>
+                <input type="hidden" name="by" value=move || by.get().as_str()/>
+                <label>"From " <input type="date" name="from" value=move || day("from").unwrap_or_default() data-testid="usage-from"/></label>
+                <label>"to " <input type="date" name="to" value=move || day("to").unwrap_or_default() data-testid="usage-to"/></label>
+                <button type="submit" class="secondary" data-testid="usage-show">"Show"</button>
+                {move || (day("from").is_some() || day("to").is_some()).then(|| view! {
+                    <a href=move || format!("/usage?period={}&by={}", period.get().as_str(), by.get().as_str())>"latest"</a>
+                })}
+            </leptos_router::components::Form>
         </div>
         <Suspense fallback=|| view! { <p class="muted">"Summing GPU-hours…"</p> }>
             {move || Suspend::new(async move {
@@ -151,6 +219,13 @@ pub fn UsagePage() -> impl IntoView {
             })}
         </Suspense>
     }
+}
+
+/// A day as it may stand in a query: digits and dashes only.
+fn urlencoding_day(day: &str) -> String {
+    day.chars()
+        .filter(|c| c.is_ascii_digit() || *c == '-')
+        .collect()
 }
 
 fn usage_view(view: UsageView, by: By) -> impl IntoView {
@@ -176,7 +251,7 @@ fn usage_view(view: UsageView, by: By) -> impl IntoView {
     totals.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     view! {
         <p class="muted">
-            {whose} " since " {format_utc(view.from)} ": GPUs × hours held by jobs (ended attempts and running ones so far). "
+            {whose} " from " {format_utc(view.from)} " to " {format_utc(view.to)} ": GPUs × hours held by jobs (ended attempts and running ones so far). "
             <a href=csv download=format!("gpu-hours-by-{}.csv", view.period.as_str()) data-testid="usage-csv">"CSV"</a>
         </p>
         <figure class="chart" data-testid="usage-chart" data-series=chart.series.len()>

@@ -2,16 +2,17 @@
 // GPU): an admin gives team nlp a guaranteed GPU in Admin → Teams; alice's
 // job (team vision, no guarantee) runs on it as borrowed and says so; when
 // carol (nlp) needs it, alice's job is preempted, and its page shows who
-// needed the GPU back and why it waits now.
+// needed the GPU back and why it waits now. Then an admin adds a team
+// before its people sign in and files a running job under it.
 import { expect, test, type Page } from '@playwright/test';
 import { signIn } from './sso';
 
-async function submitSleeper(page: Page, name: string): Promise<string> {
+async function submitSleeper(page: Page, name: string, gpus = '1'): Promise<string> {
   await page.goto('/submit');
   const form = page.getByTestId('submit-job');
   await form.locator('input[name="form[name]"]').fill(name);
   await form.locator('textarea[name="form[command]"]').fill('sleep 600');
-  await form.locator('input[name="form[gpus]"]').fill('1');
+  await form.locator('input[name="form[gpus]"]').fill(gpus);
   await form.locator('input[name="form[cpus]"]').fill('0.1');
   await form.locator('input[name="form[memory]"]').fill('64Mi');
   await expect(async () => {
@@ -85,6 +86,18 @@ test('a team within its quota takes its GPU back from a borrower, and both see w
   const csv = await alice.request.get((await alice.getByTestId('usage-csv').getAttribute('href'))!);
   expect(csv.status()).toBe(200);
   expect(await csv.text()).toMatch(/^period_start,team,person,gpu_hours\n\d{4}-\d\d-\d\d,"vision","alice",/);
+  // A range of days, chosen in the form; the other views keep it.
+  const today = new Date().toISOString().slice(0, 10);
+  await alice.getByTestId('usage-from').fill(today);
+  await alice.getByTestId('usage-to').fill(today);
+  await alice.getByTestId('usage-show').click();
+  await expect(alice).toHaveURL(new RegExp(`from=${today}&to=${today}`));
+  await expect(alice.getByTestId('usage-totals').locator('tr[data-name="vision"]')).toBeVisible();
+  await expect(alice.getByRole('link', { name: 'by week' })).toHaveAttribute('href', new RegExp(`from=${today}&to=${today}`));
+  await expect(alice.getByTestId('usage-csv')).toHaveAttribute('href', /from=\d+&to=\d+/);
+  // A day that is none is refused, naming the field.
+  await alice.goto('/usage?period=day&from=2026-02-30');
+  await expect(alice.getByRole('alert')).toContainText('`2026-02-30` is not a day');
   // The admin sees both teams, and per person on request.
   await root.goto('/usage?period=week&by=person');
   await expect(root.getByTestId('usage-totals').locator('tr[data-name="alice"]')).toBeVisible();
@@ -101,4 +114,41 @@ test('a team within its quota takes its GPU back from a borrower, and both see w
   await root.reload();
   await expect(nlp.getByTestId('quota')).toHaveValue('0');
   for (const p of [alice, carol, root]) await p.close();
+});
+
+test('an admin adds a team ahead of its people and files a job under it', async ({ browser }) => {
+  test.setTimeout(60_000);
+  const alice = await browser.newPage();
+  const root = await browser.newPage();
+  await signIn(alice, 'alice');
+  await signIn(root, 'root', '/admin');
+
+  // A team for a group nobody of which has signed in yet, with its guarantee.
+  const form = root.getByTestId('new-team');
+  await form.getByTestId('new-team-name').fill('robotics');
+  await form.getByTestId('new-team-quota').fill('1');
+  await form.getByTestId('add-team').click();
+  const robotics = root.getByTestId('teams').locator('tr[data-team="robotics"]');
+  await expect(robotics).toBeVisible();
+  await expect(robotics.getByTestId('quota')).toHaveValue('1');
+  // The same name again is refused, saying why.
+  await form.getByTestId('new-team-name').fill('robotics');
+  await form.getByTestId('add-team').click();
+  await expect(root.getByRole('alert')).toContainText('team `robotics` already exists');
+
+  // Alice, in one team, cannot move her job; the admin files it under robotics.
+  const hers = await submitSleeper(alice, 'misfiled', '0');
+  await expect(alice.getByTestId('job-state')).toHaveText('Running', { timeout: 30_000 });
+  await expect(alice.getByTestId('job-team')).toHaveText('vision');
+  await expect(alice.getByTestId('move-team')).toHaveCount(0);
+  await root.goto(hers);
+  await root.getByTestId('move-team-choice').selectOption('robotics');
+  await root.getByTestId('move-team-submit').click();
+  await expect(root.getByTestId('job-team')).toHaveText('robotics');
+  await alice.reload();
+  await expect(alice.getByTestId('job-team')).toHaveText('robotics');
+  await expect(alice.getByTestId('events')).toContainText('team moved from vision to robotics by root');
+
+  await cancel(alice, hers);
+  for (const p of [alice, root]) await p.close();
 });

@@ -89,6 +89,11 @@ impl From<StoreError> for JobsError {
                 JobsError::new(StatusCode::FORBIDDEN, "PERMISSION_DENIED", message)
             }
             StoreError::Invalid(e) => JobsError::invalid(e.to_string(), vec![e]),
+            StoreError::Conflict { what } => JobsError::new(
+                StatusCode::CONFLICT,
+                "RESOURCE_ALREADY_EXISTS",
+                format!("{what} already exists"),
+            ),
             other => {
                 tracing::error!(error = %other, "jobs store error");
                 JobsError::internal("the server could not read or write its database; see its log")
@@ -413,6 +418,41 @@ pub async fn cancel(
     job_as(&state, &principal, id, Access::Change).await?;
     let record = state.jobs.cancel(id).await?;
     Ok(Json(JobAnswer { job: record.job }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamChange {
+    team: String,
+}
+
+/// `PUT /api/trainyard/v1/jobs/{id}/team` with `{"team": "vision"}`: files a
+/// job that has not ended under another team (its owner: one of theirs;
+/// an admin: any).
+pub async fn set_team(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(id): Path<i64>,
+    body: axum::body::Bytes,
+) -> Result<Json<JobAnswer>, JobsError> {
+    let record = job_as(&state, &principal, id, Access::Change).await?;
+    if body.len() > 4096 {
+        return Err(JobsError::invalid(
+            "the body is larger than 4 KiB; send {\"team\": \"name\"}",
+            Vec::new(),
+        ));
+    }
+    let change: TeamChange = serde_json::from_slice(&body).map_err(|e| {
+        JobsError::invalid(
+            format!("not a team change: {e}; send {{\"team\": \"name\"}}"),
+            vec![trainyard_domain::FieldError::new("body", e.to_string())],
+        )
+    })?;
+    let moved = state
+        .jobs
+        .set_team(&record, &change.team, &principal.user)
+        .await?;
+    Ok(Json(JobAnswer { job: moved.job }))
 }
 
 #[derive(Serialize)]

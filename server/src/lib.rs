@@ -318,6 +318,10 @@ pub fn router(state: AppState) -> Router {
                     axum::routing::post(jobs_api::cancel),
                 )
                 .route(
+                    "/api/trainyard/v1/jobs/{id}/team",
+                    axum::routing::put(jobs_api::set_team),
+                )
+                .route(
                     "/api/trainyard/v1/jobs/{id}/retry",
                     axum::routing::post(jobs_api::retry),
                 )
@@ -333,7 +337,10 @@ pub fn router(state: AppState) -> Router {
                 )
                 .route("/api/trainyard/v1/templates", get(jobs_api::templates))
                 .route("/api/trainyard/v1/nodes", get(jobs_api::nodes))
-                .route("/api/trainyard/v1/teams", get(teams_api::list))
+                .route(
+                    "/api/trainyard/v1/teams",
+                    get(teams_api::list).post(teams_api::create),
+                )
                 .route(
                     "/api/trainyard/v1/teams/{id}",
                     axum::routing::put(teams_api::update),

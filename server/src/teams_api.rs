@@ -10,7 +10,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use trainyard_domain::FieldError;
-use trainyard_domain::teams::{TeamPolicy, TeamPolicyChange, UsagePeriod, UsageRow};
+use trainyard_domain::teams::{NewTeam, TeamPolicy, TeamPolicyChange, UsagePeriod, UsageRow};
 
 use crate::AppState;
 use crate::auth::Caller;
@@ -64,6 +64,47 @@ pub async fn update(
     tracing::info!(team = %saved.name, quota_gpus = saved.quota_gpus, share = saved.share, by = %principal.user.username, "team policy set");
     state.jobs.wake();
     Ok(Json(saved))
+}
+
+/// `POST /api/trainyard/v1/teams` (admins) with `{"name": "vision",
+/// "quota_gpus": 4, "share": 2}`: a team made before its members sign in
+/// (they join it through the identity provider's group of that name).
+pub async fn create(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    body: Bytes,
+) -> Result<(axum::http::StatusCode, Json<TeamPolicy>), JobsError> {
+    admin_only(&principal, "make teams")?;
+    if body.len() > 4096 {
+        return Err(JobsError::invalid(
+            "the body is larger than 4 KiB; send {\"name\": \"group\", \"quota_gpus\": N, \"share\": W}",
+            Vec::new(),
+        ));
+    }
+    let new: NewTeam = serde_json::from_slice(&body).map_err(|e| {
+        JobsError::invalid(
+            format!(
+                "not a new team: {e}; send {{\"name\": \"group\", \"quota_gpus\": N, \"share\": W}}"
+            ),
+            vec![FieldError::new("body", e.to_string())],
+        )
+    })?;
+    let name = new.check().map_err(|fields| {
+        let message = fields
+            .iter()
+            .map(|f| format!("{}: {}", f.field, f.message))
+            .collect::<Vec<_>>()
+            .join("; ");
+        JobsError::invalid(message, fields)
+    })?;
+    let change = TeamPolicyChange {
+        quota_gpus: new.quota_gpus,
+        share: new.share,
+    };
+    let made = state.jobs.store().create_team(&name, &change).await?;
+    tracing::info!(team = %made.name, quota_gpus = made.quota_gpus, share = made.share, by = %principal.user.username, "team made");
+    state.jobs.wake();
+    Ok((axum::http::StatusCode::CREATED, Json(made)))
 }
 
 #[derive(Debug, Deserialize)]

@@ -610,3 +610,161 @@ async fn the_queue_goes_by_priority_then_by_usage() {
         .await;
     }
 }
+
+#[tokio::test]
+async fn admins_make_teams_ahead_and_jobs_move_between_teams() {
+    let db = trainyard_store::testing::TestDb::new().await;
+    let store = Store::connect(&db.url, 1).await.unwrap();
+    store.migrate().await.unwrap();
+    let (ada, _) = person(&store, "ada", &["vision", "nlp"], false).await;
+    let (bob, _) = person(&store, "bob", &["nlp"], false).await;
+    let (admin, _) = person(&store, "root", &["gpu-admins"], true).await;
+    store.close().await.unwrap();
+    let server = TestServer::start_in(
+        db,
+        tempfile::tempdir().unwrap(),
+        &[
+            ("TRAINYARD_OIDC_ISSUER_URL", "http://127.0.0.1:9"),
+            ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
+            ("TRAINYARD_SIMULATED_GPUS", "1"),
+        ],
+    )
+    .await;
+    let teams = "/api/trainyard/v1/teams";
+
+    // A team made before its group's first member signs in, with its quota.
+    let refused = call(&server, "POST", teams, &ada, &json!({"name": "robotics"})).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let made = call(
+        &server,
+        "POST",
+        teams,
+        &admin,
+        &json!({"name": " robotics ", "quota_gpus": 1, "share": 1.5}),
+    )
+    .await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    let made = made.json();
+    assert_eq!(made["name"], "robotics", "trimmed");
+    assert_eq!(made["quota_gpus"], 1);
+    assert_eq!(made["share"], 1.5);
+    assert_eq!(made["members"], 0);
+    assert_eq!(team_id(&server, &admin, "robotics").await, made["id"]);
+    let again = call(&server, "POST", teams, &admin, &json!({"name": "robotics"})).await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert!(
+        again.body.contains("team `robotics` already exists"),
+        "{}",
+        again.body
+    );
+    for (body, field) in [
+        (json!({"name": "  "}), "name"),
+        (json!({"name": "a\nb"}), "name"),
+        (json!({"name": "x".repeat(251)}), "name"),
+        (
+            json!({"name": "big", "quota_gpus": 1_000_000}),
+            "quota_gpus",
+        ),
+        (json!({"name": "odd", "share": -1}), "share"),
+    ] {
+        let bad = call(&server, "POST", teams, &admin, &body).await;
+        assert_eq!(bad.status, 400, "{body}: {}", bad.body);
+        assert_eq!(bad.json()["fields"][0]["field"], field, "{}", bad.body);
+    }
+    let unknown = call(&server, "POST", teams, &admin, &json!({"title": "x"})).await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+
+    // Ada files a running job under vision, then moves it to her other team.
+    let id = submit_as(
+        &server,
+        &ada,
+        json!({"name": "misfiled", "command": "sleep 600", "team": "vision",
+               "resources": {"gpus": 1, "cpus": 0.1, "memory": "64Mi"}}),
+    )
+    .await;
+    wait_until(&server, &ada, id, 60, "running", |d| {
+        d["job"]["state"] == "RUNNING"
+    })
+    .await;
+    let path = format!("/api/trainyard/v1/jobs/{id}/team");
+    let moved = call(&server, "PUT", &path, &ada, &json!({"team": "nlp"})).await;
+    assert_eq!(moved.status, 200, "{}", moved.body);
+    assert_eq!(moved.json()["job"]["team"], "nlp");
+    let detail = job_as(&server, &ada, id).await;
+    assert_eq!(detail["job"]["team"], "nlp");
+    let events: Vec<String> = detail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e["kind"].as_str().unwrap(),
+                e["message"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e == "team: moved from vision to nlp by ada"),
+        "{events:?}"
+    );
+    // Its run is filed under the team too: bob, of nlp, reads it now.
+    let run_id = detail["job"]["run_id"].as_str().unwrap();
+    let run = call(
+        &server,
+        "GET",
+        &format!("/api/2.0/mlflow/runs/get?run_id={run_id}"),
+        &bob,
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(run.status, 200, "{}", run.body);
+    // Not to a team she is not in, nor to one that does not exist; a
+    // teammate may read the job but not move it.
+    let not_hers = call(&server, "PUT", &path, &ada, &json!({"team": "robotics"})).await;
+    assert_eq!(not_hers.status, 400, "{}", not_hers.body);
+    assert_eq!(not_hers.json()["fields"][0]["field"], "team");
+    assert!(not_hers.body.contains("yours: "), "{}", not_hers.body);
+    let nowhere = call(&server, "PUT", &path, &admin, &json!({"team": "nobody"})).await;
+    assert_eq!(nowhere.status, 400, "{}", nowhere.body);
+    assert!(
+        nowhere.body.contains("there is no team `nobody`"),
+        "{}",
+        nowhere.body
+    );
+    let teammate = call(&server, "PUT", &path, &bob, &json!({"team": "nlp"})).await;
+    assert_eq!(teammate.status, 403, "{}", teammate.body);
+    // An admin files it under any team; the queue sees it there.
+    let by_admin = call(&server, "PUT", &path, &admin, &json!({"team": "robotics"})).await;
+    assert_eq!(by_admin.status, 200, "{}", by_admin.body);
+    let listed = call(&server, "GET", teams, &admin, &Value::Null)
+        .await
+        .json();
+    let robotics = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "robotics")
+        .unwrap()
+        .clone();
+    assert_eq!(robotics["gpus_in_use"], 1, "{listed}");
+    // Once it has ended it stays where it ran.
+    let cancel = call(
+        &server,
+        "POST",
+        &format!("/api/trainyard/v1/jobs/{id}/cancel"),
+        &ada,
+        &json!({}),
+    )
+    .await;
+    assert_eq!(cancel.status, 200, "{}", cancel.body);
+    wait_until(&server, &ada, id, 60, "cancelled", |d| {
+        d["job"]["state"] == "CANCELLED"
+    })
+    .await;
+    let late = call(&server, "PUT", &path, &admin, &json!({"team": "nlp"})).await;
+    assert_eq!(late.status, 400, "{}", late.body);
+    assert!(late.body.contains("has already ended"), "{}", late.body);
+}

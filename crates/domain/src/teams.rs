@@ -70,6 +70,57 @@ impl TeamPolicyChange {
     }
 }
 
+/// The longest team name: as long as a group name sign-in takes.
+pub const MAX_TEAM_NAME: usize = 250;
+
+/// A team an admin makes by hand, before anyone of it signs in: its name is
+/// the identity provider's group whose members join it at sign-in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewTeam {
+    pub name: String,
+    #[serde(default)]
+    pub quota_gpus: Option<u32>,
+    #[serde(default)]
+    pub share: Option<f64>,
+}
+
+impl NewTeam {
+    /// The name as kept (trimmed), and every field's error.
+    pub fn check(&self) -> Result<String, Vec<FieldError>> {
+        let name = self.name.trim();
+        let mut errors = Vec::new();
+        if name.is_empty() {
+            errors.push(FieldError::new(
+                "name",
+                "is empty; give the identity provider's group name whose members form the team",
+            ));
+        } else if name.chars().count() > MAX_TEAM_NAME {
+            errors.push(FieldError::new(
+                "name",
+                format!("is longer than {MAX_TEAM_NAME} characters"),
+            ));
+        } else if name.chars().any(char::is_control) {
+            errors.push(FieldError::new(
+                "name",
+                "holds a control character (a line break, a tab); give the group name as the provider sends it",
+            ));
+        }
+        let policy = TeamPolicyChange {
+            quota_gpus: self.quota_gpus,
+            share: self.share,
+        };
+        if let Err(more) = policy.check() {
+            errors.extend(more);
+        }
+        if errors.is_empty() {
+            Ok(name.to_owned())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
 /// How long each bar of the usage chart is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

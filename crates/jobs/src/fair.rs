@@ -55,6 +55,40 @@ pub fn split_days(from_ms: i64, to_ms: i64) -> Vec<(i64, i64)> {
     out
 }
 
+/// The periods from the one that holds `from_ms` to the one that holds
+/// `to_ms - 1`: their first milliseconds, oldest first; at most `max`
+/// (the newest kept).
+pub fn periods_between(
+    from_ms: i64,
+    to_ms: i64,
+    period: trainyard_domain::teams::UsagePeriod,
+    max: usize,
+) -> Vec<i64> {
+    let mut starts = vec![period_start((to_ms - 1).max(from_ms), period)];
+    let first = period_start(from_ms, period);
+    while starts.len() < max.max(1) && starts[starts.len() - 1] > first {
+        let earlier = period_start(starts[starts.len() - 1] - 1, period);
+        starts.push(earlier);
+    }
+    starts.reverse();
+    starts
+}
+
+/// The first millisecond (UTC) of a day written `YYYY-MM-DD`; None when it
+/// is no such day.
+pub fn parse_day(text: &str) -> Option<i64> {
+    let mut parts = text.trim().splitn(3, '-');
+    let y: i64 = parts.next()?.parse().ok()?;
+    let m: u32 = parts.next()?.parse().ok()?;
+    let d: u32 = parts.next()?.parse().ok()?;
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || d < 1 {
+        return None;
+    }
+    let day = days_from_civil(y, m, d);
+    // 2026-02-30 is no day: it would come back as March 2nd.
+    (civil_from_days(day) == (y, m, d)).then_some(day * DAY_MS)
+}
+
 /// Year, month, day of a day count since 1970-01-01 (proleptic Gregorian;
 /// Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -163,6 +197,50 @@ impl UsageBook {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn days_are_read_and_periods_listed_between_two_dates() {
+        use trainyard_domain::teams::UsagePeriod;
+        assert_eq!(parse_day("1970-01-02"), Some(DAY_MS));
+        assert_eq!(parse_day("2024-02-29"), Some(19_782 * DAY_MS));
+        for bad in [
+            "2026-02-30",
+            "2026-13-01",
+            "2026-1",
+            "yesterday",
+            "1969-12-31",
+            "",
+        ] {
+            assert_eq!(parse_day(bad), None, "{bad}");
+        }
+        let from = parse_day("2026-11-28").unwrap();
+        let to = parse_day("2026-12-03").unwrap();
+        let days = periods_between(from, to, UsagePeriod::Day, 400);
+        assert_eq!(days.len(), 5);
+        assert_eq!((days[0], days[4]), (from, to - DAY_MS));
+        // Mondays: 2026-11-23 and 2026-11-30.
+        let weeks = periods_between(from, to, UsagePeriod::Week, 400);
+        assert_eq!(
+            weeks,
+            vec![
+                parse_day("2026-11-23").unwrap(),
+                parse_day("2026-11-30").unwrap()
+            ]
+        );
+        let months = periods_between(from, to, UsagePeriod::Month, 400);
+        assert_eq!(
+            months,
+            vec![
+                parse_day("2026-11-01").unwrap(),
+                parse_day("2026-12-01").unwrap()
+            ]
+        );
+        assert_eq!(
+            periods_between(from, to, UsagePeriod::Day, 2),
+            vec![to - 2 * DAY_MS, to - DAY_MS]
+        );
+    }
+
     use super::*;
 
     const DAY: i64 = 24 * 3_600_000;

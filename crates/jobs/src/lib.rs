@@ -952,6 +952,57 @@ impl Jobs {
         Ok(record)
     }
 
+    /// Files a job that has not ended under the team `name`, as `by` asks:
+    /// an admin may name any team, anyone else one of their own. The queue
+    /// counts it against that team from the next cycle; a job that may not
+    /// be preempted must fit the team's guarantee, as at submission.
+    pub async fn set_team(
+        &self,
+        record: &JobRecord,
+        name: &str,
+        by: &User,
+    ) -> Result<JobRecord, SubmitError> {
+        let name = name.trim();
+        let teams = self.store().team_quotas().await?;
+        let invalid =
+            |message: String| SubmitError::Invalid(vec![FieldError::new("team", message)]);
+        let Some(team) = teams.iter().find(|t| t.name == name) else {
+            return Err(invalid(format!(
+                "there is no team `{name}`; teams appear as their members sign in, or an admin makes them (Admin → Teams)"
+            )));
+        };
+        if !by.is_admin && !by.in_team(team.id) {
+            let yours: Vec<&str> = by.teams.iter().map(|t| t.name.as_str()).collect();
+            return Err(invalid(if yours.is_empty() {
+                format!("you are in no team, so you cannot file the job under `{name}`")
+            } else {
+                format!(
+                    "you are not in the team `{name}`; yours: {}",
+                    yours.join(", ")
+                )
+            }));
+        }
+        let job = &record.job;
+        if record.team_id == Some(team.id) {
+            return Ok(record.clone());
+        }
+        if !job.spec.preemptible && job.gpus > team.quota_gpus {
+            return Err(invalid(format!(
+                "the job may not be preempted, so it runs only on its team's guaranteed GPUs: team {name} is guaranteed {} and the job asks for {}",
+                team.quota_gpus, job.gpus
+            )));
+        }
+        let from = job.team.as_deref().unwrap_or("no team");
+        let event = format!("moved from {from} to {name} by {}", by.username);
+        let moved = self
+            .store()
+            .set_job_team(job.id, Some(team.id), &event)
+            .await?;
+        tracing::info!(job = job.id, from, to = name, by = %by.username, "job filed under another team");
+        self.wake();
+        Ok(moved)
+    }
+
     /// Submits a finished job again, as a new job with the same spec and
     /// files (as they were at its submission), and a new run. The old job
     /// keeps its history.

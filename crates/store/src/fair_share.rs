@@ -110,6 +110,38 @@ impl Store {
         Ok(policy(saved, &HashMap::from([(id, members)])))
     }
 
+    /// Makes a team by hand (`name` checked by the caller): its members
+    /// join it as they sign in with the group of that name. Conflict when
+    /// a team of that name exists.
+    pub async fn create_team(
+        &self,
+        name: &str,
+        change: &TeamPolicyChange,
+    ) -> Result<TeamPolicy, StoreError> {
+        use sea_orm::{ColumnTrait, QueryFilter};
+        let _turn = self.write_turn().await;
+        let taken = team::Entity::find()
+            .filter(team::Column::Name.eq(name))
+            .one(self.connection())
+            .await?;
+        if taken.is_some() {
+            return Err(StoreError::Conflict {
+                what: format!("team `{name}`"),
+            });
+        }
+        let saved = team::ActiveModel {
+            name: Set(name.to_owned()),
+            gpu_quota: Set(change.quota_gpus.map(|q| q.min(i32::MAX as u32) as i32)),
+            share: Set(change.share.unwrap_or(1.0)),
+            priority: Set(0),
+            created_at: Set(crate::now_millis()),
+            ..Default::default()
+        }
+        .insert(self.connection())
+        .await?;
+        Ok(policy(saved, &HashMap::new()))
+    }
+
     /// Adds ended attempts' GPU time, hour by hour, in one statement.
     pub async fn add_gpu_usage(&self, spans: &[GpuSpan]) -> Result<(), StoreError> {
         let hours = by_hour(spans);

@@ -455,3 +455,30 @@ async fn people_see_their_own_and_their_teams_experiments_and_runs() {
     ));
     assert!(store.run_as(&alice, &run_a, Change).await.is_ok());
 }
+
+#[tokio::test]
+async fn a_team_made_ahead_is_joined_by_its_groups_members_with_its_quota() {
+    use trainyard_domain::teams::TeamPolicyChange;
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let change = TeamPolicyChange {
+        quota_gpus: Some(4),
+        share: Some(2.0),
+    };
+    let made = store.create_team("robotics", &change).await.unwrap();
+    assert_eq!((made.quota_gpus, made.share, made.members), (4, 2.0, 0));
+    let again = store.create_team("robotics", &change).await.unwrap_err();
+    assert!(matches!(again, StoreError::Conflict { .. }), "{again}");
+    let alice = store.sign_in(alice(&["robotics"])).await.unwrap();
+    assert_eq!(alice.teams[0].id, made.id, "the same team, not a second");
+    let policies = store.team_policies().await.unwrap();
+    let robotics = policies.iter().find(|t| t.name == "robotics").unwrap();
+    assert_eq!((robotics.quota_gpus, robotics.members), (4, 1));
+    // Without a weight given, the default.
+    let plain = store
+        .create_team("plain", &TeamPolicyChange::default())
+        .await
+        .unwrap();
+    assert_eq!((plain.quota_gpus, plain.share), (0, 1.0));
+    store.close().await.unwrap();
+}

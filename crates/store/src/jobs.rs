@@ -537,6 +537,65 @@ impl Store {
 
     /// Asks for a job to stop. A queued job is cancelled at once; a running
     /// one is marked, and the executor stops it. Finished jobs are refused.
+    /// Files a job that has not ended (and its current run) under another
+    /// team, with `event` in its timeline: the queue counts it against
+    /// that team from the next cycle, and its attempt's GPU time goes to
+    /// it when the attempt ends. Rejected once the job has ended.
+    pub async fn set_job_team(
+        &self,
+        id: i64,
+        team_id: Option<i64>,
+        event: &str,
+    ) -> Result<JobRecord, StoreError> {
+        let current = self.get_job(id).await?;
+        let ended = || {
+            StoreError::Rejected(format!(
+                "job {id} has already ended ({}); its GPU time is counted against the team it ran for",
+                current.job.state.label()
+            ))
+        };
+        if current.job.state.is_terminal() {
+            return Err(ended());
+        }
+        {
+            let _turn = self.write_turn().await;
+            let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+            let moved = job::Entity::update_many()
+                .col_expr(job::Column::TeamId, Expr::value(team_id))
+                .filter(job::Column::Id.eq(id))
+                .filter(job::Column::State.is_in(
+                    [JobState::Queued, JobState::Starting, JobState::Running].map(|s| s.as_str()),
+                ))
+                .exec(&txn)
+                .await?
+                .rows_affected
+                == 1;
+            if !moved {
+                return Err(ended());
+            }
+            if let Some(run_id) = &current.job.run_id {
+                crate::entity::run::Entity::update_many()
+                    .col_expr(crate::entity::run::Column::TeamId, Expr::value(team_id))
+                    .filter(crate::entity::run::Column::Id.eq(run_id.clone()))
+                    .exec(&txn)
+                    .await?;
+            }
+            job_event::ActiveModel {
+                job_id: Set(id),
+                time: Set(now_millis()),
+                kind: Set("team".to_owned()),
+                message: Set(event.to_owned()),
+                ..Default::default()
+            }
+            .insert(&txn)
+            .await?;
+            txn.commit().await?;
+        }
+        let mut moved = self.get_job(id).await?;
+        self.name_teams(std::slice::from_mut(&mut moved)).await?;
+        Ok(moved)
+    }
+
     pub async fn request_cancel(&self, id: i64) -> Result<JobRecord, StoreError> {
         let current = self.get_job(id).await?;
         if current.job.state.is_terminal() {
@@ -588,6 +647,8 @@ impl Store {
             }
             txn.commit().await?;
         }
-        self.get_job(id).await
+        let mut moved = self.get_job(id).await?;
+        self.name_teams(std::slice::from_mut(&mut moved)).await?;
+        Ok(moved)
     }
 }
