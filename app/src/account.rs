@@ -44,10 +44,10 @@ pub fn TopBar(me: Resource<Option<Me>>) -> impl IntoView {
                         <crate::theme::ThemeToggle/>
                     </header>
                     {single_user.then(|| view! {
-                        <p class="banner" role="note" data-testid="single-user-banner">
+                        <aside class="banner" aria-label="Single-user mode" data-testid="single-user-banner">
                             "Single-user mode: there is no sign-in, and everyone who can reach this server acts as its admin. "
                             "Configure your institution's single sign-on (oidc_issuer_url) before sharing it."
-                        </p>
+                        </aside>
                     })}
                 }
                 .into_any()
@@ -101,6 +101,8 @@ pub fn TokensPage() -> impl IntoView {
         |_| list_tokens(),
     );
     let made = move || create.value().get().and_then(Result::ok);
+    let secret_box = NodeRef::<leptos::html::Input>::new();
+    let copied = RwSignal::new("");
     let create_error = move || create.value().get().and_then(Result::err);
     view! {
         <Title text="API tokens"/>
@@ -113,7 +115,13 @@ pub fn TokensPage() -> impl IntoView {
         {move || made().map(|made| view! {
             <div class="notice" data-testid="new-token">
                 <p>"Your new token " <strong>{made.token.name.clone()}</strong> ". Copy it now: it is not shown again."</p>
-                <input type="text" readonly class="secret" value=made.secret.clone() data-testid="token-secret"/>
+                <div class="inline-form">
+                    <input type="text" readonly class="secret" value=made.secret.clone() data-testid="token-secret"
+                        aria-label="The new token" node_ref=secret_box/>
+                    <button type="button" class="secondary" data-testid="copy-token"
+                        on:click=move |_| copied.set(copy_from(secret_box))>"Copy"</button>
+                    <span class="muted" role="status" data-testid="copy-said">{move || copied.get()}</span>
+                </div>
             </div>
         })}
         <ActionForm action=create attr:class="form inline-fields" attr:data-testid="create-token">
@@ -135,7 +143,7 @@ pub fn TokensPage() -> impl IntoView {
                     Ok(list) if list.is_empty() => view! { <p class="empty" data-testid="no-tokens">"No tokens yet."</p> }.into_any(),
                     Ok(list) => view! {
                         <table class="table" data-testid="tokens">
-                            <thead><tr><th>"Name"</th><th>"Starts with"</th><th>"Made"</th><th>"Last used"</th><th>"Expires"</th><th></th></tr></thead>
+                            <thead><tr><th>"Name"</th><th>"Starts with"</th><th>"Made"</th><th>"Last used"</th><th>"Expires"</th><th><span class="visually-hidden">"Actions"</span></th></tr></thead>
                             <tbody>
                                 {list.into_iter().map(|t| view! {
                                     <tr data-token=t.id>
@@ -159,5 +167,36 @@ pub fn TokensPage() -> impl IntoView {
                 }
             })}
         </Transition>
+    }
+}
+
+/// Copies the token in `input` to the clipboard; where the page may not
+/// (a plain-http address other than this machine), selects it for Ctrl+C.
+/// What it did, in words.
+#[allow(unused_variables)]
+fn copy_from(input: NodeRef<leptos::html::Input>) -> &'static str {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        let Some(el) = input.get_untracked() else {
+            return "";
+        };
+        el.select();
+        let clipboard = web_sys::window()
+            .map(|w| w.navigator())
+            .and_then(|n| js_sys::Reflect::get(&n, &"clipboard".into()).ok())
+            .filter(|c| !c.is_undefined() && !c.is_null())
+            .and_then(|c| c.dyn_into::<web_sys::Clipboard>().ok());
+        match clipboard {
+            Some(c) => {
+                let _ = c.write_text(&el.value());
+                "Copied."
+            }
+            None => "Selected: press Ctrl+C (this address may not use the clipboard).",
+        }
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        ""
     }
 }

@@ -228,6 +228,31 @@ pub async fn create_team(name: String, quota_gpus: String, share: String) -> Res
     Ok(())
 }
 
+/// The caller's way back into their work: their latest runs and jobs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Recent {
+    pub runs: Vec<trainyard_domain::RecentRun>,
+    pub jobs: Vec<Job>,
+}
+
+/// How many runs and jobs the overview lists.
+pub const RECENT: u64 = 8;
+
+#[server(endpoint = "get_recent")]
+pub async fn get_recent() -> Result<Recent, AppError> {
+    let me = caller()?;
+    let store = store()?;
+    let runs = store.recent_runs(me.user.id, RECENT).await?;
+    let mine = trainyard_store::JobsOf::for_user(&me.user, false);
+    let jobs = store
+        .find_jobs(&[], RECENT, &mine)
+        .await?
+        .into_iter()
+        .map(|r| r.job)
+        .collect();
+    Ok(Recent { runs, jobs })
+}
+
 #[server(endpoint = "get_overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
     let me = caller()?;

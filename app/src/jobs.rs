@@ -21,7 +21,7 @@ const REFRESH_MS: u64 = 2000;
 
 /// Bumps `tick` every [`REFRESH_MS`] while `active()` says so; in the
 /// browser only.
-fn refresh_while(tick: RwSignal<u32>, active: impl Fn() -> bool + 'static) {
+pub(crate) fn refresh_while(tick: RwSignal<u32>, active: impl Fn() -> bool + 'static) {
     let active = std::rc::Rc::new(active);
     Effect::new(move |_| {
         let active = active.clone();
@@ -95,7 +95,7 @@ fn borrowed_badge(job: &Job) -> Option<impl IntoView + use<>> {
     })
 }
 
-fn queue_text(job: &Job) -> String {
+pub(crate) fn queue_text(job: &Job) -> String {
     match (job.state, job.queue_position, &job.pending_reason) {
         (JobState::Queued, Some(p), Some(reason)) => format!("#{p} · {reason}"),
         (JobState::Queued, _, _) => "waiting for the scheduler".to_owned(),

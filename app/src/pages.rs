@@ -5,8 +5,8 @@ use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
-    CreateTeam, EndSessions, SetTeam, get_overview, list_teams, list_template_specs, list_users,
-    node_use,
+    CreateTeam, EndSessions, SetTeam, get_overview, get_recent, list_teams, list_template_specs,
+    list_users, node_use,
 };
 use crate::error::AppError;
 
@@ -55,13 +55,25 @@ fn follow_mlflow_link() {
 
 #[component]
 pub fn HomePage() -> impl IntoView {
-    let overview = Resource::new(|| (), |_| get_overview());
+    // It follows what runs, as the jobs pages do.
+    let tick = RwSignal::new(0u32);
+    let overview = Resource::new(move || tick.get(), |_| get_overview());
+    let recent = Resource::new(move || tick.get(), |_| get_recent());
+    crate::jobs::refresh_while(tick, move || {
+        recent
+            .get_untracked()
+            .and_then(Result::ok)
+            .is_some_and(|r| {
+                r.jobs.iter().any(|j| !j.state.is_terminal())
+                    || r.runs.iter().any(|run| run.status == "RUNNING")
+            })
+    });
     follow_mlflow_link();
     view! {
         <Title text=""/>
         <section class="page-head">
             <h1>"Overview"</h1>
-            <button type="button" class="secondary" data-testid="refresh" on:click=move |_| overview.refetch()>
+            <button type="button" class="secondary" data-testid="refresh" on:click=move |_| tick.update(|t| *t += 1)>
                 "Refresh"
             </button>
         </section>
@@ -115,6 +127,69 @@ pub fn HomePage() -> impl IntoView {
                 }
             })}
         </Suspense>
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                match recent.await {
+                    Ok(r) => recent_view(r).into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+/// The caller's latest runs and jobs, each a link back to it.
+fn recent_view(recent: crate::api::Recent) -> impl IntoView {
+    use crate::explorer::status_class;
+    view! {
+        <div class="two-col">
+            <section aria-labelledby="recent-runs">
+                <h2 id="recent-runs">"Your latest runs"</h2>
+                {if recent.runs.is_empty() {
+                    view! { <p class="empty">"None yet."</p> }.into_any()
+                } else {
+                    view! {
+                        <table class="table" data-testid="recent-runs">
+                            <thead><tr><th>"Run"</th><th>"Experiment"</th><th>"Status"</th><th>"Started"</th></tr></thead>
+                            <tbody>
+                                {recent.runs.into_iter().map(|r| view! {
+                                    <tr data-run=r.run_id.clone()>
+                                        <td><a href=format!("/experiments/{}/runs/{}", r.experiment_id, r.run_id)>{r.name.clone()}</a></td>
+                                        <td><a href=format!("/experiments/{}", r.experiment_id)>{r.experiment.clone()}</a></td>
+                                        <td><span class=status_class(&r.status)>{r.status.clone()}</span></td>
+                                        <td>{format_utc(r.start_time)}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any()
+                }}
+            </section>
+            <section aria-labelledby="recent-jobs">
+                <h2 id="recent-jobs">"Your latest jobs"</h2>
+                {if recent.jobs.is_empty() {
+                    view! { <p class="empty">"None yet. " <a href="/submit">"Submit one"</a></p> }.into_any()
+                } else {
+                    view! {
+                        <table class="table" data-testid="recent-jobs">
+                            <thead><tr><th>"Job"</th><th>"State"</th><th>"Queue"</th></tr></thead>
+                            <tbody>
+                                {recent.jobs.into_iter().map(|j| {
+                                    let queue = crate::jobs::queue_text(&j);
+                                    view! {
+                                        <tr data-job=j.id>
+                                            <td><a href=format!("/jobs/{}", j.id)>{j.name.clone()}</a></td>
+                                            <td><span class=state_class(j.state)>{j.state.label()}</span></td>
+                                            <td class="muted">{queue}</td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any()
+                }}
+            </section>
+        </div>
     }
 }
 
@@ -213,7 +288,7 @@ fn Teams() -> impl IntoView {
                         <table class="table" data-testid="teams">
                             <thead><tr>
                                 <th>"Team"</th><th class="num">"People"</th><th>"Guaranteed GPUs"</th><th>"Weight"</th>
-                                <th class="num">"GPUs in use"</th><th class="num">"GPU-hours (decayed)"</th><th></th>
+                                <th class="num">"GPUs in use"</th><th class="num">"GPU-hours (decayed)"</th><th><span class="visually-hidden">"Actions"</span></th>
                             </tr></thead>
                             <tbody>
                                 {list.into_iter().map(|t| {
@@ -361,7 +436,7 @@ fn Users() -> impl IntoView {
                 match users.await {
                     Ok(list) => view! {
                         <table class="table" data-testid="users">
-                            <thead><tr><th>"User"</th><th>"Teams"</th><th>"Last sign-in"</th><th class="num">"Sessions"</th><th></th></tr></thead>
+                            <thead><tr><th>"User"</th><th>"Teams"</th><th>"Last sign-in"</th><th class="num">"Sessions"</th><th><span class="visually-hidden">"Actions"</span></th></tr></thead>
                             <tbody>
                                 {list.into_iter().map(|u| {
                                     let teams = u.user.teams.iter().map(|t| t.name.clone()).collect::<Vec<_>>().join(", ");

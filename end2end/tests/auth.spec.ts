@@ -157,6 +157,11 @@ test('API tokens are made in the browser, shown once, used and revoked', async (
   await page.getByRole('button', { name: 'Make a token' }).click();
   const secret = await page.getByTestId('token-secret').inputValue();
   expect(secret).toMatch(/^ty_[A-Za-z0-9_-]{40,}$/);
+  // One click copies it.
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write']);
+  await page.getByTestId('copy-token').click();
+  await expect(page.getByTestId('copy-said')).toHaveText('Copied.');
+  expect(await page.evaluate(() => navigator.clipboard.readText())).toBe(secret);
 
   // The command line and the mlflow client send it as a Bearer token.
   const cli = await apiRequest.newContext({ baseURL: app(), extraHTTPHeaders: { Authorization: `Bearer ${secret}` } });

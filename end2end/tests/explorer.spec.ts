@@ -272,3 +272,87 @@ test.describe('without JavaScript', () => {
     await page.screenshot({ path: test.info().outputPath('run-no-js.png'), fullPage: true });
   });
 });
+
+test('the runs table uses the window and keeps names in view; the column picker starts from what is shown', async ({ page, baseURL }) => {
+  test.setTimeout(90_000);
+  await page.setViewportSize({ width: 1440, height: 900 });
+  const seeded = seed(baseURL!, `columns-${Date.now()}`, 4, 20);
+  await page.goto(`/experiments/${seeded.experiment_id}`);
+  await hydrated(page);
+  const table = page.getByTestId('runs');
+  // The width of the window, and val_loss in view without scrolling.
+  expect((await table.boundingBox())!.width).toBeGreaterThan(1300);
+  const valLoss = page.locator('th a[data-sort="metrics.val_loss"]');
+  await expect(valLoss).toBeInViewport();
+  const right = await valLoss.boundingBox();
+  expect(right!.x + right!.width).toBeLessThanOrEqual(1440);
+  await page.screenshot({ path: test.info().outputPath('runs-1440.png') });
+
+  // Narrower, the table scrolls sideways and the run's name stays put.
+  await page.setViewportSize({ width: 700, height: 900 });
+  const name = page.locator('[data-testid="runs"] tbody tr[data-run] td.name').first();
+  const before = (await name.boundingBox())!.x;
+  await table.evaluate((el) => { el.scrollLeft = 400; });
+  await expect.poll(() => table.evaluate((el) => el.scrollLeft)).toBeGreaterThan(100);
+  expect(Math.abs((await name.boundingBox())!.x - before)).toBeLessThan(2);
+  await page.setViewportSize({ width: 1440, height: 900 });
+
+  // Sorted by val_loss; the picker opens with the shown columns ticked.
+  await valLoss.click();
+  await expect(page).toHaveURL(/sort=metrics\.val_loss/);
+  const picker = page.getByTestId('column-picker');
+  const open = async () => {
+    if (!(await picker.evaluate((d: HTMLDetailsElement) => d.open))) await picker.locator('summary').click();
+  };
+  await open();
+  const box = (name: string) => picker.locator(`input[name="col"][value="${name}"]`);
+  for (const shown of ['metrics.loss', 'metrics.val_loss', 'params.lr', 'params.batch']) {
+    await expect(box(shown)).toBeChecked();
+  }
+  // Taking val_loss away keeps the other metrics and drops its sort.
+  await box('metrics.val_loss').uncheck();
+  await picker.getByTestId('apply-columns').click();
+  await expect(page).not.toHaveURL(/sort=/);
+  await expect(page.locator('th a[data-sort="metrics.val_loss"]')).toHaveCount(0);
+  await expect(page.locator('th a[data-sort="metrics.loss"]')).toBeVisible();
+  await expect(page.locator('th a[data-sort="params.lr"]')).toBeVisible();
+  // None, then all that a search finds.
+  await open();
+  await picker.getByTestId('pick-none').click();
+  await picker.getByTestId('find-key').fill('loss');
+  await picker.getByTestId('pick-all').click();
+  await picker.getByTestId('apply-columns').click();
+  await expect(page.locator('th a[data-sort="metrics.val_loss"]')).toBeVisible();
+  await expect(page.locator('th a[data-sort="metrics.loss"]')).toBeVisible();
+  await expect(page.locator('th a[data-sort="params.lr"]')).toHaveCount(0);
+  await expect(page.locator('th a[data-sort="metrics.accuracy"]')).toHaveCount(0);
+});
+
+test('a run is renamed, described and deleted from its page', async ({ page, baseURL }) => {
+  const seeded = seed(baseURL!, `edit-${Date.now()}`, 2, 10);
+  await page.goto(`/experiments/${seeded.experiment_id}/runs/${seeded.runs[0]}`);
+  await hydrated(page);
+  await expect(page.getByTestId('run-note')).toHaveCount(0);
+  await page.getByTestId('run-edit').locator('summary').click();
+  await page.getByTestId('run-edit-name').fill('renamed run');
+  // Markup in a description is text, never markup.
+  await page.getByTestId('run-edit-note').fill('Baseline with warmup.\n<b>not bold</b>');
+  await page.getByTestId('run-edit-save').click();
+  await expect(page.getByTestId('run-name')).toHaveText('renamed run');
+  await expect(page.getByTestId('run-note')).toHaveText('Baseline with warmup.\n<b>not bold</b>');
+  await expect(page.getByTestId('run-note').locator('b')).toHaveCount(0);
+  // The mlflow client reads the same.
+  const run = await (await page.request.get(`/api/2.0/mlflow/runs/get?run_id=${seeded.runs[0]}`)).json();
+  expect(run.run.info.run_name).toBe('renamed run');
+  expect(run.run.data.tags).toContainEqual({ key: 'mlflow.note.content', value: 'Baseline with warmup.\n<b>not bold</b>' });
+  // A fresh server render shows the description too.
+  await page.reload();
+  await expect(page.getByTestId('run-note')).toContainText('Baseline with warmup.');
+
+  // Deleting asks first, then goes back to the experiment without it.
+  page.once('dialog', (d) => void d.accept());
+  await page.getByTestId('run-edit').locator('summary').click();
+  await page.getByTestId('run-delete').click();
+  await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}$`));
+  await expect(page.getByTestId('match-count')).toHaveText('1 run');
+});

@@ -313,8 +313,19 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
     metrics.sort_by(|a, b| a.key.cmp(&b.key));
     let mut params = run.params;
     params.sort();
+    let note = run
+        .tags
+        .iter()
+        .find(|(k, _)| k == NOTE_TAG)
+        .map(|(_, v)| v.clone())
+        .filter(|v| !v.trim().is_empty());
     let tags = user_tags(run.tags);
     let user = caller()?.user;
+    let may_change = run.info.lifecycle_stage == "active"
+        && store
+            .run_as(&user, &run.info.run_id, trainyard_store::Access::Change)
+            .await
+            .is_ok();
     let mut io = store.run_io(std::slice::from_ref(&run.info.run_id)).await?;
     let datasets = run_datasets(
         io.remove(&run.info.run_id)
@@ -404,7 +415,66 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
         datasets,
         models,
         traces,
+        note,
+        may_change,
     })
+}
+
+/// MLflow's tag for a run's description.
+pub const NOTE_TAG: &str = "mlflow.note.content";
+
+/// Renames a run and sets its description, from its page (`note` None: the
+/// description is left as it is).
+#[server(endpoint = "edit_run")]
+pub async fn edit_run(run_id: String, name: String, note: Option<String>) -> Result<(), AppError> {
+    use trainyard_domain::FieldError;
+    use trainyard_domain::explorer::{MAX_RUN_NAME, MAX_RUN_NOTE};
+    let store = store()?;
+    let user = caller()?.user;
+    store
+        .run_as(&user, &run_id, trainyard_store::Access::Change)
+        .await?;
+    let name = name.trim();
+    let mut errors = Vec::new();
+    if name.is_empty() {
+        errors.push(FieldError::new("name", "is empty; give the run a name"));
+    } else if name.chars().count() > MAX_RUN_NAME {
+        errors.push(FieldError::new(
+            "name",
+            format!("is longer than {MAX_RUN_NAME} characters"),
+        ));
+    }
+    if note.as_ref().is_some_and(|n| n.len() > MAX_RUN_NOTE) {
+        errors.push(FieldError::new(
+            "note",
+            format!("is longer than {} KiB", MAX_RUN_NOTE / 1024),
+        ));
+    }
+    if !errors.is_empty() {
+        return Err(AppError::Fields(errors));
+    }
+    store.update_run(&run_id, None, None, Some(name)).await?;
+    if let Some(note) = note {
+        store
+            .log_batch(&run_id, &[], &[], &[(NOTE_TAG.to_owned(), note)])
+            .await?;
+    }
+    Ok(())
+}
+
+/// Deletes a run (MLflow's soft delete: `mlflow gc` or a restore later),
+/// from its page; the browser goes back to its experiment.
+#[server(endpoint = "delete_run_page")]
+pub async fn delete_run_page(run_id: String) -> Result<(), AppError> {
+    let store = store()?;
+    let user = caller()?.user;
+    store
+        .run_as(&user, &run_id, trainyard_store::Access::Change)
+        .await?;
+    let run = store.get_run(&run_id).await?;
+    store.set_run_deleted(&run_id, true).await?;
+    leptos_axum::redirect(&format!("/experiments/{}", run.info.experiment_id));
+    Ok(())
 }
 
 /// A run's datasets as its page shows them: the source's URI, the schema's

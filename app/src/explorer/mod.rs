@@ -147,7 +147,7 @@ pub fn ExperimentsPage() -> impl IntoView {
                     Ok(list) => view! {
                         <table class="table" data-testid="experiments">
                             <thead><tr>
-                                <th>"Name"</th><th class="num">"Runs"</th><th>"Last activity"</th><th></th>
+                                <th>"Name"</th><th class="num">"Runs"</th><th>"Last activity"</th><th><span class="visually-hidden">"Actions"</span></th>
                             </tr></thead>
                             <tbody>
                                 {list.into_iter().map(|e| {

@@ -10,7 +10,7 @@ use leptos_router::hooks::use_params_map;
 use trainyard_domain::explorer::{RunDetail, XAxis};
 use trainyard_domain::format_utc;
 
-use super::api::{get_run_detail, get_run_metric_keys};
+use super::api::{DeleteRunPage, EditRun, get_run_detail, get_run_metric_keys};
 use super::chart::{ChartOptions, Line, MetricChart};
 use super::status_class;
 use crate::error::AppError;
@@ -30,9 +30,11 @@ pub fn RunPage() -> impl IntoView {
     let tick = RwSignal::new(0u32);
     // Bumped when the run logs a metric it had not logged before.
     let keys_tick = RwSignal::new(0u32);
+    let edit = ServerAction::<EditRun>::new();
+    let delete = ServerAction::<DeleteRunPage>::new();
     let detail = Resource::new(
-        move || (run_id.get(), tick.get()),
-        |(id, _)| get_run_detail(id),
+        move || (run_id.get(), tick.get(), edit.version().get()),
+        |(id, _, _)| get_run_detail(id),
     );
     // Apart from the facts, so that live updates do not remount the charts;
     // asked again only when a new metric key appears.
@@ -46,7 +48,7 @@ pub fn RunPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading the run…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(d) => view! { <RunFacts detail=d/> }.into_any(),
+                    Ok(d) => view! { <RunFacts detail=d edit delete/> }.into_any(),
                     Err(e) => view! { <Title text="Run"/><ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -125,8 +127,23 @@ pub(crate) fn ChartControls(options: RwSignal<ChartOptions>) -> impl IntoView {
 }
 
 #[component]
-fn RunFacts(detail: RunDetail) -> impl IntoView {
+fn RunFacts(
+    detail: RunDetail,
+    edit: ServerAction<EditRun>,
+    delete: ServerAction<DeleteRunPage>,
+) -> impl IntoView {
     let d = detail;
+    let error = move || {
+        edit.value()
+            .get()
+            .and_then(Result::err)
+            .or_else(|| delete.value().get().and_then(Result::err))
+    };
+    // The description box is filled in the browser only: a textarea's
+    // server-rendered text is not escaped by this Leptos.
+    let in_browser = RwSignal::new(false);
+    Effect::new(move |_| in_browser.set(true));
+    let note_text = d.note.clone().unwrap_or_default();
     let duration = d
         .end_time
         .map(|end| duration_text(end - d.start_time))
@@ -152,6 +169,38 @@ fn RunFacts(detail: RunDetail) -> impl IntoView {
             <span class=status_class(&d.status) data-testid="run-status">{d.status.clone()}</span>
             {(d.lifecycle_stage != "active").then(|| view! { <span class="badge badge-off">"deleted"</span> })}
         </section>
+        {d.note.clone().map(|note| view! { <p class="run-note" data-testid="run-note">{note}</p> })}
+        {move || error().map(|e| view! { <crate::pages::ErrorNote error=e/> })}
+        {d.may_change.then(|| {
+            let note_text = note_text.clone();
+            let (run_id, name) = (d.run_id.clone(), d.name.clone());
+            let (delete_id, delete_name) = (d.run_id.clone(), d.name.clone());
+            view! {
+                <details class="run-edit" data-testid="run-edit">
+                    <summary>"Rename, describe or delete"</summary>
+                    <ActionForm action=edit attr:class="form">
+                        <input type="hidden" name="run_id" value=run_id.clone()/>
+                        <label>"Name"
+                            <input type="text" name="name" required maxlength="500" value=name.clone() data-testid="run-edit-name"/>
+                        </label>
+                        {move || in_browser.get().then(|| view! {
+                            <label>"Description"
+                                <textarea name="note" rows="4" maxlength="65536" prop:value=note_text.clone()
+                                    data-testid="run-edit-note"></textarea>
+                            </label>
+                        })}
+                        <div class="inline-form">
+                            <button type="submit" data-testid="run-edit-save">"Save"</button>
+                        </div>
+                    </ActionForm>
+                    <ActionForm action=delete attr:class="inline-form">
+                        <input type="hidden" name="run_id" value=delete_id.clone()/>
+                        <button type="submit" class="danger" data-testid="run-delete"
+                            on:click=confirm_delete(delete_name.clone())>"Delete run"</button>
+                    </ActionForm>
+                </details>
+            }
+        })}
         <dl class="facts" data-testid="run-facts">
             <dt>"Run ID"</dt><dd><code>{d.run_id.clone()}</code></dd>
             <dt>"Owner"</dt><dd>{d.user.clone()}</dd>
@@ -388,5 +437,24 @@ fn follow_run(
             let held = send_wrapper::SendWrapper::new((source, on_run));
             on_cleanup(move || held.take().0.close());
         });
+    }
+}
+
+/// Asks before a run is deleted (declining leaves the form unsent).
+#[allow(unused_variables)]
+fn confirm_delete(name: String) -> impl Fn(leptos::ev::MouseEvent) {
+    move |ev| {
+        #[cfg(feature = "hydrate")]
+        {
+            let question = format!(
+                "Delete the run {name}? It leaves the experiment's table; MLflow's restore-run brings it back until the server's garbage collection."
+            );
+            let yes = web_sys::window()
+                .and_then(|w| w.confirm_with_message(&question).ok())
+                .unwrap_or(true);
+            if !yes {
+                ev.prevent_default();
+            }
+        }
     }
 }

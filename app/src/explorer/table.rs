@@ -152,11 +152,13 @@ pub fn ExperimentPage() -> impl IntoView {
             }
         },
     );
+    // The columns the table shows (it sets them): the picker starts from them.
+    let shown: RwSignal<Option<Vec<String>>> = RwSignal::new(None);
     view! {
         <Suspense fallback=|| view! { <p class="muted">"Loading the experiment…"</p> }>
             {move || Suspend::new(async move {
                 match info.await {
-                    Ok(info) => view! { <ExperimentHead info state/> }.into_any(),
+                    Ok(info) => view! { <ExperimentHead info state shown/> }.into_any(),
                     Err(e) => view! { <Title text="Experiment"/><ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -167,7 +169,7 @@ pub fn ExperimentPage() -> impl IntoView {
                     return ().into_any();
                 };
                 match first.await {
-                    Ok(page) => view! { <RunsTable experiment_id page state/> }.into_any(),
+                    Ok(page) => view! { <RunsTable experiment_id page state shown/> }.into_any(),
                     Err(AppError::Query(error)) => view! {
                         <QueryErrorNote query=state.get_untracked().q error/>
                     }.into_any(),
@@ -181,7 +183,11 @@ pub fn ExperimentPage() -> impl IntoView {
 
 /// The title, the query box and the column picker.
 #[component]
-fn ExperimentHead(info: ExperimentView, state: Memo<TableState>) -> impl IntoView {
+fn ExperimentHead(
+    info: ExperimentView,
+    state: Memo<TableState>,
+    shown: RwSignal<Option<Vec<String>>>,
+) -> impl IntoView {
     let summary = info.summary.clone();
     let archived = summary.lifecycle_stage != "active";
     let keys = info.keys.clone();
@@ -220,14 +226,21 @@ fn ExperimentHead(info: ExperimentView, state: Memo<TableState>) -> impl IntoVie
                 </p>
             </details>
         </Form>
-        <ColumnPicker keys state/>
+        <ColumnPicker keys state shown/>
     }
     .into_any()
 }
 
-/// Which metrics, params and tags are columns: a GET form of checkboxes.
+/// Which metrics, params and tags are columns: a GET form of checkboxes
+/// that starts from the columns shown (the defaults too); boxes are ticked
+/// and cleared one by one, or all those the search finds at once. Applying
+/// keeps the sort only when its column stays.
 #[component]
-fn ColumnPicker(keys: trainyard_domain::explorer::Keys, state: Memo<TableState>) -> impl IntoView {
+fn ColumnPicker(
+    keys: trainyard_domain::explorer::Keys,
+    state: Memo<TableState>,
+    shown: RwSignal<Option<Vec<String>>>,
+) -> impl IntoView {
     let groups = [
         (
             "Metrics",
@@ -248,34 +261,99 @@ fn ColumnPicker(keys: trainyard_domain::explorer::Keys, state: Memo<TableState>)
             keys.tags.iter().map(|k| Column::Tag(k.clone())).collect(),
         ),
     ];
+    let every: Vec<(String, String)> = groups
+        .iter()
+        .flat_map(|(_, cols)| cols.iter().map(|c| (c.name(), c.key().to_lowercase())))
+        .collect();
     let filter = RwSignal::new(String::new());
+    // None: as shown; Some: what the person ticked since.
+    let edits: RwSignal<Option<HashSet<String>>> = RwSignal::new(None);
+    Effect::new(move |_| {
+        shown.track();
+        edits.set(None);
+    });
+    let picked = move || -> HashSet<String> {
+        edits
+            .get()
+            .unwrap_or_else(|| shown.get().unwrap_or_default().into_iter().collect())
+    };
+    let is_picked = move |name: &str| match edits.read().as_ref() {
+        Some(set) => set.contains(name),
+        None => shown
+            .read()
+            .as_ref()
+            .is_some_and(|s| s.iter().any(|c| c == name)),
+    };
+    let set_all = move |on: bool| {
+        let f = filter.get_untracked();
+        let mut now = picked();
+        for (name, key) in &every {
+            if f.is_empty() || key.contains(&f) {
+                if on {
+                    now.insert(name.clone());
+                } else {
+                    now.remove(name);
+                }
+            }
+        }
+        edits.set(Some(now));
+    };
+    let set_none = set_all.clone();
+    // A sort on a column that goes would sort by what is not shown.
+    let kept_sort = move || {
+        state.get().sort.filter(|s| {
+            Sort::parse(s)
+                .is_some_and(|sort| Column::parse(&sort.by).is_none() || is_picked(&sort.by))
+        })
+    };
     view! {
         <details class="column-picker" data-testid="column-picker">
             <summary>"Columns"</summary>
             <Form method="GET" action="">
                 <input type="hidden" name="q" value=move || state.get().q/>
-                {move || state.get().sort.map(|s| view! { <input type="hidden" name="sort" value=s/> })}
+                {move || kept_sort().map(|s| view! { <input type="hidden" name="sort" value=s/> })}
                 // An empty `col` says "these columns, maybe none", not "the defaults".
                 <input type="hidden" name="col" value=""/>
-                <input type="search" placeholder="Find a key" aria-label="Find a key"
-                    on:input=move |ev| filter.set(event_target_value(&ev).to_lowercase())/>
+                <div class="picker-tools">
+                    <input type="search" placeholder="Find a key" aria-label="Find a key" data-testid="find-key"
+                        on:input=move |ev| filter.set(event_target_value(&ev).to_lowercase())/>
+                    <button type="button" class="secondary" data-testid="pick-all"
+                        on:click=move |_| set_all(true)>
+                        {move || if filter.get().is_empty() { "All" } else { "All found" }}
+                    </button>
+                    <button type="button" class="secondary" data-testid="pick-none"
+                        on:click=move |_| set_none(false)>
+                        {move || if filter.get().is_empty() { "None" } else { "None of those found" }}
+                    </button>
+                </div>
                 {groups.into_iter().filter(|(_, cols)| !cols.is_empty()).map(|(title, cols)| view! {
                     <fieldset>
                         <legend>{title}</legend>
                         {cols.into_iter().map(|column| {
                             let name = column.name();
                             let key = column.key().to_lowercase();
-                            let shown = move || {
+                            let shown_now = move || {
                                 let f = filter.get();
                                 f.is_empty() || key.contains(&f)
                             };
                             let checked = {
                                 let name = name.clone();
-                                move || state.get().cols.is_some_and(|c| c.contains(&name))
+                                move || is_picked(&name)
+                            };
+                            let toggle = {
+                                let name = name.clone();
+                                move |_| {
+                                    let mut now = picked();
+                                    if !now.remove(&name) {
+                                        now.insert(name.clone());
+                                    }
+                                    edits.set(Some(now));
+                                }
                             };
                             view! {
-                                <label class="check" class:hidden=move || !shown()>
-                                    <input type="checkbox" name="col" value=name.clone() checked=checked/>
+                                <label class="check" class:hidden=move || !shown_now()>
+                                    <input type="checkbox" name="col" value=name.clone()
+                                        checked=checked.clone() prop:checked=checked on:change=toggle/>
                                     {column.key().to_owned()}
                                 </label>
                             }
@@ -306,9 +384,15 @@ fn QueryErrorNote(query: String, error: QueryError) -> impl IntoView {
 
 /// The virtual table.
 #[component]
-fn RunsTable(experiment_id: i64, page: RunsPage, state: Memo<TableState>) -> impl IntoView {
+fn RunsTable(
+    experiment_id: i64,
+    page: RunsPage,
+    state: Memo<TableState>,
+    shown: RwSignal<Option<Vec<String>>>,
+) -> impl IntoView {
     let total = page.total;
     let columns: Vec<String> = page.columns.clone();
+    shown.set(Some(columns.clone()));
     let start = page.offset;
     let cache: RwSignal<HashMap<u64, Vec<RunRow>>> =
         RwSignal::new(HashMap::from([(page_of(start), page.rows)]));
@@ -423,10 +507,10 @@ fn RunsTable(experiment_id: i64, page: RunsPage, state: Memo<TableState>) -> imp
                 }
             };
             view! {
-                <tr>
+                <tr aria-rowindex="1">
                     <th class="select"><span class="visually-hidden">"Select"</span></th>
+                    {th("Run".to_owned(), Some("run_name".to_owned()), "name")}
                     {th("Status".to_owned(), Some("status".to_owned()), "")}
-                    {th("Run".to_owned(), Some("run_name".to_owned()), "")}
                     {th("Started".to_owned(), Some("start_time".to_owned()), "")}
                     {th("Duration".to_owned(), None, "num")}
                     {th("User".to_owned(), Some("user_id".to_owned()), "")}
@@ -490,8 +574,8 @@ fn RunsTable(experiment_id: i64, page: RunsPage, state: Memo<TableState>) -> imp
                 </p>
             }.into_any()
         })}
-        <div class="runs-scroll" node_ref=scroller tabindex="0" role="grid"
-            aria-rowcount=total.to_string() aria-label="Runs; arrows move, space selects, Enter opens"
+        <div class="runs-scroll" node_ref=scroller tabindex="0" role="region"
+            aria-label="Runs; arrows move, space selects, Enter opens"
             data-testid="runs"
             on:scroll=move |_| {
                 if let Some(el) = scroller.get_untracked() {
@@ -499,7 +583,9 @@ fn RunsTable(experiment_id: i64, page: RunsPage, state: Memo<TableState>) -> imp
                 }
             }
             on:keydown=on_key>
-            <table class="table runs-table">
+            // Its header is row 1: the runs are rows 2 on.
+            <table class="table runs-table" role="grid" aria-rowcount=(total + 1).to_string()
+                aria-label="Runs">
                 <thead>{header}</thead>
                 <tbody>
                     <tr class="spacer" aria-hidden="true">
@@ -559,7 +645,7 @@ fn RunRowView(
     view! {
         <tr data-run=id.clone() class:selected=is_selected class:focused=move || focused.get() == Some(index)
             aria-selected=move || if is_selected.get() { "true" } else { "false" }
-            aria-rowindex=(index + 1).to_string()>
+            aria-rowindex=(index + 2).to_string()>
             <td class="select">
                 <input type="checkbox" tabindex="-1" aria-label=format!("Select {}", row.name)
                     prop:checked=is_selected
@@ -568,8 +654,8 @@ fn RunRowView(
                         move |_| toggle(id.clone())
                     }/>
             </td>
+            <td class="name" title=row.name.clone()><a href=href tabindex="-1">{row.name.clone()}</a></td>
             <td><span class=status_class(&row.status)>{row.status.clone()}</span></td>
-            <td class="name"><a href=href tabindex="-1">{row.name.clone()}</a></td>
             <td>{format_utc(row.start_time)}</td>
             <td class="num">{duration}</td>
             <td>{row.user.clone()}</td>

@@ -276,7 +276,18 @@ pub struct RunDetail {
     pub models: Vec<RunModel>,
     /// Its traces, newest first (at most [`RUN_TRACES_SHOWN`]).
     pub traces: Vec<RunTrace>,
+    /// Its description (`mlflow.note.content`), as MLflow's UI shows it.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// The caller may rename, describe and delete it.
+    #[serde(default)]
+    pub may_change: bool,
 }
+
+/// The longest description a run keeps (MLflow's tag value limit).
+pub const MAX_RUN_NOTE: usize = 65_536;
+/// The longest run name.
+pub const MAX_RUN_NAME: usize = 500;
 
 /// How many of a run's traces its page lists.
 pub const RUN_TRACES_SHOWN: u64 = 50;

@@ -98,6 +98,18 @@ impl Overview {
     }
 }
 
+/// One of someone's latest runs, for the overview.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecentRun {
+    pub run_id: String,
+    pub experiment_id: i64,
+    pub experiment: String,
+    pub name: String,
+    pub status: String,
+    pub start_time: i64,
+    pub end_time: Option<i64>,
+}
+
 /// One line of the experiments list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExperimentSummary {

@@ -314,6 +314,42 @@ impl Store {
 
     /// The figures of the home page, of what `viewer` may see (the
     /// machine's nodes and GPUs are everyone's to know).
+    /// A person's latest runs that are not deleted, newest first, with
+    /// their experiments' names.
+    pub async fn recent_runs(
+        &self,
+        user_id: i64,
+        limit: u64,
+    ) -> Result<Vec<trainyard_domain::RecentRun>, StoreError> {
+        let runs = run::Entity::find()
+            .filter(run::Column::UserId.eq(user_id))
+            .filter(run::Column::LifecycleStage.eq("active"))
+            .order_by_desc(run::Column::StartTime)
+            .limit(limit)
+            .all(&self.db)
+            .await?;
+        let ids: Vec<i64> = runs.iter().map(|r| r.experiment_id).collect();
+        let names: HashMap<i64, String> = experiment::Entity::find()
+            .filter(experiment::Column::Id.is_in(ids))
+            .all(&self.db)
+            .await?
+            .into_iter()
+            .map(|e| (e.id, e.name))
+            .collect();
+        Ok(runs
+            .into_iter()
+            .map(|r| trainyard_domain::RecentRun {
+                experiment: names.get(&r.experiment_id).cloned().unwrap_or_default(),
+                run_id: r.id,
+                experiment_id: r.experiment_id,
+                name: r.name,
+                status: r.status,
+                start_time: r.start_time,
+                end_time: r.end_time,
+            })
+            .collect())
+    }
+
     pub async fn overview(&self, viewer: &Viewer) -> Result<Overview, StoreError> {
         let experiments = experiment::Entity::find()
             .filter(experiment::Column::LifecycleStage.eq("active"))

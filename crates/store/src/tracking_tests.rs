@@ -544,3 +544,61 @@ async fn the_params_that_tell_runs_apart_come_first() {
         .unwrap();
     assert_eq!(keys, ["model", "optimizer", "a_seed"]);
 }
+
+#[tokio::test]
+async fn someones_latest_runs_are_theirs_newest_first_with_experiment_names() {
+    let (_db, store) = store().await;
+    let exp = store
+        .create_experiment_with("recent", None, &[], Owner::default())
+        .await
+        .unwrap();
+    let run_of = |owner: i64, name: &str, start: i64| NewRun {
+        experiment_id: exp,
+        user_id: "someone".into(),
+        owner_id: Some(owner),
+        run_name: Some(name.into()),
+        start_time: Some(start),
+        ..NewRun::default()
+    };
+    let person = |name: &str| crate::SignIn {
+        subject: format!("sub-{name}"),
+        username: name.to_owned(),
+        display_name: name.to_owned(),
+        email: None,
+        is_admin: false,
+        groups: Vec::new(),
+    };
+    let me = store.sign_in(person("me")).await.unwrap().id;
+    let other = store.sign_in(person("other")).await.unwrap().id;
+    let mut ids = Vec::new();
+    for (owner, name, start) in [
+        (me, "old", 1_000),
+        (me, "new", 3_000),
+        (other, "theirs", 4_000),
+        (me, "newest", 5_000),
+        (me, "deleted", 6_000),
+    ] {
+        ids.push(
+            store
+                .create_run(run_of(owner, name, start))
+                .await
+                .unwrap()
+                .info
+                .run_id,
+        );
+    }
+    store.set_run_deleted(&ids[4], true).await.unwrap();
+    let recent = store.recent_runs(me, 8).await.unwrap();
+    let names: Vec<&str> = recent.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["newest", "new", "old"],
+        "theirs and deleted ones left out"
+    );
+    assert!(
+        recent
+            .iter()
+            .all(|r| r.experiment == "recent" && r.experiment_id == exp)
+    );
+    assert_eq!(store.recent_runs(me, 2).await.unwrap().len(), 2);
+}
