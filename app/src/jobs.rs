@@ -571,6 +571,13 @@ pub fn JobPage() -> impl IntoView {
             }
         },
     );
+    // The run the charts draw (its first attempt's; a retry's shows on reload).
+    let chart_run = Resource::new(id, |id| async move {
+        match id {
+            Some(id) => get_job(id).await.ok().and_then(|p| p.job.run_id),
+            None => None,
+        }
+    });
     let log = Resource::new(id, |id| async move {
         match id {
             Some(id) => get_log_tail(id).await.map(Some),
@@ -682,7 +689,7 @@ pub fn JobPage() -> impl IntoView {
                             {(job.gpus > 0 && job.started_at.is_some()).then(|| view! {
                                 <crate::gpus::JobGpus id=job.id data=gpus zoom=gpu_zoom/>
                             }.into_any())}
-                            <h2>"Log " <a class="hint" href=format!("/api/trainyard/v1/jobs/{}/logs?download=1", job.id)>"download"</a></h2>
+
                         }.into_any()
                     }
                     Ok(None) => view! { <p class="error">"There is no such job. " <a href="/jobs">"See all jobs"</a></p> }.into_any(),
@@ -691,6 +698,15 @@ pub fn JobPage() -> impl IntoView {
             })}
         </Transition>
         {move || cancel_error().map(|e| view! { <ErrorNote error=e/> })}
+        // Outside the page's refresh, so that the charts stay mounted.
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                chart_run.await.map(|run_id| view! { <JobRunCharts run_id tick/> })
+            })}
+        </Suspense>
+        {move || id().map(|id| view! {
+            <h2>"Log " <a class="hint" href=format!("/api/trainyard/v1/jobs/{id}/logs?download=1")>"download"</a></h2>
+        })}
         <Suspense fallback=|| ()>
             {move || Suspend::new(async move {
                 match log.await {
@@ -855,4 +871,57 @@ pub fn TemplateEditor() -> impl IntoView {
             })}
         </Suspense>
     }
+}
+
+/// The charts of the job's run (its losses first, at most two), following
+/// the page's refresh while the job runs: whether training goes well, seen
+/// where the job is watched.
+#[component]
+fn JobRunCharts(run_id: String, tick: RwSignal<u32>) -> impl IntoView {
+    use crate::explorer::ChartOptions;
+    use crate::explorer::chart::{Line, MetricChart};
+    // Asked again with each refresh until the run has logged a metric;
+    // then the charts stay mounted and follow `tick` themselves.
+    let has_keys = RwSignal::new(false);
+    let keys = {
+        let run_id = run_id.clone();
+        Resource::new(
+            move || if has_keys.get() { 0 } else { tick.get() },
+            move |_| crate::explorer::api::get_run_metric_keys(run_id.clone()),
+        )
+    };
+    let options = RwSignal::new(ChartOptions::default());
+    view! {
+        <Transition fallback=|| ()>
+            {move || {
+                let run_id = run_id.clone();
+                Suspend::new(async move {
+                    match keys.await {
+                        Ok((name, keys)) if !keys.is_empty() => {
+                            has_keys.set(true);
+                            let line = Line { run_id, label: name, color: 0 };
+                            let lines = Signal::derive(move || vec![line.clone()]);
+                            view! {
+                                <h2>"Training"</h2>
+                                <div class="charts" data-testid="job-charts">
+                                    {main_metrics(keys).into_iter().map(|key| view! {
+                                        <MetricChart key lines group=Signal::derive(|| None)
+                                            options=Signal::from(options) tick=Signal::from(tick)/>
+                                    }).collect_view()}
+                                </div>
+                            }.into_any()
+                        }
+                        _ => ().into_any(),
+                    }
+                })
+            }}
+        </Transition>
+    }
+}
+
+/// The metrics a job's page draws: those named like a loss first, two at most.
+fn main_metrics(mut keys: Vec<String>) -> Vec<String> {
+    keys.sort_by_key(|k| (!k.to_lowercase().contains("loss"), k.clone()));
+    keys.truncate(2);
+    keys
 }

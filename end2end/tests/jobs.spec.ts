@@ -59,6 +59,13 @@ test('the demo template runs from the catalog and its log streams live', async (
   const log = page.getByTestId('log');
   await expect(log).toContainText(/epoch \d+\/80/, { timeout: 60_000 });
   await expect(page.getByTestId('job-state')).toHaveText('Running');
+  // The job's own page draws its loss as it trains, and keeps drawing.
+  const jobLoss = page.getByTestId('job-charts').locator('figure.chart[data-metric="loss"]');
+  await jobLoss.scrollIntoViewIfNeeded({ timeout: 30_000 });
+  await expect(jobLoss).toHaveAttribute('data-series', '1', { timeout: 30_000 });
+  await expect(page.getByTestId('job-charts').locator('figure.chart')).toHaveCount(2);
+  const loadsBefore = Number(await jobLoss.getAttribute('data-loads'));
+  await expect.poll(async () => Number(await jobLoss.getAttribute('data-loads')), { timeout: 30_000 }).toBeGreaterThan(loadsBefore);
 
   // Its run, in another tab: the loss curve draws, and grows by the server's pushes.
   const runPage = await page.context().newPage();
