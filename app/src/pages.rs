@@ -55,18 +55,17 @@ fn follow_mlflow_link() {
 
 #[component]
 pub fn HomePage() -> impl IntoView {
-    // It follows what runs, as the jobs pages do.
+    // It follows the jobs that run, as the jobs pages do.
     let tick = RwSignal::new(0u32);
     let overview = Resource::new(move || tick.get(), |_| get_overview());
     let recent = Resource::new(move || tick.get(), |_| get_recent());
+    // While a job of theirs waits or runs (a run whose script died stays
+    // RUNNING for ever, so runs alone do not keep it polling).
     crate::jobs::refresh_while(tick, move || {
         recent
             .get_untracked()
             .and_then(Result::ok)
-            .is_some_and(|r| {
-                r.jobs.iter().any(|j| !j.state.is_terminal())
-                    || r.runs.iter().any(|run| run.status == "RUNNING")
-            })
+            .is_some_and(|r| r.jobs.iter().any(|j| !j.state.is_terminal()))
     });
     follow_mlflow_link();
     view! {

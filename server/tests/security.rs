@@ -524,8 +524,8 @@ async fn a_job_past_its_disk_quota_is_stopped_and_its_files_go_at_its_end() {
     let id = submit(
         &server,
         json!({"name": "filler", "retries": 2,
-               "command": "head -c 3000000 /dev/zero > big; \
-                           head -c 2000000 /dev/zero > \"$TRAINYARD_CHECKPOINT_DIR/step-1\"; \
+               "command": "head -c 3000000 /dev/urandom > big; \
+                           head -c 2000000 /dev/urandom > \"$TRAINYARD_CHECKPOINT_DIR/step-1\"; \
                            echo written; sleep 120"}),
     )
     .await;

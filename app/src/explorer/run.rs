@@ -181,7 +181,7 @@ fn RunFacts(
                     <ActionForm action=edit attr:class="form">
                         <input type="hidden" name="run_id" value=run_id.clone()/>
                         <label>"Name"
-                            <input type="text" name="name" required maxlength="500" value=name.clone() data-testid="run-edit-name"/>
+                            <input type="text" name="name" required maxlength="250" value=name.clone() data-testid="run-edit-name"/>
                         </label>
                         {move || in_browser.get().then(|| view! {
                             <label>"Description"

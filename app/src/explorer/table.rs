@@ -277,12 +277,18 @@ fn ColumnPicker(
             .get()
             .unwrap_or_else(|| shown.get().unwrap_or_default().into_iter().collect())
     };
+    // Before the table says what it shows (and without JavaScript): the
+    // columns the URL names.
     let is_picked = move |name: &str| match edits.read().as_ref() {
         Some(set) => set.contains(name),
-        None => shown
-            .read()
-            .as_ref()
-            .is_some_and(|s| s.iter().any(|c| c == name)),
+        None => shown.with(|shown| match shown {
+            Some(s) => s.iter().any(|c| c == name),
+            None => state.with(|st| {
+                st.cols
+                    .as_ref()
+                    .is_some_and(|s| s.iter().any(|c| c == name))
+            }),
+        }),
     };
     let set_all = move |on: bool| {
         let f = filter.get_untracked();
@@ -302,8 +308,10 @@ fn ColumnPicker(
     // A sort on a column that goes would sort by what is not shown.
     let kept_sort = move || {
         state.get().sort.filter(|s| {
-            Sort::parse(s)
-                .is_some_and(|sort| Column::parse(&sort.by).is_none() || is_picked(&sort.by))
+            Sort::parse(s).is_some_and(|sort| match Column::parse(&sort.by) {
+                None => true,
+                Some(column) => is_picked(&column.name()),
+            })
         })
     };
     view! {

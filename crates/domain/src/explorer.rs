@@ -286,8 +286,8 @@ pub struct RunDetail {
 
 /// The longest description a run keeps (MLflow's tag value limit).
 pub const MAX_RUN_NOTE: usize = 65_536;
-/// The longest run name.
-pub const MAX_RUN_NAME: usize = 500;
+/// The longest run name (the column's width).
+pub const MAX_RUN_NAME: usize = 250;
 
 /// How many of a run's traces its page lists.
 pub const RUN_TRACES_SHOWN: u64 = 50;

@@ -943,10 +943,13 @@ impl Jobs {
     /// Asks a job to stop; the supervisor stops it.
     pub async fn cancel(&self, id: i64) -> Result<JobRecord, StoreError> {
         let record = self.store().request_cancel(id).await?;
-        if record.job.state == JobState::Cancelled
-            && let Some(run_id) = &record.job.run_id
-        {
-            self.end_run(run_id, "KILLED").await;
+        if record.job.state == JobState::Cancelled {
+            if let Some(run_id) = &record.job.run_id {
+                self.end_run(run_id, "KILLED").await;
+            }
+            // Cancelled in the queue: what an earlier attempt left (its
+            // checkpoints, its folders, a checkpoint claim) goes now.
+            self.inner.executor.retire(&record).await;
         }
         self.wake();
         Ok(record)
@@ -983,6 +986,13 @@ impl Jobs {
             }));
         }
         let job = &record.job;
+        if job.state.is_terminal() {
+            return Err(SubmitError::Store(StoreError::Rejected(format!(
+                "job {} has already ended ({}); its GPU time is counted against the team it ran for",
+                job.id,
+                job.state.label()
+            ))));
+        }
         if record.team_id == Some(team.id) {
             return Ok(record.clone());
         }

@@ -226,6 +226,23 @@ impl LocalExecutor {
             .await
             .map_err(|e| format!("cannot create {}: {e}", checkpoints.display()))?;
         if user.is_some() {
+            // What earlier attempts wrote is no one's now: it goes, so that
+            // retries do not each hold a quota's worth (their logs stay).
+            let earlier: Vec<PathBuf> = (0..job.attempt)
+                .flat_map(|a| {
+                    let dir = self.attempt_dir(job.id, a);
+                    ["work", "home", "tmp"].map(|name| dir.join(name))
+                })
+                .collect();
+            tokio::task::spawn_blocking(move || {
+                for path in earlier {
+                    if let Err(error) = tree::remove_tree(&path) {
+                        tracing::warn!(%error, path = %path.display(), "could not remove what an earlier attempt left");
+                    }
+                }
+            })
+            .await
+            .map_err(|e| e.to_string())?;
             if let Some(files) = attempt.files.as_ref().filter(|f| f.is_dir()) {
                 // The project's files are copied into the work folder; the
                 // originals are not for other jobs passing through.

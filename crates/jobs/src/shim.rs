@@ -420,6 +420,11 @@ impl Watch {
                 "its folders nested more than {} deep",
                 tree::MAX_DEPTH
             )),
+            // Where the shim is not root, a job could close a folder to it
+            // and so hide what it holds: that stops it too.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Some(format!(
+                "its folders hold one that the measure of its disk use may not read ({e}); a job must leave its folders readable to the server"
+            )),
             Err(e) => {
                 // Not the job's doing as far as is known: it goes on.
                 eprintln!("job-shim: cannot measure the job's disk use: {e}");

@@ -530,6 +530,17 @@ async fn placement_fills_a_node_before_taking_another() {
 }
 
 #[tokio::test]
+async fn a_job_cancelled_in_the_queue_is_retired_so_its_leftovers_go() {
+    // Cancelled before any cycle placed it, as a preempted job waiting to
+    // run again would be.
+    let s = setup(vec![node(0, "a", 0)]).await;
+    let id = s.submit(r#"{"name": "waits", "command": "x"}"#).await;
+    s.jobs.cancel(id).await.unwrap();
+    assert_eq!(s.job(id).await.job.state, JobState::Cancelled);
+    assert_eq!(*s.fake.retired.lock().unwrap(), vec![id]);
+}
+
+#[tokio::test]
 async fn a_job_no_node_can_hold_is_refused_at_submission() {
     let s = setup(vec![node(0, "a", 8), node(1, "b", 8)]).await;
     let spec = parse_spec(

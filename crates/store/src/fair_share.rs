@@ -138,7 +138,14 @@ impl Store {
             ..Default::default()
         }
         .insert(self.connection())
-        .await?;
+        .await
+        .map_err(|err| match err.sql_err() {
+            // Made meanwhile by a sign-in or a second request (PostgreSQL).
+            Some(sea_orm::SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict {
+                what: format!("team `{name}`"),
+            },
+            _ => StoreError::Db(err),
+        })?;
         Ok(policy(saved, &HashMap::new()))
     }
 

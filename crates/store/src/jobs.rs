@@ -535,8 +535,6 @@ impl Store {
         Ok(())
     }
 
-    /// Asks for a job to stop. A queued job is cancelled at once; a running
-    /// one is marked, and the executor stops it. Finished jobs are refused.
     /// Files a job that has not ended (and its current run) under another
     /// team, with `event` in its timeline: the queue counts it against
     /// that team from the next cycle, and its attempt's GPU time goes to
@@ -573,10 +571,16 @@ impl Store {
             if !moved {
                 return Err(ended());
             }
-            if let Some(run_id) = &current.job.run_id {
+            // The run the job has now, read in the same transaction (a
+            // retry may have given it a new one since `current`).
+            let run_id = job::Entity::find_by_id(id)
+                .one(&txn)
+                .await?
+                .and_then(|j| j.run_id);
+            if let Some(run_id) = run_id {
                 crate::entity::run::Entity::update_many()
                     .col_expr(crate::entity::run::Column::TeamId, Expr::value(team_id))
-                    .filter(crate::entity::run::Column::Id.eq(run_id.clone()))
+                    .filter(crate::entity::run::Column::Id.eq(run_id))
                     .exec(&txn)
                     .await?;
             }
@@ -596,6 +600,8 @@ impl Store {
         Ok(moved)
     }
 
+    /// Asks for a job to stop. A queued job is cancelled at once; a running
+    /// one is marked, and the executor stops it. Finished jobs are refused.
     pub async fn request_cancel(&self, id: i64) -> Result<JobRecord, StoreError> {
         let current = self.get_job(id).await?;
         if current.job.state.is_terminal() {

@@ -312,8 +312,6 @@ impl Store {
         Ok(())
     }
 
-    /// The figures of the home page, of what `viewer` may see (the
-    /// machine's nodes and GPUs are everyone's to know).
     /// A person's latest runs that are not deleted, newest first, with
     /// their experiments' names.
     pub async fn recent_runs(
@@ -325,6 +323,7 @@ impl Store {
             .filter(run::Column::UserId.eq(user_id))
             .filter(run::Column::LifecycleStage.eq("active"))
             .order_by_desc(run::Column::StartTime)
+            .order_by_desc(run::Column::Id)
             .limit(limit)
             .all(&self.db)
             .await?;
@@ -350,6 +349,8 @@ impl Store {
             .collect())
     }
 
+    /// The figures of the home page, of what `viewer` may see (the
+    /// machine's nodes and GPUs are everyone's to know).
     pub async fn overview(&self, viewer: &Viewer) -> Result<Overview, StoreError> {
         let experiments = experiment::Entity::find()
             .filter(experiment::Column::LifecycleStage.eq("active"))
