@@ -118,6 +118,32 @@ impl From<SubmitError> for JobsError {
     }
 }
 
+/// A small JSON body (at most 4 KiB) as `T`: a 400 saying what to send
+/// (`shape`) when it is larger or is not `what`.
+pub(crate) fn small_json<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+    shape: &str,
+) -> Result<T, JobsError> {
+    if body.len() > 4096 {
+        return Err(JobsError::invalid(
+            format!("the body is larger than 4 KiB; send {shape}"),
+            Vec::new(),
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        JobsError::invalid(
+            format!("not {what}: {e}; send {shape}"),
+            vec![FieldError::new("body", e.to_string())],
+        )
+    })
+}
+
+/// Fields that are wrong, as one 400 naming each.
+pub(crate) fn field_errors(fields: Vec<FieldError>) -> JobsError {
+    SubmitError::Invalid(fields).into()
+}
+
 /// Reads a spec as YAML when the content type says so, JSON otherwise.
 pub fn parse_spec(content_type: Option<&str>, body: &[u8]) -> Result<JobSpec, JobsError> {
     let yaml = content_type.is_some_and(|t| t.contains("yaml"));
@@ -436,18 +462,7 @@ pub async fn set_team(
     body: axum::body::Bytes,
 ) -> Result<Json<JobAnswer>, JobsError> {
     let record = job_as(&state, &principal, id, Access::Change).await?;
-    if body.len() > 4096 {
-        return Err(JobsError::invalid(
-            "the body is larger than 4 KiB; send {\"team\": \"name\"}",
-            Vec::new(),
-        ));
-    }
-    let change: TeamChange = serde_json::from_slice(&body).map_err(|e| {
-        JobsError::invalid(
-            format!("not a team change: {e}; send {{\"team\": \"name\"}}"),
-            vec![trainyard_domain::FieldError::new("body", e.to_string())],
-        )
-    })?;
+    let change: TeamChange = small_json(&body, "a team change", r#"{"team": "name"}"#)?;
     let moved = state
         .jobs
         .set_team(&record, &change.team, &principal.user)

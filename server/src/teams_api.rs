@@ -14,7 +14,7 @@ use trainyard_domain::teams::{NewTeam, TeamPolicy, TeamPolicyChange, UsagePeriod
 
 use crate::AppState;
 use crate::auth::Caller;
-use crate::jobs_api::{JobsError, admin_only};
+use crate::jobs_api::{JobsError, admin_only, field_errors, small_json};
 
 /// The most days one usage request spans.
 const MAX_USAGE_DAYS: i64 = 400;
@@ -40,26 +40,9 @@ pub async fn update(
     body: Bytes,
 ) -> Result<Json<TeamPolicy>, JobsError> {
     admin_only(&principal, "set teams' quotas and shares")?;
-    if body.len() > 4096 {
-        return Err(JobsError::invalid(
-            "the body is larger than 4 KiB; send {\"quota_gpus\": N, \"share\": W}",
-            Vec::new(),
-        ));
-    }
-    let change: TeamPolicyChange = serde_json::from_slice(&body).map_err(|e| {
-        JobsError::invalid(
-            format!("not a team change: {e}; send {{\"quota_gpus\": N, \"share\": W}}"),
-            vec![FieldError::new("body", e.to_string())],
-        )
-    })?;
-    change.check().map_err(|fields| {
-        let message = fields
-            .iter()
-            .map(|f| format!("{}: {}", f.field, f.message))
-            .collect::<Vec<_>>()
-            .join("; ");
-        JobsError::invalid(message, fields)
-    })?;
+    let change: TeamPolicyChange =
+        small_json(&body, "a team change", r#"{"quota_gpus": N, "share": W}"#)?;
+    change.check().map_err(field_errors)?;
     let saved = state.jobs.store().set_team_policy(id, &change).await?;
     tracing::info!(team = %saved.name, quota_gpus = saved.quota_gpus, share = saved.share, by = %principal.user.username, "team policy set");
     state.jobs.wake();
@@ -75,28 +58,12 @@ pub async fn create(
     body: Bytes,
 ) -> Result<(axum::http::StatusCode, Json<TeamPolicy>), JobsError> {
     admin_only(&principal, "make teams")?;
-    if body.len() > 4096 {
-        return Err(JobsError::invalid(
-            "the body is larger than 4 KiB; send {\"name\": \"group\", \"quota_gpus\": N, \"share\": W}",
-            Vec::new(),
-        ));
-    }
-    let new: NewTeam = serde_json::from_slice(&body).map_err(|e| {
-        JobsError::invalid(
-            format!(
-                "not a new team: {e}; send {{\"name\": \"group\", \"quota_gpus\": N, \"share\": W}}"
-            ),
-            vec![FieldError::new("body", e.to_string())],
-        )
-    })?;
-    let name = new.check().map_err(|fields| {
-        let message = fields
-            .iter()
-            .map(|f| format!("{}: {}", f.field, f.message))
-            .collect::<Vec<_>>()
-            .join("; ");
-        JobsError::invalid(message, fields)
-    })?;
+    let new: NewTeam = small_json(
+        &body,
+        "a new team",
+        r#"{"name": "group", "quota_gpus": N, "share": W}"#,
+    )?;
+    let name = new.check().map_err(field_errors)?;
     let change = TeamPolicyChange {
         quota_gpus: new.quota_gpus,
         share: new.share,

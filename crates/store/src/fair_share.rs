@@ -118,17 +118,7 @@ impl Store {
         name: &str,
         change: &TeamPolicyChange,
     ) -> Result<TeamPolicy, StoreError> {
-        use sea_orm::{ColumnTrait, QueryFilter};
         let _turn = self.write_turn().await;
-        let taken = team::Entity::find()
-            .filter(team::Column::Name.eq(name))
-            .one(self.connection())
-            .await?;
-        if taken.is_some() {
-            return Err(StoreError::Conflict {
-                what: format!("team `{name}`"),
-            });
-        }
         let saved = team::ActiveModel {
             name: Set(name.to_owned()),
             gpu_quota: Set(change.quota_gpus.map(|q| q.min(i32::MAX as u32) as i32)),
@@ -140,7 +130,7 @@ impl Store {
         .insert(self.connection())
         .await
         .map_err(|err| match err.sql_err() {
-            // Made meanwhile by a sign-in or a second request (PostgreSQL).
+            // The names are unique: one taken, also by a sign-in meanwhile.
             Some(sea_orm::SqlErr::UniqueConstraintViolation(_)) => StoreError::Conflict {
                 what: format!("team `{name}`"),
             },

@@ -222,21 +222,20 @@ impl Store {
         }
         .insert(&txn)
         .await?;
-        job_event::ActiveModel {
-            job_id: Set(model.id),
-            time: Set(now),
-            kind: Set("submitted".to_owned()),
-            message: Set(new.submitted),
-            ..Default::default()
-        }
-        .insert(&txn)
-        .await?;
+        insert_event(&txn, model.id, now, "submitted".to_owned(), new.submitted).await?;
         let mut tags = vec![("trainyard.job_id".to_owned(), model.id.to_string())];
         tags.extend(new.tags);
         crate::tracking::upsert_run_tags(&txn, self.sql(), &run_id, &tags).await?;
         txn.commit().await?;
         self.run_changed(&run_id);
         record(model)
+    }
+
+    /// A job with its team's name filled in, for people to read.
+    async fn named_job(&self, id: i64) -> Result<JobRecord, StoreError> {
+        let mut record = self.get_job(id).await?;
+        self.name_teams(std::slice::from_mut(&mut record)).await?;
+        Ok(record)
     }
 
     pub async fn get_job(&self, id: i64) -> Result<JobRecord, StoreError> {
@@ -256,8 +255,7 @@ impl Store {
         id: i64,
         access: Access,
     ) -> Result<JobRecord, StoreError> {
-        let mut record = self.get_job(id).await?;
-        self.name_teams(std::slice::from_mut(&mut record)).await?;
+        let record = self.named_job(id).await?;
         if !user.can_read(record.owner()) {
             return Err(StoreError::NotFound(format!("job {id} does not exist")));
         }
@@ -410,6 +408,26 @@ impl Store {
     }
 }
 
+/// An entry in a job's timeline, at `time`.
+async fn insert_event(
+    db: &impl sea_orm::ConnectionTrait,
+    id: i64,
+    time: i64,
+    kind: String,
+    message: String,
+) -> Result<(), StoreError> {
+    job_event::ActiveModel {
+        job_id: Set(id),
+        time: Set(time),
+        kind: Set(kind),
+        message: Set(message),
+        ..Default::default()
+    }
+    .insert(db)
+    .await?;
+    Ok(())
+}
+
 /// One job's move within a transaction.
 async fn move_job_in(
     txn: &sea_orm::DatabaseTransaction,
@@ -478,15 +496,7 @@ async fn move_job_in(
     }
     let moved = update.exec(txn).await?.rows_affected == 1;
     if moved && let Some((kind, message)) = change.event {
-        job_event::ActiveModel {
-            job_id: Set(id),
-            time: Set(now_millis()),
-            kind: Set(kind),
-            message: Set(message),
-            ..Default::default()
-        }
-        .insert(txn)
-        .await?;
+        insert_event(txn, id, now_millis(), kind, message).await?;
     }
     Ok(moved)
 }
@@ -500,16 +510,14 @@ impl Store {
         message: &str,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        job_event::ActiveModel {
-            job_id: Set(id),
-            time: Set(now_millis()),
-            kind: Set(kind.to_owned()),
-            message: Set(message.to_owned()),
-            ..Default::default()
-        }
-        .insert(self.connection())
-        .await?;
-        Ok(())
+        insert_event(
+            self.connection(),
+            id,
+            now_millis(),
+            kind.to_owned(),
+            message.to_owned(),
+        )
+        .await
     }
 
     /// Writes queued jobs' positions and reasons, in one transaction.
@@ -584,20 +592,10 @@ impl Store {
                     .exec(&txn)
                     .await?;
             }
-            job_event::ActiveModel {
-                job_id: Set(id),
-                time: Set(now_millis()),
-                kind: Set("team".to_owned()),
-                message: Set(event.to_owned()),
-                ..Default::default()
-            }
-            .insert(&txn)
-            .await?;
+            insert_event(&txn, id, now_millis(), "team".to_owned(), event.to_owned()).await?;
             txn.commit().await?;
         }
-        let mut moved = self.get_job(id).await?;
-        self.name_teams(std::slice::from_mut(&mut moved)).await?;
-        Ok(moved)
+        self.named_job(id).await
     }
 
     /// Asks for a job to stop. A queued job is cancelled at once; a running
@@ -641,20 +639,17 @@ impl Store {
                 .rows_affected
                 == 1;
             if marked {
-                job_event::ActiveModel {
-                    job_id: Set(id),
-                    time: Set(now),
-                    kind: Set("cancel".to_owned()),
-                    message: Set("cancel requested; stopping".to_owned()),
-                    ..Default::default()
-                }
-                .insert(&txn)
+                insert_event(
+                    &txn,
+                    id,
+                    now,
+                    "cancel".to_owned(),
+                    "cancel requested; stopping".to_owned(),
+                )
                 .await?;
             }
             txn.commit().await?;
         }
-        let mut moved = self.get_job(id).await?;
-        self.name_teams(std::slice::from_mut(&mut moved)).await?;
-        Ok(moved)
+        self.named_job(id).await
     }
 }
