@@ -37,11 +37,12 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknow
   rustup target add wasm32-unknown-unknown
 fi
 
-if ! cargo leptos --version 2>/dev/null | grep -q " $CARGO_LEPTOS_VERSION\$"; then
-  step "installing cargo-leptos $CARGO_LEPTOS_VERSION (about 11 minutes on 2 cores, once per machine)"
-  # no_downloads: it must not fetch wasm-bindgen or wasm-opt from the internet.
+if ! cargo install --list 2>/dev/null | grep -q "^trainyard-cargo-leptos v$CARGO_LEPTOS_VERSION "; then
+  step "installing cargo-leptos $CARGO_LEPTOS_VERSION from tools/cargo-leptos (about 11 minutes on 2 cores, once per machine)"
+  # no_downloads (set there): it must not fetch wasm-bindgen or wasm-opt from
+  # the internet. --force: it replaces a cargo-leptos installed from crates.io.
   CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" \
-    cargo install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked --features no_downloads
+    cargo install --path "$ROOT/tools/cargo-leptos" --locked --force
 fi
 
 if ! wasm-bindgen --version 2>/dev/null | grep -q " $WASM_BINDGEN_VERSION\$"; then

@@ -17,7 +17,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/trainyard/target}"
 export LEPTOS_OUTPUT_NAME="trainyard"
 
 # The versions the project is built with.
-CARGO_LEPTOS_VERSION="0.3.7"
+# cargo-leptos is built from tools/cargo-leptos (0.3.7 with a newer wasm
+# splitter; see its Cargo.toml); this is that package's version.
+CARGO_LEPTOS_VERSION="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/tools/cargo-leptos/Cargo.toml" | head -1)"
 WASM_BINDGEN_VERSION="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' "$ROOT/Cargo.lock")"
 export CARGO_LEPTOS_VERSION WASM_BINDGEN_VERSION
 

@@ -38,7 +38,7 @@ cargo clippy --locked --workspace --exclude trainyard-frontend --all-targets -- 
 cargo clippy --locked -p trainyard-frontend --target wasm32-unknown-unknown -- -D warnings
 
 step "release build"
-cargo leptos build --release
+BUILD_ALWAYS=1 "$ROOT/scripts/build.sh"
 # What later steps run (end2end/k8s/executor.sh builds it when run alone).
 export E2E_RELEASE_BUILT=1
 

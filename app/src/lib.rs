@@ -7,6 +7,7 @@ pub mod error;
 pub mod explorer;
 pub mod gpus;
 mod jobs;
+mod lazy;
 mod pages;
 #[cfg(any(feature = "ssr", test))]
 mod submit;
@@ -16,7 +17,9 @@ mod usage;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{Route, Router, Routes};
-use leptos_router::{ParamSegment, SsrMode, StaticSegment};
+use leptos_router::{Lazy, ParamSegment, SsrMode, StaticSegment};
+
+use lazy::*;
 
 /// The HTML document around the app, rendered on the server.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -64,18 +67,18 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("experiments") view=explorer::ExperimentsPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("experiments"), ParamSegment("id")) view=explorer::ExperimentPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("runs"), ParamSegment("run")) view=explorer::RunPage ssr=SsrMode::InOrder/>
-                    <Route path=StaticSegment("compare") view=explorer::ComparePage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("compare") view={Lazy::<CompareRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("jobs") view=jobs::JobsPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("jobs"), ParamSegment("id")) view=jobs::JobPage ssr=SsrMode::InOrder/>
-                    <Route path=StaticSegment("submit") view=jobs::SubmitPage ssr=SsrMode::InOrder/>
-                    <Route path=(StaticSegment("templates"), StaticSegment("new")) view=jobs::TemplateEditor ssr=SsrMode::InOrder/>
-                    <Route path=(StaticSegment("templates"), ParamSegment("slug"), StaticSegment("edit")) view=jobs::TemplateEditor ssr=SsrMode::InOrder/>
-                    <Route path=StaticSegment("templates") view=pages::TemplatesPage ssr=SsrMode::InOrder/>
-                    <Route path=StaticSegment("usage") view=usage::UsagePage ssr=SsrMode::InOrder/>
-                    <Route path=StaticSegment("admin") view=pages::AdminPage ssr=SsrMode::InOrder/>
-                    <Route path=(StaticSegment("admin"), StaticSegment("gpus")) view=gpus::GpusPage ssr=SsrMode::InOrder/>
-                    <Route path=(StaticSegment("admin"), StaticSegment("gpus"), ParamSegment("node")) view=gpus::NodeGpusPage ssr=SsrMode::InOrder/>
-                    <Route path=(StaticSegment("settings"), StaticSegment("tokens")) view=account::TokensPage ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("submit") view={Lazy::<SubmitRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("templates"), StaticSegment("new")) view={Lazy::<TemplateEditorRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("templates"), ParamSegment("slug"), StaticSegment("edit")) view={Lazy::<TemplateEditorRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("templates") view={Lazy::<TemplatesRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("usage") view={Lazy::<UsageRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=StaticSegment("admin") view={Lazy::<AdminRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("admin"), StaticSegment("gpus")) view={Lazy::<GpusRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("admin"), StaticSegment("gpus"), ParamSegment("node")) view={Lazy::<NodeGpusRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("settings"), StaticSegment("tokens")) view={Lazy::<TokensRoute>::new()} ssr=SsrMode::InOrder/>
                 </Routes>
             </main>
             <footer class="footer">"Trainyard " {env!("CARGO_PKG_VERSION")}</footer>

@@ -3,5 +3,5 @@
 #[wasm_bindgen::prelude::wasm_bindgen]
 pub fn hydrate() {
     console_error_panic_hook::set_once();
-    leptos::mount::hydrate_body(trainyard_app::App);
+    leptos::mount::hydrate_lazy(trainyard_app::App);
 }
