@@ -119,7 +119,9 @@ pub fn TokensPage() -> impl IntoView {
                     <input type="text" readonly class="secret" value=made.secret.clone() data-testid="token-secret"
                         aria-label="The new token" node_ref=secret_box/>
                     <button type="button" class="secondary" data-testid="copy-token"
-                        on:click=move |_| copied.set(copy_from(secret_box))>"Copy"</button>
+                        on:click=move |_| leptos::task::spawn_local(async move {
+                            copied.set(copy_from(secret_box).await)
+                        })>"Copy"</button>
                     <span class="muted" role="status" data-testid="copy-said">{move || copied.get()}</span>
                 </div>
             </div>
@@ -172,9 +174,9 @@ pub fn TokensPage() -> impl IntoView {
 
 /// Copies the token in `input` to the clipboard; where the page may not
 /// (a plain-http address other than this machine), selects it for Ctrl+C.
-/// What it did, in words.
+/// What it did, in words, once the browser has answered.
 #[allow(unused_variables)]
-fn copy_from(input: NodeRef<leptos::html::Input>) -> &'static str {
+async fn copy_from(input: NodeRef<leptos::html::Input>) -> &'static str {
     #[cfg(feature = "hydrate")]
     {
         use wasm_bindgen::JsCast;
@@ -187,12 +189,12 @@ fn copy_from(input: NodeRef<leptos::html::Input>) -> &'static str {
             .and_then(|n| js_sys::Reflect::get(&n, &"clipboard".into()).ok())
             .filter(|c| !c.is_undefined() && !c.is_null())
             .and_then(|c| c.dyn_into::<web_sys::Clipboard>().ok());
-        match clipboard {
-            Some(c) => {
-                let _ = c.write_text(&el.value());
-                "Copied."
-            }
-            None => "Selected: press Ctrl+C (this address may not use the clipboard).",
+        let Some(c) = clipboard else {
+            return "Selected: press Ctrl+C (this address may not use the clipboard).";
+        };
+        match wasm_bindgen_futures::JsFuture::from(c.write_text(&el.value())).await {
+            Ok(_) => "Copied.",
+            Err(_) => "Selected: press Ctrl+C (the browser did not let the page copy).",
         }
     }
     #[cfg(not(feature = "hydrate"))]

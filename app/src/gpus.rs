@@ -54,6 +54,7 @@ pub fn gpu_chart(
         height: height.unwrap_or(320).clamp(160, 4096),
         legend: true,
         y_include: quantity.y_include(),
+        ignore_outliers: false,
     }
 }
 

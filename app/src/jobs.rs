@@ -212,6 +212,21 @@ fn Field(
     }
 }
 
+/// What a number parameter takes, in words: "a whole number from 1 to 1000".
+fn param_range(param: &ParamSpec) -> Option<String> {
+    let kind = match param.kind {
+        ParamType::Int => "a whole number",
+        ParamType::Float => "a number",
+        _ => return None,
+    };
+    Some(match (param.min, param.max) {
+        (Some(lo), Some(hi)) => format!("{kind} from {lo} to {hi}"),
+        (Some(lo), None) => format!("{kind}, at least {lo}"),
+        (None, Some(hi)) => format!("{kind}, at most {hi}"),
+        (None, None) => kind.to_owned(),
+    })
+}
+
 /// The form box for one template parameter, with its default, range and help.
 fn param_input(name: String, param: ParamSpec, error: Signal<Option<AppError>>) -> impl IntoView {
     let input_name = format!("form[hp][{name}]");
@@ -237,7 +252,7 @@ fn param_input(name: String, param: ParamSpec, error: Signal<Option<AppError>>) 
         }
         .into_any(),
         ParamType::Int | ParamType::Float => view! {
-            <input type="number" name=input_name value=default
+            <input type="number" name=input_name value=default required=param.default.is_none()
                 step=if param.kind == ParamType::Int { "1" } else { "any" }
                 min=param.min.map(|m| m.to_string()) max=param.max.map(|m| m.to_string())/>
         }
@@ -248,9 +263,11 @@ fn param_input(name: String, param: ParamSpec, error: Signal<Option<AppError>>) 
     };
     let field = format!("hyperparameters.{name}");
     let message = Signal::derive(move || error.get().and_then(|e| e.message_for(&field)));
+    let range = param_range(&param);
     view! {
         <div class="field" class:invalid=move || message.get().is_some()>
             <label><code>{name.clone()}</code> {control}</label>
+            {range.map(|r| view! { <p class="hint" data-testid="param-range">{r}</p> })}
             {param.help.map(|h| view! { <p class="hint">{h}</p> })}
             {move || message.get().map(|m| view! { <p class="field-error">{m}</p> })}
         </div>
@@ -276,7 +293,12 @@ pub fn SubmitPage() -> impl IntoView {
         } else {
             get_template(slug).await
         };
-        template.map(|t| (t, teams))
+        // The experiments the caller sees, suggested as they type.
+        let experiments = crate::explorer::api::list_experiments(false)
+            .await
+            .map(|list| list.into_iter().map(|e| e.name).collect())
+            .unwrap_or_default();
+        template.map(|t| (t, teams, experiments))
     });
     let submit = ServerAction::<SubmitJob>::new();
     let error = Signal::derive(move || submit.value().get().and_then(Result::err));
@@ -286,13 +308,13 @@ pub fn SubmitPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match template.await {
-                    Ok((None, _)) if !slug().is_empty() => view! {
+                    Ok((None, _, _)) if !slug().is_empty() => view! {
                         <p class="error" role="alert">
                             "There is no template “" {slug()} "” in the catalog. "
                             <a href="/templates">"Choose one from the catalog"</a>
                         </p>
                     }.into_any(),
-                    Ok((t, teams)) => submit_form(t, teams, submit, error).into_any(),
+                    Ok((t, teams, experiments)) => submit_form(t, teams, experiments, submit, error).into_any(),
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -303,6 +325,7 @@ pub fn SubmitPage() -> impl IntoView {
 fn submit_form(
     template: Option<Template>,
     teams: Vec<trainyard_domain::identity::Team>,
+    experiments: Vec<String>,
     submit: ServerAction<SubmitJob>,
     error: Signal<Option<AppError>>,
 ) -> impl IntoView {
@@ -341,6 +364,14 @@ fn submit_form(
         ),
     };
     let custom = template.is_none();
+    // A shipped template brings its own files and data, and offers neither
+    // unless it says so; one written in the browser has no files of its own.
+    let takes_project = template
+        .as_ref()
+        .is_none_or(|t| !t.builtin || t.spec.project);
+    let takes_datasets = template
+        .as_ref()
+        .is_none_or(|t| !t.builtin || t.spec.datasets);
     let default_name = template
         .as_ref()
         .map(|t| t.slug.clone())
@@ -362,7 +393,11 @@ fn submit_form(
                 <input type="text" name="form[name]" required maxlength="100" value=default_name/>
             </Field>
             <Field label="Experiment" field="experiment" error=error>
-                <input type="text" name="form[experiment]" placeholder="Default" maxlength="500"/>
+                <input type="text" name="form[experiment]" placeholder="Default" maxlength="500"
+                    list="experiment-names" autocomplete="off"/>
+                <datalist id="experiment-names">
+                    {experiments.into_iter().map(|name| view! { <option value=name/> }).collect_view()}
+                </datalist>
             </Field>
             {custom.then(|| view! {
                 <Field label="Command" field="command" error=error>
@@ -379,10 +414,12 @@ fn submit_form(
                     {params.into_iter().map(|(name, p)| param_input(name, p, error)).collect_view()}
                 </fieldset>
             })}
-            <ProjectUpload/>
-            <Field label="Datasets (names, separated by commas)" field="datasets" error=error>
-                <input type="text" name="form[datasets]" placeholder="e.g. cifar10" autocomplete="off"/>
-            </Field>
+            {takes_project.then(|| view! { <ProjectUpload/> })}
+            {takes_datasets.then(|| view! {
+                <Field label="Datasets (names, separated by commas)" field="datasets" error=error>
+                    <input type="text" name="form[datasets]" placeholder="e.g. cifar10" autocomplete="off"/>
+                </Field>
+            })}
             <fieldset class="row">
                 <legend>"Resources"</legend>
                 <Field label="GPUs" field="resources.gpus" error=error>

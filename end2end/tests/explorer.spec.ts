@@ -92,6 +92,18 @@ test('filter, select, compare, smooth, log scale, zoom, hover, hide, group', asy
   await page.getByTestId('compare').click();
   await expect(page).toHaveURL(/\/compare\?(run=[0-9a-f]+&?){4}/);
   await hydrated(page);
+  // What people read first: each chosen metric's last, lowest and highest
+  // value per run, with their steps.
+  const figures = page.getByTestId('metric-figures');
+  const lossRows = figures.locator('tr[data-metric="loss"] td[data-run]');
+  await expect(lossRows).toHaveCount(4);
+  for (const row of await lossRows.all()) {
+    const figure = async (name: string) => Number(await row.locator(`[data-figure="${name}"]`).textContent());
+    const [last, min, max] = [await figure('last'), await figure('min'), await figure('max')];
+    expect(min).toBeLessThanOrEqual(last);
+    expect(last).toBeLessThanOrEqual(max);
+    expect(min).toBeLessThan(max);
+  }
   const loss = chart(page, 'loss');
   await expect(loss).toHaveAttribute('data-series', '4');
   await expect(page.locator('figure.chart')).toHaveCount(4);
@@ -113,12 +125,22 @@ test('filter, select, compare, smooth, log scale, zoom, hover, hide, group', asy
   await expect.poll(async () => (await svg.innerHTML()) !== linear).toBe(true);
   await page.getByTestId('log-scale').uncheck();
 
+  // Ignore outliers: the y axis fits the bulk of the values (the URL keeps it).
+  await page.getByTestId('ignore-outliers').check();
+  await expect(page).toHaveURL(/outliers=ignore/);
+  await expect(svg.locator('polyline')).toHaveCount(4);
+  await page.getByTestId('ignore-outliers').uncheck();
+  await expect(page).not.toHaveURL(/outliers=ignore/);
+
   // Hover: a readout with each run's value.
   const area = loss.locator('.chart-area');
+  await area.scrollIntoViewIfNeeded();
   const box = (await area.boundingBox())!;
   await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
   await expect(loss.getByTestId('readout')).toContainText('step');
   await expect(loss.getByTestId('readout').locator('strong')).toHaveCount(4);
+  const hovered = (await loss.getByTestId('readout').locator('strong').allTextContents()).map(Number);
+  expect(hovered, 'highest value first').toEqual([...hovered].sort((a, b) => b - a));
 
   // Zoom: drag across the middle; the server is asked again for that range.
   const asked = page.waitForRequest((r) => r.url().endsWith('/api/chart_series') && (r.postData() ?? '').includes('"x_min"'));
@@ -128,13 +150,25 @@ test('filter, select, compare, smooth, log scale, zoom, hover, hide, group', asy
   await page.mouse.up();
   await asked;
   await expect(loss).toHaveAttribute('data-zoomed', 'true');
+  // One zoom for every chart, kept in the URL.
+  await expect(chart(page, 'accuracy')).toHaveAttribute('data-zoomed', 'true');
+  await expect(page).toHaveURL(/x0=[-0-9.e]+&x1=/);
   await page.screenshot({ path: test.info().outputPath('compare-zoomed.png'), fullPage: true });
   await loss.getByTestId('reset-zoom').click();
   await expect(loss).toHaveAttribute('data-zoomed', 'false');
+  await expect(page).not.toHaveURL(/x0=/);
+  // The same from the keyboard: + zooms to the middle half, 0 shows it all.
+  await area.focus();
+  await page.keyboard.press('+');
+  await expect(loss).toHaveAttribute('data-zoomed', 'true');
+  await page.keyboard.press('0');
+  await expect(loss).toHaveAttribute('data-zoomed', 'false');
 
-  // Hide a run from the legend.
+  // Hide a run from the legend: its line, its figures and its params go.
   await page.getByTestId('legend').locator('button').first().click();
   await expect(loss).toHaveAttribute('data-series', '3');
+  await expect(figures.locator('tr[data-metric="loss"] td[data-run]:visible')).toHaveCount(3);
+  await expect(page.locator('[data-testid="param-diff"] thead th:visible')).toHaveCount(4);
   await page.getByTestId('legend').locator('button').first().click();
   await expect(loss).toHaveAttribute('data-series', '4');
 
@@ -201,7 +235,10 @@ test('a run page mounts charts as they scroll in and follows a live run', async 
     data: { run_id: live, metrics: [{ key: 'loss', value: 0.0123, timestamp: Date.now(), step: 10_000 }] },
   });
   expect(logged.status()).toBe(200);
-  await expect(page.locator('[data-testid="latest"] tr[data-metric="loss"]')).toContainText('0.0123');
+  const lossValues = page.locator('[data-testid="latest"] tr[data-metric="loss"]');
+  await expect(lossValues.locator('[data-figure="last"]')).toHaveText('0.0123');
+  // The lowest loss so far (the curve stays above 0.05), and where it was.
+  await expect(lossValues.locator('[data-figure="min"]')).toHaveText('0.0123 @10000');
   const ended = await request.post('/api/2.0/mlflow/runs/update', {
     data: { run_id: live, status: 'FINISHED', end_time: Date.now() },
   });
@@ -239,6 +276,43 @@ test('a run page shows the datasets, models and traces its script logged', async
   await expect(trace).toContainText('predict');
   await expect(trace).toContainText('OK');
   await page.screenshot({ path: test.info().outputPath('run-inputs-outputs.png'), fullPage: true });
+});
+
+test('a run page shows its text and image artifacts in place', async ({ page, request }) => {
+  const created = await request.post('/api/2.0/mlflow/runs/create', {
+    data: { experiment_id: '0', run_name: `artifacts-${Date.now()}`, start_time: Date.now() },
+  });
+  expect(created.status()).toBe(200);
+  const run = (await created.json()).run.info.run_id;
+  const put = async (path: string, body: Buffer) => {
+    const answer = await request.put(`/api/2.0/mlflow-artifacts/artifacts/0/${run}/artifacts/${path}`, { data: body });
+    expect(answer.status(), path).toBe(200);
+  };
+  await put('notes/summary.txt', Buffer.from('val_loss fell to 0.31 at epoch 12\n'));
+  // A 2×1 PNG, red then blue.
+  await put(
+    'plots/pixels.png',
+    Buffer.from(
+      'iVBORw0KGgoAAAANSUhEUgAAAAIAAAABCAIAAAB7QOjdAAAADUlEQVR4nGP4zwAE/wEHAAH/4iOeWQAAAABJRU5ErkJggg==',
+      'base64',
+    ),
+  );
+  await put('weights.bin', Buffer.from([0, 159, 146, 150, 0]));
+  await page.goto(`/experiments/0/runs/${run}`);
+  await hydrated(page);
+  const item = (path: string) => page.locator(`[data-testid="artifacts"] li[data-artifact="${path}"]`);
+
+  await item('notes/summary.txt').getByTestId('preview-artifact').click();
+  const shown = page.getByTestId('artifact-preview');
+  await expect(shown.locator('pre')).toHaveText('val_loss fell to 0.31 at epoch 12');
+  await item('plots/pixels.png').getByTestId('preview-artifact').click();
+  const image = shown.locator('img');
+  await expect(image).toBeVisible();
+  await expect.poll(() => image.evaluate((img: HTMLImageElement) => img.naturalWidth)).toBe(2);
+  await item('weights.bin').getByTestId('preview-artifact').click();
+  await expect(shown).toContainText('Not text');
+  await item('weights.bin').getByTestId('preview-artifact').click();
+  await expect(shown).toHaveCount(0);
 });
 
 test('the links the mlflow client prints open the run', async ({ page, baseURL }) => {

@@ -271,6 +271,30 @@ test('a job waiting for the only GPU shows its place and reason', async ({ page,
   }
 });
 
+test('the form says what each field takes and offers only what the template uses', async ({ page }) => {
+  await page.goto('/submit?template=cpu-demo');
+  const form = page.getByTestId('submit-job');
+  const field = (name: string) => form.locator('.field', { has: page.locator(`[name="${name}"]`) });
+  await expect(field('form[hp][epochs]').getByTestId('param-range')).toHaveText('a whole number from 1 to 100000');
+  await expect(field('form[hp][lr]').getByTestId('param-range')).toHaveText('a number from 0.000001 to 10');
+  // Required fields say so beside their name; optional ones do not.
+  const after = (name: string) =>
+    field(name).locator('label').first().evaluate((el) => getComputedStyle(el, '::after').content);
+  expect(await after('form[name]')).toContain('required');
+  expect(await after('form[experiment]')).not.toContain('required');
+  // The experiments people have are suggested as they type.
+  await expect(page.locator('#experiment-names option[value="Default"]')).toHaveCount(1);
+  // The demo brings its own files and data: no upload, no datasets.
+  await expect(page.getByTestId('project-file')).toHaveCount(0);
+  await expect(form.locator('[name="form[datasets]"]')).toHaveCount(0);
+  // A command of one's own, and a template that says it takes them, offer both.
+  for (const url of ['/submit', '/submit?template=byo-script']) {
+    await page.goto(url);
+    await expect(page.getByTestId('project-file')).toHaveCount(1);
+    await expect(page.locator('[name="form[datasets]"]')).toHaveCount(1);
+  }
+});
+
 test('a wrong field is marked on the form', async ({ page }) => {
   await page.goto('/submit');
   const form = page.getByTestId('submit-job');

@@ -87,6 +87,7 @@ fn read_query(raw: &str) -> Result<ChartQuery, ApiError> {
                 q.options.smoothing = s;
             }
             "log" => q.options.log_y = value == "1",
+            "outliers" => q.options.ignore_outliers = value == "ignore",
             "group" => {
                 q.group = Some(Column::parse(&value).ok_or_else(|| {
                     ApiError::invalid(format!(

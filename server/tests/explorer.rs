@@ -208,6 +208,88 @@ async fn the_runs_table_pages_filters_sorts_and_picks_columns() {
 }
 
 #[tokio::test]
+async fn compare_figures_give_last_min_and_max_with_their_steps() {
+    let server = TestServer::start().await;
+    let a = new_run(&server, "0", "a").await;
+    let b = new_run(&server, "0", "b").await;
+    let points = |values: &[f64]| -> Vec<Value> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(step, v)| json!({"key": "loss", "value": v, "timestamp": 2_000 + step, "step": step}))
+            .collect()
+    };
+    for (run, values) in [(&a, [0.9, 0.4, 0.7, 0.5]), (&b, [1.2, 1.1, 1.3, 1.0])] {
+        mlflow(
+            &server,
+            "runs/log-batch",
+            json!({"run_id": run, "metrics": points(&values)}),
+        )
+        .await;
+    }
+    let answer = server_fn(
+        &server,
+        "metric_figures",
+        json!({"run_ids": [a, b], "keys": ["loss", "accuracy"]}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let figures = answer.json();
+    let rows: Vec<(String, Value, Value, Value)> = figures
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["run_id"].as_str().unwrap().to_owned(),
+                f["last"].clone(),
+                f["min"].clone(),
+                f["max"].clone(),
+            )
+        })
+        .collect();
+    let at = |value: f64, step: i64| json!([{"Num": value}, step]);
+    assert_eq!(
+        rows,
+        [
+            (a.clone(), at(0.5, 3), at(0.4, 1), at(0.9, 0)),
+            (b.clone(), at(1.0, 3), at(1.0, 3), at(1.3, 2)),
+        ],
+        "a metric no run logged is left out"
+    );
+
+    let none = server_fn(
+        &server,
+        "metric_figures",
+        json!({"run_ids": [], "keys": ["loss"]}),
+    )
+    .await;
+    assert_eq!(none.status, 400);
+    assert_eq!(none.json()["Invalid"]["field"], "run_ids");
+    let keys: Vec<String> = (0..201).map(|i| format!("m{i}")).collect();
+    let many = server_fn(
+        &server,
+        "metric_figures",
+        json!({"run_ids": [a], "keys": keys}),
+    )
+    .await;
+    assert_eq!(many.status, 400);
+    assert_eq!(many.json()["Invalid"]["field"], "keys");
+    let unknown = server_fn(
+        &server,
+        "metric_figures",
+        json!({"run_ids": ["nope"], "keys": ["loss"]}),
+    )
+    .await;
+    assert_eq!(unknown.status, 200, "{}", unknown.body);
+    assert_eq!(
+        unknown.json(),
+        json!([]),
+        "a run that does not exist has no figures"
+    );
+}
+
+#[tokio::test]
 async fn the_run_page_shows_facts_params_charts_and_artifacts() {
     let server = TestServer::start().await;
     let run = new_run(&server, "0", "baseline").await;
@@ -255,6 +337,52 @@ async fn the_run_page_shows_facts_params_charts_and_artifacts() {
             {"path": "model/weights.bin", "is_dir": false, "size": 10}
         ])
     );
+
+    // An artifact read in place: text whole or its start, not text, links refused.
+    let preview = async |path: &str| {
+        server
+            .post_form(
+                "/api/artifact_preview",
+                &format!("run_id={run}&path={}", path.replace('/', "%2F")),
+            )
+            .await
+    };
+    let weights = preview("model/weights.bin").await;
+    assert_eq!(weights.status, 200, "{}", weights.body);
+    assert_eq!(
+        weights.json(),
+        json!({"text": "0123456789", "truncated": false, "size": 10})
+    );
+    let folder = server
+        .data_dir
+        .path()
+        .join(format!("artifacts/0/{run}/artifacts"));
+    std::fs::write(folder.join("blob.bin"), [0u8, 159, 146, 150]).unwrap();
+    // One byte, then two-byte characters: the cut at 65,536 bytes falls
+    // inside one, which goes.
+    std::fs::write(folder.join("long.txt"), format!("a{}", "é".repeat(35_000))).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", folder.join("passwd")).unwrap();
+    assert_eq!(preview("blob.bin").await.json()["text"], Value::Null);
+    let long = preview("long.txt").await.json();
+    assert_eq!(long["truncated"], true);
+    assert_eq!(long["size"], 70_001);
+    assert_eq!(long["text"].as_str().unwrap().chars().count(), 1 + 32_767);
+    for refused in [
+        "passwd",
+        "../../../../../etc/passwd",
+        "model",
+        "model//weights.bin",
+        "nope",
+    ] {
+        let answer = preview(refused).await;
+        assert!(
+            answer.status == 404 || answer.status == 400,
+            "{refused}: {} {}",
+            answer.status,
+            answer.body
+        );
+        assert!(!answer.body.contains("root:"), "{refused}");
+    }
 
     let html = server.get(&format!("/experiments/0/runs/{run}")).await;
     assert_eq!(html.status, 200);

@@ -6,7 +6,7 @@ use leptos::prelude::*;
 use leptos::server_fn::codec::Json;
 use trainyard_domain::ExperimentSummary;
 use trainyard_domain::explorer::{
-    CompareRun, ExperimentView, RunDetail, RunsPage, SeriesData, SeriesRequest,
+    CompareRun, ExperimentView, RunDetail, RunsPage, SeriesData, SeriesFigures, SeriesRequest,
 };
 
 use crate::error::AppError;
@@ -283,7 +283,7 @@ async fn readable_run(
 /// A run with its latest metric values, params, tags and artifacts.
 #[server(endpoint = "get_run_detail")]
 pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
-    use trainyard_domain::explorer::{Cell, LatestValue};
+    use trainyard_domain::explorer::{Cell, LatestValue, MAX_FIGURE_KEYS};
     let store = store()?;
     let run = readable_run(&store, &run_id).await?;
     let experiment = store.get_experiment(run.info.experiment_id).await?;
@@ -308,9 +308,27 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
             value: Cell::metric(m.point.value),
             step: m.point.step,
             timestamp: m.point.timestamp,
+            min: None,
+            max: None,
         })
         .collect();
     metrics.sort_by(|a, b| a.key.cmp(&b.key));
+    // The lowest and highest of each (of the first MAX_FIGURE_KEYS).
+    let keys: Vec<String> = metrics
+        .iter()
+        .take(MAX_FIGURE_KEYS)
+        .map(|m| m.key.clone())
+        .collect();
+    let at = |(value, step): (f64, i64)| (Cell::metric(value), step);
+    for figures in store
+        .metric_summaries(std::slice::from_ref(&run.info.run_id), &keys)
+        .await?
+    {
+        if let Some(m) = metrics.iter_mut().find(|m| m.key == figures.key) {
+            m.min = figures.extremes.map(|e| at(e.min));
+            m.max = figures.extremes.map(|e| at(e.max));
+        }
+    }
     let mut params = run.params;
     params.sort();
     let note = run
@@ -619,6 +637,89 @@ async fn list_artifacts(
     (out, truncated)
 }
 
+/// The start of one of a run's artifacts as text, for its page. The path
+/// stays inside the run's artifact folder and follows no link; a file
+/// that is not UTF-8 (or holds NUL bytes) has no text.
+#[server(endpoint = "artifact_preview")]
+pub async fn artifact_preview(
+    run_id: String,
+    path: String,
+) -> Result<trainyard_domain::explorer::ArtifactPreview, AppError> {
+    use tokio::io::AsyncReadExt;
+    use trainyard_domain::explorer::{ArtifactPreview, PREVIEW_BYTES};
+    let segments: Vec<&str> = path.split('/').collect();
+    if path.len() > 4096
+        || segments
+            .iter()
+            .any(|s| s.is_empty() || *s == "." || *s == ".." || s.contains('\0'))
+    {
+        return Err(invalid(
+            "path",
+            "name a file inside the run's artifacts, as the list shows it",
+        ));
+    }
+    let store = store()?;
+    let run = readable_run(&store, &run_id).await?;
+    let root = use_context::<ArtifactRoot>()
+        .ok_or_else(|| AppError::Internal("the artifact folder is not wired in".to_owned()))?;
+    let mut file = root
+        .0
+        .join(run.info.experiment_id.to_string())
+        .join(&run.info.run_id)
+        .join("artifacts");
+    // A 404, as the store's not-found sets it.
+    let missing = || {
+        AppError::from(trainyard_store::StoreError::NotFound(format!(
+            "no artifact '{path}' in this run"
+        )))
+    };
+    // Each step is looked at without following it: a link is not an artifact.
+    for (i, segment) in segments.iter().enumerate() {
+        file.push(segment);
+        let meta = tokio::fs::symlink_metadata(&file)
+            .await
+            .map_err(|_| missing())?;
+        let last = i + 1 == segments.len();
+        if meta.file_type().is_symlink() || (last && !meta.is_file()) || (!last && !meta.is_dir()) {
+            return Err(missing());
+        }
+    }
+    // Opened without following a link swapped in since (nor blocking on a
+    // pipe), and looked at again once open.
+    let mut opened = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&file)
+        .await
+        .map_err(|_| missing())?;
+    let meta = opened.metadata().await.map_err(|_| missing())?;
+    if !meta.is_file() {
+        return Err(missing());
+    }
+    let size = meta.len();
+    let mut bytes = Vec::with_capacity(PREVIEW_BYTES.min(size as usize));
+    (&mut opened)
+        .take(PREVIEW_BYTES as u64)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| AppError::Internal(format!("reading '{path}': {e}")))?;
+    let truncated = (bytes.len() as u64) < size;
+    // A cut may fall inside a character: up to three bytes go.
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(t) => Some(t.to_owned()),
+        Err(e) if truncated && e.error_len().is_none() => {
+            Some(String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned())
+        }
+        Err(_) => None,
+    }
+    .filter(|t| !t.contains('\0'));
+    Ok(ArtifactPreview {
+        text,
+        truncated,
+        size,
+    })
+}
+
 /// Runs to compare, in the order asked, with their params, tags and latest
 /// metric values.
 #[server(endpoint = "compare_runs", input = Json)]
@@ -673,6 +774,42 @@ pub async fn chart_series(request: SeriesRequest) -> Result<Vec<SeriesData>, App
     }
     store.runs_readable(&user, &request.run_ids).await?;
     Ok(store.chart_series(&request).await?)
+}
+
+/// The figures of chosen metrics of chosen runs: the latest value, the
+/// lowest and the highest, each with its step (the compare page's metrics
+/// table). Series a run lacks are left out.
+#[server(endpoint = "metric_figures", input = Json)]
+pub async fn metric_figures(
+    run_ids: Vec<String>,
+    keys: Vec<String>,
+) -> Result<Vec<SeriesFigures>, AppError> {
+    use trainyard_domain::explorer::{Cell, MAX_COMPARE, MAX_FIGURE_KEYS};
+    if run_ids.is_empty() || run_ids.len() > MAX_COMPARE {
+        return Err(invalid("run_ids", format!("name 1 to {MAX_COMPARE} runs")));
+    }
+    if keys.len() > MAX_FIGURE_KEYS {
+        return Err(invalid(
+            "keys",
+            format!("name at most {MAX_FIGURE_KEYS} metrics; choose fewer"),
+        ));
+    }
+    let user = caller()?.user;
+    let store = store()?;
+    store.runs_readable(&user, &run_ids).await?;
+    let at = |(value, step): (f64, i64)| (Cell::metric(value), step);
+    Ok(store
+        .metric_summaries(&run_ids, &keys)
+        .await?
+        .into_iter()
+        .map(|s| SeriesFigures {
+            run_id: s.run_id,
+            key: s.key,
+            last: at(s.last),
+            min: s.extremes.map(|e| at(e.min)),
+            max: s.extremes.map(|e| at(e.max)),
+        })
+        .collect())
 }
 
 #[cfg(all(test, feature = "ssr"))]

@@ -40,6 +40,8 @@ pub struct ChartOptions {
     /// EMA weight, 0 (off) to 0.99.
     pub smoothing: f64,
     pub log_y: bool,
+    /// Fit y to the bulk of the values, not to a diverged run.
+    pub ignore_outliers: bool,
 }
 
 impl Default for ChartOptions {
@@ -48,6 +50,7 @@ impl Default for ChartOptions {
             x_axis: XAxis::Step,
             smoothing: 0.0,
             log_y: false,
+            ignore_outliers: false,
         }
     }
 }
@@ -129,6 +132,7 @@ pub fn build_chart(
         height: size.1,
         legend: false,
         y_include: None,
+        ignore_outliers: options.ignore_outliers,
     }
 }
 
@@ -151,6 +155,9 @@ pub(crate) fn chart_url(
     }
     if options.log_y {
         pairs.push(("log", "1"));
+    }
+    if options.ignore_outliers {
+        pairs.push(("outliers", "ignore"));
     }
     if let Some(group) = group {
         pairs.push(("group", group));
@@ -181,10 +188,14 @@ pub(crate) fn MetricChart(
     #[prop(into)] group: Signal<Option<(String, Groups)>>,
     #[prop(into)] options: Signal<ChartOptions>,
     #[prop(into)] tick: Signal<u32>,
+    /// A zoom shared with the page's other charts; each chart has its own
+    /// otherwise.
+    #[prop(optional)]
+    zoom: Option<RwSignal<Option<(f64, f64)>>>,
 ) -> impl IntoView {
     let figure = NodeRef::<leptos::html::Figure>::new();
     let visible = RwSignal::new(false);
-    let zoom: RwSignal<Option<(f64, f64)>> = RwSignal::new(None);
+    let zoom = zoom.unwrap_or_else(|| RwSignal::new(None));
     let data: RwSignal<Option<Vec<SeriesData>>> = RwSignal::new(None);
     let error: RwSignal<Option<String>> = RwSignal::new(None);
     let readout: RwSignal<Option<Readout>> = RwSignal::new(None);
@@ -259,18 +270,25 @@ pub(crate) fn MetricChart(
                             } else {
                                 s.clone()
                             };
-                            trainyard_charts::value_at(&shown, x).map(|(_, y)| {
-                                (
-                                    s.label.clone(),
-                                    s.color,
-                                    trainyard_domain::explorer::format_number(y),
-                                )
-                            })
+                            trainyard_charts::value_at(&shown, x)
+                                .map(|(_, y)| (s.label.clone(), s.color, y))
                         })
-                        .collect()
+                        .collect::<Vec<_>>()
                 })
                 .unwrap_or_default()
         });
+        // Highest first, as the lines stack on the chart; what is not a
+        // number last.
+        let mut values = values;
+        values.sort_by(|a, b| {
+            b.2.is_finite()
+                .cmp(&a.2.is_finite())
+                .then(b.2.total_cmp(&a.2))
+        });
+        let values = values
+            .into_iter()
+            .map(|(label, color, y)| (label, color, trainyard_domain::explorer::format_number(y)))
+            .collect();
         let axis = options.get_untracked().x_axis;
         readout.set(Some(Readout {
             px,
@@ -307,6 +325,37 @@ pub(crate) fn MetricChart(
         let (lo, hi) = (a.min(b).max(frame.left), a.max(b).min(frame.right));
         let scale = x_scale(options.get_untracked().x_axis);
         zoom.set(Some((frame.x_at(lo) * scale, frame.x_at(hi) * scale)));
+    };
+    // The keyboard's zoom: + and − halve and double the range shown, the
+    // arrows move it by a quarter, 0 or Escape shows it all again.
+    let on_key = move |ev: leptos::ev::KeyboardEvent| {
+        // Ctrl/⌘ with + − 0 stay the browser's own zoom.
+        if ev.ctrl_key() || ev.meta_key() || ev.alt_key() {
+            return;
+        }
+        let Some(frame) = frame() else {
+            return;
+        };
+        let (lo, hi) = (frame.x_min, frame.x_max);
+        let span = hi - lo;
+        let zoomed = zoom.get_untracked().is_some();
+        let next = match ev.key().as_str() {
+            "+" | "=" => (lo + span / 4.0, hi - span / 4.0),
+            "-" | "_" if zoomed => (lo - span / 2.0, hi + span / 2.0),
+            "ArrowLeft" if zoomed => (lo - span / 4.0, hi - span / 4.0),
+            "ArrowRight" if zoomed => (lo + span / 4.0, hi + span / 4.0),
+            "0" | "Escape" if zoomed => {
+                ev.prevent_default();
+                zoom.set(None);
+                return;
+            }
+            _ => return,
+        };
+        ev.prevent_default();
+        if next.1 - next.0 > 0.0 {
+            let scale = x_scale(options.get_untracked().x_axis);
+            zoom.set(Some((next.0 * scale, next.1 * scale)));
+        }
     };
     let on_leave = move |_| {
         readout.set(None);
@@ -376,7 +425,9 @@ pub(crate) fn MetricChart(
                     <a href=move || download_png("png") download=format!("{key}.png")>"PNG"</a>
                 </span>
             </figcaption>
-            <div class="chart-area"
+            <div class="chart-area" tabindex="0" role="img"
+                aria-label=format!("Chart of {key}; the values are in the page's metrics table. Keys: + and − zoom, arrows move, 0 shows all")
+                on:keydown=on_key
                 on:mousemove=on_move
                 on:mousedown=on_down
                 on:mouseup=on_up
@@ -392,7 +443,10 @@ pub(crate) fn MetricChart(
                 }}
                 {move || readout.get().map(|r| view! {
                     <div class="chart-cursor" style=format!("left:{:.2}%", r.px / CHART_WIDTH as f64 * 100.0)></div>
+                    // Right of the pointer in the chart's left half, left of it in
+                    // the right half, so it stays on the card.
                     <div class="chart-readout" data-testid="readout"
+                        class:flip={r.px > CHART_WIDTH as f64 / 2.0}
                         style=format!("left:{:.2}%", r.px / CHART_WIDTH as f64 * 100.0)>
                         <div class="muted">{r.x}</div>
                         {r.values.into_iter().map(|(label, color, value)| view! {
@@ -413,11 +467,15 @@ pub(crate) fn MetricChart(
                 })}
             </div>
             {move || error.get().map(|e| view! { <p class="error" role="alert">{e}</p> })}
-            <ul class="chart-legend">
-                {move || legend().into_iter().map(|(label, color)| view! {
-                    <li><span class="swatch" style=format!("background:{}", swatch(color))></span>{label}</li>
-                }).collect_view()}
-            </ul>
+            // Runs are named once for the page (its legend, or the run itself);
+            // groups are the chart's own lines, so a grouped chart names them.
+            {move || group.with(|g| g.is_some()).then(|| view! {
+                <ul class="chart-legend">
+                    {legend().into_iter().map(|(label, color)| view! {
+                        <li><span class="swatch" style=format!("background:{}", swatch(color))></span>{label}</li>
+                    }).collect_view()}
+                </ul>
+            })}
         </figure>
     }.into_any()
 }
@@ -432,8 +490,8 @@ pub(crate) fn themed(svg: String) -> String {
         .replace("#B0B0B0", "#80808099")
 }
 
-pub(crate) fn swatch(color: usize) -> &'static str {
-    trainyard_charts::PALETTE[color % trainyard_charts::PALETTE.len()]
+pub(crate) fn swatch(color: usize) -> String {
+    trainyard_charts::color_hex(color)
 }
 
 /// The pointer's x in the chart's own pixels (the SVG scales with its box).
@@ -682,6 +740,7 @@ mod tests {
             x_axis: XAxis::Wall,
             smoothing: 0.6,
             log_y: true,
+            ignore_outliers: true,
         };
         let url = chart_url(
             "val loss",
@@ -699,6 +758,7 @@ mod tests {
         );
         assert!(
             url.contains("group=params.lr")
+                && url.contains("outliers=ignore")
                 && url.contains("x_min=1&x_max=2")
                 && url.ends_with("format=png"),
             "{url}"

@@ -11,9 +11,9 @@ use leptos_meta::Title;
 use leptos_router::NavigateOptions;
 use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos_router::params::ParamsMap;
-use trainyard_domain::explorer::{Column, CompareRun, XAxis, group_runs};
+use trainyard_domain::explorer::{Cell, Column, CompareRun, SeriesFigures, XAxis, group_runs};
 
-use super::api::compare_runs;
+use super::api::{compare_runs, metric_figures};
 use super::chart::{ChartOptions, Groups, Line, MetricChart, swatch, themed};
 use super::run::ChartControls;
 use super::{query_string, toggled};
@@ -40,6 +40,8 @@ struct CompareState {
     metric: Option<String>,
     /// The scatter's param.
     scatter: Option<String>,
+    /// The x range every chart shows (a drag over one zooms all).
+    zoom: Option<(f64, f64)>,
 }
 
 impl CompareState {
@@ -69,12 +71,17 @@ impl CompareState {
                     .unwrap_or(0.0)
                     .clamp(0.0, 0.99),
                 log_y: map.get("log").is_some_and(|v| v == "1"),
+                ignore_outliers: map.get("outliers").is_some_and(|v| v == "ignore"),
             },
             group: map.get("group").filter(|g| Column::parse(g).is_some()),
             hide_identical: map.get("same").is_some_and(|v| v == "hide"),
             axes: list("axis"),
             metric: map.get("m").filter(|m| !m.is_empty()),
             scatter: map.get("sx").filter(|m| !m.is_empty()),
+            zoom: map.get("x0").zip(map.get("x1")).and_then(|(a, b)| {
+                let (a, b): (f64, f64) = (a.parse().ok()?, b.parse().ok()?);
+                (a.is_finite() && b.is_finite() && a < b).then_some((a, b))
+            }),
         }
     }
 
@@ -96,6 +103,9 @@ impl CompareState {
         if self.options.log_y {
             pairs.push(("log", "1"));
         }
+        if self.options.ignore_outliers {
+            pairs.push(("outliers", "ignore"));
+        }
         if let Some(g) = &self.group {
             pairs.push(("group", g));
         }
@@ -113,6 +123,11 @@ impl CompareState {
         }
         if let Some(s) = &self.scatter {
             pairs.push(("sx", s));
+        }
+        let zoom = self.zoom.map(|(a, b)| (a.to_string(), b.to_string()));
+        if let Some((a, b)) = &zoom {
+            pairs.push(("x0", a));
+            pairs.push(("x1", b));
         }
         format!("/compare{}", query_string(pairs))
     }
@@ -138,6 +153,14 @@ fn union_keys<'a>(lists: impl Iterator<Item = &'a [(String, impl Sized + 'a)]>) 
     }
     keys.sort();
     keys
+}
+
+/// The runs not hidden, each with its place in the comparison (its colour).
+fn shown<'a>(runs: &'a [CompareRun], hidden: &HashSet<String>) -> Vec<(usize, &'a CompareRun)> {
+    runs.iter()
+        .enumerate()
+        .filter(|(_, r)| !hidden.contains(&r.run_id))
+        .collect()
 }
 
 /// Params whose value is not the same in every run.
@@ -215,13 +238,31 @@ fn Comparison(runs: Vec<CompareRun>, state: Memo<CompareState>) -> impl IntoView
             }
         });
     }
+    // One zoom for every chart, kept in the URL both ways (a link brings
+    // the zoom back; the URL read elsewhere sets it here).
+    let zoom = RwSignal::new(state.get_untracked().zoom);
+    {
+        let go = go.clone();
+        Effect::new(move |_| {
+            let z = zoom.get();
+            let s = state.get_untracked();
+            if s.zoom != z {
+                go(CompareState { zoom: z, ..s });
+            }
+        });
+        Effect::new(move |_| {
+            let z = state.get().zoom;
+            if zoom.get_untracked() != z {
+                zoom.set(z);
+            }
+        });
+    }
 
     let lines = Signal::derive(move || {
         let hidden = hidden.get();
         runs.with_value(|runs| {
-            runs.iter()
-                .enumerate()
-                .filter(|(_, r)| !hidden.contains(&r.run_id))
+            shown(runs, &hidden)
+                .into_iter()
                 .map(|(i, r)| Line {
                     run_id: r.run_id.clone(),
                     label: r.name.clone(),
@@ -335,14 +376,118 @@ fn Comparison(runs: Vec<CompareRun>, state: Memo<CompareState>) -> impl IntoView
         {metric_keys.is_empty().then(|| view! {
             <p class="empty">"These runs have logged no metrics."</p>
         })}
+        <MetricsTable runs hidden keys=chosen_metrics/>
         <div class="charts" data-testid="compare-charts">
             <For each=move || chosen_metrics.get() key=|k| k.clone() let:key>
-                <MetricChart key lines group options=Signal::from(options) tick=Signal::derive(|| 0)/>
+                <MetricChart key lines group options=Signal::from(options) tick=Signal::derive(|| 0) zoom/>
             </For>
         </div>
-        <ParamDiff runs param_keys=param_keys.clone() state go=go.clone()/>
-        <ParallelView runs param_keys differing metric_keys=metric_keys.clone() state go=go.clone()/>
-        <ScatterView runs metric_keys state go/>
+        <ParamDiff runs hidden param_keys=param_keys.clone() state go=go.clone()/>
+        <ParallelView runs hidden param_keys differing metric_keys=metric_keys.clone() state go=go.clone()/>
+        <ScatterView runs hidden metric_keys state go/>
+    }
+    .into_any()
+}
+
+/// What people read first: for each chosen metric, every shown run's last
+/// value, lowest and highest, with the step of each (the last one large).
+#[component]
+fn MetricsTable(
+    runs: StoredValue<Vec<CompareRun>>,
+    hidden: RwSignal<HashSet<String>>,
+    keys: Memo<Vec<String>>,
+) -> impl IntoView {
+    let run_ids: Vec<String> = runs.with_value(|r| r.iter().map(|r| r.run_id.clone()).collect());
+    let figures = Resource::new(
+        move || keys.get(),
+        move |keys| {
+            let run_ids = run_ids.clone();
+            async move {
+                if keys.is_empty() {
+                    return Ok((keys, Vec::new()));
+                }
+                metric_figures(run_ids, keys.clone())
+                    .await
+                    .map(|list| (keys, list))
+            }
+        },
+    );
+    // Laid out as the params are: a row per metric, a column per run.
+    let table = move |keys: Vec<String>, list: Vec<SeriesFigures>| {
+        let find = |run: &str, key: &str| list.iter().find(|f| f.run_id == run && f.key == key);
+        let at = |v: Option<&(Cell, i64)>| match v {
+            Some((value, step)) => (value.display(), format!("@{step}")),
+            None => ("–".to_owned(), String::new()),
+        };
+        let rows = keys
+            .iter()
+            .map(|key| {
+                let cells = runs.with_value(|runs| {
+                    runs.iter()
+                        .map(|r| {
+                            let id = r.run_id.clone();
+                            let figures = match find(&r.run_id, key) {
+                                None => view! { <span class="muted">"–"</span> }.into_any(),
+                                Some(f) => {
+                                let (last, last_step) = at(Some(&f.last));
+                                let (min, min_step) = at(f.min.as_ref());
+                                let (max, max_step) = at(f.max.as_ref());
+                                view! {
+                                    <span class="figure-last" data-figure="last">{last}</span>
+                                    <span class="muted">" " {last_step}</span>
+                                    <span class="figure-range muted">
+                                        "min " <span data-figure="min">{min}</span> " " {min_step}
+                                        " · max " <span data-figure="max">{max}</span> " " {max_step}
+                                    </span>
+                                }
+                                .into_any()
+                                }
+                            };
+                            view! {
+                                <td data-run=id.clone() class:hidden=move || hidden.with(|h| h.contains(&id))>
+                                    {figures}
+                                </td>
+                            }
+                        })
+                        .collect_view()
+                });
+                view! { <tr data-metric=key.clone()><th scope="row">{key.clone()}</th>{cells}</tr> }
+            })
+            .collect_view();
+        view! {
+            <div class="table-wrap">
+                <table class="table figures" data-testid="metric-figures">
+                    <thead><tr>
+                        <th scope="col">"Metric"</th>
+                        {runs.with_value(|runs| runs.iter().enumerate().map(|(i, r)| {
+                            let id = r.run_id.clone();
+                            view! {
+                                <th scope="col" class:hidden=move || hidden.with(|h| h.contains(&id))>
+                                    <span class="swatch" style=format!("background:{}", swatch(i))></span>{r.name.clone()}
+                                </th>
+                            }
+                        }).collect_view())}
+                    </tr></thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        }
+    };
+    view! {
+        <section class="metric-figures">
+            <h2>"Metrics"</h2>
+            <Transition fallback=|| view! { <p class="muted">"Loading figures…"</p> }>
+                {move || Suspend::new(async move {
+                    match figures.await {
+                        Ok((keys, _)) if keys.is_empty() => view! {
+                            <p class="muted">"Choose metrics above to see their figures."</p>
+                        }.into_any(),
+                        Ok((keys, list)) => table(keys, list).into_any(),
+                        Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </section>
     }
     .into_any()
 }
@@ -352,6 +497,7 @@ fn Comparison(runs: Vec<CompareRun>, state: Memo<CompareState>) -> impl IntoView
 #[component]
 fn ParamDiff(
     runs: StoredValue<Vec<CompareRun>>,
+    hidden: RwSignal<HashSet<String>>,
     param_keys: Vec<String>,
     state: Memo<CompareState>,
     go: impl Fn(CompareState) + Clone + Send + Sync + 'static,
@@ -371,6 +517,8 @@ fn ParamDiff(
             .collect()
     });
     let identical = rows.iter().filter(|(_, _, same)| *same).count();
+    let run_ids: Vec<String> =
+        runs.with_value(|runs| runs.iter().map(|r| r.run_id.clone()).collect());
     view! {
         <section class="param-diff">
             <div class="section-head">
@@ -392,8 +540,13 @@ fn ParamDiff(
                         <table class="table" data-testid="param-diff">
                             <thead><tr>
                                 <th>"Param"</th>
-                                {runs.with_value(|runs| runs.iter().enumerate().map(|(i, r)| view! {
-                                    <th><span class="swatch" style=format!("background:{}", swatch(i))></span>{r.name.clone()}</th>
+                                {runs.with_value(|runs| runs.iter().enumerate().map(|(i, r)| {
+                                    let id = r.run_id.clone();
+                                    view! {
+                                        <th class:hidden=move || hidden.with(|h| h.contains(&id))>
+                                            <span class="swatch" style=format!("background:{}", swatch(i))></span>{r.name.clone()}
+                                        </th>
+                                    }
                                 }).collect_view())}
                             </tr></thead>
                             <tbody>
@@ -401,8 +554,8 @@ fn ParamDiff(
                                     <tr data-param=key.clone() class:differs=!same
                                         class:hidden=move || same && state.get().hide_identical>
                                         <th scope="row">{key.clone()}</th>
-                                        {values.into_iter().map(|v| view! {
-                                            <td>{v.unwrap_or_else(|| "–".to_owned())}</td>
+                                        {values.into_iter().zip(run_ids.clone()).map(|(v, id)| view! {
+                                            <td class:hidden=move || hidden.with(|h| h.contains(&id))>{v.unwrap_or_else(|| "–".to_owned())}</td>
                                         }).collect_view()}
                                     </tr>
                                 }).collect_view()}
@@ -420,6 +573,7 @@ fn ParamDiff(
 #[component]
 fn ParallelView(
     runs: StoredValue<Vec<CompareRun>>,
+    hidden: RwSignal<HashSet<String>>,
     param_keys: Vec<String>,
     differing: Vec<String>,
     metric_keys: Vec<String>,
@@ -442,14 +596,17 @@ fn ParallelView(
     let svg = Memo::new(move |_| {
         let axes = axes.get();
         let metric = metric.get();
+        let hidden = hidden.get();
         runs.with_value(|runs| {
+            // Hidden runs are left out; the others keep their colours.
+            let runs: Vec<(usize, &CompareRun)> = shown(runs, &hidden);
             let mut columns: Vec<trainyard_charts::Column> = axes
                 .iter()
                 .map(|k| trainyard_charts::Column {
                     name: k.clone(),
                     values: runs
                         .iter()
-                        .map(|r| r.value_of(&Column::Param(k.clone())).map(|c| c.display()))
+                        .map(|(_, r)| r.value_of(&Column::Param(k.clone())).map(|c| c.display()))
                         .collect(),
                 })
                 .collect();
@@ -458,7 +615,7 @@ fn ParallelView(
                     name: m.clone(),
                     values: runs
                         .iter()
-                        .map(|r| {
+                        .map(|(_, r)| {
                             r.value_of(&Column::Metric(m.clone()))
                                 .and_then(|c| c.as_number())
                                 .map(|v| v.to_string())
@@ -471,8 +628,7 @@ fn ParallelView(
             }
             let lines = runs
                 .iter()
-                .enumerate()
-                .map(|(i, r)| trainyard_charts::Line {
+                .map(|&(i, r)| trainyard_charts::Line {
                     label: r.name.clone(),
                     color: i,
                 })
@@ -542,6 +698,7 @@ fn ParallelView(
 #[component]
 fn ScatterView(
     runs: StoredValue<Vec<CompareRun>>,
+    hidden: RwSignal<HashSet<String>>,
     metric_keys: Vec<String>,
     state: Memo<CompareState>,
     go: impl Fn(CompareState) + Clone + Send + Sync + 'static,
@@ -572,10 +729,10 @@ fn ScatterView(
             return None;
         };
         let log_y = state.get().options.log_y;
+        let hidden = hidden.get();
         runs.with_value(|runs| {
-            let points = runs
-                .iter()
-                .enumerate()
+            let points = shown(runs, &hidden)
+                .into_iter()
                 .filter_map(|(i, r)| {
                     let x = r.value_of(&Column::Param(p.clone()))?.as_number()?;
                     let y = r.value_of(&Column::Metric(m.clone()))?.as_number()?;
@@ -669,12 +826,14 @@ mod tests {
                 x_axis: XAxis::Relative,
                 smoothing: 0.6,
                 log_y: true,
+                ignore_outliers: true,
             },
             group: Some("params.lr".to_owned()),
             hide_identical: true,
             axes: Some(vec!["lr".to_owned(), "batch".to_owned()]),
             metric: Some("acc".to_owned()),
             scatter: Some("lr".to_owned()),
+            zoom: Some((-12.5, 40.0)),
         };
         let url = state.to_query();
         let query = url.strip_prefix("/compare").unwrap();

@@ -7,10 +7,10 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
-use trainyard_domain::explorer::{RunDetail, XAxis};
+use trainyard_domain::explorer::{Cell, RunDetail, XAxis};
 use trainyard_domain::format_utc;
 
-use super::api::{DeleteRunPage, EditRun, get_run_detail, get_run_metric_keys};
+use super::api::{DeleteRunPage, EditRun, artifact_preview, get_run_detail, get_run_metric_keys};
 use super::chart::{ChartOptions, Line, MetricChart};
 use super::status_class;
 use crate::error::AppError;
@@ -43,12 +43,13 @@ pub fn RunPage() -> impl IntoView {
         |(id, _)| get_run_metric_keys(id),
     );
     follow_run(run_id, detail, tick, keys_tick);
+    let preview: RwSignal<Option<String>> = RwSignal::new(None);
     let options = RwSignal::new(ChartOptions::default());
     view! {
         <Transition fallback=|| view! { <p class="muted">"Loading the run…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(d) => view! { <RunFacts detail=d edit delete/> }.into_any(),
+                    Ok(d) => view! { <RunFacts detail=d edit delete preview/> }.into_any(),
                     Err(e) => view! { <Title text="Run"/><ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -121,6 +122,14 @@ pub(crate) fn ChartControls(options: RwSignal<ChartOptions>) -> impl IntoView {
                     }/>
                 "log scale"
             </label>
+            <label class="check" title="Fit the y axis to the bulk of the values, so one diverged run does not flatten the rest">
+                <input type="checkbox" data-testid="ignore-outliers" prop:checked=move || options.get().ignore_outliers
+                    on:change=move |ev| {
+                        let on = event_target_checked(&ev);
+                        options.update(|o| o.ignore_outliers = on);
+                    }/>
+                "ignore outliers"
+            </label>
         </div>
     }
     .into_any()
@@ -131,6 +140,9 @@ fn RunFacts(
     detail: RunDetail,
     edit: ServerAction<EditRun>,
     delete: ServerAction<DeleteRunPage>,
+    /// The artifact shown in place (an image, or a text's start), if any;
+    /// the page's, so a live run's refresh keeps it open.
+    preview: RwSignal<Option<String>>,
 ) -> impl IntoView {
     let d = detail;
     let error = move || {
@@ -158,6 +170,8 @@ fn RunFacts(
         "/api/2.0/mlflow-artifacts/artifacts/{}/{}/artifacts/",
         d.experiment_id, d.run_id
     );
+    let preview_base = artifact_base.clone();
+    let preview_run = d.run_id.clone();
     view! {
         <Title text=d.name.clone()/>
         <nav class="crumbs" aria-label="Breadcrumbs">
@@ -221,20 +235,33 @@ fn RunFacts(
                 } else {
                     view! { <KeyValues rows=d.params.clone() testid="params"/> }.into_any()
                 }}
-                <h2>"Latest values"</h2>
+                <h2>"Metric values"</h2>
                 {if d.metrics.is_empty() {
                     view! { <p class="muted">"No metrics yet."</p> }.into_any()
                 } else {
                     view! {
                         <table class="table narrow" data-testid="latest">
-                            <thead><tr><th>"Metric"</th><th class="num">"Value"</th><th class="num">"Step"</th></tr></thead>
+                            <thead><tr>
+                                <th>"Metric"</th><th class="num">"Last"</th><th class="num">"Step"</th>
+                                <th class="num">"Min"</th><th class="num">"Max"</th>
+                            </tr></thead>
                             <tbody>
-                                {d.metrics.iter().map(|m| view! {
-                                    <tr data-metric=m.key.clone()>
-                                        <td>{m.key.clone()}</td>
-                                        <td class="num">{m.value.display()}</td>
-                                        <td class="num">{m.step}</td>
-                                    </tr>
+                                {d.metrics.iter().map(|m| {
+                                    let extreme = |v: &Option<(Cell, i64)>| match v {
+                                        Some((value, step)) => view! {
+                                            {value.display()} <span class="muted at-step">{format!(" @{step}")}</span>
+                                        }.into_any(),
+                                        None => "–".into_any(),
+                                    };
+                                    view! {
+                                        <tr data-metric=m.key.clone()>
+                                            <td>{m.key.clone()}</td>
+                                            <td class="num" data-figure="last">{m.value.display()}</td>
+                                            <td class="num">{m.step}</td>
+                                            <td class="num" data-figure="min">{extreme(&m.min)}</td>
+                                            <td class="num" data-figure="max">{extreme(&m.max)}</td>
+                                        </tr>
+                                    }
                                 }).collect_view()}
                             </tbody>
                         </table>
@@ -261,21 +288,90 @@ fn RunFacts(
                                 if a.is_dir {
                                     view! { <li style=style class="dir">{name} "/"</li> }.into_any()
                                 } else {
+                                    let path = a.path.clone();
+                                    let shown = {
+                                        let path = path.clone();
+                                        Signal::derive(move || preview.with(|p| p.as_ref() == Some(&path)))
+                                    };
+                                    let toggle = {
+                                        let path = path.clone();
+                                        move |_| preview.update(|p| {
+                                            *p = if p.as_ref() == Some(&path) { None } else { Some(path.clone()) };
+                                        })
+                                    };
                                     view! {
-                                        <li style=style>
+                                        <li style=style data-artifact=path.clone()>
                                             <a href=format!("{artifact_base}{}", a.path) download=name.clone()>{name.clone()}</a>
                                             " " <span class="muted">{trainyard_domain::format_bytes(a.size)}</span>
+                                            " " <button type="button" class="link" data-testid="preview-artifact"
+                                                aria-label=format!("show {name} on this page")
+                                                aria-pressed=move || shown.get().to_string()
+                                                on:click=toggle>
+                                                {move || if shown.get() { "close" } else { "view" }}
+                                            </button>
                                         </li>
                                     }.into_any()
                                 }
                             }).collect_view()}
                             {d.artifacts_truncated.then(|| view! { <li class="muted">"… and more (the list stops at 1,000)"</li> })}
                         </ul>
+                        {move || preview.get().map(|path| view! {
+                            <ArtifactView run_id=preview_run.clone() url=format!("{preview_base}{path}") path/>
+                        })}
                     }.into_any()
                 }}
             </section>
         </div>
         {view! { <RunInputsOutputs datasets=d.datasets models=d.models traces=d.traces/> }.into_any()}
+    }
+    .into_any()
+}
+
+/// An artifact shown in place: an image as itself, anything else as the
+/// start of its text (or a word that it is not text).
+#[component]
+fn ArtifactView(run_id: String, url: String, path: String) -> impl IntoView {
+    if trainyard_domain::explorer::is_image(&path) {
+        return view! {
+            <figure class="artifact-preview" data-testid="artifact-preview">
+                <figcaption><code>{path.clone()}</code></figcaption>
+                <img src=url alt=format!("{path}, an image this run logged")/>
+            </figure>
+        }
+        .into_any();
+    }
+    let text = Resource::new(
+        move || (run_id.clone(), path.clone()),
+        |(run, path)| async move { artifact_preview(run, path.clone()).await.map(|p| (path, p)) },
+    );
+    view! {
+        <Suspense fallback=|| view! { <p class="muted">"Reading…"</p> }>
+            {move || Suspend::new(async move {
+                match text.await {
+                    Ok((path, p)) => view! {
+                        <figure class="artifact-preview" data-testid="artifact-preview">
+                            <figcaption><code>{path}</code></figcaption>
+                            {match p.text {
+                                Some(t) => view! {
+                                    <pre class="log artifact-text" tabindex="0">{t}</pre>
+                                    {p.truncated.then(|| view! {
+                                        <p class="muted">{format!(
+                                            "The first {} of {}; download it for the rest.",
+                                            trainyard_domain::format_bytes(trainyard_domain::explorer::PREVIEW_BYTES as u64),
+                                            trainyard_domain::format_bytes(p.size),
+                                        )}</p>
+                                    })}
+                                }.into_any(),
+                                None => view! {
+                                    <p class="muted">"Not text (and not an image this page shows): download it to open it."</p>
+                                }.into_any(),
+                            }}
+                        </figure>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
     }
     .into_any()
 }

@@ -38,10 +38,48 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 /// Okabe–Ito colour-blind-safe palette (as `#rrggbb`), ordered so that neighbouring runs
-/// contrast; series `i` uses `PALETTE[color % PALETTE.len()]`.
+/// contrast; its black is a grey here, which reads on the dark theme too. Series `i` takes
+/// `PALETTE[i]`, and past its end a colour of [`series_rgb`]'s own.
 pub const PALETTE: [&str; 8] = [
-    "#0072b2", "#e69f00", "#009e73", "#d55e00", "#56b4e9", "#cc79a7", "#f0e442", "#000000",
+    "#0072b2", "#e69f00", "#009e73", "#d55e00", "#56b4e9", "#cc79a7", "#f0e442", "#8c8c8c",
 ];
+
+/// The colour of series `color`: the palette's, then hues a golden angle apart (so no two
+/// series of a comparison share a colour), in two lightnesses that read on light and dark
+/// backgrounds.
+pub fn series_rgb(color: usize) -> (u8, u8, u8) {
+    if let Some(hex) = PALETTE.get(color) {
+        let channel = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0);
+        return (channel(1), channel(3), channel(5));
+    }
+    let n = (color - PALETTE.len()) as f64;
+    let hue = (15.0 + n * 137.507_764) % 360.0;
+    let lightness = if color.is_multiple_of(2) { 0.42 } else { 0.58 };
+    hsl_to_rgb(hue, 0.7, lightness)
+}
+
+/// [`series_rgb`] as `#rrggbb`.
+pub fn color_hex(color: usize) -> String {
+    let (r, g, b) = series_rgb(color);
+    format!("#{r:02x}{g:02x}{b:02x}")
+}
+
+fn hsl_to_rgb(hue: f64, saturation: f64, lightness: f64) -> (u8, u8, u8) {
+    let c = (1.0 - (2.0 * lightness - 1.0).abs()) * saturation;
+    let h = hue / 60.0;
+    let x = c * (1.0 - (h % 2.0 - 1.0).abs());
+    let (r, g, b) = match h as u32 {
+        0 => (c, x, 0.0),
+        1 => (x, c, 0.0),
+        2 => (0.0, c, x),
+        3 => (0.0, x, c),
+        4 => (x, 0.0, c),
+        _ => (c, 0.0, x),
+    };
+    let m = lightness - c / 2.0;
+    let byte = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u8;
+    (byte(r), byte(g), byte(b))
+}
 
 /// What the x values of a line chart mean.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -112,6 +150,11 @@ pub struct LineChart {
     /// quantity that starts there); the data may widen it. Ignored on a log axis.
     #[serde(default)]
     pub y_include: Option<(f64, f64)>,
+    /// Fit the y axis to the bulk of the lines' values (within Tukey's far-out fences: three
+    /// interquartile ranges beyond the quartiles), so one diverged run does not flatten the
+    /// others; lines leave the plot where they pass its edge.
+    #[serde(default)]
+    pub ignore_outliers: bool,
 }
 
 /// Where the plot area lies in the SVG's pixels (its viewBox units) and which data ranges it
@@ -423,11 +466,10 @@ fn draw_err(e: impl std::fmt::Display) -> ChartError {
     ChartError::Draw(e.to_string())
 }
 
-/// The palette colour of series `color`.
+/// The colour of series `color`.
 fn rgb(color: usize) -> RGBColor {
-    let hex = PALETTE[color % PALETTE.len()];
-    let channel = |i: usize| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0);
-    RGBColor(channel(1), channel(3), channel(5))
+    let (r, g, b) = series_rgb(color);
+    RGBColor(r, g, b)
 }
 
 fn log10_or_nan(v: f64) -> f64 {
@@ -437,6 +479,20 @@ fn log10_or_nan(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hundred_series_get_a_hundred_colours() {
+        let colours: std::collections::HashSet<String> = (0..100).map(color_hex).collect();
+        assert_eq!(colours.len(), 100);
+        assert_eq!(color_hex(0), PALETTE[0]);
+        assert_eq!(color_hex(7), PALETTE[7]);
+        for i in 0..100 {
+            let (r, g, b) = series_rgb(i);
+            // Neither near-white nor near-black: each reads on both themes.
+            let luma = 0.2126 * r as f64 + 0.7152 * g as f64 + 0.0722 * b as f64;
+            assert!((40.0..=225.0).contains(&luma), "series {i}: {r},{g},{b}");
+        }
+    }
 
     fn series(x: &[f64], y: &[f64]) -> Series {
         Series {
@@ -555,7 +611,8 @@ mod tests {
     #[test]
     fn palette_colours_parse() {
         assert_eq!(rgb(0), RGBColor(0x00, 0x72, 0xb2));
-        assert_eq!(rgb(9), rgb(1));
-        assert_eq!(rgb(7), RGBColor(0, 0, 0));
+        assert_eq!(rgb(7), RGBColor(0x8c, 0x8c, 0x8c));
+        // Past the palette, colours of their own: the ninth run is not the first again.
+        assert_ne!(rgb(8), rgb(0));
     }
 }

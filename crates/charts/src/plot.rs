@@ -161,11 +161,25 @@ pub(crate) fn line<DB: DrawingBackend>(
         .y_include
         .filter(|(a, b)| !c.log_y && a.is_finite() && b.is_finite())
         .map(|(a, b)| [a, b]);
-    let data_y = extent(
-        all()
-            .flat_map(|p| [p[1], p[2]])
-            .chain(include.into_iter().flatten()),
-    );
+    let lines_y = || {
+        raw.iter()
+            .chain(&smooth)
+            .flat_map(|(_, segs)| segs.iter().flatten().map(|p| p[1]))
+    };
+    let data_y = match c.ignore_outliers {
+        true => bulk_extent(lines_y().collect()).map(|(lo, hi)| {
+            let (a, b) = extent(include.into_iter().flatten()).unwrap_or((lo, hi));
+            (lo.min(a), hi.max(b))
+        }),
+        false => None,
+    }
+    .or_else(|| {
+        extent(
+            all()
+                .flat_map(|p| [p[1], p[2]])
+                .chain(include.into_iter().flatten()),
+        )
+    });
     let empty = all().next().is_none();
 
     let size = root.dim_in_pixel();
@@ -186,6 +200,28 @@ pub(crate) fn line<DB: DrawingBackend>(
         TickKind::Number
     };
     let y = Scale::new(data_y, 0.05, plot_h / 45, y_kind);
+    if c.ignore_outliers {
+        // What lies beyond the axis is cut at its edge: lines where they
+        // cross it (clipped as x is, with the coordinates swapped), bands
+        // pressed to it.
+        let (lo, hi) = (y.lo, y.hi);
+        let cut = |segments: &mut Vec<Vec<Pt>>| {
+            *segments = std::mem::take(segments)
+                .into_iter()
+                .flat_map(|seg| clip(seg.into_iter().map(|p| [p[1], p[0], p[0]]), (lo, hi)))
+                .map(|seg| seg.into_iter().map(|p| [p[1], p[0], p[0]]).collect())
+                .collect();
+        };
+        for (_, segments) in raw.iter_mut().chain(smooth.iter_mut()) {
+            cut(segments);
+        }
+        for (_, segments) in &mut bands {
+            for p in segments.iter_mut().flatten() {
+                p[1] = p[1].clamp(lo, hi);
+                p[2] = p[2].clamp(lo, hi);
+            }
+        }
+    }
     let x_desc = match c.x_axis {
         XAxis::Step => "step",
         XAxis::RelativeSeconds => "relative time",
@@ -402,6 +438,29 @@ pub(crate) fn shorten(text: &str, max: usize) -> String {
     s
 }
 
+/// The extent of the values within Tukey's far-out fences (three interquartile ranges beyond
+/// the quartiles); None for fewer than eight values, too few to call any an outlier, and when
+/// half of them or more are one value (a plateau), where the fences would close on it.
+fn bulk_extent(mut values: Vec<f64>) -> Option<(f64, f64)> {
+    values.retain(|v| v.is_finite());
+    if values.len() < 8 {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let quantile = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+    let (q1, q3) = (quantile(0.25), quantile(0.75));
+    if q3 <= q1 {
+        return None;
+    }
+    let reach = 3.0 * (q3 - q1);
+    extent(
+        values
+            .iter()
+            .copied()
+            .filter(|v| (q1 - reach..=q3 + reach).contains(v)),
+    )
+}
+
 /// The smallest and largest finite value.
 pub(crate) fn extent(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
     values
@@ -499,6 +558,7 @@ pub(crate) mod tests {
             width: 640,
             height: 360,
             legend: false,
+            ignore_outliers: false,
         }
     }
 
@@ -791,5 +851,50 @@ pub(crate) mod tests {
         c.log_y = true;
         let (_, log) = crate::line_svg(&c).unwrap();
         assert!(log.y_max < 10.0, "{log:?}");
+    }
+
+    #[test]
+    fn ignoring_outliers_fits_the_runs_that_did_not_diverge() {
+        let run = |color: usize, last: f64| Series {
+            label: format!("run {color}"),
+            color,
+            x: (0..50).map(f64::from).collect(),
+            y: (0..50)
+                .map(|i| {
+                    if i == 49 {
+                        last
+                    } else {
+                        1.0 / (1.0 + f64::from(i)) + color as f64 * 0.01
+                    }
+                })
+                .collect(),
+            min: None,
+            max: None,
+        };
+        let mut c = chart((0..4).map(|i| run(i, 0.02)).chain([run(4, 1e6)]).collect());
+        let (_, all) = crate::line_svg(&c).unwrap();
+        assert!(all.y_max >= 1e6, "{all:?}");
+        c.ignore_outliers = true;
+        let (svg, bulk) = crate::line_svg(&c).unwrap();
+        assert!(bulk.y_max < 2.0 && bulk.y_min < 0.05, "{bulk:?}");
+        // The diverged run's line leaves through the top edge: no point of
+        // any line is drawn above the plot.
+        let top = bulk.top.floor() as i32;
+        for line in polylines::<i32>(&svg) {
+            assert!(line.iter().all(|&(_, y)| y >= top - 1), "{line:?}");
+        }
+        assert_eq!(polylines::<i32>(&svg).len(), 5, "every run is still drawn");
+
+        // Accuracy that sits at 1.0 most of the time: no fences close on the plateau.
+        let plateau = Series {
+            y: (0..50)
+                .map(|i| if i < 10 { f64::from(i) / 10.0 } else { 1.0 })
+                .collect(),
+            ..run(0, 1.0)
+        };
+        let mut c = chart(vec![plateau]);
+        c.ignore_outliers = true;
+        let (_, frame) = crate::line_svg(&c).unwrap();
+        assert!(frame.y_min <= 0.0 && frame.y_max >= 1.0, "{frame:?}");
     }
 }

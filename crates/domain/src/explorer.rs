@@ -16,6 +16,9 @@ pub const PAGE_ROWS: u64 = 100;
 pub const MAX_COLUMNS: usize = 50;
 /// Most runs a comparison holds.
 pub const MAX_COMPARE: usize = 100;
+/// Most metrics whose figures one request asks for (the compare page's
+/// table, a run page's values).
+pub const MAX_FIGURE_KEYS: usize = 200;
 /// Longest run query, in characters.
 pub const MAX_QUERY_CHARS: usize = 4000;
 /// Metric columns shown when the URL names none.
@@ -238,6 +241,34 @@ pub struct LatestValue {
     pub value: Cell,
     pub step: i64,
     pub timestamp: i64,
+    /// The lowest and highest values with their steps: None when every
+    /// value is NaN, or for keys past the first [`MAX_FIGURE_KEYS`].
+    pub min: Option<(Cell, i64)>,
+    pub max: Option<(Cell, i64)>,
+}
+
+/// Bytes of an artifact shown as text on the run page.
+pub const PREVIEW_BYTES: usize = 64 * 1024;
+
+/// The start of an artifact, to read on the run page without downloading
+/// it: its text when it is UTF-8 (the first [`PREVIEW_BYTES`]), None when
+/// it is not text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactPreview {
+    pub text: Option<String>,
+    /// More follows what `text` holds.
+    pub truncated: bool,
+    pub size: u64,
+}
+
+/// Whether the run page shows this artifact as an image (by its name):
+/// raster formats, which a browser knows by their bytes (artifacts are
+/// served as bytes; an SVG needs its type to be drawn, and shows as text).
+pub fn is_image(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    [".png", ".jpg", ".jpeg", ".gif", ".webp"]
+        .iter()
+        .any(|ext| lower.ends_with(ext))
 }
 
 /// A file or folder among a run's artifacts; `path` is relative to the
@@ -330,6 +361,19 @@ pub struct RunTrace {
     pub state: String,
     pub request_time: i64,
     pub execution_ms: Option<i64>,
+}
+
+/// A metric of one run in figures: its latest value and its lowest and
+/// highest, each with the step it was logged at (the extremes at the first
+/// point logged with them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesFigures {
+    pub run_id: String,
+    pub key: String,
+    pub last: (Cell, i64),
+    /// None when every value is NaN.
+    pub min: Option<(Cell, i64)>,
+    pub max: Option<(Cell, i64)>,
 }
 
 /// A run as a comparison needs it: its name, params, tags and latest

@@ -33,6 +33,12 @@ pub struct TemplateSpec {
     /// What data it expects, in words.
     #[serde(default)]
     pub data: Option<String>,
+    /// Runs the submitter's project archive (the form offers the upload).
+    #[serde(default)]
+    pub project: bool,
+    /// Reads datasets the submitter names (the form offers the field).
+    #[serde(default)]
+    pub datasets: bool,
     /// Python packages (requirements.txt lines) installed into a virtual
     /// environment before the command runs; cached by their hash.
     #[serde(default)]

@@ -76,6 +76,27 @@ pub struct Downsampled {
     pub buckets: Vec<Bucket>,
 }
 
+/// A value and the step it was logged at.
+pub type AtStep = (f64, i64);
+
+/// The lowest and highest values of a series, each at the step of the first
+/// point logged with it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Extremes {
+    pub min: AtStep,
+    pub max: AtStep,
+}
+
+/// A metric of one run in figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricSummary {
+    pub run_id: String,
+    pub key: String,
+    pub last: AtStep,
+    /// None when every value is NaN.
+    pub extremes: Option<Extremes>,
+}
+
 /// A chunk's blocks, each with its x extent on the chart's axis.
 type BlockSpans = Vec<(f64, f64, Block)>;
 
@@ -571,6 +592,124 @@ impl Store {
             from_summaries: summarized > 0,
             buckets: grid.buckets(),
         })
+    }
+
+    /// The lowest and highest values of one series, each with the step of
+    /// the first point logged with it; None when the series is empty or
+    /// every value is NaN (±Inf count, as they do in a chart's range).
+    /// Reads the chunks' block summaries, then decodes the one block of
+    /// points that holds each extreme, so a long series costs its
+    /// summaries, not its points.
+    pub async fn metric_extremes(
+        &self,
+        run_id: &str,
+        key: &str,
+    ) -> Result<Option<Extremes>, StoreError> {
+        let db = self.read_snapshot().await?;
+        self.extremes_in(&db, run_id, key).await
+    }
+
+    async fn extremes_in(
+        &self,
+        db: &DatabaseTransaction,
+        run_id: &str,
+        key: &str,
+    ) -> Result<Option<Extremes>, StoreError> {
+        // The extreme values and where they are: (value, chunk id, block).
+        let mut low: Option<(f64, i64, usize)> = None;
+        let mut high: Option<(f64, i64, usize)> = None;
+        let mut blocks: Vec<Block> = Vec::new();
+        for chunk in self.chunk_metas(db, run_id, key, true).await? {
+            blocks.clear();
+            match &chunk.summary {
+                Some(bytes) => chunks::decode_summary_into(bytes, &mut blocks),
+                None => {
+                    // Written before summaries existed and not filled yet.
+                    let mut points = Vec::new();
+                    self.chunk_points(db, &[chunk.id], &mut points).await?;
+                    blocks.extend(points.chunks(BLOCK_POINTS).map(Block::of));
+                }
+            }
+            for (index, b) in blocks.iter().enumerate().filter(|(_, b)| b.finite > 0) {
+                if low.is_none_or(|(v, _, _)| b.min < v) {
+                    low = Some((b.min, chunk.id, index));
+                }
+                if high.is_none_or(|(v, _, _)| b.max > v) {
+                    high = Some((b.max, chunk.id, index));
+                }
+            }
+        }
+        let (Some(low), Some(high)) = (low, high) else {
+            return Ok(None);
+        };
+        let at_step = async |(value, chunk, block): (f64, i64, usize)| {
+            let mut sql = self.sql();
+            sql.push("SELECT points FROM metric_chunks WHERE id = ")
+                .bind(chunk);
+            let Some(row) = db.query_one_raw(sql.build()).await? else {
+                return Ok(None);
+            };
+            let bytes: Vec<u8> = get(&row, "points")?;
+            let start = (block * BLOCK_POINTS * chunks::POINT_BYTES).min(bytes.len());
+            let end = (start + BLOCK_POINTS * chunks::POINT_BYTES).min(bytes.len());
+            let mut points = Vec::with_capacity(BLOCK_POINTS);
+            chunks::decode_into(&bytes[start..end], &mut points);
+            Ok::<_, StoreError>(
+                points
+                    .iter()
+                    .find(|p| p.value == value)
+                    .map(|p| (value, p.step)),
+            )
+        };
+        // A summary that does not match its points (it cannot, short of a
+        // damaged row) leaves the figures out rather than failing the page.
+        let (Some(min), Some(max)) = (at_step(low).await?, at_step(high).await?) else {
+            return Ok(None);
+        };
+        Ok(Some(Extremes { min, max }))
+    }
+
+    /// Each asked metric of each asked run in figures: its latest value (as
+    /// MLflow keeps it: the highest step, then the latest time) and its
+    /// extremes, with their steps. Series that do not exist are left out;
+    /// the caller checks who may read the runs. One snapshot for all.
+    pub async fn metric_summaries(
+        &self,
+        run_ids: &[String],
+        keys: &[String],
+    ) -> Result<Vec<MetricSummary>, StoreError> {
+        let mut out = Vec::new();
+        if run_ids.is_empty() || keys.is_empty() {
+            return Ok(out);
+        }
+        let db = self.read_snapshot().await?;
+        for run_id in run_ids {
+            let mut sql = self.sql();
+            sql.push("SELECT key, value, step FROM latest_metrics WHERE run_id = ")
+                .bind(run_id.clone())
+                .push(" AND key IN ")
+                .bind_list(keys.iter().cloned());
+            let mut latest = std::collections::HashMap::new();
+            for row in db.query_all_raw(sql.build()).await? {
+                let key: String = get(&row, "key")?;
+                // NaN is kept as NULL.
+                let value: Option<f64> = get(&row, "value")?;
+                latest.insert(key, (value.unwrap_or(f64::NAN), get::<i64>(&row, "step")?));
+            }
+            for key in keys {
+                let Some(&last) = latest.get(key) else {
+                    continue;
+                };
+                let extremes = self.extremes_in(&db, run_id, key).await?;
+                out.push(MetricSummary {
+                    run_id: run_id.clone(),
+                    key: key.clone(),
+                    last,
+                    extremes,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Computes the summaries of chunks written before summaries existed.

@@ -337,3 +337,68 @@ async fn compaction_merges_one_point_writes_and_changes_no_answer() {
     assert_eq!(fresh.compact_pending().await.unwrap(), 2);
     assert_eq!(chunk_count(&fresh, &run, "acc").await, 1);
 }
+
+#[tokio::test]
+async fn figures_give_last_min_and_max_with_their_steps_from_summaries() {
+    let (_db, store, run) = store_with_run().await;
+    // 5,000 points in five chunks: a falling curve with a spike at step 777
+    // and a NaN at 1234; then a second low at a later step (the first one
+    // logged wins) and the same lowest value again.
+    let mut points = curve(5_000);
+    points[3_000].value = -2.5;
+    points[4_500].value = -2.5;
+    log(&store, &run, "loss", &points).await;
+    log(
+        &store,
+        &run,
+        "nan_only",
+        &[Point {
+            step: 3,
+            timestamp: 1_000_000,
+            value: f64::NAN,
+        }],
+    )
+    .await;
+
+    let want_min = (-2.5, 3_000);
+    let want_max = (50.0, 777);
+    let extremes = store.metric_extremes(&run, "loss").await.unwrap().unwrap();
+    assert_eq!((extremes.min, extremes.max), (want_min, want_max));
+    // The same from chunks that have no summary yet.
+    store
+        .connection()
+        .execute_unprepared("UPDATE metric_chunks SET summary = NULL")
+        .await
+        .unwrap();
+    let whole = store.metric_extremes(&run, "loss").await.unwrap().unwrap();
+    assert_eq!((whole.min, whole.max), (want_min, want_max));
+    assert_eq!(store.metric_extremes(&run, "nan_only").await.unwrap(), None);
+    assert_eq!(store.metric_extremes(&run, "absent").await.unwrap(), None);
+
+    let keys = [
+        "loss".to_owned(),
+        "nan_only".to_owned(),
+        "absent".to_owned(),
+    ];
+    let figures = store
+        .metric_summaries(&[run.clone(), "no-such-run".to_owned()], &keys)
+        .await
+        .unwrap();
+    let named: Vec<&str> = figures.iter().map(|f| f.key.as_str()).collect();
+    assert!(
+        store
+            .metric_summaries(std::slice::from_ref(&run), &[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        named,
+        ["loss", "nan_only"],
+        "series that exist, in the order asked"
+    );
+    let last = points.last().unwrap();
+    assert_eq!(figures[0].last, (last.value, last.step));
+    assert_eq!(figures[0].extremes.map(|e| e.min), Some(want_min));
+    assert!(figures[1].last.0.is_nan() && figures[1].extremes.is_none());
+}
