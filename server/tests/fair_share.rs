@@ -144,6 +144,9 @@ async fn a_team_within_its_quota_takes_borrowed_gpus_back_and_the_preempted_job_
             ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
             ("TRAINYARD_SIMULATED_GPUS", "4"),
             ("TRAINYARD_VENV_DIR", venvs.as_str()),
+            // Room for the demo to finish its epoch and save under a loaded
+            // machine (twice it was killed first at the 10 s default).
+            ("TRAINYARD_JOB_STOP_GRACE_SECS", "60"),
         ],
     )
     .await;
@@ -328,7 +331,7 @@ async fn a_team_within_its_quota_takes_borrowed_gpus_back_and_the_preempted_job_
     let saved: u64 = first
         .lines()
         .find_map(|l| l.strip_prefix("stopping: saved the checkpoint after epoch "))
-        .unwrap_or_else(|| panic!("the demo saved on SIGTERM: {first}"))
+        .unwrap_or_else(|| panic!("the demo saved on SIGTERM: {first}\nevents: {events:?}"))
         .trim()
         .parse()
         .unwrap();
