@@ -760,21 +760,40 @@ fn find_program(name: &str, path: &str) -> Option<PathBuf> {
         .and_then(|found| std::fs::canonicalize(found).ok())
 }
 
-/// SIGTERM to the whole group, then SIGKILL after the grace period.
+/// SIGTERM to the whole group, then SIGKILL after the grace period. The
+/// grace is the group's, not only the command's: `sh -c` dies of the TERM
+/// at once while the program it started is still saving its checkpoint,
+/// so the rest of the group gets the grace too before the KILL.
 fn stop(child: &mut Child, group: i32, grace_secs: u64) -> (Option<i32>, Option<i32>) {
     signal_group(group, libc::SIGTERM);
     let until = Instant::now() + Duration::from_secs(grace_secs);
+    let mut ended = None;
     while Instant::now() < until {
-        if let Ok(Some(status)) = child.try_wait() {
-            signal_group(group, libc::SIGKILL);
-            return (status.code(), status.signal());
+        if ended.is_none()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            ended = Some(status);
+        }
+        if ended.is_some() && !group_alive(group) {
+            break;
         }
         std::thread::sleep(POLL);
     }
     signal_group(group, libc::SIGKILL);
-    match child.wait() {
+    match ended.map(Ok).unwrap_or_else(|| child.wait()) {
         Ok(status) => (status.code(), status.signal()),
         Err(_) => (None, Some(libc::SIGKILL)),
+    }
+}
+
+/// Whether a process of the group is still there, once those of its
+/// members that are this process's children (adopted or not) are reaped.
+fn group_alive(group: i32) -> bool {
+    // SAFETY: waitpid with WNOHANG only reaps children that have ended, and
+    // killpg with signal 0 only asks whether the group has a member.
+    unsafe {
+        while libc::waitpid(-group, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
+        libc::killpg(group, 0) == 0
     }
 }
 
@@ -981,6 +1000,28 @@ mod tests {
         let exit = read_exit(dir.path()).unwrap();
         assert_eq!(exit.reason, EndReason::Cancelled);
         assert_eq!(exit.signal, Some(libc::SIGKILL), "the TERM was ignored");
+    }
+
+    #[test]
+    fn a_stopped_program_finishes_saving_after_its_shell_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        // The outer shell dies of the TERM at once; the program it started
+        // takes half a second to save, then exits.
+        launch(
+            dir.path(),
+            "sh -c 'trap \"sleep 0.5; touch saved; exit 143\" TERM; touch started; \
+             while :; do sleep 0.05; done'; echo never",
+            now_ms() + 60_000,
+        );
+        let path = dir.path().to_path_buf();
+        let shim = std::thread::spawn(move || main(&path));
+        while !dir.path().join("started").exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::fs::write(dir.path().join(CANCEL_FILE), b"").unwrap();
+        shim.join().unwrap();
+        assert!(dir.path().join("saved").exists(), "killed before it saved");
+        assert_eq!(read_exit(dir.path()).unwrap().reason, EndReason::Cancelled);
     }
 
     #[test]
