@@ -703,15 +703,23 @@ fn build_steps(
     Ok(())
 }
 
-/// Hands the built environment to root (when a job's user built it) and
+/// Makes the built environment root's (when a job's user built it) and
 /// marks it ready. From here on nothing of the builder may change it: its
-/// processes are stopped first, and nothing it left is followed.
+/// processes are stopped first, nothing it left is followed, and root
+/// copies the tree to fresh files in the same place (the environment's
+/// scripts name their own path), so a descriptor or a mapping the builder
+/// passed to a process of another uid while it ran writes to the old files
+/// only, which are then removed.
 fn seal(venv: &Path, user: Option<JobUser>) -> std::io::Result<()> {
     if let Some(user) = user {
         users::kill_all(user.uid)?;
-        // SAFETY: getters that cannot fail.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        tree::hand_over(venv, uid, gid)?;
+        let built = venv.with_extension("built");
+        tree::remove_tree(&built)?;
+        std::fs::rename(venv, &built)?;
+        let copied = tree::copy_tree(&built, venv);
+        let removed = tree::remove_tree(&built);
+        copied?;
+        removed?;
     }
     // A marker the builder planted (a link, say) is removed, not followed.
     let ready = venv.join(READY_FILE);
@@ -734,7 +742,7 @@ fn is_sealed(venv: &Path) -> bool {
 const READY_FILE: &str = ".trainyard-ready";
 
 /// Changes whenever what goes into an environment's build changes.
-const ENV_KEY_VERSION: &[u8] = b"isolated-build-2\n";
+const ENV_KEY_VERSION: &[u8] = b"isolated-build-3\n";
 
 /// The cache key of an environment: the Python it is made from and the
 /// requirements, hashed.
@@ -742,7 +750,8 @@ fn env_key(python: &Path, requirements: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let mut hash = Sha256::new();
     // Environments of earlier versions were built with the submitter's
-    // environment and files: never reuse one.
+    // environment and files, or sealed in place (where a descriptor the
+    // builder passed on could still write them): never reuse one.
     hash.update(ENV_KEY_VERSION);
     hash.update(python.as_os_str().as_encoded_bytes());
     hash.update(b"\n");
@@ -1151,11 +1160,29 @@ mod tests {
         std::fs::create_dir_all(venv.join("lib")).unwrap();
         symlink(&victim, venv.join(READY_FILE)).unwrap();
         symlink(&victim, venv.join("lib").join("escape")).unwrap();
+        std::fs::write(venv.join("lib").join("site.py"), b"built\n").unwrap();
         tree::chown_tree(&venv, user.uid, user.gid).unwrap();
         // Left open to every uid, for another job to plant a module later.
         users::set_mode(&venv.join("lib"), 0o777).unwrap();
+        // A descriptor the builder opened and passed to a process of
+        // another uid before it was stopped.
+        let mut passed = File::options()
+            .write(true)
+            .open(venv.join("lib").join("site.py"))
+            .unwrap();
         assert!(!is_sealed(&venv), "a builder's tree is not ready");
         seal(&venv, Some(user)).unwrap();
+        passed.write_all(b"import evil\n").unwrap();
+        assert_eq!(
+            std::fs::read(venv.join("lib").join("site.py")).unwrap(),
+            b"built\n"
+        );
+        let site = std::fs::metadata(venv.join("lib").join("site.py")).unwrap();
+        assert_eq!((site.uid(), site.permissions().mode() & 0o777), (0, 0o644));
+        assert!(
+            !venv.with_extension("built").exists(),
+            "the builder's tree is gone"
+        );
         let lib = std::fs::metadata(venv.join("lib")).unwrap();
         assert_eq!(lib.permissions().mode() & 0o7777, 0o755);
         assert_eq!(std::fs::read(&victim).unwrap(), b"root's alone");

@@ -129,36 +129,15 @@ pub fn read_file(path: &Path, max: u64) -> io::Result<Vec<u8>> {
 /// are changed themselves, never followed; a tree deeper than
 /// [`MAX_DEPTH`] or larger than [`MAX_ENTRIES`] is refused part-way.
 pub fn chown_tree(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    walk_owning(path, uid, gid, false)
+    walk_owning(path, uid, gid)
 }
 
-/// As [`chown_tree`], and takes from every file and folder the write bits
-/// of group and others and the set-id and sticky bits: what a builder made
-/// writable for everyone is no longer, once the tree is shared. Modes are
-/// changed through descriptors opened without following links, so an entry
-/// swapped for a link meanwhile is refused, never its target changed.
-pub fn hand_over(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    walk_owning(path, uid, gid, true)
-}
-
+/// What a copy takes from every mode: the write bits of group and others
+/// and the set-id and sticky bits, so what a builder made writable for
+/// everyone is no longer once the tree is shared.
 const STRIPPED: u32 = 0o7022;
 
-fn strip_mode(fd: impl AsFd) -> io::Result<()> {
-    let stat = rustix::fs::fstat(&fd)?;
-    let mode = stat.st_mode & 0o7777;
-    if mode & STRIPPED != 0 {
-        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & !STRIPPED))?;
-    }
-    Ok(())
-}
-
-/// Opens a regular file to change its mode: never a link, never blocking.
-fn open_file_at(parent: impl AsFd, name: &CStr) -> io::Result<OwnedFd> {
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-    Ok(rustix::fs::openat(parent, name, flags, Mode::empty())?)
-}
-
-fn walk_owning(path: &Path, uid: u32, gid: u32, strip: bool) -> io::Result<()> {
+fn walk_owning(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
     let owner = Some(rustix::fs::Uid::from_raw(uid));
     let group = Some(rustix::fs::Gid::from_raw(gid));
     let (parent, name) = split(path)?;
@@ -171,15 +150,9 @@ fn walk_owning(path: &Path, uid: u32, gid: u32, strip: bool) -> io::Result<()> {
         AtFlags::SYMLINK_NOFOLLOW,
     )?;
     if kind != FileType::Directory {
-        if strip && kind == FileType::RegularFile {
-            strip_mode(open_file_at(&parent, &name)?)?;
-        }
         return Ok(());
     }
     let top = open_folder_at(&parent, &name)?;
-    if strip {
-        strip_mode(&top)?;
-    }
     let mut stack = vec![Dir::new(top)?];
     let mut seen = 0u64;
     while let Some(dir) = stack.last_mut() {
@@ -204,22 +177,130 @@ fn walk_owning(path: &Path, uid: u32, gid: u32, strip: bool) -> io::Result<()> {
         let fd = dir.fd()?;
         let kind = checked_kind(fd, &name, path)?;
         rustix::fs::chownat(fd, name.as_c_str(), owner, group, AtFlags::SYMLINK_NOFOLLOW)?;
-        match kind {
+        if kind == FileType::Directory {
+            if depth >= MAX_DEPTH {
+                return Err(other(format!(
+                    "{} nests folders more than {MAX_DEPTH} deep",
+                    path.display()
+                )));
+            }
+            stack.push(Dir::new(open_folder_at(fd, &name)?)?);
+        }
+    }
+    Ok(())
+}
+
+/// Copies the folder `from` to the new folder `to` (which must not exist),
+/// as this process's own: fresh files, folders and links, so nothing that
+/// holds a descriptor or a mapping of an old file (a builder may have
+/// passed one to a process of another uid before it was stopped) can
+/// change the copy. Modes lose the bits in [`STRIPPED`]; modification
+/// times are kept (Python checks its compiled files against them). Links
+/// are copied as links, never followed; a file with two names, a FIFO, a
+/// socket or a device is refused, as is a tree past [`MAX_DEPTH`] or
+/// [`MAX_ENTRIES`]. On an error `to` is left part-way, for the caller to
+/// remove.
+pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+    let (from_parent, from_name) = split(from)?;
+    let (to_parent, to_name) = split(to)?;
+    let top = open_folder_at(&from_parent, &from_name)?;
+    let mode = |stat: &rustix::fs::Stat| Mode::from_raw_mode(stat.st_mode & 0o7777 & !STRIPPED);
+    let top_stat = rustix::fs::fstat(&top)?;
+    rustix::fs::mkdirat(&to_parent, to_name.as_c_str(), Mode::RWXU)?;
+    let copy_top = open_folder_at(&to_parent, &to_name)?;
+    rustix::fs::fchmod(&copy_top, mode(&top_stat))?;
+    let mut stack = vec![(Dir::new(top)?, copy_top)];
+    let mut seen = 0u64;
+    while let Some((dir, _)) = stack.last_mut() {
+        let Some(entry) = dir.next() else {
+            stack.pop();
+            continue;
+        };
+        let depth = stack.len();
+        let Some((dir, copy)) = stack.last() else {
+            break;
+        };
+        let entry = entry?;
+        let name = entry.file_name().to_owned();
+        if is_dot(&name) {
+            continue;
+        }
+        seen += 1;
+        if seen > MAX_ENTRIES {
+            return Err(other(format!(
+                "{} holds more than {MAX_ENTRIES} entries",
+                from.display()
+            )));
+        }
+        let fd = dir.fd()?;
+        let stat = rustix::fs::statat(fd, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+        match FileType::from_raw_mode(stat.st_mode) {
             FileType::Directory => {
                 if depth >= MAX_DEPTH {
                     return Err(other(format!(
                         "{} nests folders more than {MAX_DEPTH} deep",
-                        path.display()
+                        from.display()
                     )));
                 }
                 let child = open_folder_at(fd, &name)?;
-                if strip {
-                    strip_mode(&child)?;
-                }
-                stack.push(Dir::new(child)?);
+                rustix::fs::mkdirat(copy, name.as_c_str(), Mode::RWXU)?;
+                let child_copy = open_folder_at(copy, &name)?;
+                rustix::fs::fchmod(&child_copy, mode(&rustix::fs::fstat(&child)?))?;
+                stack.push((Dir::new(child)?, child_copy));
             }
-            FileType::RegularFile if strip => strip_mode(open_file_at(fd, &name)?)?,
-            _ => {}
+            FileType::RegularFile => {
+                let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+                let source = rustix::fs::openat(fd, name.as_c_str(), flags, Mode::empty())?;
+                // What was opened, not what was looked at: it may have been
+                // swapped meanwhile.
+                let stat = rustix::fs::fstat(&source)?;
+                if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+                    return Err(other(format!(
+                        "{} changed while it was copied: {}",
+                        from.display(),
+                        name.to_string_lossy()
+                    )));
+                }
+                if stat.st_nlink > 1 {
+                    return Err(other(format!(
+                        "{} holds a file with another name elsewhere (a hard link): {}",
+                        from.display(),
+                        name.to_string_lossy()
+                    )));
+                }
+                let flags = OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::EXCL
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC;
+                let target =
+                    rustix::fs::openat(copy, name.as_c_str(), flags, Mode::RUSR | Mode::WUSR)?;
+                let mut target = File::from(target);
+                io::copy(&mut File::from(source), &mut target)?;
+                rustix::fs::fchmod(&target, mode(&stat))?;
+                let at = |sec: i64, nsec: u64| rustix::fs::Timespec {
+                    tv_sec: sec,
+                    tv_nsec: nsec as _,
+                };
+                rustix::fs::futimens(
+                    &target,
+                    &rustix::fs::Timestamps {
+                        last_access: at(stat.st_atime, stat.st_atime_nsec as u64),
+                        last_modification: at(stat.st_mtime, stat.st_mtime_nsec as u64),
+                    },
+                )?;
+            }
+            FileType::Symlink => {
+                let link = rustix::fs::readlinkat(fd, name.as_c_str(), Vec::new())?;
+                rustix::fs::symlinkat(link.as_c_str(), copy, name.as_c_str())?;
+            }
+            _ => {
+                return Err(other(format!(
+                    "{} holds {}, which is no file, folder or link",
+                    from.display(),
+                    name.to_string_lossy()
+                )));
+            }
         }
     }
     Ok(())
@@ -536,28 +617,81 @@ mod tests {
     }
 
     #[test]
-    fn a_handed_over_tree_is_writable_by_its_owner_alone() {
+    fn a_copy_is_fresh_keeps_links_and_times_and_refuses_what_no_tree_needs() {
+        use std::io::Write;
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let outside = dir.path().join("outside");
-        std::fs::write(&outside, b"x").unwrap();
-        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let tree = dir.path().join("tree");
-        std::fs::create_dir_all(tree.join("open")).unwrap();
-        std::fs::write(tree.join("open/f"), b"x").unwrap();
-        for (path, mode) in [("", 0o777), ("open", 0o1777), ("open/f", 0o4766)] {
-            std::fs::set_permissions(tree.join(path), std::fs::Permissions::from_mode(mode))
-                .unwrap();
-        }
-        symlink(&outside, tree.join("open/link")).unwrap();
-        // SAFETY: getters that cannot fail.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        hand_over(&tree, uid, gid).unwrap();
-        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
-        assert_eq!(mode(&tree), 0o755);
-        assert_eq!(mode(&tree.join("open")), 0o755);
-        assert_eq!(mode(&tree.join("open/f")), 0o744);
-        assert_eq!(mode(&outside), 0o666, "a link's target is never changed");
+        std::fs::write(&outside, b"outside").unwrap();
+        let from = dir.path().join("from");
+        std::fs::create_dir_all(from.join("lib/pkg")).unwrap();
+        std::fs::write(from.join("lib/pkg/mod.py"), b"x = 1\n").unwrap();
+        std::fs::set_permissions(from.join("lib"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::set_permissions(
+            from.join("lib/pkg/mod.py"),
+            std::fs::Permissions::from_mode(0o4777),
+        )
+        .unwrap();
+        let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::new(1_600_000_000, 7);
+        File::options()
+            .write(true)
+            .open(from.join("lib/pkg/mod.py"))
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        symlink(&outside, from.join("lib/escape")).unwrap();
+        symlink("lib", from.join("lib64")).unwrap();
+        // A descriptor held on the original, as a process of another uid
+        // could hold one the builder passed it.
+        let mut held = File::options()
+            .write(true)
+            .open(from.join("lib/pkg/mod.py"))
+            .unwrap();
+        let to = dir.path().join("to");
+        copy_tree(&from, &to).unwrap();
+        held.write_all(b"planted").unwrap();
+        assert_eq!(
+            std::fs::read(to.join("lib/pkg/mod.py")).unwrap(),
+            b"x = 1\n"
+        );
+        let meta = |p: &str| std::fs::symlink_metadata(to.join(p)).unwrap();
+        assert_eq!(meta("lib").permissions().mode() & 0o7777, 0o755);
+        assert_eq!(meta("lib/pkg/mod.py").permissions().mode() & 0o7777, 0o755);
+        assert_eq!(meta("lib/pkg/mod.py").modified().unwrap(), old);
+        assert_ne!(
+            meta("lib/pkg/mod.py").ino(),
+            std::fs::metadata(from.join("lib/pkg/mod.py"))
+                .unwrap()
+                .ino()
+        );
+        assert_eq!(std::fs::read_link(to.join("lib/escape")).unwrap(), outside);
+        assert_eq!(
+            std::fs::read_link(to.join("lib64")).unwrap(),
+            Path::new("lib")
+        );
+        assert_eq!(std::fs::read(&outside).unwrap(), b"outside");
+        // A copy never lands on something already there.
+        let error = copy_tree(&from, &to).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::AlreadyExists, "{error}");
+        // A file with a second name, and a FIFO, are refused.
+        std::fs::hard_link(from.join("lib/pkg/mod.py"), dir.path().join("second")).unwrap();
+        let error = copy_tree(&from, &dir.path().join("to2")).unwrap_err();
+        assert!(error.to_string().contains("hard link"), "{error}");
+        std::fs::remove_file(dir.path().join("second")).unwrap();
+        let fifo = CString::new(from.join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a path this test owns.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let error = copy_tree(&from, &dir.path().join("to3")).unwrap_err();
+        assert!(
+            error.to_string().contains("no file, folder or link"),
+            "{error}"
+        );
+        std::fs::remove_file(from.join("fifo")).unwrap();
+        let deep = dir.path().join("deep");
+        std::fs::create_dir(&deep).unwrap();
+        deep_chain(&deep, MAX_DEPTH + 5);
+        let error = copy_tree(&deep, &dir.path().join("to4")).unwrap_err();
+        assert!(error.to_string().contains("deep"), "{error}");
     }
 
     #[test]
