@@ -33,6 +33,8 @@ fn sort_dedup(points: &mut Vec<Point>) {
 pub struct HistoryPage {
     pub points: Vec<Point>,
     pub more: bool,
+    /// Points decoded to answer: what the page cost.
+    pub read: usize,
 }
 
 pub use trainyard_domain::explorer::XAxis;
@@ -360,46 +362,58 @@ impl Store {
     ) -> Result<HistoryPage, StoreError> {
         let db = self.read_snapshot().await?;
         let mut metas = self.chunk_metas(&db, run_id, key, false).await?;
+        // A chunk's points lie between (min_timestamp, min_step) and
+        // (max_timestamp, max_step) in history order, so a page is cut by
+        // step inside one timestamp too (a script that logs every point
+        // with one timestamp).
+        let first = |c: &ChunkMeta| (c.min_timestamp, c.min_step);
+        let at = |p: &Point| (p.timestamp, p.step);
         if let Some(after) = after {
-            metas.retain(|c| c.max_timestamp >= after.timestamp);
+            metas.retain(|c| (c.max_timestamp, c.max_step) >= at(&after));
         }
-        metas.sort_by_key(|c| (c.min_timestamp, c.id));
+        metas.sort_by_key(|c| (first(c), c.id));
         let is_after = |p: &Point| after.is_none_or(|a| history_order(p, &a) == Ordering::Greater);
         let Some(limit) = limit else {
             let ids: Vec<i64> = metas.iter().map(|c| c.id).collect();
             let mut points = Vec::new();
             self.chunk_points(&db, &ids, &mut points).await?;
+            let read = points.len();
             points.retain(is_after);
             sort_dedup(&mut points);
             return Ok(HistoryPage {
                 points,
                 more: false,
+                read,
             });
         };
         let limit = limit.max(1);
         let mut page: Vec<Point> = Vec::new();
         let mut overflow = false;
         let mut taken = 0;
+        let mut read = 0;
         loop {
-            // Every point not yet read lies in a chunk starting at or after
-            // the next chunk's first timestamp: once the page is full and
-            // its last point is earlier than that, the page is final.
+            // Every point not yet read lies in a chunk that starts at or
+            // after the next chunk's start: once the page is full and its
+            // last point comes before that, the page is final.
             let settled = page.len() >= limit
                 && metas
                     .get(taken)
-                    .is_none_or(|next| next.min_timestamp > page[limit - 1].timestamp);
+                    .is_none_or(|next| first(next) > at(&page[limit - 1]));
             if settled || taken == metas.len() {
                 let more = overflow || page.len() > limit || taken < metas.len();
                 page.truncate(limit);
-                return Ok(HistoryPage { points: page, more });
+                return Ok(HistoryPage {
+                    points: page,
+                    more,
+                    read,
+                });
             }
             let wanted = limit.saturating_sub(page.len()).max(1);
             let mut ids = Vec::new();
             let mut count = 0;
             while taken < metas.len()
                 && (count < wanted
-                    || (page.len() >= limit
-                        && metas[taken].min_timestamp <= page[limit - 1].timestamp))
+                    || (page.len() >= limit && first(&metas[taken]) <= at(&page[limit - 1])))
             {
                 ids.push(metas[taken].id);
                 count += metas[taken].count;
@@ -407,6 +421,7 @@ impl Store {
             }
             let mut fresh = Vec::new();
             self.chunk_points(&db, &ids, &mut fresh).await?;
+            read += fresh.len();
             page.extend(fresh.into_iter().filter(is_after));
             sort_dedup(&mut page);
             if page.len() > limit {
@@ -414,6 +429,54 @@ impl Store {
                 overflow = true;
             }
         }
+    }
+
+    /// The points of a series whose steps lie in `steps` (inclusive; all
+    /// when None), in step order, then timestamp and value, without exact
+    /// duplicates. Only chunks whose steps reach the range are read (the
+    /// range is in the query); None when those hold more than `max`
+    /// points, before any is decoded.
+    pub async fn metric_points_in_steps(
+        &self,
+        run_id: &str,
+        key: &str,
+        steps: Option<(i64, i64)>,
+        max: usize,
+    ) -> Result<Option<Vec<Point>>, StoreError> {
+        let db = self.read_snapshot().await?;
+        let mut sql = self.sql();
+        sql.push("SELECT id, count FROM metric_chunks WHERE run_id = ")
+            .bind(run_id.to_owned())
+            .push(" AND key = ")
+            .bind(key.to_owned());
+        if let Some((start, end)) = steps {
+            sql.push(" AND max_step >= ")
+                .bind(start)
+                .push(" AND min_step <= ")
+                .bind(end);
+        }
+        sql.push(" ORDER BY id");
+        let mut ids = Vec::new();
+        let mut total = 0usize;
+        for row in db.query_all_raw(sql.build()).await? {
+            ids.push(get::<i64>(&row, "id")?);
+            total = total.saturating_add(get::<i32>(&row, "count")?.max(0) as usize);
+        }
+        if total > max {
+            return Ok(None);
+        }
+        let mut points = Vec::with_capacity(total);
+        self.chunk_points(&db, &ids, &mut points).await?;
+        if let Some((start, end)) = steps {
+            points.retain(|p| (start..=end).contains(&p.step));
+        }
+        points.sort_unstable_by(|a, b| {
+            (a.step, a.timestamp)
+                .cmp(&(b.step, b.timestamp))
+                .then(a.value.total_cmp(&b.value))
+        });
+        points.dedup_by(|a, b| history_order(a, b) == Ordering::Equal);
+        Ok(Some(points))
     }
 
     /// Every (run, key) series of a chart request, downsampled, in the order

@@ -125,6 +125,77 @@ async fn history_pages_read_every_point_once_in_mlflow_order() {
     }
 }
 
+/// A script that logs every point with one timestamp: a page reads the
+/// chunks its steps reach, not the whole series (it once read all of it to
+/// cut each page).
+#[tokio::test]
+async fn history_pages_inside_one_timestamp_read_only_what_they_need() {
+    let (_db, store, run) = store_with_run().await;
+    let points: Vec<Point> = (0..30_000i64)
+        .map(|step| Point {
+            step,
+            timestamp: 1_700_000_000_000,
+            value: step as f64,
+        })
+        .collect();
+    log(&store, &run, "loss", &points).await;
+    let limit = 1000;
+    let mut got = Vec::new();
+    let mut after = None;
+    loop {
+        let page = store
+            .metric_history_page(&run, "loss", after, Some(limit))
+            .await
+            .unwrap();
+        // The page and at most the chunks (of 1,000 logged points) either
+        // side of it.
+        assert!(page.read <= 3 * limit, "a page read {} points", page.read);
+        got.extend_from_slice(&page.points);
+        if !page.more {
+            break;
+        }
+        after = page.points.last().copied();
+    }
+    assert!(same(&got, &points));
+}
+
+/// get-history-bulk-interval's read: the step range picks the chunks in the
+/// query, so a long series is read only where asked, and the bound counts
+/// what the range reaches.
+#[tokio::test]
+async fn points_in_steps_read_only_the_chunks_the_range_reaches() {
+    let (_db, store, run) = store_with_run().await;
+    let mut points = curve(30_000);
+    // An exact duplicate, and one more point at a step of the range.
+    points.push(points[5_500]);
+    points.push(Point {
+        value: -1.0,
+        ..points[5_500]
+    });
+    log(&store, &run, "loss", &points).await;
+    let whole = store
+        .metric_points_in_steps(&run, "loss", None, 2_500)
+        .await
+        .unwrap();
+    assert!(whole.is_none(), "30,000 points are past the bound");
+    let some = store
+        .metric_points_in_steps(&run, "loss", Some((5_000, 5_999)), 2_500)
+        .await
+        .unwrap()
+        .expect("the range reaches two chunks");
+    assert_eq!(some.len(), 1_001);
+    assert_eq!(some.first().unwrap().step, 5_000);
+    assert_eq!(some.last().unwrap().step, 5_999);
+    let at = |step| some.iter().filter(|p| p.step == step).count();
+    assert_eq!((at(5_500), at(5_501)), (2, 1));
+    assert!(some.is_sorted_by_key(|p| p.step));
+    let none = store
+        .metric_points_in_steps(&run, "loss", Some((40_000, 50_000)), 10)
+        .await
+        .unwrap();
+    assert_eq!(none, Some(Vec::new()));
+}
+
 #[tokio::test]
 async fn wide_reads_merge_summaries_and_keep_totals_and_extremes() {
     let (_db, store, run) = store_with_run().await;

@@ -143,7 +143,8 @@ pub struct BulkInterval {
 pub const MAX_HISTORY_PAGE: u64 = 250_000;
 
 /// The most points of one run's series `get-history-bulk-interval` reads
-/// to sample from: the longest series the explorer is built for.
+/// to sample from (those in the steps asked for, chosen in the query): the
+/// longest series the explorer is built for.
 pub const MAX_BULK_POINTS_READ: usize = 1_000_000;
 
 pub const MAX_RUNS_BULK: usize = 100;
@@ -192,25 +193,17 @@ pub async fn get_history_bulk_interval(
         .await?;
     let mut metrics = Vec::new();
     for run_id in &req.run_ids {
-        let page = state
+        let Some(points) = state
             .store
-            .metric_history_page(run_id, &key, None, Some(MAX_BULK_POINTS_READ))
-            .await?;
-        if page.more {
+            .metric_points_in_steps(run_id, &key, range, MAX_BULK_POINTS_READ)
+            .await?
+        else {
             return Err(ApiError::invalid(format!(
-                "the series '{key}' of run {run_id} holds more than {MAX_BULK_POINTS_READ} points; \
-                 read it downsampled with POST /api/trainyard/v1/series, or page through get-history"
+                "the series '{key}' of run {run_id} holds more than {MAX_BULK_POINTS_READ} points \
+                 in the steps asked for; ask for fewer steps (start_step, end_step), read it \
+                 downsampled with POST /api/trainyard/v1/series, or page through get-history"
             )));
-        }
-        let mut points = page.points;
-        if let Some((start, end)) = range {
-            points.retain(|p| p.step >= start && p.step <= end);
-        }
-        points.sort_by(|a, b| {
-            (a.step, a.timestamp)
-                .cmp(&(b.step, b.timestamp))
-                .then(a.value.total_cmp(&b.value))
-        });
+        };
         for p in sample(&points, max_results as usize) {
             let mut m = wire::metric(&key, p);
             m["run_id"] = json!(run_id);
