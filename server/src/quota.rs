@@ -39,15 +39,29 @@ pub fn exhausted(
     }
 }
 
-/// What the artifacts of each person's runs, logged models and traces hold: counted from disk the
-/// first time a person's is needed, then kept by this process's writes.
-/// Writes and removals of one person's artifacts take turns
+/// What the artifacts of each person's runs, logged models and traces
+/// hold: counted from disk the first time a person's is needed, then kept
+/// by this process's writes and removals. What this process cannot see (a
+/// second server during a rollout, files removed by hand, traces deleted
+/// with their files) is caught by counting again: a count older than
+/// [`RECOUNT_AFTER`] is not trusted, and neither is one that would refuse a
+/// write. Writes and removals of one person's artifacts take turns
 /// ([`ArtifactUsage::turn`]), so the count and the check stay true under
 /// parallel requests.
 #[derive(Clone, Default)]
 pub struct ArtifactUsage {
-    used: Arc<std::sync::Mutex<HashMap<i64, u64>>>,
+    used: Arc<std::sync::Mutex<HashMap<i64, Counted>>>,
     turns: Arc<std::sync::Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// How long a person's count is trusted before it is taken from disk
+/// again.
+pub const RECOUNT_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+#[derive(Clone, Copy)]
+struct Counted {
+    bytes: u64,
+    at: std::time::Instant,
 }
 
 impl ArtifactUsage {
@@ -93,12 +107,27 @@ impl ArtifactUsage {
             .await
             .map_err(ApiError::internal)?;
         let mut map = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(*map.entry(owner).or_insert(counted))
+        map.insert(
+            owner,
+            Counted {
+                bytes: counted,
+                at: std::time::Instant::now(),
+            },
+        );
+        Ok(counted)
     }
 
     fn known(&self, owner: i64) -> Option<u64> {
         let map = self.used.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&owner).copied()
+        map.get(&owner)
+            .filter(|c| c.at.elapsed() < RECOUNT_AFTER)
+            .map(|c| c.bytes)
+    }
+
+    /// Drops `owner`'s count: the next need counts from disk.
+    pub fn forget(&self, owner: i64) {
+        let mut map = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(&owner);
     }
 
     /// Records a write (`delta` > 0) or a removal (< 0) of `owner`'s. An
@@ -106,7 +135,7 @@ impl ArtifactUsage {
     pub fn add(&self, owner: i64, delta: i64) {
         let mut map = self.used.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(used) = map.get_mut(&owner) {
-            *used = used.saturating_add_signed(delta);
+            used.bytes = used.bytes.saturating_add_signed(delta);
         }
     }
 }

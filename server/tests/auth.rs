@@ -1619,3 +1619,130 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
         assert_eq!(answer.status, status, "{}", answer.body);
     }
 }
+
+/// Deleting traces by age goes through them a page at a time (it once
+/// loaded every id and checked each with a query of its own), takes their
+/// files with them, and passes over what the caller may not change; one
+/// named that the caller sees but may not change is refused.
+#[tokio::test]
+async fn deleting_traces_pages_through_takes_their_files_and_spares_others() {
+    use futures::StreamExt;
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let (alice, bob, admin) = (p.alice.bearer(), p.bob.bearer(), p.admin.bearer());
+    let experiment = |who: String, name: &'static str| {
+        let server = &server;
+        async move {
+            let made = call(
+                server,
+                "POST",
+                "/api/2.0/mlflow/experiments/create",
+                Some(&who),
+                &json!({"name": name}),
+            )
+            .await;
+            made.json()["experiment_id"].as_str().unwrap().to_owned()
+        }
+    };
+    let exp = experiment(alice.clone(), "many traces").await;
+    let bobs = experiment(bob.clone(), "bob's traces").await;
+    let start = |who: String, exp: String, id: String, time: String| {
+        let server = &server;
+        async move {
+            let started = call(
+                server,
+                "POST",
+                "/api/3.0/mlflow/traces",
+                Some(&who),
+                &json!({"trace": {"trace_info": {
+                    "trace_id": id,
+                    "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}},
+                    "request_time": time,
+                    "state": "OK",
+                }}}),
+            )
+            .await;
+            assert_eq!(started.status, 200, "{}", started.body);
+        }
+    };
+    // 1,204 of alice's from 10:00:00 on, one a millisecond; an admin's
+    // among them, which alice may not change; one of alice's a day later.
+    let old = |i: u32| format!("2026-12-02T10:00:{:02}.{:03}Z", i / 1000, i % 1000);
+    futures::stream::iter(0..1204u32)
+        .map(|i| start(alice.clone(), exp.clone(), format!("tr-{i:05}"), old(i)))
+        .buffer_unordered(8)
+        .collect::<Vec<()>>()
+        .await;
+    start(admin.clone(), exp.clone(), "tr-admin".into(), old(500)).await;
+    start(
+        alice.clone(),
+        exp.clone(),
+        "tr-new".into(),
+        "2026-12-03T10:00:00.000Z".into(),
+    )
+    .await;
+    start(bob.clone(), bobs.clone(), "tr-bob".into(), old(0)).await;
+    let file =
+        format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/traces/tr-00000/artifacts/traces.json");
+    let put = request(
+        server.addr,
+        "PUT",
+        &file,
+        &[("Authorization", alice.as_str())],
+        b"{\"spans\": []}",
+    )
+    .await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    let folder = server
+        .data_dir
+        .path()
+        .join(format!("artifacts/{exp}/traces/tr-00000"));
+    assert!(folder.exists());
+    let delete = |body: Value| {
+        let server = &server;
+        let alice = alice.clone();
+        async move {
+            call(
+                server,
+                "POST",
+                "/api/2.0/mlflow/traces/delete-traces",
+                Some(&alice),
+                &body,
+            )
+            .await
+        }
+    };
+    // 2026-12-02T10:00:05Z: all but the newest.
+    let cut = 1_796_205_605_000i64;
+    // Bob's, which alice sees (one team): refused by name, passed over by age.
+    let named = delete(json!({"experiment_id": bobs, "request_ids": ["tr-bob"]})).await;
+    assert_eq!(named.status, 403, "{}", named.body);
+    let aged = delete(json!({"experiment_id": bobs, "max_timestamp_millis": cut})).await;
+    assert_eq!(aged.json()["traces_deleted"], 0, "{}", aged.body);
+    // The oldest 1,100, of which one is the admin's.
+    let first =
+        delete(json!({"experiment_id": exp, "max_timestamp_millis": cut, "max_traces": 1100}))
+            .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.json()["traces_deleted"], 1099, "{}", first.body);
+    assert!(!folder.exists(), "a deleted trace's files are gone");
+    let rest = delete(json!({"experiment_id": exp, "max_timestamp_millis": cut})).await;
+    assert_eq!(rest.json()["traces_deleted"], 105, "{}", rest.body);
+    let found = call(
+        &server,
+        "POST",
+        "/api/3.0/mlflow/traces/search",
+        Some(&alice),
+        &json!({"experiment_ids": [exp], "max_results": 10}),
+    )
+    .await
+    .json();
+    let mut left: Vec<&str> = found["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["trace_id"].as_str().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["tr-admin", "tr-new"]);
+}

@@ -461,6 +461,18 @@ async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
     .await;
     assert_eq!(removed.status, 200, "{}", removed.body);
     assert_eq!(put("b.bin", 600).await.status, 200);
+    // Freed by another process (or by hand): the server's own count says
+    // 600 bytes are used, but a write is refused only on a count taken
+    // from disk.
+    std::fs::remove_file(
+        server
+            .data_dir
+            .path()
+            .join(format!("artifacts/0/{run}/artifacts/b.bin")),
+    )
+    .unwrap();
+    assert_eq!(put("c.bin", 600).await.status, 200);
+    assert_eq!(put("d.bin", 600).await.status, 507);
 }
 
 /// Admin rights and teams are read on every request: a token made while

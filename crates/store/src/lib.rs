@@ -25,6 +25,7 @@ pub use models::{ModelMetricIn, ModelOrder, NewModel};
 pub use nodes::GpuInfo;
 pub use registry::NewVersion;
 pub use telemetry::{Heat, NodeGpu};
+pub use traces::TraceToDelete;
 pub use tracking::{DEFAULT_EXPERIMENT, MetricIn, NewRun, Viewer};
 pub use uploads::NewUpload;
 

@@ -545,10 +545,29 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
         Err(StoreError::Conflict { .. })
     ));
     let old = store
-        .traces_to_delete(exp, Some(2_000), None, &[])
+        .traces_to_delete(exp, Some(2_000), &[], None, 10)
         .await
         .unwrap();
-    assert_eq!(old, ["tr-a", "tr-b"]);
-    assert_eq!(store.delete_traces(&old[..1]).await.unwrap(), 1);
+    let ids: Vec<&str> = old.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["tr-a", "tr-b"]);
+    assert_eq!(old[0].owner, ana.as_owner());
+    // Paged: after the first, one at a time.
+    let next = store
+        .traces_to_delete(
+            exp,
+            Some(2_000),
+            &[],
+            Some((old[0].request_time, "tr-a")),
+            1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(next, old[1..]);
+    let named = store
+        .traces_to_delete(exp, None, &["tr-c".to_owned()], None, 10)
+        .await
+        .unwrap();
+    assert_eq!(named.len(), 1);
+    assert_eq!(store.delete_traces(&[old[0].id.clone()]).await.unwrap(), 1);
     assert_eq!(search("").await, ["tr-c", "tr-b"]);
 }

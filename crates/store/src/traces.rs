@@ -299,17 +299,20 @@ impl Store {
         Ok(())
     }
 
-    /// The ids of an experiment's traces that a deletion takes: the given
-    /// ones, or those older than `max_timestamp` (the oldest `max_traces`).
+    /// A page of the traces of an experiment that a deletion takes, oldest
+    /// first: the given ids, or those requested at or before
+    /// `max_timestamp`; after the trace `after` (its request time and id),
+    /// at most `limit`. Each with its owner, for the caller's check.
     pub async fn traces_to_delete(
         &self,
         experiment_id: i64,
         max_timestamp: Option<i64>,
-        max_traces: Option<i64>,
         ids: &[String],
-    ) -> Result<Vec<String>, StoreError> {
+        after: Option<(i64, &str)>,
+        limit: u64,
+    ) -> Result<Vec<TraceToDelete>, StoreError> {
         let mut sql = self.sql();
-        sql.push("SELECT id FROM traces WHERE experiment_id = ")
+        sql.push("SELECT id, request_time, user_id, team_id FROM traces WHERE experiment_id = ")
             .bind(experiment_id);
         if !ids.is_empty() {
             sql.push(" AND id IN ").bind_list(ids.iter().cloned());
@@ -317,15 +320,28 @@ impl Store {
         if let Some(max) = max_timestamp {
             sql.push(" AND request_time <= ").bind(max);
         }
-        sql.push(" ORDER BY request_time ASC");
-        if let Some(n) = max_traces {
-            sql.push(" LIMIT ").bind(n);
+        if let Some((time, id)) = after {
+            sql.push(" AND (request_time > ")
+                .bind(time)
+                .push(" OR (request_time = ")
+                .bind(time)
+                .push(" AND id > ")
+                .bind(id.to_owned())
+                .push("))");
         }
+        sql.push(" ORDER BY request_time ASC, id ASC LIMIT ")
+            .bind(limit.min(i64::MAX as u64) as i64);
         self.connection()
             .query_all_raw(sql.build())
             .await?
             .iter()
-            .map(|row| get(row, "id"))
+            .map(|row| {
+                Ok(TraceToDelete {
+                    id: get(row, "id")?,
+                    request_time: get(row, "request_time")?,
+                    owner: Owner::new(get(row, "user_id")?, get(row, "team_id")?),
+                })
+            })
             .collect()
     }
 
@@ -356,4 +372,12 @@ impl Store {
         self.connection().execute_raw(sql.build()).await?;
         Ok(())
     }
+}
+
+/// A trace a deletion takes, with what its caller's check needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceToDelete {
+    pub id: String,
+    pub request_time: i64,
+    pub owner: Owner,
 }

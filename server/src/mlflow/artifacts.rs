@@ -253,8 +253,14 @@ async fn upload(
     Caller(principal): Caller,
     axum::Extension(UploadLimit(limit)): axum::Extension<UploadLimit>,
     UrlPath(path): UrlPath<String>,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    // What the client says it sends (the mlflow client says), else a byte.
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .unwrap_or(1);
     let target = resolve(&state, &principal, &path, Use::Write).await?;
     let owner = run_owner(&state, &path).await?;
     let parent = target
@@ -281,10 +287,19 @@ async fn upload(
     // The room the owner's quota leaves: what this file replaces is freed.
     let quota = match (state.artifact_quota_bytes, owner) {
         (Some(quota), Some(owner)) => {
-            let used = state
-                .artifact_usage
+            let usage = &state.artifact_usage;
+            let mut used = usage
                 .used(&state.store, &state.artifact_root, owner)
                 .await?;
+            if used.saturating_add(declared) > quota.saturating_add(replaced) {
+                // A refusal is never made on a count that may have drifted
+                // (files removed by another process or by hand): count
+                // from disk first.
+                usage.forget(owner);
+                used = usage
+                    .used(&state.store, &state.artifact_root, owner)
+                    .await?;
+            }
             Some((
                 quota,
                 used,
@@ -319,6 +334,11 @@ async fn upload(
             let _ = tokio::fs::remove_file(&temp).await;
             return Err(match quota {
                 Some(q) if room < limit && err.status == StatusCode::PAYLOAD_TOO_LARGE => {
+                    // Counted from disk again before the next write of
+                    // theirs (this one did not say its size).
+                    if let Some(owner) = owner {
+                        state.artifact_usage.forget(owner);
+                    }
                     over_quota(q)
                 }
                 _ => err,

@@ -352,6 +352,9 @@ pub struct Delete {
     request_ids: Vec<String>,
 }
 
+/// Traces one page of a deletion reads and deletes.
+const DELETE_PAGE: u64 = 1000;
+
 /// `POST /api/2.0/mlflow/traces/delete-traces`: by ids, or older than a time.
 pub async fn delete(
     State(state): State<AppState>,
@@ -369,30 +372,76 @@ pub async fn delete(
             "A request can delete at most 10000 traces by id; split it up",
         ));
     }
-    let chosen = state
-        .store
-        .traces_to_delete(
-            experiment_id,
-            req.max_timestamp_millis,
-            req.max_traces.filter(|n| *n > 0),
-            &req.request_ids,
-        )
-        .await?;
-    // Only what the caller may change: a trace they may not see is passed
-    // over as if it did not exist; one they may see but not change stops it.
-    let mut mine = Vec::with_capacity(chosen.len());
-    for id in chosen {
-        match state
+    let named = !req.request_ids.is_empty();
+    let mut left = req.max_traces.filter(|n| *n > 0).map(|n| n as u64);
+    let mut after: Option<(i64, String)> = None;
+    let mut deleted = 0;
+    // In pages, oldest first, so an old experiment's thousands of traces
+    // are neither held at once nor checked one query each.
+    loop {
+        let limit = left.map_or(DELETE_PAGE, |n| n.min(DELETE_PAGE));
+        if limit == 0 {
+            break;
+        }
+        let page = state
             .store
-            .trace_as(&principal.user, &id, Access::Change)
-            .await
-        {
-            Ok(()) => mine.push(id),
-            Err(trainyard_store::StoreError::NotFound(_)) => {}
-            Err(other) => return Err(other.into()),
+            .traces_to_delete(
+                experiment_id,
+                req.max_timestamp_millis,
+                &req.request_ids,
+                after.as_ref().map(|(time, id)| (*time, id.as_str())),
+                limit,
+            )
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = Some((last.request_time, last.id.clone()));
+        left = left.map(|n| n.saturating_sub(page.len() as u64));
+        // Only what the caller may change: a trace they may not see is
+        // passed over as if it did not exist. One they may see but not
+        // change is refused when named, and passed over by a deletion by
+        // age (a team's experiment holds the others' traces too).
+        let mut mine = Vec::with_capacity(page.len());
+        for trace in &page {
+            if !principal.user.can_read(trace.owner) {
+                continue;
+            }
+            if !principal.user.can_change(trace.owner) {
+                if named {
+                    return Err(trainyard_store::StoreError::Forbidden(format!(
+                        "trace {} is not yours: only its owner or an admin may delete it",
+                        trace.id
+                    ))
+                    .into());
+                }
+                continue;
+            }
+            mine.push(trace);
+        }
+        let ids: Vec<String> = mine.iter().map(|t| t.id.clone()).collect();
+        deleted += state.store.delete_traces(&ids).await?;
+        // Their files go with them, and their owners' artifacts are
+        // counted again.
+        for trace in &mine {
+            let folder = state
+                .artifact_root
+                .join(experiment_id.to_string())
+                .join("traces")
+                .join(&trace.id);
+            match tokio::fs::remove_dir_all(&folder).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, folder = %folder.display(), "cannot remove a deleted trace's files")
+                }
+            }
+            if let Some(owner) = trace.owner.user_id {
+                state.artifact_usage.forget(owner);
+            }
+        }
+        if (page.len() as u64) < limit {
+            break;
         }
     }
-    let deleted = state.store.delete_traces(&mine).await?;
     Ok(Json(json!({ "traces_deleted": deleted })))
 }
 
