@@ -303,3 +303,41 @@ def test_traced_functions_are_found_with_their_spans(tracking, unique):
     assert deleted == 1
     left = mlflow.search_traces(experiment_ids=[experiment_id], return_type="list")
     assert [t.info.trace_id for t in left] == [newest.info.trace_id]
+
+
+def test_a_large_artifact_goes_up_in_parts_when_asked(
+    tracking, server, unique, tmp_path, monkeypatch
+):
+    """MLFLOW_ENABLE_PROXY_MULTIPART_UPLOAD: the client asks for part URLs
+    and PUTs the parts there in parallel. MLflow's own server, storing
+    artifacts on a local disk, refuses (the client then sends the file
+    whole); Trainyard takes the parts."""
+    import mlflow.store.artifact.http_artifact_repo as http_repo
+
+    monkeypatch.setenv("MLFLOW_ENABLE_PROXY_MULTIPART_UPLOAD", "true")
+    monkeypatch.setenv("MLFLOW_MULTIPART_UPLOAD_MINIMUM_FILE_SIZE", str(1 << 20))
+    monkeypatch.setenv("MLFLOW_MULTIPART_UPLOAD_CHUNK_SIZE", str(1 << 20))
+    parts = []
+    real_put = http_repo.requests.put
+
+    def put(url, *args, **kwargs):
+        parts.append(url)
+        return real_put(url, *args, **kwargs)
+
+    monkeypatch.setattr(http_repo.requests, "put", put)
+    weights = tmp_path / "weights.bin"
+    data = np.random.default_rng(7).bytes((3 << 20) + 12345)
+    weights.write_bytes(data)
+    mlflow.set_experiment(f"multipart-{unique}")
+    with mlflow.start_run() as run:
+        mlflow.log_artifact(str(weights), artifact_path="checkpoints")
+    back = mlflow.artifacts.download_artifacts(
+        run_id=run.info.run_id, artifact_path="checkpoints/weights.bin", dst_path=str(tmp_path / "back")
+    )
+    assert open(back, "rb").read() == data
+    listed = MlflowClient().list_artifacts(run.info.run_id, "checkpoints")
+    assert [(f.path, f.file_size) for f in listed] == [("checkpoints/weights.bin", len(data))]
+    if tracking == server:
+        assert len(parts) == 4 and all("/mpu/part/" in url for url in parts), parts
+    else:
+        assert parts == []

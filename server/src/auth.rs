@@ -182,8 +182,20 @@ fn same_origin(config: &AuthConfig, headers: &HeaderMap) -> bool {
 
 /// Paths anyone may fetch: sign-in itself, the browser bundle and the
 /// operations endpoints.
+/// A multipart upload's part URL: the upload's id in it is its credential
+/// (the mlflow client PUTs parts as it would to S3, without its own).
+fn is_part_url(path: &str) -> bool {
+    [
+        "/api/2.0/mlflow-artifacts/mpu/part/",
+        "/ajax-api/2.0/mlflow-artifacts/mpu/part/",
+    ]
+    .iter()
+    .any(|prefix| path.starts_with(prefix))
+}
+
 fn is_public(path: &str) -> bool {
-    path.starts_with("/auth/")
+    is_part_url(path)
+        || path.starts_with("/auth/")
         || path.starts_with("/pkg/")
         || matches!(
             path,
@@ -407,7 +419,7 @@ pub async fn gate(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
     );
-    if unsafe_method {
+    if unsafe_method && !is_part_url(&path) {
         let csrf_header = request
             .headers()
             .get("x-csrf-token")

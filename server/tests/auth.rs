@@ -1501,6 +1501,12 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
             body: b"{}".to_vec(),
             changes: true,
         },
+        Probe::json(
+            "POST",
+            &format!("/api/2.0/mlflow-artifacts/mpu/create/{exp}/{run_id}/artifacts"),
+            json!({"path": "/tmp/big.bin", "num_parts": 2}),
+            true,
+        ),
         Probe::json("GET", &trace_file, Value::Null, false),
         Probe {
             method: "PUT",

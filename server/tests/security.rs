@@ -564,3 +564,101 @@ async fn a_job_past_its_disk_quota_is_stopped_and_its_files_go_at_its_end() {
         assert!(folder.join("0/output.log").exists());
     }
 }
+
+/// The mlflow client's multipart upload: part URLs that are their own
+/// credential, parts in any order, joined in the order the completion
+/// lists; bounded by the artifact size limit; its parts gone once it
+/// completes or is aborted.
+#[tokio::test]
+async fn a_multipart_upload_joins_its_parts_within_the_artifact_limit() {
+    let server = TestServer::start_with(&[("TRAINYARD_ARTIFACT_MAX_BYTES", "3000")]).await;
+    let addr = server.addr;
+    let run = new_run(addr, None).await;
+    let folder = format!("0/{run}/artifacts/ckpt");
+    let created = post_json(
+        addr,
+        &format!("/api/2.0/mlflow-artifacts/mpu/create/{folder}"),
+        &json!({"path": "/home/ana/out/model.bin", "num_parts": 3}),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.body);
+    let created = created.json();
+    let id = created["upload_id"].as_str().unwrap().to_owned();
+    let urls: Vec<String> = created["credentials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["url"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(urls.len(), 3);
+    assert!(
+        urls[2].starts_with(&format!("http://{addr}/api/2.0/mlflow-artifacts/mpu/part/{id}/3")),
+        "{urls:?}"
+    );
+    let put_part = |url: &str, body: Vec<u8>| {
+        let path = url.split_once(&addr.to_string()).unwrap().1.to_owned();
+        async move { request(addr, "PUT", &path, &[], &body).await }
+    };
+    // No credentials but the URL: parts in any order, one sent twice.
+    for (n, byte) in [(3, b'c'), (1, b'a'), (2, b'x'), (2, b'b')] {
+        let put = put_part(&urls[n - 1], vec![byte; 900]).await;
+        assert_eq!(put.status, 200, "{}", put.body);
+    }
+    let forged = format!("/api/2.0/mlflow-artifacts/mpu/part/{}/1", "A".repeat(43));
+    assert_eq!(request(addr, "PUT", &forged, &[], b"z").await.status, 404);
+    let fourth = format!("{}4", urls[0].strip_suffix('1').unwrap());
+    let beyond = put_part(&fourth, vec![b'z'; 10]).await;
+    assert_eq!(beyond.status, 400, "{}", beyond.body);
+    // Together the parts may not pass one artifact's limit.
+    let too_much = put_part(&urls[0], vec![b'a'; 1300]).await;
+    assert_eq!(too_much.status, 413, "{}", too_much.body);
+    let complete = |parts: serde_json::Value| {
+        let folder = folder.clone();
+        let id = id.clone();
+        async move {
+            post_json(
+                addr,
+                &format!("/api/2.0/mlflow-artifacts/mpu/complete/{folder}"),
+                &json!({"path": "/home/ana/out/model.bin", "upload_id": id, "parts": parts}),
+            )
+            .await
+        }
+    };
+    let unordered = complete(json!([{"part_number": 2}, {"part_number": 1}])).await;
+    assert_eq!(unordered.status, 400, "{}", unordered.body);
+    let done = complete(json!([
+        {"part_number": 1, "etag": "x"},
+        {"part_number": 2, "etag": "x"},
+        {"part_number": 3, "etag": "x"}
+    ]))
+    .await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    let file = server
+        .get(&format!("/api/2.0/mlflow-artifacts/artifacts/{folder}/model.bin"))
+        .await;
+    assert_eq!(file.status, 200);
+    let expected: String = ["a", "b", "c"].iter().map(|c| c.repeat(900)).collect();
+    assert_eq!(file.body, expected);
+    let parts = server.data_dir.path().join("artifacts/.multipart");
+    assert_eq!(std::fs::read_dir(&parts).unwrap().count(), 0, "its parts are gone");
+    // Once done, its URLs take nothing more.
+    assert_eq!(put_part(&urls[0], vec![b'a'; 10]).await.status, 404);
+    // An aborted upload leaves nothing.
+    let again = post_json(
+        addr,
+        &format!("/api/2.0/mlflow-artifacts/mpu/create/{folder}"),
+        &json!({"path": "model.bin", "num_parts": 1}),
+    )
+    .await
+    .json();
+    let url = again["credentials"][0]["url"].as_str().unwrap().to_owned();
+    assert_eq!(put_part(&url, vec![b'q'; 10]).await.status, 200);
+    let aborted = post_json(
+        addr,
+        &format!("/api/2.0/mlflow-artifacts/mpu/abort/{folder}"),
+        &json!({"path": "model.bin", "upload_id": again["upload_id"]}),
+    )
+    .await;
+    assert_eq!(aborted.status, 200, "{}", aborted.body);
+    assert_eq!(std::fs::read_dir(&parts).unwrap().count(), 0);
+}

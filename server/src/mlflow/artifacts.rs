@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path as UrlPath, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post, put};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -20,6 +20,7 @@ use tokio::io::AsyncWriteExt;
 use tower::ServiceExt;
 use tower_http::services::ServeFile;
 
+use super::multipart;
 use super::request::Req;
 use super::{ApiError, may_change_run};
 use crate::AppState;
@@ -32,24 +33,28 @@ pub fn routes(limit: usize) -> Router<AppState> {
             "/artifacts/{*path}",
             get(download).put(upload).delete(remove),
         )
+        .route("/mpu/create/{*path}", post(multipart::create))
+        .route("/mpu/complete/{*path}", post(multipart::complete))
+        .route("/mpu/abort/{*path}", post(multipart::abort))
+        .route("/mpu/part/{id}/{number}", put(multipart::part))
         // Uploads stream to disk and count their own bytes against `limit`.
         .layer(DefaultBodyLimit::disable())
         .layer(axum::Extension(UploadLimit(limit)))
 }
 
 #[derive(Clone, Copy)]
-struct UploadLimit(usize);
+pub(super) struct UploadLimit(pub(super) usize);
 
 /// What a request does with the artifacts it names.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Use {
+pub(super) enum Use {
     Read,
     Write,
 }
 
 /// Checks a path the client sent and maps it into the artifact root; a
 /// write must be allowed on the run.
-async fn resolve(
+pub(super) async fn resolve(
     state: &AppState,
     principal: &Principal,
     raw: &str,
@@ -263,6 +268,35 @@ async fn upload(
         .unwrap_or(1);
     let target = resolve(&state, &principal, &path, Use::Write).await?;
     let owner = run_owner(&state, &path).await?;
+    store_file(
+        &state,
+        owner,
+        &target,
+        &path,
+        declared,
+        limit,
+        body.into_data_stream(),
+    )
+    .await?;
+    Ok((StatusCode::OK, axum::Json(json!({}))).into_response())
+}
+
+/// Writes what `body` streams as the artifact `target` (named `path` to
+/// the client), at most `limit` bytes and what the owner's quota leaves,
+/// beside it first and then renamed into place; Ok is the bytes written.
+pub(super) async fn store_file<S, E>(
+    state: &AppState,
+    owner: Option<i64>,
+    target: &Path,
+    path: &str,
+    declared: u64,
+    limit: usize,
+    body: S,
+) -> Result<usize, ApiError>
+where
+    S: futures::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
     let parent = target
         .parent()
         .map(Path::to_path_buf)
@@ -272,7 +306,7 @@ async fn upload(
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     tokio::fs::create_dir_all(&parent).await.map_err(io_error)?;
-    if tokio::fs::metadata(&target).await.is_ok_and(|m| m.is_dir()) {
+    if tokio::fs::metadata(target).await.is_ok_and(|m| m.is_dir()) {
         return Err(ApiError::invalid(format!(
             "'{path}' is a folder; it cannot be overwritten by a file"
         )));
@@ -283,7 +317,7 @@ async fn upload(
         Some(owner) => Some(state.artifact_usage.turn(owner).await),
         None => None,
     };
-    let replaced = tokio::fs::metadata(&target).await.map_or(0, |m| m.len());
+    let replaced = tokio::fs::metadata(target).await.map_or(0, |m| m.len());
     // The room the owner's quota leaves: what this file replaces is freed.
     let quota = match (state.artifact_quota_bytes, owner) {
         (Some(quota), Some(owner)) => {
@@ -345,17 +379,17 @@ async fn upload(
             });
         }
     };
-    tokio::fs::rename(&temp, &target).await.map_err(io_error)?;
+    tokio::fs::rename(&temp, target).await.map_err(io_error)?;
     if let Some(owner) = owner {
         state
             .artifact_usage
             .add(owner, written as i64 - replaced as i64);
     }
-    Ok((StatusCode::OK, axum::Json(json!({}))).into_response())
+    Ok(written)
 }
 
 /// The account a run's (or a model's) artifacts count against: its owner.
-async fn run_owner(state: &AppState, path: &str) -> Result<Option<i64>, ApiError> {
+pub(super) async fn run_owner(state: &AppState, path: &str) -> Result<Option<i64>, ApiError> {
     // `resolve` checked the path: experiment, run, "artifacts", … or
     // experiment, "models", model, "artifacts", …
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
@@ -370,9 +404,12 @@ async fn run_owner(state: &AppState, path: &str) -> Result<Option<i64>, ApiError
 }
 
 /// Streams the body into `temp`; Ok is the bytes written, 413 past `limit`.
-async fn write_limited(temp: &Path, body: Body, limit: usize) -> Result<usize, ApiError> {
+async fn write_limited<S, E>(temp: &Path, mut stream: S, limit: usize) -> Result<usize, ApiError>
+where
+    S: futures::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
     let mut file = tokio::fs::File::create(temp).await.map_err(io_error)?;
-    let mut stream = body.into_data_stream();
     let mut written = 0usize;
     while let Some(chunk) = stream.next().await {
         let chunk =
@@ -414,7 +451,7 @@ async fn remove(
     Ok(axum::Json(json!({})))
 }
 
-fn io_error(err: std::io::Error) -> ApiError {
+pub(super) fn io_error(err: std::io::Error) -> ApiError {
     tracing::error!(error = %err, "artifact storage error");
     ApiError {
         status: StatusCode::INTERNAL_SERVER_ERROR,

@@ -9,6 +9,7 @@ mod artifacts;
 mod experiments;
 mod metrics;
 mod models;
+mod multipart;
 mod registry;
 pub mod request;
 mod runs;
@@ -280,7 +281,7 @@ async fn server_info() -> axum::Json<serde_json::Value> {
         "store_type": "SqlStore",
         "workspaces_enabled": false,
         "trace_archival_enabled": false,
-        "multipart_uploads_enabled": false,
+        "multipart_uploads_enabled": true,
         "multipart_downloads_enabled": false,
         "presigned_upload_run_id_supported": false,
         "presigned_upload_model_id_supported": false,
