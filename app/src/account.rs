@@ -35,6 +35,7 @@ pub fn TopBar(me: Resource<Option<Me>>) -> impl IntoView {
                         <a class="brand" href="/">"Trainyard"</a>
                         <nav aria-label="Main">
                             <A href="/experiments">"Experiments"</A>
+                            <A href="/models">"Models"</A>
                             <A href="/jobs">"Jobs"</A>
                             <A href="/templates">"Templates"</A>
                             <A href="/usage">"Usage"</A>

@@ -121,3 +121,40 @@ impl LazyRoute for TokensRoute {
         view! { <account::TokensPage/> }.into_any()
     }
 }
+
+/// The registry and an experiment's logged models.
+pub struct ModelsRoute;
+
+#[lazy_route]
+impl LazyRoute for ModelsRoute {
+    fn data() -> Self {
+        Self
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <explorer::models::ModelsPage/> }.into_any()
+    }
+}
+
+pub struct TracesRoute;
+
+#[lazy_route]
+impl LazyRoute for TracesRoute {
+    fn data() -> Self {
+        Self
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <explorer::models::TracesPage/> }.into_any()
+    }
+}
+
+pub struct TraceRoute;
+
+#[lazy_route]
+impl LazyRoute for TraceRoute {
+    fn data() -> Self {
+        Self
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <explorer::models::TracePage/> }.into_any()
+    }
+}

@@ -1,5 +1,6 @@
 """Logs one run with what MLflow 3 scripts add beside metrics: a dataset
-(pandas, from S3), a logged model with a metric, and a trace. Prints the
+(pandas, from S3), two logged models with a metric each (the first
+registered, with an alias), and a trace of two nested spans. Prints the
 ids as JSON. Usage: seed_mlflow3.py URL EXPERIMENT"""
 
 import json
@@ -15,9 +16,14 @@ experiment_id = mlflow.set_experiment(experiment).experiment_id
 frame = pd.DataFrame({"width": [0.1, 0.5, 0.9], "label": [0, 1, 1]})
 
 
+@mlflow.trace(span_type="TOOL")
+def score(width):
+    return width * 2
+
+
 @mlflow.trace
 def predict(width):
-    return int(width > 0.3)
+    return int(score(width) > 0.6)
 
 
 with mlflow.start_run(run_name="with-inputs") as run:
@@ -25,6 +31,21 @@ with mlflow.start_run(run_name="with-inputs") as run:
     model = mlflow.initialize_logged_model(name="classifier", model_type="sklearn")
     mlflow.log_metric("val_acc", 0.875, model_id=model.model_id)
     mlflow.MlflowClient().finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+    other = mlflow.initialize_logged_model(name="regressor", model_type="sklearn")
+    mlflow.log_metric("val_acc", 0.91, model_id=other.model_id)
+    mlflow.MlflowClient().finalize_logged_model(other.model_id, LoggedModelStatus.READY)
     predict(0.7)
 mlflow.flush_trace_async_logging()
-print(json.dumps({"experiment_id": experiment_id, "run_id": run.info.run_id, "model_id": model.model_id}))
+registered = f"shapes-{experiment}"
+version = mlflow.register_model(f"models:/{model.model_id}", registered)
+mlflow.MlflowClient().set_registered_model_alias(registered, "champion", version.version)
+print(
+    json.dumps(
+        {
+            "experiment_id": experiment_id,
+            "run_id": run.info.run_id,
+            "model_id": model.model_id,
+            "registered": registered,
+        }
+    )
+)

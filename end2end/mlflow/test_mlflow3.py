@@ -123,6 +123,25 @@ def test_logged_models_are_searched_ordered_tagged_and_deleted(tracking, unique)
     )
     assert [m.model_id for m in best] == [made[1], made[2]]
 
+    # The datasets clause: metric filters count only metrics on those datasets.
+    with mlflow.start_run(run_id=run.info.run_id):
+        holdout = mlflow.data.from_pandas(pd.DataFrame({"x": [1, 2]}), name="holdout")
+        mlflow.log_metric("acc", 0.95, model_id=made[0], dataset=holdout)
+
+    def on(datasets, filter_string="metrics.acc > 0.75"):
+        found = mlflow.search_logged_models(
+            experiment_ids=[experiment_id],
+            filter_string=filter_string,
+            datasets=datasets,
+            output_format="list",
+        )
+        return [m.model_id for m in found]
+
+    assert on([{"dataset_name": "holdout"}]) == [made[0]]
+    assert on([{"dataset_name": "holdout", "dataset_digest": holdout.digest}]) == [made[0]]
+    assert on([{"dataset_name": "holdout", "dataset_digest": "other"}]) == []
+    assert on([{"dataset_name": "holdout"}], filter_string=None) == [made[0]]
+
     newest_first = mlflow.search_logged_models(experiment_ids=[experiment_id], output_format="list")
     assert [m.model_id for m in newest_first] == list(reversed(made))
     named = mlflow.search_logged_models(

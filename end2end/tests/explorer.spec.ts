@@ -171,6 +171,16 @@ test('filter, select, compare, smooth, log scale, zoom, hover, hide, group', asy
   await expect(page.locator('[data-testid="param-diff"] thead th:visible')).toHaveCount(4);
   await page.getByTestId('legend').locator('button').first().click();
   await expect(loss).toHaveAttribute('data-series', '4');
+  // Whether a param differs is asked of the runs shown: with the 2nd and
+  // 3rd hidden, both runs left have lr 0.1.
+  const lrRow = page.locator('[data-testid="param-diff"] tr[data-param="lr"]');
+  await expect(lrRow).toHaveClass(/differs/);
+  await page.getByTestId('legend').locator('button').nth(1).click();
+  await page.getByTestId('legend').locator('button').nth(2).click();
+  await expect(lrRow).not.toHaveClass(/differs/);
+  await page.getByTestId('legend').locator('button').nth(1).click();
+  await page.getByTestId('legend').locator('button').nth(2).click();
+  await expect(lrRow).toHaveClass(/differs/);
 
   // Group by lr: a mean line per value, with its min–max band.
   await page.getByTestId('group-by').selectOption('params.lr');

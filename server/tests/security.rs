@@ -592,7 +592,9 @@ async fn a_multipart_upload_joins_its_parts_within_the_artifact_limit() {
         .collect();
     assert_eq!(urls.len(), 3);
     assert!(
-        urls[2].starts_with(&format!("http://{addr}/api/2.0/mlflow-artifacts/mpu/part/{id}/3")),
+        urls[2].starts_with(&format!(
+            "http://{addr}/api/2.0/mlflow-artifacts/mpu/part/{id}/3"
+        )),
         "{urls:?}"
     );
     let put_part = |url: &str, body: Vec<u8>| {
@@ -634,13 +636,19 @@ async fn a_multipart_upload_joins_its_parts_within_the_artifact_limit() {
     .await;
     assert_eq!(done.status, 200, "{}", done.body);
     let file = server
-        .get(&format!("/api/2.0/mlflow-artifacts/artifacts/{folder}/model.bin"))
+        .get(&format!(
+            "/api/2.0/mlflow-artifacts/artifacts/{folder}/model.bin"
+        ))
         .await;
     assert_eq!(file.status, 200);
     let expected: String = ["a", "b", "c"].iter().map(|c| c.repeat(900)).collect();
     assert_eq!(file.body, expected);
     let parts = server.data_dir.path().join("artifacts/.multipart");
-    assert_eq!(std::fs::read_dir(&parts).unwrap().count(), 0, "its parts are gone");
+    assert_eq!(
+        std::fs::read_dir(&parts).unwrap().count(),
+        0,
+        "its parts are gone"
+    );
     // Once done, its URLs take nothing more.
     assert_eq!(put_part(&urls[0], vec![b'a'; 10]).await.status, 404);
     // An aborted upload leaves nothing.

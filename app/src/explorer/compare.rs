@@ -502,23 +502,34 @@ fn ParamDiff(
     state: Memo<CompareState>,
     go: impl Fn(CompareState) + Clone + Send + Sync + 'static,
 ) -> impl IntoView {
-    let rows: Vec<(String, Vec<Option<String>>, bool)> = runs.with_value(|runs| {
+    // Each param's values beside the run they belong to: whether a row is
+    // identical is asked of the runs shown, so hiding a run can make one so.
+    type Row = (String, Vec<(String, Option<String>)>);
+    let rows: Vec<Row> = runs.with_value(|runs| {
         param_keys
             .iter()
             .map(|k| {
                 let column = Column::Param(k.clone());
-                let values: Vec<Option<String>> = runs
+                let values = runs
                     .iter()
-                    .map(|r| r.value_of(&column).map(|c| c.display()))
+                    .map(|r| (r.run_id.clone(), r.value_of(&column).map(|c| c.display())))
                     .collect();
-                let same = values.iter().all(|v| *v == values[0]);
-                (k.clone(), values, same)
+                (k.clone(), values)
             })
             .collect()
     });
-    let identical = rows.iter().filter(|(_, _, same)| *same).count();
-    let run_ids: Vec<String> =
-        runs.with_value(|runs| runs.iter().map(|r| r.run_id.clone()).collect());
+    let same = move |values: &[(String, Option<String>)]| {
+        hidden.with(|h| {
+            let mut shown = values
+                .iter()
+                .filter(|(id, _)| !h.contains(id))
+                .map(|(_, v)| v);
+            let first = shown.next();
+            shown.all(|v| Some(v) == first)
+        })
+    };
+    let counted = rows.clone();
+    let identical = move || counted.iter().filter(|(_, values)| same(values)).count();
     view! {
         <section class="param-diff">
             <div class="section-head">
@@ -529,7 +540,7 @@ fn ParamDiff(
                             let on = event_target_checked(&ev);
                             go(CompareState { hide_identical: on, ..state.get_untracked() });
                         }/>
-                    {format!("hide identical ({identical})")}
+                    {move || format!("hide identical ({})", identical())}
                 </label>
             </div>
             {if rows.is_empty() {
@@ -550,14 +561,17 @@ fn ParamDiff(
                                 }).collect_view())}
                             </tr></thead>
                             <tbody>
-                                {rows.into_iter().map(|(key, values, same)| view! {
-                                    <tr data-param=key.clone() class:differs=!same
-                                        class:hidden=move || same && state.get().hide_identical>
-                                        <th scope="row">{key.clone()}</th>
-                                        {values.into_iter().zip(run_ids.clone()).map(|(v, id)| view! {
-                                            <td class:hidden=move || hidden.with(|h| h.contains(&id))>{v.unwrap_or_else(|| "–".to_owned())}</td>
-                                        }).collect_view()}
-                                    </tr>
+                                {rows.into_iter().map(|(key, values)| {
+                                    let (differs, alike) = (values.clone(), values.clone());
+                                    view! {
+                                        <tr data-param=key.clone() class:differs=move || !same(&differs)
+                                            class:hidden=move || same(&alike) && state.get().hide_identical>
+                                            <th scope="row">{key.clone()}</th>
+                                            {values.into_iter().map(|(id, v)| view! {
+                                                <td class:hidden=move || hidden.with(|h| h.contains(&id))>{v.unwrap_or_else(|| "–".to_owned())}</td>
+                                            }).collect_view()}
+                                        </tr>
+                                    }
                                 }).collect_view()}
                             </tbody>
                         </table>

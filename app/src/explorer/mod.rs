@@ -5,6 +5,7 @@
 pub mod api;
 pub(crate) mod chart;
 mod compare;
+pub mod models;
 mod run;
 mod table;
 

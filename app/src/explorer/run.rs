@@ -322,7 +322,7 @@ fn RunFacts(
                 }}
             </section>
         </div>
-        {view! { <RunInputsOutputs datasets=d.datasets models=d.models traces=d.traces/> }.into_any()}
+        {view! { <RunInputsOutputs experiment=d.experiment_id datasets=d.datasets models=d.models traces=d.traces/> }.into_any()}
     }
     .into_any()
 }
@@ -380,6 +380,7 @@ fn ArtifactView(run_id: String, url: String, path: String) -> impl IntoView {
 /// traces. Each section is there only when the run has some.
 #[component]
 fn RunInputsOutputs(
+    experiment: i64,
     datasets: Vec<trainyard_domain::explorer::RunDataset>,
     models: Vec<trainyard_domain::explorer::RunModel>,
     traces: Vec<trainyard_domain::explorer::RunTrace>,
@@ -456,7 +457,7 @@ fn RunInputsOutputs(
                 <tbody>
                     {traces.into_iter().map(|t| view! {
                         <tr data-trace=t.trace_id.clone()>
-                            <td>{t.name}</td>
+                            <td><a href=format!("/experiments/{experiment}/traces/{}", t.trace_id)>{t.name}</a></td>
                             <td>{t.state}</td>
                             <td>{format_utc(t.request_time)}</td>
                             <td class="num">{t.execution_ms.map(|ms| format!("{ms} ms")).unwrap_or_else(|| "–".to_owned())}</td>

@@ -201,6 +201,8 @@ fn ExperimentHead(
             <h1 data-testid="experiment-name">{summary.name.clone()}</h1>
             {archived.then(|| view! { <span class="badge badge-off">"archived"</span> })}
             <span class="muted" data-testid="experiment-runs">{summary.runs} " runs"</span>
+            <a href=format!("/experiments/{}/traces", summary.id)>"Traces"</a>
+            <a href=format!("/models?experiment={}", summary.id)>"Logged models"</a>
         </section>
         <Form method="GET" action="" attr:class="query-box" attr:role="search">
             <label for="run-query">"Filter runs"</label>

@@ -633,3 +633,215 @@ mod tests {
         assert_eq!(groups[2].1, ["a", "d"]);
     }
 }
+
+/// Registered models the Models page lists at most.
+pub const MODELS_SHOWN: u64 = 200;
+/// Versions of registered models it lists at most (newest first).
+pub const VERSIONS_SHOWN: u64 = 1000;
+/// Logged models of one experiment it lists at most (newest first).
+pub const LOGGED_MODELS_SHOWN: u64 = 500;
+
+/// The Models page: the registry, and one experiment's logged models.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelsView {
+    pub registered: Vec<crate::tracking::RegisteredModel>,
+    /// Versions of those models, newest change first.
+    pub versions: Vec<crate::tracking::ModelVersion>,
+    /// The experiment of each version's or logged model's source run, for
+    /// links to the run's page.
+    pub run_experiments: Vec<(String, i64)>,
+    /// The experiment whose logged models are listed, if any.
+    pub experiment_id: Option<i64>,
+    pub logged: Vec<crate::tracking::LoggedModel>,
+    /// More exist than listed (of each list).
+    pub more_registered: bool,
+    pub more_logged: bool,
+}
+
+/// An experiment's traces, a page at a time.
+pub const TRACES_PAGE: u64 = 100;
+
+/// The longest `traces.json` a trace's page reads.
+pub const MAX_TRACE_FILE: u64 = 16 << 20;
+
+/// Spans a trace's page draws at most.
+pub const MAX_SPANS: usize = 2000;
+
+/// The longest input or output of a span the page shows.
+pub const SPAN_TEXT: usize = 4096;
+
+/// One span of a trace, placed in its tree.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceSpan {
+    pub name: String,
+    /// Nesting below the root (0).
+    pub depth: usize,
+    /// LLM, CHAIN, TOOL, … as the client typed it; empty when untyped.
+    pub span_type: String,
+    /// Start after the trace's first span started, and duration, in µs.
+    pub start_us: i64,
+    pub duration_us: i64,
+    /// OK, ERROR or UNSET.
+    pub status: String,
+    pub status_message: String,
+    /// Its inputs and outputs as JSON text, cut at [`SPAN_TEXT`].
+    pub inputs: String,
+    pub outputs: String,
+}
+
+/// A trace with its spans in tree order (a parent before its children,
+/// children by start).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceView {
+    pub info: crate::tracking::TraceInfo,
+    pub spans: Vec<TraceSpan>,
+    /// Why no spans are shown, when none are.
+    pub note: Option<String>,
+    /// Spans past [`MAX_SPANS`] were left out.
+    pub truncated: bool,
+}
+
+/// A span as `traces.json` holds it, before it is placed in its tree.
+#[derive(Debug, Clone)]
+pub struct RawSpan {
+    pub id: String,
+    pub parent: Option<String>,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// What is shown of it; `depth`, `start_us` and `duration_us` are set
+    /// by [`place_spans`].
+    pub span: TraceSpan,
+}
+
+/// Orders spans as a tree: each root (a span whose parent is not in the
+/// trace) by start, each parent before its children, children by start;
+/// times from the earliest start. Spans caught in a loop of parents are
+/// shown as roots. At most [`MAX_SPANS`]; true when some were left out.
+/// No recursion: a trace is the client's data.
+pub fn place_spans(mut raw: Vec<RawSpan>) -> (Vec<TraceSpan>, bool) {
+    use std::collections::HashMap;
+    raw.sort_by_key(|s| s.start_ns);
+    let first = raw.first().map_or(0, |s| s.start_ns);
+    let index: HashMap<&str, usize> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i))
+        .collect();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); raw.len()];
+    let mut roots = Vec::new();
+    for (i, span) in raw.iter().enumerate() {
+        match span.parent.as_deref().and_then(|p| index.get(p)) {
+            Some(&parent) if parent != i => children[parent].push(i),
+            _ => roots.push(i),
+        }
+    }
+    let mut placed = vec![false; raw.len()];
+    let mut order: Vec<(usize, usize)> = Vec::with_capacity(raw.len().min(MAX_SPANS));
+    // Roots first; then whatever a loop of parents kept from being reached.
+    let starts: Vec<usize> = roots.into_iter().chain(0..raw.len()).collect();
+    for start in starts {
+        if placed[start] {
+            continue;
+        }
+        let mut stack = vec![(start, 0usize)];
+        while let Some((i, depth)) = stack.pop() {
+            if placed[i] {
+                continue;
+            }
+            placed[i] = true;
+            order.push((i, depth));
+            // Reversed, so the earliest child comes off the stack first.
+            for &child in children[i].iter().rev() {
+                if !placed[child] {
+                    stack.push((child, depth + 1));
+                }
+            }
+        }
+    }
+    let truncated = order.len() > MAX_SPANS;
+    order.truncate(MAX_SPANS);
+    let spans = order
+        .into_iter()
+        .map(|(i, depth)| {
+            let raw = &raw[i];
+            TraceSpan {
+                depth,
+                start_us: (raw.start_ns - first) / 1000,
+                duration_us: (raw.end_ns.max(raw.start_ns) - raw.start_ns) / 1000,
+                ..raw.span.clone()
+            }
+        })
+        .collect();
+    (spans, truncated)
+}
+
+#[cfg(test)]
+mod span_tests {
+    use super::*;
+
+    fn raw(id: &str, parent: Option<&str>, start_ns: i64, end_ns: i64) -> RawSpan {
+        RawSpan {
+            id: id.to_owned(),
+            parent: parent.map(str::to_owned),
+            start_ns,
+            end_ns,
+            span: TraceSpan {
+                name: id.to_owned(),
+                depth: 0,
+                span_type: String::new(),
+                start_us: 0,
+                duration_us: 0,
+                status: "OK".to_owned(),
+                status_message: String::new(),
+                inputs: String::new(),
+                outputs: String::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn spans_are_placed_parent_first_children_by_start_and_loops_survive() {
+        let (spans, truncated) = place_spans(vec![
+            raw("tool", Some("agent"), 5_000_000, 6_000_000),
+            raw("llm", Some("agent"), 2_000_000, 4_000_000),
+            raw("agent", None, 1_000_000, 9_000_000),
+            raw("parse", Some("llm"), 3_000_000, 3_500_000),
+            // A parent outside the trace: a root of its own.
+            raw("orphan", Some("gone"), 10_000_000, 10_000_000),
+            // Two spans that name each other.
+            raw("a", Some("b"), 11_000_000, 12_000_000),
+            raw("b", Some("a"), 11_500_000, 11_600_000),
+        ]);
+        assert!(!truncated);
+        let got: Vec<(&str, usize, i64, i64)> = spans
+            .iter()
+            .map(|s| (s.name.as_str(), s.depth, s.start_us, s.duration_us))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("agent", 0, 0, 8000),
+                ("llm", 1, 1000, 2000),
+                ("parse", 2, 2000, 500),
+                ("tool", 1, 4000, 1000),
+                ("orphan", 0, 9000, 0),
+                ("a", 0, 10_000, 1000),
+                ("b", 1, 10_500, 100),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_deep_or_wide_trace_is_cut_at_the_bound_without_recursion() {
+        let deep: Vec<RawSpan> = (0..MAX_SPANS as i64 + 10)
+            .map(|i| {
+                let parent = (i > 0).then(|| format!("s{}", i - 1));
+                raw(&format!("s{i}"), parent.as_deref(), i, i + 1)
+            })
+            .collect();
+        let (spans, truncated) = place_spans(deep);
+        assert!(truncated);
+        assert_eq!(spans.len(), MAX_SPANS);
+        assert_eq!(spans.last().unwrap().depth, MAX_SPANS - 1);
+    }
+}

@@ -21,7 +21,7 @@ mod uploads;
 pub use fair_share::{DayUsage, GpuSpan};
 pub use identity::{LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
 pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
-pub use models::{ModelMetricIn, ModelOrder, NewModel};
+pub use models::{ModelFilter, ModelMetricIn, ModelOrder, NewModel};
 pub use nodes::GpuInfo;
 pub use registry::NewVersion;
 pub use telemetry::{Heat, NodeGpu};

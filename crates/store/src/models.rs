@@ -10,7 +10,7 @@ use trainyard_domain::tracking::{
     Dataset, DatasetInput, DatasetSummary, LoggedModel, ModelMetric, Point, RunIo,
 };
 
-use crate::sql::{filter, upsert_pairs};
+use crate::sql::upsert_pairs;
 use crate::tracking::get;
 use crate::{Store, StoreError, Viewer, now_millis};
 
@@ -800,7 +800,7 @@ impl Store {
     pub async fn search_logged_models(
         &self,
         experiment_ids: &[i64],
-        expr: Option<&Expr>,
+        filter: ModelFilter<'_>,
         order: &[ModelOrder],
         limit: u64,
         offset: u64,
@@ -809,6 +809,7 @@ impl Store {
         if experiment_ids.is_empty() {
             return Ok(Vec::new());
         }
+        let ModelFilter { expr, datasets } = filter;
         let mut sql = self.sql();
         sql.push("SELECT m.id FROM logged_models m");
         let mut terms: Vec<String> = Vec::new();
@@ -880,7 +881,21 @@ impl Store {
         viewer.restrict(&mut sql, "m.user_id", "m.team_id", None);
         if let Some(expr) = expr {
             sql.push(" AND ");
-            filter(&mut sql, expr, trainyard_domain::query::Scope::LoggedModels);
+            crate::sql::filter_on(
+                &mut sql,
+                expr,
+                trainyard_domain::query::Scope::LoggedModels,
+                datasets,
+            );
+        }
+        // Datasets and no metric to hold to them: the models with any
+        // metric logged on one of them.
+        if !datasets.is_empty() && !expr.is_some_and(has_metric) {
+            sql.push(
+                " AND EXISTS (SELECT 1 FROM logged_model_metrics d WHERE d.model_id = m.id AND ",
+            );
+            crate::sql::on_datasets(&mut sql, "d", datasets);
+            sql.push(")");
         }
         sql.push(&format!(" ORDER BY {} LIMIT ", terms.join(", ")))
             .bind(limit as i64)
@@ -894,6 +909,24 @@ impl Store {
             .map(|row| get(row, "id"))
             .collect::<Result<_, _>>()?;
         self.load_logged_models(&ids).await
+    }
+}
+
+/// What a logged-model search keeps: the models matching `expr` (all when
+/// None), with its metric comparisons held to `datasets` when any are
+/// named (MLflow's `datasets` clause).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelFilter<'a> {
+    pub expr: Option<&'a Expr>,
+    pub datasets: &'a [crate::sql::DatasetRef],
+}
+
+/// Whether a filter compares any metric.
+fn has_metric(expr: &Expr) -> bool {
+    match expr {
+        Expr::And(parts) | Expr::Or(parts) => parts.iter().any(has_metric),
+        Expr::Not(inner) => has_metric(inner),
+        Expr::Test(field, _) => matches!(field, Field::Metric(_)),
     }
 }
 

@@ -2,7 +2,9 @@
 //! TEST_DATABASE_URL) PostgreSQL.
 
 use crate::testing::TestDb;
-use crate::{ModelMetricIn, ModelOrder, NewModel, NewRun, SignIn, Store, StoreError, Viewer};
+use crate::{
+    ModelFilter, ModelMetricIn, ModelOrder, NewModel, NewRun, SignIn, Store, StoreError, Viewer,
+};
 use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Attribute, Field, Scope, parse_filter};
 use trainyard_domain::tracking::{Dataset, DatasetInput, Point};
@@ -209,19 +211,32 @@ async fn logged_models_are_made_measured_searched_and_deleted() {
     assert_eq!(model.metrics[0].point.value, 0.9);
     assert_eq!(model.metrics[0].run_id.as_deref(), Some(run.as_str()));
 
-    let search = |filter: &str, order: Vec<ModelOrder>| {
-        let store = &store;
-        let filter = parse_filter(filter, Scope::LoggedModels).unwrap();
-        async move {
-            store
-                .search_logged_models(&[exp], filter.as_ref(), &order, 10, 0, &Viewer::Everyone)
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|m| m.model_id)
-                .collect::<Vec<_>>()
-        }
-    };
+    let search_on =
+        |filter: &str, order: Vec<ModelOrder>, datasets: Vec<(String, Option<String>)>| {
+            let store = &store;
+            let filter = parse_filter(filter, Scope::LoggedModels).unwrap();
+            async move {
+                store
+                    .search_logged_models(
+                        &[exp],
+                        ModelFilter {
+                            expr: filter.as_ref(),
+                            datasets: &datasets,
+                        },
+                        &order,
+                        10,
+                        0,
+                        &Viewer::Everyone,
+                    )
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|m| m.model_id)
+                    .collect::<Vec<_>>()
+            }
+        };
+    let search =
+        |filter: &'static str, order: Vec<ModelOrder>| search_on(filter, order, Vec::new());
     let by_acc = ModelOrder {
         field: Field::Metric("acc".into()),
         ascending: false,
@@ -252,6 +267,45 @@ async fn logged_models_are_made_measured_searched_and_deleted() {
     };
     assert_eq!(search("status = 'PENDING'", vec![oldest_first]).await, made);
 
+    // MLflow's `datasets` clause: metric comparisons count only metrics on
+    // those datasets; without one, any metric on them makes a match.
+    store
+        .log_model_metrics(
+            &run,
+            &[ModelMetricIn {
+                model_id: made[0].clone(),
+                key: "acc".into(),
+                point: Point {
+                    step: 1,
+                    timestamp: 2_000,
+                    value: 0.95,
+                },
+                dataset_name: Some("test".into()),
+                dataset_digest: Some("d1".into()),
+            }],
+        )
+        .await
+        .unwrap();
+    let on = |name: &str, digest: Option<&str>| vec![(name.to_owned(), digest.map(str::to_owned))];
+    assert_eq!(
+        search_on("metrics.acc > 0.75", vec![], on("eval", None)).await,
+        [made[2].clone(), made[1].clone()]
+    );
+    assert_eq!(
+        search_on("metrics.acc > 0.75", vec![], on("test", Some("d1"))).await,
+        [made[0].clone()]
+    );
+    assert!(
+        search_on("metrics.acc > 0.75", vec![], on("test", Some("d2")))
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        search_on("", vec![], on("test", None)).await,
+        [made[0].clone()]
+    );
+    assert_eq!(search("metrics.acc > 0.75", vec![]).await.len(), 3);
+
     // The team sees the model; someone outside it does not.
     let teammate = Viewer::Member {
         user_id: ana.id + 1000,
@@ -263,7 +317,7 @@ async fn logged_models_are_made_measured_searched_and_deleted() {
     };
     for (viewer, count) in [(teammate, 3), (stranger, 0)] {
         let found = store
-            .search_logged_models(&[exp], None, &[], 10, 0, &viewer)
+            .search_logged_models(&[exp], ModelFilter::default(), &[], 10, 0, &viewer)
             .await
             .unwrap();
         assert_eq!(found.len(), count);

@@ -115,6 +115,16 @@ pub(crate) async fn upsert_pairs(
 /// `registered_models g` and (for versions) `model_versions v`, or
 /// `traces t`.
 pub fn filter(sql: &mut Sql, expr: &Expr, scope: Scope) {
+    filter_on(sql, expr, scope, &[]);
+}
+
+/// A dataset that metric comparisons are held to: its name, and its digest
+/// when given.
+pub type DatasetRef = (String, Option<String>);
+
+/// As [`filter`]; metric comparisons of logged models count only metrics
+/// logged on one of `datasets` (when any), as MLflow's `datasets` clause.
+pub fn filter_on(sql: &mut Sql, expr: &Expr, scope: Scope, datasets: &[DatasetRef]) {
     match expr {
         Expr::And(parts) | Expr::Or(parts) => {
             let joiner = if matches!(expr, Expr::And(_)) {
@@ -127,16 +137,16 @@ pub fn filter(sql: &mut Sql, expr: &Expr, scope: Scope) {
                 if i > 0 {
                     sql.push(joiner);
                 }
-                filter(sql, part, scope);
+                filter_on(sql, part, scope, datasets);
             }
             sql.push(")");
         }
         Expr::Not(inner) => {
             sql.push("NOT (");
-            filter(sql, inner, scope);
+            filter_on(sql, inner, scope, datasets);
             sql.push(")");
         }
-        Expr::Test(field, predicate) => test(sql, field, predicate, scope),
+        Expr::Test(field, predicate) => test(sql, field, predicate, scope, datasets),
     }
 }
 
@@ -215,7 +225,13 @@ fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
     }
 }
 
-fn test(sql: &mut Sql, field: &Field, predicate: &Predicate, scope: Scope) {
+fn test(
+    sql: &mut Sql,
+    field: &Field,
+    predicate: &Predicate,
+    scope: Scope,
+    datasets: &[DatasetRef],
+) {
     let link = match scope {
         Scope::Runs => "x.run_id = r.id",
         Scope::Experiments => "x.experiment_id = e.id",
@@ -268,6 +284,10 @@ fn test(sql: &mut Sql, field: &Field, predicate: &Predicate, scope: Scope) {
     ));
     sql.bind(key.to_owned());
     sql.push(" AND ");
+    if let (Field::Metric(_), Scope::LoggedModels, false) = (field, scope, datasets.is_empty()) {
+        on_datasets(sql, "x", datasets);
+        sql.push(" AND ");
+    }
     match field {
         Field::Metric(_) => compare(sql, "x.value", predicate, true),
         Field::Param(_) if has_number(predicate) => {
@@ -281,6 +301,25 @@ fn test(sql: &mut Sql, field: &Field, predicate: &Predicate, scope: Scope) {
             compare(sql, numeric, predicate, true);
         }
         _ => compare(sql, "x.value", predicate, false),
+    }
+    sql.push(")");
+}
+
+/// `(x.dataset_name = … [AND x.dataset_digest = …] OR …)` for a table
+/// alias `x` of logged-model metrics.
+pub fn on_datasets(sql: &mut Sql, alias: &str, datasets: &[DatasetRef]) {
+    sql.push("(");
+    for (i, (name, digest)) in datasets.iter().enumerate() {
+        if i > 0 {
+            sql.push(" OR ");
+        }
+        sql.push(&format!("({alias}.dataset_name = "))
+            .bind(name.clone());
+        if let Some(digest) = digest {
+            sql.push(&format!(" AND {alias}.dataset_digest = "))
+                .bind(digest.clone());
+        }
+        sql.push(")");
     }
     sql.push(")");
 }

@@ -291,18 +291,19 @@ pub async fn search(
         .iter()
         .map(|id| parse_experiment_id(id))
         .collect::<Result<Vec<_>, _>>()?;
-    if !req.datasets.is_empty() {
-        if req.datasets.iter().any(|d| {
-            d.dataset_name.as_deref().unwrap_or("").is_empty()
-                && d.dataset_digest.as_deref().is_some()
-        }) {
+    if req.datasets.len() > 100 {
+        return Err(ApiError::invalid(
+            "The `datasets` clause names at most 100 datasets",
+        ));
+    }
+    let mut datasets = Vec::with_capacity(req.datasets.len());
+    for d in req.datasets {
+        let Some(name) = d.dataset_name.filter(|n| !n.is_empty()) else {
             return Err(ApiError::invalid(
                 "`dataset_name` in the `datasets` clause must be specified.",
             ));
-        }
-        return Err(ApiError::invalid(
-            "Searching logged models by `datasets` is not supported by this server yet; filter with metrics.<key> and order_by with dataset_name instead",
-        ));
+        };
+        datasets.push((name, d.dataset_digest.filter(|d| !d.is_empty())));
     }
     let limit = wire::max_results(req.max_results, 100, 1000)?;
     let offset = wire::parse_page_token(req.page_token.as_deref())?;
@@ -332,7 +333,10 @@ pub async fn search(
         .store
         .search_logged_models(
             &experiment_ids,
-            filter.as_ref(),
+            trainyard_store::ModelFilter {
+                expr: filter.as_ref(),
+                datasets: &datasets,
+            },
             &order,
             limit + 1,
             offset,

@@ -1,0 +1,85 @@
+// What MLflow 3 scripts log besides runs, in Chromium, logged by the
+// official mlflow client (explorer/seed_mlflow3.py): the Models page with a
+// registered model, its version and alias, and an experiment's logged
+// models sorted by a metric; an experiment's traces and one trace's span
+// tree with a span's inputs and outputs.
+import { expect, test } from '@playwright/test';
+import { execFileSync } from 'node:child_process';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
+const python = join(
+  process.env.MLFLOW_VENV ?? join(homedir(), '.cache', 'trainyard', 'mlflow-venv'),
+  'bin',
+  'python',
+);
+
+type Seeded = { experiment_id: string; run_id: string; model_id: string; registered: string };
+
+function seed(baseURL: string): Seeded {
+  const out = execFileSync(
+    python,
+    [join(__dirname, '..', 'explorer', 'seed_mlflow3.py'), baseURL, `models-${Date.now()}`],
+    { encoding: 'utf8', timeout: 120_000, env: { ...process.env, MLFLOW_HTTP_REQUEST_MAX_RETRIES: '0' } },
+  );
+  const lines = out.trim().split('\n');
+  return JSON.parse(lines[lines.length - 1]);
+}
+
+test('the Models page lists registered versions with aliases and sorts logged models by a metric', async ({ page, baseURL }) => {
+  const seeded = seed(baseURL!);
+  await page.goto('/models');
+  const card = page.locator(`[data-registered="${seeded.registered}"]`);
+  await expect(card.getByTestId('aliases')).toHaveText('@champion → v1');
+  const version = card.locator('tr[data-version="1"]');
+  await expect(version).toContainText('@champion');
+  await expect(version).toContainText(`models:/${seeded.model_id}`);
+  // The version's source run opens its page.
+  await expect(version.getByRole('link')).toHaveAttribute(
+    'href',
+    `/experiments/${seeded.experiment_id}/runs/${seeded.run_id}`,
+  );
+  await page.getByTestId('models-experiment').selectOption(seeded.experiment_id);
+  await expect(page).toHaveURL(new RegExp(`/models\\?experiment=${seeded.experiment_id}$`));
+  const rows = page.locator('[data-testid="logged-models"] tbody tr');
+  await expect(rows).toHaveCount(2);
+  const sortBy = page.locator('[data-testid="logged-models"] button[data-sort="val_acc"]');
+  await sortBy.click();
+  await expect(rows.first()).toHaveAttribute('data-model', 'regressor');
+  await expect(rows.first()).toContainText('0.91');
+  await expect(page.locator('[data-testid="logged-models"] th[aria-sort="descending"]')).toContainText('val_acc');
+  await sortBy.click();
+  await expect(rows.first()).toHaveAttribute('data-model', 'classifier');
+  await expect(rows.first()).toContainText('0.875');
+  await expect(rows.first()).toContainText('ready');
+  await page.screenshot({ path: test.info().outputPath('models.png'), fullPage: true });
+});
+
+test("an experiment's traces open to their span tree", async ({ page, baseURL }) => {
+  const seeded = seed(baseURL!);
+  // From the run's page, its trace links to the trace.
+  await page.goto(`/experiments/${seeded.experiment_id}/runs/${seeded.run_id}`);
+  await page.locator('[data-testid="traces"] tbody tr').getByRole('link', { name: 'predict' }).click();
+  await expect(page.getByTestId('trace-name')).toHaveText('predict');
+  await page.goto(`/experiments/${seeded.experiment_id}/traces`);
+  const listed = page.locator('[data-testid="trace-list"] tbody tr');
+  await expect(listed).toHaveCount(1);
+  await listed.getByRole('link', { name: 'predict' }).click();
+  await expect(page.getByTestId('trace-name')).toHaveText('predict');
+  const spans = page.locator('[data-testid="spans"] tbody tr[data-span]');
+  await expect(spans).toHaveCount(2);
+  await expect(spans.nth(0)).toHaveAttribute('data-span', 'predict');
+  await expect(spans.nth(0)).toHaveAttribute('data-depth', '0');
+  await expect(spans.nth(1)).toHaveAttribute('data-span', 'score');
+  await expect(spans.nth(1)).toHaveAttribute('data-depth', '1');
+  await expect(spans.nth(1)).toContainText('TOOL');
+  // The child's bar lies inside its parent's.
+  const bar = async (i: number) => (await spans.nth(i).locator('.span-bar').boundingBox())!;
+  const [parent, child] = [await bar(0), await bar(1)];
+  expect(child.x).toBeGreaterThanOrEqual(parent.x - 1);
+  expect(child.x + child.width).toBeLessThanOrEqual(parent.x + parent.width + 1);
+  await spans.nth(1).getByRole('button', { name: 'score' }).click();
+  await expect(page.getByTestId('span-inputs')).toContainText('"width": 0.7');
+  await expect(page.getByTestId('span-outputs')).toContainText('1.4');
+  await page.screenshot({ path: test.info().outputPath('trace.png'), fullPage: true });
+});
