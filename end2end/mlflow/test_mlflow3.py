@@ -99,7 +99,7 @@ def test_log_model_and_load_it_by_run_and_by_id(tracking, unique, tmp_path):
     assert "sklearn" in open(os.path.join(downloaded, "MLmodel")).read()
 
 
-def test_logged_models_are_searched_ordered_tagged_and_deleted(tracking, unique):
+def test_logged_models_are_searched_ordered_tagged_and_deleted(tracking, server, unique):
     experiment_id = mlflow.set_experiment(f"models-{unique}").experiment_id
     client = MlflowClient()
     with mlflow.start_run() as run:
@@ -137,10 +137,13 @@ def test_logged_models_are_searched_ordered_tagged_and_deleted(tracking, unique)
         )
         return [m.model_id for m in found]
 
-    assert on([{"dataset_name": "holdout"}]) == [made[0]]
     assert on([{"dataset_name": "holdout", "dataset_digest": holdout.digest}]) == [made[0]]
     assert on([{"dataset_name": "holdout", "dataset_digest": "other"}]) == []
-    assert on([{"dataset_name": "holdout"}], filter_string=None) == [made[0]]
+    assert on([{"dataset_name": "holdout", "dataset_digest": holdout.digest}], None) == [made[0]]
+    # A name alone: MLflow's documentation makes the digest optional, but
+    # its 3.17 server then matches only metrics logged without a digest
+    # (none here). Trainyard matches the name with any digest, as documented.
+    assert on([{"dataset_name": "holdout"}]) == ([made[0]] if tracking == server else [])
 
     newest_first = mlflow.search_logged_models(experiment_ids=[experiment_id], output_format="list")
     assert [m.model_id for m in newest_first] == list(reversed(made))

@@ -359,6 +359,10 @@ pub fn router(state: AppState) -> Router {
                     ),
                 )
                 .route(
+                    "/api/trainyard/v1/nodes/{node}",
+                    axum::routing::delete(agent_api::remove_node),
+                )
+                .route(
                     "/api/trainyard/v1/nodes/{node}/tokens",
                     get(agent_api::node_tokens).post(agent_api::create_node_token),
                 )

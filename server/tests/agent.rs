@@ -398,3 +398,87 @@ async fn two_agents_push_one_catches_up_after_a_cut_and_node_tokens_stay_in_thei
     .await;
     assert_eq!(bad.status, 400, "{}", bad.body);
 }
+
+/// A node gone for good leaves the admin's pages: its GPUs, their samples
+/// and its agent tokens go; the executor's own node stays.
+#[tokio::test]
+async fn an_admin_removes_a_node_with_its_gpus_samples_and_tokens() {
+    let server = TestServer::start().await;
+    let token = node_token(&server, "gpu-gone").await;
+    let registered = bearer(
+        &server,
+        &token,
+        "POST",
+        "/api/trainyard/v1/agent/register",
+        &json!({"node": "gpu-gone", "gpus": [
+            {"index": 0, "uuid": "GPU-gone-0", "name": "A100", "memory_total_bytes": 1}
+        ]}),
+    )
+    .await;
+    assert_eq!(registered.status, 200, "{}", registered.body);
+    let now = now_ms();
+    let batch = json!({"readings": [{"t_ms": now, "gpus": [
+        {"index": 0, "uuid": "GPU-gone-0", "gpu_util": 50, "mem_util": 0,
+         "mem_used_bytes": 0, "mem_total_bytes": 1, "temperature_c": 30,
+         "power_mw": 1, "power_limit_mw": 1, "sm_clock_mhz": 1, "mem_clock_mhz": 1,
+         "ecc_corrected": null, "ecc_uncorrected": null, "processes": []}
+    ]}]});
+    let pushed = bearer(
+        &server,
+        &token,
+        "POST",
+        "/api/trainyard/v1/agent/readings",
+        &batch,
+    )
+    .await;
+    assert_eq!(pushed.json()["kept"], 1, "{}", pushed.body);
+    assert_eq!(sample_times(&server, "gpu-gone", now - 1000).await, [now]);
+    let overview = || async {
+        request(server.addr, "GET", "/api/trainyard/v1/gpus", &[], b"")
+            .await
+            .body
+    };
+    assert!(overview().await.contains("GPU-gone-0"));
+
+    let remove = |node: &'static str| async move {
+        request(
+            server.addr,
+            "DELETE",
+            &format!("/api/trainyard/v1/nodes/{node}"),
+            &[],
+            b"",
+        )
+        .await
+    };
+    // The server's own machine is the local executor's: it stays.
+    let local = request(server.addr, "GET", "/api/trainyard/v1/nodes", &[], b"").await;
+    let own = local.json()["nodes"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let own_path = format!("/api/trainyard/v1/nodes/{own}");
+    let kept = request(server.addr, "DELETE", &own_path, &[], b"").await;
+    assert_eq!(kept.status, 409, "{}", kept.body);
+    assert!(kept.body.contains("executor's nodes"), "{}", kept.body);
+
+    let removed = remove("gpu-gone").await;
+    assert_eq!(removed.status, 204, "{}", removed.body);
+    assert!(!overview().await.contains("GPU-gone-0"));
+    assert!(
+        sample_times(&server, "gpu-gone", now - 1000)
+            .await
+            .is_empty()
+    );
+    // Its agent's token is revoked with it.
+    let after = bearer(
+        &server,
+        &token,
+        "POST",
+        "/api/trainyard/v1/agent/readings",
+        &batch,
+    )
+    .await;
+    assert_eq!(after.status, 401, "{}", after.body);
+    assert_eq!(remove("gpu-gone").await.status, 404);
+    assert_eq!(remove("Bad Name!").await.status, 400);
+}

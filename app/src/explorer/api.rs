@@ -480,6 +480,59 @@ pub async fn edit_run(run_id: String, name: String, note: Option<String>) -> Res
     Ok(())
 }
 
+/// Sets a tag of a run (or deletes it, with `remove`), from its page. Keys
+/// follow MLflow's rules; the `mlflow.` and `trainyard.` tags are the
+/// system's and stay as they are.
+#[server(endpoint = "set_run_tag")]
+pub async fn set_run_tag(
+    run_id: String,
+    key: String,
+    #[server(default)] value: String,
+    #[server(default)] remove: bool,
+) -> Result<(), AppError> {
+    use trainyard_domain::FieldError;
+    use trainyard_domain::explorer::{MAX_TAG_KEY, MAX_TAG_VALUE};
+    let store = store()?;
+    let user = caller()?.user;
+    store
+        .run_as(&user, &run_id, trainyard_store::Access::Change)
+        .await?;
+    let key = key.trim().to_owned();
+    let allowed = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ' ' | ':' | '/');
+    let problem = if key.is_empty() {
+        Some("is empty; name the tag".to_owned())
+    } else if key.chars().count() > MAX_TAG_KEY {
+        Some(format!("is longer than {MAX_TAG_KEY} characters"))
+    } else if !key.chars().all(allowed) {
+        Some("may hold letters, digits and _ - . : / and spaces only".to_owned())
+    } else if key.starts_with('/') || key.split('/').any(|p| p == "." || p == "..") {
+        Some("may not start with / or hold . or .. as a part".to_owned())
+    } else if key.starts_with("mlflow.") || key.starts_with("trainyard.") {
+        Some(
+            "is a system tag (mlflow.… and trainyard.… are set by the client and by Trainyard)"
+                .to_owned(),
+        )
+    } else {
+        None
+    };
+    if let Some(problem) = problem {
+        bad_request();
+        return Err(AppError::Fields(vec![FieldError::new("key", problem)]));
+    }
+    if remove {
+        return Ok(store.delete_run_tag(&run_id, &key).await?);
+    }
+    if value.chars().count() > MAX_TAG_VALUE {
+        bad_request();
+        return Err(AppError::Fields(vec![FieldError::new(
+            "value",
+            format!("is longer than {MAX_TAG_VALUE} characters"),
+        )]));
+    }
+    store.log_batch(&run_id, &[], &[], &[(key, value)]).await?;
+    Ok(())
+}
+
 /// Deletes a run (MLflow's soft delete: `mlflow gc` or a restore later),
 /// from its page; the browser goes back to its experiment.
 #[server(endpoint = "delete_run_page")]

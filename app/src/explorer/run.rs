@@ -10,7 +10,9 @@ use leptos_router::hooks::use_params_map;
 use trainyard_domain::explorer::{Cell, RunDetail, XAxis};
 use trainyard_domain::format_utc;
 
-use super::api::{DeleteRunPage, EditRun, artifact_preview, get_run_detail, get_run_metric_keys};
+use super::api::{
+    DeleteRunPage, EditRun, SetRunTag, artifact_preview, get_run_detail, get_run_metric_keys,
+};
 use super::chart::{ChartOptions, Line, MetricChart};
 use super::status_class;
 use crate::error::AppError;
@@ -32,9 +34,17 @@ pub fn RunPage() -> impl IntoView {
     let keys_tick = RwSignal::new(0u32);
     let edit = ServerAction::<EditRun>::new();
     let delete = ServerAction::<DeleteRunPage>::new();
+    let tag = ServerAction::<SetRunTag>::new();
     let detail = Resource::new(
-        move || (run_id.get(), tick.get(), edit.version().get()),
-        |(id, _, _)| get_run_detail(id),
+        move || {
+            (
+                run_id.get(),
+                tick.get(),
+                edit.version().get(),
+                tag.version().get(),
+            )
+        },
+        |(id, _, _, _)| get_run_detail(id),
     );
     // Apart from the facts, so that live updates do not remount the charts;
     // asked again only when a new metric key appears.
@@ -49,7 +59,7 @@ pub fn RunPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading the run…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(d) => view! { <RunFacts detail=d edit delete preview/> }.into_any(),
+                    Ok(d) => view! { <RunFacts detail=d edit delete tag preview/> }.into_any(),
                     Err(e) => view! { <Title text="Run"/><ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -140,6 +150,7 @@ fn RunFacts(
     detail: RunDetail,
     edit: ServerAction<EditRun>,
     delete: ServerAction<DeleteRunPage>,
+    tag: ServerAction<SetRunTag>,
     /// The artifact shown in place (an image, or a text's start), if any;
     /// the page's, so a live run's refresh keeps it open.
     preview: RwSignal<Option<String>>,
@@ -150,6 +161,7 @@ fn RunFacts(
             .get()
             .and_then(Result::err)
             .or_else(|| delete.value().get().and_then(Result::err))
+            .or_else(|| tag.value().get().and_then(Result::err))
     };
     // The description box is filled in the browser only: a textarea's
     // server-rendered text is not escaped by this Leptos.
@@ -272,9 +284,21 @@ fn RunFacts(
                 <h2>"Tags"</h2>
                 {if d.tags.is_empty() {
                     view! { <p class="muted">"No tags."</p> }.into_any()
+                } else if d.may_change {
+                    view! { <EditableTags run_id=d.run_id.clone() rows=d.tags.clone() tag/> }.into_any()
                 } else {
                     view! { <KeyValues rows=d.tags.clone() testid="tags"/> }.into_any()
                 }}
+                {d.may_change.then(|| view! {
+                    <ActionForm action=tag attr:class="inline-form tag-form">
+                        <input type="hidden" name="run_id" value=d.run_id.clone()/>
+                        <input type="text" name="key" required maxlength="250" placeholder="key"
+                            aria-label="Tag key" data-testid="tag-key"/>
+                        <input type="text" name="value" maxlength="65536" placeholder="value"
+                            aria-label="Tag value" data-testid="tag-value"/>
+                        <button type="submit" data-testid="tag-set">"Set tag"</button>
+                    </ActionForm>
+                })}
                 <h2>"Artifacts"</h2>
                 {if d.artifacts.is_empty() {
                     view! { <p class="muted" data-testid="no-artifacts">"No artifacts. " <code>"mlflow.log_artifact(\"model.pt\")"</code> " stores one here."</p> }.into_any()
@@ -469,6 +493,42 @@ fn RunInputsOutputs(
         </section>
     }.into_any());
     view! { {datasets} {models} {traces} }.into_any()
+}
+
+/// A run's tags, each but the system's (`mlflow.…`, `trainyard.…`) with a
+/// button that removes it.
+#[component]
+fn EditableTags(
+    run_id: String,
+    rows: Vec<(String, String)>,
+    tag: ServerAction<SetRunTag>,
+) -> impl IntoView {
+    view! {
+        <table class="table narrow kv" data-testid="tags">
+            <tbody>
+                {rows.into_iter().map(|(k, v)| {
+                    let system = k.starts_with("mlflow.") || k.starts_with("trainyard.");
+                    let label = format!("Remove the tag {k}");
+                    let run_id = run_id.clone();
+                    let key = k.clone();
+                    view! {
+                        <tr data-tag=k.clone()>
+                            <th scope="row">{k.clone()}</th>
+                            <td>{v}</td>
+                            <td class="actions">{(!system).then(|| view! {
+                                <ActionForm action=tag attr:class="inline-form">
+                                    <input type="hidden" name="run_id" value=run_id/>
+                                    <input type="hidden" name="key" value=key/>
+                                    <input type="hidden" name="remove" value="true"/>
+                                    <button type="submit" class="link" aria-label=label title="Remove">"×"</button>
+                                </ActionForm>
+                            })}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
 }
 
 #[component]

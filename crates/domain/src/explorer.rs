@@ -315,6 +315,11 @@ pub struct RunDetail {
     pub may_change: bool,
 }
 
+/// The longest tag key the run page sets (MLflow's).
+pub const MAX_TAG_KEY: usize = 250;
+/// The longest tag value it sets (what the tracking API keeps whole).
+pub const MAX_TAG_VALUE: usize = 65_536;
+
 /// The longest description a run keeps (MLflow's tag value limit).
 pub const MAX_RUN_NOTE: usize = 65_536;
 /// The longest run name (the column's width).

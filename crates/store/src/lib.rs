@@ -22,7 +22,7 @@ pub use fair_share::{DayUsage, GpuSpan};
 pub use identity::{LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
 pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
 pub use models::{ModelFilter, ModelMetricIn, ModelOrder, NewModel};
-pub use nodes::GpuInfo;
+pub use nodes::{GpuInfo, NodeRemoval};
 pub use registry::NewVersion;
 pub use telemetry::{Heat, NodeGpu};
 pub use traces::TraceToDelete;

@@ -1,7 +1,10 @@
 //! Nodes and their GPUs as the executors find them: the local executor
 //! registers this machine at start-up.
 
-use sea_orm::{ActiveModelTrait, ColumnTrait, Condition, EntityTrait, QueryFilter, Set};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, ConnectionTrait, EntityTrait, PaginatorTrait,
+    QueryFilter, Set,
+};
 
 use crate::entity::{gpu, node};
 use crate::{Store, StoreError, now_millis};
@@ -123,4 +126,84 @@ impl Store {
         txn.commit().await?;
         Ok(node_id)
     }
+}
+
+impl Store {
+    /// Removes a node that is gone for good: its GPUs and their samples,
+    /// its agent tokens (revoked), and its name from ended jobs; not while a
+    /// job starts or runs on it. A node that is still there comes back when next seen (the
+    /// local executor's at start-up, an agent's at its next registration
+    /// with a new token, a cluster's at the next capacity read).
+    pub async fn remove_node(&self, name: &str) -> Result<NodeRemoval, StoreError> {
+        use sea_orm::sea_query::Expr;
+        use trainyard_domain::JobState;
+
+        use crate::entity::{api_token, job};
+        let _turn = self.write_turn().await;
+        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let Some(found) = node::Entity::find()
+            .filter(node::Column::Name.eq(name))
+            .one(&txn)
+            .await?
+        else {
+            return Ok(NodeRemoval::Missing);
+        };
+        let busy = job::Entity::find()
+            .filter(job::Column::NodeId.eq(found.id))
+            .filter(
+                job::Column::State.is_in([JobState::Starting.as_str(), JobState::Running.as_str()]),
+            )
+            .count(&txn)
+            .await?;
+        if busy > 0 {
+            return Ok(NodeRemoval::Busy(busy));
+        }
+        let gpu_ids: Vec<i64> = gpu::Entity::find()
+            .filter(gpu::Column::NodeId.eq(found.id))
+            .all(&txn)
+            .await?
+            .into_iter()
+            .map(|g| g.id)
+            .collect();
+        for table in ["gpu_series", "gpu_xids"] {
+            for ids in gpu_ids.chunks(500) {
+                let mut sql = self.sql();
+                sql.push(&format!("DELETE FROM {table} WHERE gpu_id IN "))
+                    .bind_list(ids.iter().copied());
+                txn.execute_raw(sql.build()).await?;
+            }
+        }
+        let mut sql = self.sql();
+        sql.push("DELETE FROM gpu_fresh WHERE node_id = ")
+            .bind(found.id);
+        txn.execute_raw(sql.build()).await?;
+        gpu::Entity::delete_many()
+            .filter(gpu::Column::NodeId.eq(found.id))
+            .exec(&txn)
+            .await?;
+        job::Entity::update_many()
+            .col_expr(job::Column::NodeId, Expr::value(Option::<i64>::None))
+            .filter(job::Column::NodeId.eq(found.id))
+            .exec(&txn)
+            .await?;
+        api_token::Entity::update_many()
+            .col_expr(api_token::Column::RevokedAt, Expr::value(now_millis()))
+            .filter(api_token::Column::Node.eq(name))
+            .filter(api_token::Column::RevokedAt.is_null())
+            .exec(&txn)
+            .await?;
+        node::Entity::delete_by_id(found.id).exec(&txn).await?;
+        txn.commit().await?;
+        Ok(NodeRemoval::Removed)
+    }
+}
+
+/// What [`Store::remove_node`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeRemoval {
+    Removed,
+    /// No node of that name.
+    Missing,
+    /// Jobs are starting or running on it: nothing was removed.
+    Busy(u64),
 }

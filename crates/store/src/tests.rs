@@ -302,3 +302,83 @@ fn urls_are_checked_and_redacted() {
     );
     assert_eq!(redact("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
 }
+
+/// A node is removed with its GPUs only when nothing runs on it; an ended
+/// job keeps its record without the node.
+#[tokio::test]
+async fn a_node_is_removed_only_when_nothing_runs_on_it() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let owner = store.local_admin().await.unwrap();
+    let experiment = store
+        .create_experiment("nodes", owner.as_owner())
+        .await
+        .unwrap();
+    let gpu = crate::GpuInfo {
+        index: 0,
+        uuid: "GPU-busy-0".to_owned(),
+        name: "A100".to_owned(),
+        memory_total_bytes: 1,
+    };
+    let node_id = store.register_node("busy", &[gpu]).await.unwrap();
+    let job = store
+        .create_job(NewJob {
+            spec: serde_json::from_str(r#"{"name": "j", "command": "x"}"#).unwrap(),
+            owner_id: Some(owner.id),
+            team_id: None,
+            cpu_millis: 1000,
+            memory_mib: 1024,
+            max_runtime_secs: 60,
+            run: NewRun {
+                experiment_id: experiment,
+                user_id: "t".to_owned(),
+                owner_id: Some(owner.id),
+                team_id: None,
+                run_name: None,
+                start_time: None,
+                tags: Vec::new(),
+            },
+            params: Vec::new(),
+            tags: Vec::new(),
+            submitted: "queued".to_owned(),
+        })
+        .await
+        .unwrap()
+        .job
+        .id;
+    let to = |from: JobState, to: JobState, change: JobChange| {
+        let store = &store;
+        async move { store.move_job(job, &[from], to, change).await.unwrap() }
+    };
+    assert!(
+        to(
+            JobState::Queued,
+            JobState::Running,
+            JobChange {
+                node_id: Some(Some(node_id)),
+                node: Some(Some("busy".to_owned())),
+                ..Default::default()
+            },
+        )
+        .await
+    );
+    assert_eq!(
+        store.remove_node("busy").await.unwrap(),
+        crate::NodeRemoval::Busy(1)
+    );
+    assert_eq!(store.gpu_inventory().await.unwrap().len(), 1);
+    assert!(to(JobState::Running, JobState::Succeeded, JobChange::default()).await);
+    assert_eq!(
+        store.remove_node("busy").await.unwrap(),
+        crate::NodeRemoval::Removed
+    );
+    assert!(store.gpu_inventory().await.unwrap().is_empty());
+    assert_eq!(
+        store.get_job(job).await.unwrap().job.state,
+        JobState::Succeeded
+    );
+    assert_eq!(
+        store.remove_node("busy").await.unwrap(),
+        crate::NodeRemoval::Missing
+    );
+}
