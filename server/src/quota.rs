@@ -62,7 +62,15 @@ pub const RECOUNT_AFTER: std::time::Duration = std::time::Duration::from_secs(60
 struct Counted {
     bytes: u64,
     at: std::time::Instant,
+    /// When a count from disk last refused a write, if none of this
+    /// process's writes or removals came since.
+    refused: Option<std::time::Instant>,
 }
+
+/// The least time between two counts from disk for refused writes when
+/// nothing changed between them: a client cannot make the server walk
+/// someone's artifacts on every request.
+pub const RECOUNT_AT_MOST_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl ArtifactUsage {
     /// The turn of `owner`'s writes and removals: hold it from the check to
@@ -112,6 +120,7 @@ impl ArtifactUsage {
             Counted {
                 bytes: counted,
                 at: std::time::Instant::now(),
+                refused: None,
             },
         );
         Ok(counted)
@@ -122,6 +131,25 @@ impl ArtifactUsage {
         map.get(&owner)
             .filter(|c| c.at.elapsed() < RECOUNT_AFTER)
             .map(|c| c.bytes)
+    }
+
+    /// Whether a refused write may have `owner`'s artifacts counted from
+    /// disk again: not within [`RECOUNT_AT_MOST_EVERY`] of a count that
+    /// refused too, unless this process wrote or removed some since.
+    pub fn may_recount(&self, owner: i64) -> bool {
+        let map = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&owner).is_none_or(|c| {
+            c.refused
+                .is_none_or(|at| at.elapsed() >= RECOUNT_AT_MOST_EVERY)
+        })
+    }
+
+    /// Notes that a count just taken from disk refused a write.
+    pub fn refused(&self, owner: i64) {
+        let mut map = self.used.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(counted) = map.get_mut(&owner) {
+            counted.refused = Some(std::time::Instant::now());
+        }
     }
 
     /// Drops `owner`'s count: the next need counts from disk.
@@ -136,6 +164,7 @@ impl ArtifactUsage {
         let mut map = self.used.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(used) = map.get_mut(&owner) {
             used.bytes = used.bytes.saturating_add_signed(delta);
+            used.refused = None;
         }
     }
 }

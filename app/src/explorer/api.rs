@@ -497,7 +497,6 @@ pub async fn set_run_tag(
     store
         .run_as(&user, &run_id, trainyard_store::Access::Change)
         .await?;
-    let key = key.trim().to_owned();
     let allowed = |c: char| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ' ' | ':' | '/');
     let problem = if key.is_empty() {
         Some("is empty; name the tag".to_owned())

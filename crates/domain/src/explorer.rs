@@ -771,8 +771,8 @@ pub fn place_spans(mut raw: Vec<RawSpan>) -> (Vec<TraceSpan>, bool) {
             let raw = &raw[i];
             TraceSpan {
                 depth,
-                start_us: (raw.start_ns - first) / 1000,
-                duration_us: (raw.end_ns.max(raw.start_ns) - raw.start_ns) / 1000,
+                start_us: raw.start_ns.saturating_sub(first) / 1000,
+                duration_us: raw.end_ns.max(raw.start_ns).saturating_sub(raw.start_ns) / 1000,
                 ..raw.span.clone()
             }
         })
@@ -817,6 +817,13 @@ mod span_tests {
             raw("a", Some("b"), 11_000_000, 12_000_000),
             raw("b", Some("a"), 11_500_000, 11_600_000),
         ]);
+        // Times a client made up do not overflow.
+        let (odd, _) = place_spans(vec![
+            raw("early", None, i64::MIN, i64::MAX),
+            raw("late", None, i64::MAX, i64::MIN),
+        ]);
+        assert_eq!(odd[0].start_us, 0);
+        assert_eq!(odd[1].duration_us, 0);
         assert!(!truncated);
         let got: Vec<(&str, usize, i64, i64)> = spans
             .iter()

@@ -582,6 +582,8 @@ fn python_env(
     };
     discard(&venv);
     discard(&build);
+    discard(&venv.with_extension("sealing"));
+    discard(&venv.with_extension("built"));
     let _ = writeln!(
         say,
         "trainyard: creating a Python environment for requirements.txt (cached as {key}); this happens once"
@@ -706,25 +708,36 @@ fn build_steps(
 /// Makes the built environment root's (when a job's user built it) and
 /// marks it ready. From here on nothing of the builder may change it: its
 /// processes are stopped first, nothing it left is followed, and root
-/// copies the tree to fresh files in the same place (the environment's
-/// scripts name their own path), so a descriptor or a mapping the builder
-/// passed to a process of another uid while it ran writes to the old files
-/// only, which are then removed.
+/// copies the tree to fresh files that then take its place (the
+/// environment's scripts name that path), so a descriptor or a mapping the
+/// builder passed to a process of another uid while it ran writes to the
+/// old files only, which are then removed.
 fn seal(venv: &Path, user: Option<JobUser>) -> std::io::Result<()> {
-    if let Some(user) = user {
-        users::kill_all(user.uid)?;
-        let built = venv.with_extension("built");
-        tree::remove_tree(&built)?;
-        std::fs::rename(venv, &built)?;
-        let copied = tree::copy_tree(&built, venv);
-        let removed = tree::remove_tree(&built);
-        copied?;
-        removed?;
+    let Some(user) = user else {
+        // A marker the builder planted (a link, say) is removed, not followed.
+        let ready = venv.join(READY_FILE);
+        tree::remove_tree(&ready)?;
+        return tree::create_new(&ready, 0o644)?.sync_all();
+    };
+    users::kill_all(user.uid)?;
+    // Copied beside, marked there, and renamed into place whole: a seal cut
+    // short leaves no environment that looks ready.
+    let sealing = venv.with_extension("sealing");
+    tree::remove_tree(&sealing)?;
+    let copied = tree::copy_tree(venv, &sealing).and_then(|()| {
+        let ready = sealing.join(READY_FILE);
+        tree::remove_tree(&ready)?;
+        tree::create_new(&ready, 0o644)?.sync_all()
+    });
+    if let Err(e) = copied {
+        let _ = tree::remove_tree(&sealing);
+        return Err(e);
     }
-    // A marker the builder planted (a link, say) is removed, not followed.
-    let ready = venv.join(READY_FILE);
-    tree::remove_tree(&ready)?;
-    tree::create_new(&ready, 0o644)?.sync_all()
+    let built = venv.with_extension("built");
+    tree::remove_tree(&built)?;
+    std::fs::rename(venv, &built)?;
+    std::fs::rename(&sealing, venv)?;
+    tree::remove_tree(&built)
 }
 
 /// Whether `venv` is a finished environment: its marker is a plain file,

@@ -132,6 +132,10 @@ pub fn chown_tree(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
     walk_owning(path, uid, gid)
 }
 
+/// How much more than its blocks hold a copied file may say it holds (a
+/// file's last block, and file systems that keep small files inline).
+const SPARSE_SLACK: u64 = 1 << 20;
+
 /// What a copy takes from every mode: the write bits of group and others
 /// and the set-id and sticky bits, so what a builder made writable for
 /// everyone is no longer once the tree is shared.
@@ -268,6 +272,17 @@ pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
                         name.to_string_lossy()
                     )));
                 }
+                // A sparse file would be written out in full by the copy:
+                // root could fill the disk with what took the builder none.
+                let size = stat.st_size.max(0) as u64;
+                let held = (stat.st_blocks.max(0) as u64).saturating_mul(512);
+                if size > held.saturating_add(SPARSE_SLACK) {
+                    return Err(other(format!(
+                        "{} holds a sparse file ({size} bytes in {held} on disk): {}",
+                        from.display(),
+                        name.to_string_lossy()
+                    )));
+                }
                 let flags = OFlags::WRONLY
                     | OFlags::CREATE
                     | OFlags::EXCL
@@ -276,7 +291,9 @@ pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
                 let target =
                     rustix::fs::openat(copy, name.as_c_str(), flags, Mode::RUSR | Mode::WUSR)?;
                 let mut target = File::from(target);
-                io::copy(&mut File::from(source), &mut target)?;
+                // Its size when looked at: a file still growing (through a
+                // descriptor passed on) cannot keep the copy going.
+                io::copy(&mut File::from(source).take(size), &mut target)?;
                 rustix::fs::fchmod(&target, mode(&stat))?;
                 let at = |sec: i64, nsec: u64| rustix::fs::Timespec {
                     tv_sec: sec,
@@ -687,6 +704,14 @@ mod tests {
             "{error}"
         );
         std::fs::remove_file(from.join("fifo")).unwrap();
+        // A sparse file: copied out in full it would take what it never held.
+        File::create(from.join("huge"))
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let error = copy_tree(&from, &dir.path().join("to5")).unwrap_err();
+        assert!(error.to_string().contains("sparse"), "{error}");
+        std::fs::remove_file(from.join("huge")).unwrap();
         let deep = dir.path().join("deep");
         std::fs::create_dir(&deep).unwrap();
         deep_chain(&deep, MAX_DEPTH + 5);

@@ -325,7 +325,9 @@ where
             let mut used = usage
                 .used(&state.store, &state.artifact_root, owner)
                 .await?;
-            if used.saturating_add(declared) > quota.saturating_add(replaced) {
+            let refuses =
+                |used: u64| used.saturating_add(declared) > quota.saturating_add(replaced);
+            if refuses(used) && usage.may_recount(owner) {
                 // A refusal is never made on a count that may have drifted
                 // (files removed by another process or by hand): count
                 // from disk first.
@@ -333,6 +335,9 @@ where
                 used = usage
                     .used(&state.store, &state.artifact_root, owner)
                     .await?;
+                if refuses(used) {
+                    usage.refused(owner);
+                }
             }
             Some((
                 quota,

@@ -1,8 +1,9 @@
 //! The mlflow-artifacts multipart upload (`mpu/create`, `mpu/complete`,
 //! `mpu/abort`), which the mlflow client uses for a large artifact when
 //! `MLFLOW_ENABLE_PROXY_MULTIPART_UPLOAD` is set: it asks for one URL per
-//! part, PUTs the parts to those URLs in parallel (without its credentials,
-//! as it would to S3), then completes.
+//! part, PUTs the parts to those URLs from several threads (without its
+//! credentials, as it would to S3; the server writes one part of an upload
+//! at a time), then completes.
 //!
 //! A part URL carries the upload's id, 32 random bytes, which only the
 //! creator learns: it is the part's credential. Parts are kept under
@@ -95,21 +96,20 @@ fn file_name(local: &str) -> Result<&str, ApiError> {
 }
 
 /// Where the client reached this server, for the part URLs: the Host it
-/// sent (with the proxy's scheme when one says), else the public URL.
+/// sent (with the proxy's scheme when one says, else the public URL's),
+/// else the public URL.
 fn origin(state: &AppState, headers: &HeaderMap) -> String {
     let public = &state.auth.config.public_url;
     let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
     match host {
         Some(host) if !host.is_empty() && !host.contains(['/', '\\', '@', ' ']) => {
+            // The proxy's word, else the public URL's: a capability never
+            // goes back over plain HTTP where people use HTTPS.
             let scheme = headers
                 .get("x-forwarded-proto")
                 .and_then(|v| v.to_str().ok())
                 .filter(|s| matches!(*s, "http" | "https"))
-                .unwrap_or(if public.host_str() == host.split(':').next() {
-                    public.scheme()
-                } else {
-                    "http"
-                });
+                .unwrap_or(public.scheme());
             format!("{scheme}://{host}")
         }
         _ => public.origin().ascii_serialization(),
@@ -176,7 +176,10 @@ pub async fn create(
         created_ms: trainyard_store::now_millis(),
     };
     let bytes = serde_json::to_vec(&record).map_err(ApiError::internal)?;
-    tokio::fs::write(dir.join(RECORD), bytes)
+    // Written beside and renamed: a sweep never reads half a record.
+    let temp = dir.join(".upload.json");
+    tokio::fs::write(&temp, bytes).await.map_err(io_error)?;
+    tokio::fs::rename(&temp, dir.join(RECORD))
         .await
         .map_err(io_error)?;
     // The parts go where the client sent this: /api/… or /ajax-api/….
@@ -205,6 +208,8 @@ async fn sweep(root: &Path, user_id: i64) -> Result<usize, ApiError> {
         }
         match read_record(&entry.path(), &name).await {
             Ok(record) => open += usize::from(record.user_id == user_id),
+            // Being made right now: its record comes in a moment.
+            Err(_) if is_recent(&entry).await => {}
             // Past its lifetime, or never finished being made.
             Err(_) => {
                 if let Err(e) = tokio::fs::remove_dir_all(entry.path()).await {
@@ -214,6 +219,31 @@ async fn sweep(root: &Path, user_id: i64) -> Result<usize, ApiError> {
         }
     }
     Ok(open)
+}
+
+/// Whether a folder was made in the last minute.
+async fn is_recent(entry: &tokio::fs::DirEntry) -> bool {
+    entry
+        .metadata()
+        .await
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < std::time::Duration::from_secs(60))
+}
+
+/// One part of an upload is written at a time, so that the parts together
+/// stay within one artifact's limit (the parts of different uploads go on
+/// side by side).
+fn upload_turn(id: &str) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex};
+    static TURNS: LazyLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
+        LazyLock::new(Default::default);
+    let mut turns = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+    // Turns nobody holds or waits for are dropped as new ones come.
+    turns.retain(|_, turn| Arc::strong_count(turn) > 1);
+    turns.entry(id.to_owned()).or_default().clone()
 }
 
 /// `PUT /mlflow-artifacts/mpu/part/<upload id>/<part number>`: the URL
@@ -239,6 +269,10 @@ pub async fn part(
                 record.num_parts
             ))
         })?;
+    let turn = upload_turn(&id);
+    let _turn = turn.lock().await;
+    // Completed or aborted while this one waited.
+    read_record(&dir, &id).await?;
     // The other parts and this one together: no more than one artifact.
     let mut others = 0u64;
     let mut entries = tokio::fs::read_dir(&dir).await.map_err(io_error)?;
@@ -251,7 +285,10 @@ pub async fn part(
         }
     }
     let room = (limit as u64).saturating_sub(others);
-    let temp = dir.join(format!("part-{number}.{}", std::process::id()));
+    let temp = dir.join(format!(
+        "part-{number}.{}",
+        &trainyard_store::identity::random_secret()[..12]
+    ));
     let written = write_part(&temp, body, room).await;
     let written = match written {
         Ok(written) => written,
@@ -339,6 +376,8 @@ pub async fn complete(
 ) -> ApiResult {
     let (path, target, dir, record) =
         own_upload(&state, &principal, &folder, req.path, req.upload_id).await?;
+    let turn = upload_turn(&dir.file_name().unwrap_or_default().to_string_lossy());
+    let _turn = turn.lock().await;
     if req.parts.is_empty() {
         return Err(ApiError::invalid(
             "parts must list the uploaded parts (part_number and etag), in order",
@@ -404,6 +443,8 @@ pub async fn abort(
     Req(req): Req<Abort>,
 ) -> ApiResult {
     let (_, _, dir, _) = own_upload(&state, &principal, &folder, req.path, req.upload_id).await?;
+    let turn = upload_turn(&dir.file_name().unwrap_or_default().to_string_lossy());
+    let _turn = turn.lock().await;
     tokio::fs::remove_dir_all(&dir).await.map_err(io_error)?;
     Ok(axum::Json(json!({})))
 }

@@ -378,8 +378,11 @@ pub async fn delete(
     let mut deleted = 0;
     // In pages, oldest first, so an old experiment's thousands of traces
     // are neither held at once nor checked one query each.
+    // Named traces (at most 10,000) are one page: all are checked before
+    // any is deleted.
+    let page_size = if named { 10_000 } else { DELETE_PAGE };
     loop {
-        let limit = left.map_or(DELETE_PAGE, |n| n.min(DELETE_PAGE));
+        let limit = left.map_or(page_size, |n| n.min(page_size));
         if limit == 0 {
             break;
         }
