@@ -25,6 +25,22 @@ fn other(message: String) -> io::Error {
     io::Error::other(message)
 }
 
+/// A walk that met more than [`MAX_ENTRIES`] entries below `tree`.
+fn too_many(tree: &Path) -> io::Error {
+    other(format!(
+        "{} holds more than {MAX_ENTRIES} entries",
+        tree.display()
+    ))
+}
+
+/// A walk that met folders nested past [`MAX_DEPTH`] below `tree`.
+fn too_deep(tree: &Path) -> io::Error {
+    other(format!(
+        "{} nests folders more than {MAX_DEPTH} deep",
+        tree.display()
+    ))
+}
+
 fn folder_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
@@ -173,20 +189,14 @@ fn walk_owning(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
         }
         seen += 1;
         if seen > MAX_ENTRIES {
-            return Err(other(format!(
-                "{} holds more than {MAX_ENTRIES} entries",
-                path.display()
-            )));
+            return Err(too_many(path));
         }
         let fd = dir.fd()?;
         let kind = checked_kind(fd, &name, path)?;
         rustix::fs::chownat(fd, name.as_c_str(), owner, group, AtFlags::SYMLINK_NOFOLLOW)?;
         if kind == FileType::Directory {
             if depth >= MAX_DEPTH {
-                return Err(other(format!(
-                    "{} nests folders more than {MAX_DEPTH} deep",
-                    path.display()
-                )));
+                return Err(too_deep(path));
             }
             stack.push(Dir::new(open_folder_at(fd, &name)?)?);
         }
@@ -231,20 +241,14 @@ pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
         }
         seen += 1;
         if seen > MAX_ENTRIES {
-            return Err(other(format!(
-                "{} holds more than {MAX_ENTRIES} entries",
-                from.display()
-            )));
+            return Err(too_many(from));
         }
         let fd = dir.fd()?;
         let stat = rustix::fs::statat(fd, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
         match FileType::from_raw_mode(stat.st_mode) {
             FileType::Directory => {
                 if depth >= MAX_DEPTH {
-                    return Err(other(format!(
-                        "{} nests folders more than {MAX_DEPTH} deep",
-                        from.display()
-                    )));
+                    return Err(too_deep(from));
                 }
                 let child = open_folder_at(fd, &name)?;
                 rustix::fs::mkdirat(copy, name.as_c_str(), Mode::RWXU)?;
