@@ -1752,3 +1752,83 @@ async fn deleting_traces_pages_through_takes_their_files_and_spares_others() {
     left.sort();
     assert_eq!(left, ["tr-admin", "tr-new"]);
 }
+
+#[tokio::test]
+async fn the_models_page_links_only_runs_the_viewer_may_read() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let post = |who: String, path: &str, body: Value| {
+        let server = &server;
+        let path = format!("/api/2.0/mlflow/{path}");
+        async move {
+            let answer = call(server, "POST", &path, Some(&who), &body).await;
+            assert_eq!(answer.status, 200, "POST {path}: {}", answer.body);
+            answer.json()
+        }
+    };
+    let mut runs = Vec::new();
+    for (who, name) in [
+        (p.alice.bearer(), "alice-exp"),
+        (p.carol.bearer(), "carol-exp"),
+    ] {
+        let exp =
+            post(who.clone(), "experiments/create", json!({"name": name})).await["experiment_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        let run =
+            post(who, "runs/create", json!({"experiment_id": exp})).await["run"]["info"]["run_id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+        runs.push((run, exp.parse::<i64>().unwrap()));
+    }
+    post(
+        p.alice.bearer(),
+        "registered-models/create",
+        json!({"name": "shared"}),
+    )
+    .await;
+    // Alice registers her run; an admin adds carol's run to alice's model.
+    for (who, (run, _)) in [(p.alice.bearer(), &runs[0]), (p.admin.bearer(), &runs[1])] {
+        post(
+            who,
+            "model-versions/create",
+            json!({"name": "shared", "source": format!("runs:/{run}/model"), "run_id": run}),
+        )
+        .await;
+    }
+    let models = |who: String| {
+        let server = &server;
+        async move {
+            let answer = request(
+                server.addr,
+                "POST",
+                "/api/get_models",
+                &[
+                    ("Authorization", who.as_str()),
+                    ("Content-Type", "application/x-www-form-urlencoded"),
+                ],
+                b"",
+            )
+            .await;
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            answer.json()
+        }
+    };
+    // Bob (alice's team) sees both versions of the team's model, and the
+    // experiment of alice's run only: carol's stays unknown to him.
+    let seen = models(p.bob.bearer()).await;
+    assert_eq!(seen["versions"].as_array().unwrap().len(), 2, "{seen}");
+    assert_eq!(
+        seen["run_experiments"],
+        json!([[runs[0].0, runs[0].1]]),
+        "{seen}"
+    );
+    let mut all = vec![json!([runs[0].0, runs[0].1]), json!([runs[1].0, runs[1].1])];
+    all.sort_by_key(|pair| pair[0].as_str().unwrap().to_owned());
+    assert_eq!(
+        models(p.admin.bearer()).await["run_experiments"],
+        json!(all)
+    );
+}

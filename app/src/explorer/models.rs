@@ -62,11 +62,22 @@ pub async fn get_models(experiment: Option<i64>) -> Result<ModelsView, AppError>
         .collect();
     run_ids.sort();
     run_ids.dedup();
-    let run_experiments = store
+    // A version's source run may sit in an experiment the viewer cannot
+    // read (someone registered from their own run): no link, so its
+    // experiment stays unknown to them.
+    let runs: Vec<(String, i64)> = store
         .load_runs(&run_ids)
         .await?
         .into_iter()
         .map(|run| (run.info.run_id, run.info.experiment_id))
+        .collect();
+    let mut experiments: Vec<i64> = runs.iter().map(|(_, e)| *e).collect();
+    experiments.sort_unstable();
+    experiments.dedup();
+    let readable = store.readable_experiments(&experiments, &viewer).await?;
+    let run_experiments = runs
+        .into_iter()
+        .filter(|(_, experiment)| readable.contains(experiment))
         .collect();
     Ok(ModelsView {
         registered,

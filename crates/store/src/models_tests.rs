@@ -305,6 +305,12 @@ async fn logged_models_are_made_measured_searched_and_deleted() {
         [made[0].clone()]
     );
     assert_eq!(search("metrics.acc > 0.75", vec![]).await.len(), 3);
+    assert_eq!(
+        search_on("metrics.acc IS NULL", vec![], on("test", None)).await,
+        [made[2].clone(), made[1].clone()],
+        "no acc on the dataset named, whatever was logged on others"
+    );
+    assert!(search("metrics.acc IS NULL", vec![]).await.is_empty());
 
     // The team sees the model; someone outside it does not.
     let teammate = Viewer::Member {
@@ -530,6 +536,80 @@ async fn registry_versions_keep_their_numbers_and_aliases_follow_them() {
         store.get_registered_model("forms").await,
         Err(StoreError::NotFound(_))
     ));
+}
+
+#[tokio::test]
+async fn a_page_of_the_registry_carries_each_models_own_tags_aliases_and_versions() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &["vision"]).await;
+    // More than one chunk of ids (500): tags, aliases and versions are
+    // read a chunk at a time, not one model at a time.
+    let count = 505;
+    for i in 0..count {
+        let name = format!("m{i:03}");
+        store
+            .create_registered_model(&name, None, &[kv("n", &i.to_string())], ana.as_owner())
+            .await
+            .unwrap();
+        for _ in 0..=(i % 2) {
+            store
+                .create_model_version(
+                    &name,
+                    crate::NewVersion {
+                        source: format!("runs:/r{i}/model"),
+                        ..crate::NewVersion::default()
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        let last = 1 + (i % 2) as i64;
+        store
+            .set_model_version_tag(&name, last, "v", &format!("{i}-{last}"))
+            .await
+            .unwrap();
+        store
+            .set_registered_model_alias(&name, &format!("a{i}"), last)
+            .await
+            .unwrap();
+    }
+    let models = store
+        .search_registered_models(None, &[], 1000, 0, &Viewer::Everyone)
+        .await
+        .unwrap();
+    assert_eq!(models.len(), count);
+    for (i, model) in models.iter().enumerate() {
+        let last = 1 + (i % 2) as i64;
+        assert_eq!(model.name, format!("m{i:03}"));
+        assert_eq!(model.tags, [kv("n", &i.to_string())], "{}", model.name);
+        assert_eq!(model.aliases, [(format!("a{i}"), last)], "{}", model.name);
+        // Both versions are in stage None: the newest only.
+        assert_eq!(model.latest_versions.len(), 1, "{}", model.name);
+        let newest = &model.latest_versions[0];
+        assert_eq!(newest.version, last, "{}", model.name);
+        assert_eq!(
+            newest.tags,
+            [kv("v", &format!("{i}-{last}"))],
+            "{}",
+            model.name
+        );
+        assert_eq!(newest.aliases, [format!("a{i}")], "{}", model.name);
+    }
+    let versions = store
+        .search_model_versions(None, &[], 2000, 0, &Viewer::Everyone)
+        .await
+        .unwrap();
+    assert_eq!(versions.len(), count + count / 2);
+    for v in &versions {
+        let i: usize = v.name[1..].parse().unwrap();
+        let last = 1 + (i % 2) as i64;
+        if v.version == last {
+            assert_eq!(v.tags, [kv("v", &format!("{i}-{last}"))], "{}", v.name);
+            assert_eq!(v.aliases, [format!("a{i}")], "{}", v.name);
+        } else {
+            assert!(v.tags.is_empty() && v.aliases.is_empty(), "{}", v.name);
+        }
+    }
 }
 
 #[tokio::test]

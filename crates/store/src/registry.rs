@@ -1,6 +1,8 @@
 //! MLflow's model registry: registered models, their versions (numbered from
 //! 1, a deleted one keeps its number), stages, aliases and tags, and search.
 
+use std::collections::{BTreeSet, HashMap, HashSet};
+
 use sea_orm::{ConnectionTrait, QueryResult, TransactionTrait};
 use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Expr, OrderBy, Scope};
@@ -9,6 +11,10 @@ use trainyard_domain::tracking::{MODEL_STAGES, ModelVersion, RegisteredModel};
 use crate::sql::{Sql, filter, upsert_pairs};
 use crate::tracking::get;
 use crate::{Store, StoreError, Viewer, now_millis};
+
+/// Ids given to one `IN (…)`: well within every backend's bound on
+/// parameters.
+const IN_CHUNK: usize = 500;
 
 /// The stage MLflow gives a deleted version: its number stays taken.
 const DELETED_STAGE: &str = "Deleted_Internal";
@@ -137,56 +143,67 @@ impl Store {
         &self,
         rows: &[QueryResult],
     ) -> Result<Vec<RegisteredModel>, StoreError> {
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: i64 = get(row, "id")?;
-            let name: String = get(row, "name")?;
+        let ids = rows
+            .iter()
+            .map(|row| get::<i64>(row, "id"))
+            .collect::<Result<Vec<i64>, StoreError>>()?;
+        // A few queries a page, whatever its length: never one per model.
+        let mut tags: HashMap<i64, Vec<(String, String)>> = HashMap::new();
+        let mut aliases: HashMap<i64, Vec<(String, i64)>> = HashMap::new();
+        let mut latest: HashMap<String, Vec<ModelVersion>> = HashMap::new();
+        for chunk in ids.chunks(IN_CHUNK) {
             let mut sql = self.sql();
-            sql.push("SELECT key, value FROM registered_model_tags WHERE registered_model_id = ")
-                .bind(id)
+            sql.push("SELECT registered_model_id, key, value FROM registered_model_tags WHERE registered_model_id IN ")
+                .bind_list(chunk.iter().copied())
                 .push(" ORDER BY key");
-            let tags = self
-                .connection()
-                .query_all_raw(sql.build())
-                .await?
-                .iter()
-                .map(|r| Ok((get(r, "key")?, get(r, "value")?)))
-                .collect::<Result<Vec<(String, String)>, StoreError>>()?;
+            for r in self.connection().query_all_raw(sql.build()).await? {
+                tags.entry(get(&r, "registered_model_id")?)
+                    .or_default()
+                    .push((get(&r, "key")?, get(&r, "value")?));
+            }
             let mut sql = self.sql();
-            sql.push(
-                "SELECT alias, version FROM registered_model_aliases WHERE registered_model_id = ",
-            )
-            .bind(id)
-            .push(" ORDER BY alias");
-            let aliases = self
-                .connection()
-                .query_all_raw(sql.build())
-                .await?
-                .iter()
-                .map(|r| Ok((get(r, "alias")?, i64::from(get::<i32>(r, "version")?))))
-                .collect::<Result<Vec<(String, i64)>, StoreError>>()?;
+            sql.push("SELECT registered_model_id, alias, version FROM registered_model_aliases WHERE registered_model_id IN ")
+                .bind_list(chunk.iter().copied())
+                .push(" ORDER BY alias");
+            for r in self.connection().query_all_raw(sql.build()).await? {
+                aliases
+                    .entry(get(&r, "registered_model_id")?)
+                    .or_default()
+                    .push((get(&r, "alias")?, i64::from(get::<i32>(&r, "version")?)));
+            }
             // The newest version of each stage.
-            let latest_versions = self
+            let versions = self
                 .versions_where(|sql| {
-                    sql.push("WHERE v.registered_model_id = ")
-                        .bind(id)
+                    sql.push("WHERE v.registered_model_id IN ")
+                        .bind_list(chunk.iter().copied())
                         .push(" AND v.stage <> ")
                         .bind(DELETED_STAGE.to_owned())
                         .push(" AND v.version = (SELECT MAX(w.version) FROM model_versions w WHERE w.registered_model_id = v.registered_model_id AND w.stage = v.stage) ORDER BY v.version");
                     Ok(())
                 })
                 .await?;
-            out.push(RegisteredModel {
-                name,
-                description: get(row, "description")?,
-                creation_time: get(row, "creation_time")?,
-                last_update_time: get(row, "last_update_time")?,
-                tags,
-                aliases,
-                latest_versions,
-            });
+            for version in versions {
+                latest
+                    .entry(version.name.clone())
+                    .or_default()
+                    .push(version);
+            }
         }
-        Ok(out)
+        rows.iter()
+            .zip(ids)
+            .map(|(row, id)| {
+                let name: String = get(row, "name")?;
+                Ok(RegisteredModel {
+                    latest_versions: latest.remove(&name).unwrap_or_default(),
+                    name,
+                    description: get(row, "description")?,
+                    creation_time: get(row, "creation_time")?,
+                    last_update_time: get(row, "last_update_time")?,
+                    tags: tags.remove(&id).unwrap_or_default(),
+                    aliases: aliases.remove(&id).unwrap_or_default(),
+                })
+            })
+            .collect()
     }
 
     /// Versions that `tail` selects (it writes `WHERE …` over
@@ -200,54 +217,75 @@ impl Store {
         sql.push("SELECT v.*, g.name FROM model_versions v JOIN registered_models g ON g.id = v.registered_model_id ");
         tail(&mut sql)?;
         let rows = self.connection().query_all_raw(sql.build()).await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            let model: i64 = get(&row, "registered_model_id")?;
-            let version: i32 = get(&row, "version")?;
-            let mut sql = self.sql();
-            sql.push("SELECT key, value FROM model_version_tags WHERE registered_model_id = ")
-                .bind(model)
-                .push(" AND version = ")
-                .bind(version)
-                .push(" ORDER BY key");
-            let tags = self
-                .connection()
-                .query_all_raw(sql.build())
-                .await?
-                .iter()
-                .map(|r| Ok((get(r, "key")?, get(r, "value")?)))
-                .collect::<Result<Vec<(String, String)>, StoreError>>()?;
-            let mut sql = self.sql();
-            sql.push("SELECT alias FROM registered_model_aliases WHERE registered_model_id = ")
-                .bind(model)
-                .push(" AND version = ")
-                .bind(version)
-                .push(" ORDER BY alias");
-            let aliases = self
-                .connection()
-                .query_all_raw(sql.build())
-                .await?
-                .iter()
-                .map(|r| get(r, "alias"))
-                .collect::<Result<Vec<String>, StoreError>>()?;
-            out.push(ModelVersion {
-                name: get(&row, "name")?,
-                version: i64::from(version),
-                creation_time: get(&row, "creation_time")?,
-                last_update_time: get(&row, "last_update_time")?,
-                description: get(&row, "description")?,
-                user_id: get(&row, "user_name")?,
-                source: get(&row, "source")?,
-                storage_location: get(&row, "storage_location")?,
-                run_id: get(&row, "run_id")?,
-                run_link: get(&row, "run_link")?,
-                stage: get(&row, "stage")?,
-                model_id: get(&row, "model_id")?,
-                tags,
-                aliases,
-            });
+        let keys = rows
+            .iter()
+            .map(|row| {
+                Ok((
+                    get::<i64>(row, "registered_model_id")?,
+                    get::<i32>(row, "version")?,
+                ))
+            })
+            .collect::<Result<Vec<(i64, i32)>, StoreError>>()?;
+        // Tags and aliases of a chunk of versions at a time: those of its
+        // models and version numbers, kept for the versions asked.
+        let mut tags: HashMap<(i64, i32), Vec<(String, String)>> = HashMap::new();
+        let mut aliases: HashMap<(i64, i32), Vec<String>> = HashMap::new();
+        for chunk in keys.chunks(IN_CHUNK) {
+            let wanted: HashSet<(i64, i32)> = chunk.iter().copied().collect();
+            let models: BTreeSet<i64> = chunk.iter().map(|k| k.0).collect();
+            let numbers: BTreeSet<i32> = chunk.iter().map(|k| k.1).collect();
+            for (table, columns) in [
+                ("model_version_tags", "key, value"),
+                ("registered_model_aliases", "alias"),
+            ] {
+                let mut sql = self.sql();
+                sql.push(&format!(
+                    "SELECT registered_model_id, version, {columns} FROM {table} WHERE registered_model_id IN "
+                ))
+                .bind_list(models.iter().copied())
+                .push(" AND version IN ")
+                .bind_list(numbers.iter().copied())
+                .push(if table == "model_version_tags" {
+                    " ORDER BY key"
+                } else {
+                    " ORDER BY alias"
+                });
+                for r in self.connection().query_all_raw(sql.build()).await? {
+                    let key = (get(&r, "registered_model_id")?, get(&r, "version")?);
+                    if !wanted.contains(&key) {
+                        continue;
+                    }
+                    if table == "model_version_tags" {
+                        tags.entry(key)
+                            .or_default()
+                            .push((get(&r, "key")?, get(&r, "value")?));
+                    } else {
+                        aliases.entry(key).or_default().push(get(&r, "alias")?);
+                    }
+                }
+            }
         }
-        Ok(out)
+        rows.iter()
+            .zip(keys)
+            .map(|(row, key)| {
+                Ok(ModelVersion {
+                    name: get(row, "name")?,
+                    version: i64::from(key.1),
+                    creation_time: get(row, "creation_time")?,
+                    last_update_time: get(row, "last_update_time")?,
+                    description: get(row, "description")?,
+                    user_id: get(row, "user_name")?,
+                    source: get(row, "source")?,
+                    storage_location: get(row, "storage_location")?,
+                    run_id: get(row, "run_id")?,
+                    run_link: get(row, "run_link")?,
+                    stage: get(row, "stage")?,
+                    model_id: get(row, "model_id")?,
+                    tags: tags.remove(&key).unwrap_or_default(),
+                    aliases: aliases.remove(&key).unwrap_or_default(),
+                })
+            })
+            .collect()
     }
 
     async fn touch_registered_model(

@@ -254,11 +254,20 @@ fn test(
         }
         return;
     };
+    let on_named_datasets = matches!(
+        (field, scope, datasets.is_empty()),
+        (Field::Metric(_), Scope::LoggedModels, false)
+    );
     if *predicate == Predicate::IsNull {
         sql.push(&format!(
             "NOT EXISTS (SELECT 1 FROM {table} x WHERE {link} AND x.key = "
         ));
         sql.bind(key.to_owned());
+        if on_named_datasets {
+            // No value on those datasets, whatever was logged elsewhere.
+            sql.push(" AND ");
+            on_datasets(sql, "x", datasets);
+        }
         sql.push(")");
         return;
     }
@@ -284,7 +293,7 @@ fn test(
     ));
     sql.bind(key.to_owned());
     sql.push(" AND ");
-    if let (Field::Metric(_), Scope::LoggedModels, false) = (field, scope, datasets.is_empty()) {
+    if on_named_datasets {
         on_datasets(sql, "x", datasets);
         sql.push(" AND ");
     }

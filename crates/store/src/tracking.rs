@@ -362,6 +362,26 @@ impl Store {
         Ok(())
     }
 
+    /// Which of `ids` the viewer may see (Default always): one query, for
+    /// pages that link to many runs' experiments at once.
+    pub async fn readable_experiments(
+        &self,
+        ids: &[i64],
+        viewer: &Viewer,
+    ) -> Result<std::collections::HashSet<i64>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let mut sql = self.sql();
+        sql.push("SELECT e.id FROM experiments e WHERE e.id IN ")
+            .bind_list(ids.iter().copied());
+        viewer.restrict(&mut sql, "e.owner_id", "e.team_id", Some("e.id = 0"));
+        let rows = self.connection().query_all_raw(sql.build()).await?;
+        rows.iter()
+            .map(|row| row.try_get::<i64>("", "id").map_err(StoreError::from))
+            .collect()
+    }
+
     /// Whose an experiment is.
     pub async fn experiment_owner(&self, id: i64) -> Result<Owner, StoreError> {
         let found = crate::entity::experiment::Entity::find_by_id(id)
