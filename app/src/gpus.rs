@@ -108,6 +108,22 @@ pub async fn get_node_gpus(
     Ok(telemetry()?.node_window(&node, span, 600).await?)
 }
 
+/// Removes a node that is gone for good (admins): its GPUs, their samples
+/// and its agent tokens; the browser goes back to every GPU.
+#[server(endpoint = "remove_gpu_node")]
+pub async fn remove_gpu_node(node: String) -> Result<(), AppError> {
+    admin()?;
+    let removal = crate::api::jobs()?.remove_node(&node).await?;
+    if let Some(why) = removal.refusal(&node) {
+        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+            response.set_status(http::StatusCode::CONFLICT);
+        }
+        return Err(AppError::Conflict(why));
+    }
+    leptos_axum::redirect("/admin/gpus");
+    Ok(())
+}
+
 /// GPU-hours allocated against busy over `window` back from now, per team
 /// or person (admins).
 #[server(endpoint = "get_gpu_usage")]
@@ -421,6 +437,7 @@ pub fn NodeGpusPage() -> impl IntoView {
         |(node, window, zoom)| get_node_gpus(node, window, zoom),
     );
     let shown = Signal::derive(move || data.get().and_then(Result::ok).flatten());
+    let remove = ServerAction::<RemoveGpuNode>::new();
     view! {
         <Title text=move || format!("GPUs of {}", node())/>
         <section class="page-head">
@@ -449,6 +466,38 @@ pub fn NodeGpusPage() -> impl IntoView {
                 view! { <GpuChart quantity=q data=shown zoom=zoom download=download/> }.into_any()
             }).collect_view()}
         </div>
+        <details class="node-remove" data-testid="node-remove">
+            <summary>"Remove this node"</summary>
+            <p class="muted">
+                "For a node that is gone for good: its GPUs, their history and its agent tokens go; "
+                "ended jobs keep their records. Refused while jobs start or run there, and for a node "
+                "the executor still has (remove it there first). A node still there comes back when its agent "
+                "registers with a new token."
+            </p>
+            <ActionForm action=remove attr:class="inline-form">
+                <input type="hidden" name="node" prop:value=node/>
+                <button type="submit" class="danger" data-testid="node-remove-button"
+                    on:click=move |ev| confirm_remove(&node(), ev)>"Remove node"</button>
+            </ActionForm>
+            {move || remove.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
+        </details>
+    }
+}
+
+/// Asks before a node is removed (declining leaves the form unsent).
+#[allow(unused_variables)]
+fn confirm_remove(node: &str, ev: leptos::ev::MouseEvent) {
+    #[cfg(feature = "hydrate")]
+    {
+        let question = format!(
+            "Remove the node {node}, its GPUs, their history and its agent tokens? Only for a node that is gone for good."
+        );
+        let yes = web_sys::window()
+            .and_then(|w| w.confirm_with_message(&question).ok())
+            .unwrap_or(true);
+        if !yes {
+            ev.prevent_default();
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 // GPU telemetry in a real browser: a job holding the (simulated) GPU at
 // 0 % shows on Admin → GPUs (heatmap, table with its job), on its node's
 // charts (drawn in the page, zoomed by a drag) and on its own page, and is
-// flagged idle once it stayed below the threshold for the idle time.
+// flagged idle once it stayed below the threshold for the idle time. A
+// node gone for good is removed from its page.
 import { expect, test } from '@playwright/test';
 
 // The viridis colour of 0 % utilization (crates/charts' heat_color).
@@ -83,4 +84,52 @@ test('a held but idle GPU is drawn and flagged for the admin and the owner', asy
   } finally {
     await request.post(`/api/trainyard/v1/jobs/${id}/cancel`, { data: {} });
   }
+});
+
+test('an admin removes a node that is gone for good from its page', async ({ page, request }) => {
+  const node = 'gpu-gone-e2e';
+  const made = await request.post(`/api/trainyard/v1/nodes/${node}/tokens`);
+  expect(made.status(), await made.text()).toBe(201);
+  const headers = { Authorization: `Bearer ${(await made.json()).secret}` };
+  const gpu = { index: 0, uuid: 'GPU-e2e-gone-0', name: 'A100', memory_total_bytes: 1 };
+  const registered = await request.post('/api/trainyard/v1/agent/register', { headers, data: { node, gpus: [gpu] } });
+  expect(registered.status(), await registered.text()).toBe(200);
+  const readings = () => ({
+    readings: [{
+      t_ms: Date.now(),
+      gpus: [{
+        index: 0, uuid: gpu.uuid, gpu_util: 50, mem_util: 0, mem_used_bytes: 0, mem_total_bytes: 1,
+        temperature_c: 30, power_mw: 1, power_limit_mw: 1, sm_clock_mhz: 1, mem_clock_mhz: 1,
+        ecc_corrected: null, ecc_uncorrected: null, processes: [],
+      }],
+    }],
+  });
+  const pushed = await request.post('/api/trainyard/v1/agent/readings', { headers, data: readings() });
+  expect((await pushed.json()).kept).toBe(1);
+
+  await page.goto(`/admin/gpus/${node}`);
+  await expect(page.locator('figure.chart[data-quantity="utilization"]')).toHaveAttribute('data-points', '1');
+  const remove = page.getByTestId('node-remove');
+  await remove.locator('summary').click();
+  let asked = '';
+  page.once('dialog', (d) => {
+    asked = d.message();
+    void d.accept();
+  });
+  await page.getByTestId('node-remove-button').click();
+  await expect(page).toHaveURL(/\/admin\/gpus$/);
+  expect(asked).toContain(`Remove the node ${node}`);
+  expect(await (await request.get('/api/trainyard/v1/gpus')).text()).not.toContain(gpu.uuid);
+  // Its agent's token went with it.
+  const after = await request.post('/api/trainyard/v1/agent/readings', { headers, data: readings() });
+  expect(after.status()).toBe(401);
+
+  // The executor's own node stays, and the page says why.
+  const own: string = (await (await request.get('/api/trainyard/v1/nodes')).json()).nodes[0].name;
+  await page.goto(`/admin/gpus/${own}`);
+  await remove.locator('summary').click();
+  page.once('dialog', (d) => void d.accept());
+  await page.getByTestId('node-remove-button').click();
+  await expect(remove.getByRole('alert')).toContainText("executor's nodes");
+  await expect(page).toHaveURL(new RegExp(`/admin/gpus/${own}$`));
 });

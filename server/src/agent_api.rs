@@ -167,37 +167,20 @@ pub async fn remove_node(
 ) -> Result<StatusCode, JobsError> {
     crate::jobs_api::admin_only(&principal, "remove nodes")?;
     checked_node(&node)?;
-    // The executor's own nodes come back by themselves: leave them be.
-    let executor = state.jobs.nodes().await?;
-    if executor.nodes.iter().any(|n| n.name == node) {
-        return Err(JobsError::new(
-            StatusCode::CONFLICT,
-            "INVALID_STATE",
-            format!(
-                "node {node} is one of the {} executor's nodes now; remove it there first \
-                 (for Kubernetes: kubectl delete node {node}), then here",
-                executor.executor
-            ),
-        ));
-    }
-    match state.store.remove_node(&node).await? {
-        trainyard_store::NodeRemoval::Removed => {
+    let removal = state.jobs.remove_node(&node).await?;
+    let (status, code) = match &removal {
+        trainyard_jobs::NodeRemoval::Removed => {
             tracing::info!(node, admin = %principal.user.username, "node removed");
-            Ok(StatusCode::NO_CONTENT)
+            return Ok(StatusCode::NO_CONTENT);
         }
-        trainyard_store::NodeRemoval::Missing => Err(JobsError::new(
-            StatusCode::NOT_FOUND,
-            "RESOURCE_DOES_NOT_EXIST",
-            format!("there is no node {node}"),
-        )),
-        trainyard_store::NodeRemoval::Busy(jobs) => Err(JobsError::new(
-            StatusCode::CONFLICT,
-            "INVALID_STATE",
-            format!(
-                "node {node} has {jobs} job(s) starting or running; cancel them or wait for their end, then remove it"
-            ),
-        )),
-    }
+        trainyard_jobs::NodeRemoval::Missing => (StatusCode::NOT_FOUND, "RESOURCE_DOES_NOT_EXIST"),
+        _ => (StatusCode::CONFLICT, "INVALID_STATE"),
+    };
+    Err(JobsError::new(
+        status,
+        code,
+        removal.refusal(&node).unwrap_or_default(),
+    ))
 }
 
 /// `DELETE /api/trainyard/v1/nodes/{node}/tokens/{id}`

@@ -27,6 +27,35 @@ use trainyard_domain::{FieldError, JobState};
 use trainyard_scheduler as sched;
 use trainyard_store::{JobChange, JobRecord, NewJob, NewRun, Store, StoreError, now_millis};
 
+/// What [`Jobs::remove_node`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeRemoval {
+    Removed,
+    /// No node of that name.
+    Missing,
+    /// Jobs are starting or running on it: nothing was removed.
+    Busy(u64),
+    /// It is one of this executor's nodes now: nothing was removed.
+    OnExecutor(String),
+}
+
+impl NodeRemoval {
+    /// Why nothing was removed, in words for the admin; None when it was.
+    pub fn refusal(&self, node: &str) -> Option<String> {
+        match self {
+            NodeRemoval::Removed => None,
+            NodeRemoval::Missing => Some(format!("there is no node {node}")),
+            NodeRemoval::Busy(jobs) => Some(format!(
+                "node {node} has {jobs} job(s) starting or running; cancel them or wait for their end, then remove it"
+            )),
+            NodeRemoval::OnExecutor(executor) => Some(format!(
+                "node {node} is one of the {executor} executor's nodes now; remove it there first \
+                 (for Kubernetes: kubectl delete node {node}), then here"
+            )),
+        }
+    }
+}
+
 use executor::{Attempt, EndReason, Ending, Executor, Observation, StartError, Started};
 
 /// A spec that could not be read.
@@ -882,6 +911,21 @@ impl Jobs {
                 },
             )
             .collect())
+    }
+
+    /// Removes a node that is gone for good: its GPUs, their samples and
+    /// its agent tokens. Not one of the executor's own nodes now (they come
+    /// back by themselves), nor one where jobs start or run.
+    pub async fn remove_node(&self, node: &str) -> Result<NodeRemoval, StoreError> {
+        let executor = self.nodes().await?;
+        if executor.nodes.iter().any(|n| n.name == node) {
+            return Ok(NodeRemoval::OnExecutor(executor.executor));
+        }
+        Ok(match self.store().remove_node(node).await? {
+            trainyard_store::NodeRemoval::Removed => NodeRemoval::Removed,
+            trainyard_store::NodeRemoval::Missing => NodeRemoval::Missing,
+            trainyard_store::NodeRemoval::Busy(jobs) => NodeRemoval::Busy(jobs),
+        })
     }
 
     /// The executor's nodes and who holds their GPUs: Trainyard's jobs
