@@ -116,6 +116,8 @@ export default defineConfig({
         TRAINYARD_OIDC_CLIENT_ID: 'trainyard',
         TRAINYARD_OIDC_CLIENT_SECRET: 'trainyard-test-secret',
         TRAINYARD_OIDC_ADMIN_GROUP: 'gpu-admins',
+        // Sessions are checked with the provider every 2 s (default 15 min).
+        TRAINYARD_OIDC_RECHECK_SECS: '2',
       },
     },
   ],

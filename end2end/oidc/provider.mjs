@@ -5,13 +5,19 @@
 //   OIDC_PORT      where it listens (default 3930)
 //   OIDC_APP_URL   Trainyard's address, for the redirect URIs
 //
-// Two test hooks, on paths no real provider has:
+// It gives refresh tokens, and a refresh re-reads the account's groups, so
+// that Trainyard's checks while someone stays signed in can be seen.
+//
+// Test hooks, on paths no real provider has:
 //   GET /__test/misbehave?how=MODE  the next token response carries an ID
 //       token re-signed with the provider's own key but wrong in one way:
 //       wrong-nonce, expired, other-audience, other-issuer; or bad-signature
 //       (signed with another key under the same key id).
 //   GET /__test/csrf?action=URL&field=VALUE...  a page of this (other)
 //       origin that posts a form to URL as soon as it loads.
+//   GET /__test/account?name=NAME&groups=a,b  makes NAME's groups these
+//       (creating the account); with &gone=1, removes NAME (their refresh
+//       tokens are then refused).
 import Provider from 'oidc-provider';
 import * as jose from 'jose';
 
@@ -38,7 +44,7 @@ const provider = new Provider(issuer, {
       client_secret: 'trainyard-test-secret',
       redirect_uris: [`${appUrl}/auth/callback`],
       post_logout_redirect_uris: [`${appUrl}/auth/signed-out`],
-      grant_types: ['authorization_code'],
+      grant_types: ['authorization_code', 'refresh_token'],
       response_types: ['code'],
       token_endpoint_auth_method: 'client_secret_basic',
     },
@@ -53,6 +59,10 @@ const provider = new Provider(issuer, {
   // The claims of the scopes asked for go into the ID token itself.
   conformIdTokenClaims: false,
   pkce: { required: () => true },
+  // As Keycloak, Entra ID and Okta do for a confidential client.
+  async issueRefreshToken(ctx, client) {
+    return client.grantTypeAllowed('refresh_token');
+  },
   features: { devInteractions: { enabled: true }, rpInitiatedLogout: { enabled: true } },
   async findAccount(ctx, id) {
     const person = ACCOUNTS[id];
@@ -91,6 +101,27 @@ provider.use(async (ctx, next) => {
     ctx.body = { misbehave };
     return;
   }
+  if (ctx.path === '/__test/account') {
+    const name = String(ctx.query.name || '');
+    if (!/^[a-z]+$/.test(name)) {
+      ctx.status = 400;
+      ctx.body = { error: 'name: lowercase letters' };
+      return;
+    }
+    if (ctx.query.gone) {
+      delete ACCOUNTS[name];
+    } else {
+      const groups = String(ctx.query.groups || '').split(',').filter(Boolean);
+      ACCOUNTS[name] = {
+        name: name[0].toUpperCase() + name.slice(1),
+        email: `${name}@uni.example`,
+        ...ACCOUNTS[name],
+        groups,
+      };
+    }
+    ctx.body = { account: ACCOUNTS[name] ?? null };
+    return;
+  }
   if (ctx.path === '/__test/csrf') {
     const { action, ...fields } = ctx.query;
     const inputs = Object.entries(fields)
@@ -103,7 +134,12 @@ provider.use(async (ctx, next) => {
     return;
   }
   await next();
-  if (ctx.path === '/token' && misbehave && ctx.body && ctx.body.id_token) {
+  // Only a sign-in's token response: Trainyard's background refreshes
+  // must not take the misbehaviour meant for it.
+  if (
+    ctx.path === '/token' && misbehave && ctx.body && ctx.body.id_token
+    && ctx.oidc?.params?.grant_type === 'authorization_code'
+  ) {
     const how = misbehave;
     misbehave = null;
     ctx.body = { ...ctx.body, id_token: await spoil(ctx.body.id_token, how) };

@@ -53,6 +53,31 @@ test('the admin group makes admins, and groups become teams', async ({ browser }
   await carol.close();
 });
 
+test('groups changed at the provider reach a signed-in person; a removal there ends the session', async ({ page, request }) => {
+  const account = async (query: string) =>
+    expect((await request.get(`${provider()}/__test/account?${query}`)).ok()).toBe(true);
+  await account('name=dora&groups=gpu-admins,vision');
+  await signIn(page, 'dora', '/');
+  const me = async () => (await page.request.get('/api/trainyard/v1/me')).json();
+  expect((await me()).user.is_admin).toBe(true);
+  const nav = page.getByRole('navigation', { name: 'Main' });
+  await expect(nav.getByRole('link', { name: 'Admin' })).toBeVisible();
+
+  // Out of the admin group and into nlp at the provider: no sign-in needed.
+  await account('name=dora&groups=vision,nlp');
+  await expect.poll(async () => (await me()).user.is_admin, { timeout: 30_000 }).toBe(false);
+  expect((await me()).user.teams.map((t: { name: string }) => t.name)).toEqual(['nlp', 'vision']);
+  await page.reload();
+  await expect(nav.getByRole('link', { name: 'Jobs' })).toBeVisible();
+  await expect(nav.getByRole('link', { name: 'Admin' })).toHaveCount(0);
+
+  // Removed at the provider: its refresh is refused, and the session ends.
+  await account('name=dora&gone=1');
+  await expect
+    .poll(async () => (await page.request.get('/api/trainyard/v1/me')).status(), { timeout: 30_000 })
+    .toBe(401);
+});
+
 test('a callback is good once: replayed, tampered or missing state fails', async ({ page, browser }) => {
   let callback = '';
   page.on('request', (r) => {

@@ -16,6 +16,7 @@ mod m20261203_000011_models_datasets;
 mod m20261203_000012_model_registry;
 mod m20261203_000013_traces;
 mod m20261203_000014_fair_share;
+mod m20261203_000015_session_recheck;
 
 pub struct Migrator;
 
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000012_model_registry::Migration),
             Box::new(m20261203_000013_traces::Migration),
             Box::new(m20261203_000014_fair_share::Migration),
+            Box::new(m20261203_000015_session_recheck::Migration),
         ]
     }
 }

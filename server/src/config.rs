@@ -296,6 +296,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "members of this group are admins",
     },
     SettingDoc {
+        key: "oidc_recheck_secs",
+        env: "TRAINYARD_OIDC_RECHECK_SECS",
+        default: "900",
+        meaning: "how often a signed-in person's groups and admin right are read again from the provider with the refresh token it gave at sign-in (seconds; 0: only at sign-in); a refused refresh ends that session",
+    },
+    SettingDoc {
         key: "session_ttl_secs",
         env: "TRAINYARD_SESSION_TTL_SECS",
         default: "43200",
@@ -378,6 +384,7 @@ pub struct Settings {
     pub oidc_groups_claim: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oidc_admin_group: Option<String>,
+    pub oidc_recheck_secs: u64,
     pub session_ttl_secs: u64,
     pub insecure_no_sign_in: bool,
     pub shutdown_grace_secs: u64,
@@ -432,6 +439,7 @@ impl Default for Settings {
             oidc_email_claim: "email".to_owned(),
             oidc_groups_claim: "groups".to_owned(),
             oidc_admin_group: None,
+            oidc_recheck_secs: 900,
             session_ttl_secs: 12 * 3600,
             insecure_no_sign_in: false,
             shutdown_grace_secs: 20,
@@ -548,6 +556,8 @@ pub struct OidcConfig {
     pub email_claim: String,
     pub groups_claim: String,
     pub admin_group: Option<String>,
+    /// How often sessions are checked with the provider again; None: never.
+    pub recheck: Option<std::time::Duration>,
 }
 
 const ENV_PREFIX: &str = "TRAINYARD_";
@@ -984,6 +994,15 @@ fn auth_config(s: &Settings) -> Result<AuthConfig, ConfigError> {
                 email_claim: s.oidc_email_claim.clone(),
                 groups_claim: s.oidc_groups_claim.clone(),
                 admin_group: non_empty(&s.oidc_admin_group).map(str::to_owned),
+                recheck: match s.oidc_recheck_secs {
+                    0 => None,
+                    secs @ 1..=86_400 => Some(std::time::Duration::from_secs(secs)),
+                    secs => {
+                        return Err(ConfigError(format!(
+                            "oidc_recheck_secs: {secs} must be at most 86400 (a day), or 0 to read groups only at sign-in"
+                        )));
+                    }
+                },
             })
         }
     };

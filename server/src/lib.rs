@@ -627,6 +627,12 @@ impl Server {
                 ),
             ))
         });
+        let rechecker = self.state.auth.oidc.clone().map(|oidc| {
+            Background(tokio::spawn(oidc::recheck_forever(
+                self.state.auth.clone(),
+                oidc,
+            )))
+        });
         let app = router(self.state);
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let app = app.into_make_service_with_connect_info::<SocketAddr>();
@@ -652,6 +658,7 @@ impl Server {
         drop(supervisor);
         drop(sampler);
         drop(telemetry);
+        drop(rechecker);
         store.close().await?;
         tracing::info!("stopped");
         Ok(())

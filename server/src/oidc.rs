@@ -4,6 +4,10 @@
 //! openidconnect crate; claims mapped to an account and teams; sign-out,
 //! at the provider too where it offers an end-session endpoint.
 //!
+//! While a session lives, the provider is asked again every
+//! `oidc_recheck_secs` with the refresh token it gave at sign-in (see
+//! [`recheck_forever`]).
+//!
 //! `/auth/login` keeps the attempt's state, nonce and PKCE verifier in the
 //! database, and `/auth/callback` takes them once: a replayed or forged
 //! callback finds nothing.
@@ -15,15 +19,15 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use base64::Engine as _;
-use openidconnect::core::{CoreAuthenticationFlow, CoreClient};
+use openidconnect::core::{CoreAuthenticationFlow, CoreClient, CoreErrorResponseType};
 use openidconnect::{
     AuthorizationCode, ClientId, ClientSecret, CsrfToken, IssuerUrl, LogoutRequest, Nonce,
-    PkceCodeChallenge, PkceCodeVerifier, PostLogoutRedirectUrl, ProviderMetadataWithLogout,
-    RedirectUrl, Scope, TokenResponse,
+    OAuth2TokenResponse, PkceCodeChallenge, PkceCodeVerifier, PostLogoutRedirectUrl,
+    ProviderMetadataWithLogout, RedirectUrl, RefreshToken, RequestTokenError, Scope, TokenResponse,
 };
 use serde::Deserialize;
 use serde_json::Value;
-use trainyard_store::{LoginAttempt, SignIn};
+use trainyard_store::{DueSession, LoginAttempt, SignIn};
 
 use crate::auth::{Auth, clear_session_cookie, cookie_value, session_cookie, session_secret};
 use crate::config::OidcConfig;
@@ -57,6 +61,36 @@ struct Inner {
     signed_out_url: String,
     http: openidconnect::reqwest::Client,
     metadata: tokio::sync::Mutex<Option<(Instant, ProviderMetadataWithLogout)>>,
+}
+
+/// A finished sign-in: who, the provider's tokens, and where to go.
+pub struct Finished {
+    pub who: SignIn,
+    /// Kept for the provider's sign-out.
+    pub id_token: String,
+    /// Kept to ask the provider about the person again.
+    pub refresh_token: Option<String>,
+    pub return_to: String,
+}
+
+/// What the provider said when asked again.
+pub struct Refreshed {
+    /// The person as it now describes them; None: it did not say.
+    pub who: Option<SignIn>,
+    /// The refresh token it rotated to, if it did.
+    pub refresh_token: Option<String>,
+}
+
+/// Why asking the provider again did not work.
+#[derive(Debug, thiserror::Error)]
+pub enum RefreshError {
+    /// It no longer honours the grant (the person was removed or disabled,
+    /// or their session there ended), or it named someone else.
+    #[error("the identity provider refused: {0}")]
+    Refused(String),
+    /// It could not be asked now; the next check tries again.
+    #[error("the identity provider could not be reached or answered wrongly: {0}")]
+    Unavailable(String),
 }
 
 /// Why a sign-in failed, in words for the person signing in.
@@ -183,7 +217,7 @@ impl Oidc {
         code: &str,
         state: &str,
         browser: Option<&str>,
-    ) -> Result<(SignIn, String, String), SignInError> {
+    ) -> Result<Finished, SignInError> {
         let attempt = auth
             .store
             .take_login(state)
@@ -218,7 +252,79 @@ impl Oidc {
         let claims = token_payload(&raw)
             .ok_or_else(|| SignInError::BadToken("its claims are not JSON".to_owned()))?;
         let who = map_claims(&self.inner.config, &claims).map_err(SignInError::Account)?;
-        Ok((who, raw, attempt.return_to))
+        Ok(Finished {
+            who,
+            id_token: raw,
+            refresh_token: response.refresh_token().map(|t| t.secret().clone()),
+            return_to: attempt.return_to,
+        })
+    }
+
+    /// Asks the provider again about a signed-in person, with the refresh
+    /// token of their session: what it now says of them (None when it sent
+    /// no ID token, or one that could not be read; their rights then stay),
+    /// and the refresh token to use next time.
+    pub async fn refresh(&self, due: &DueSession) -> Result<Refreshed, RefreshError> {
+        let metadata = self
+            .metadata()
+            .await
+            .map_err(|e| RefreshError::Unavailable(e.to_string()))?;
+        let client = self.client(metadata);
+        let token = RefreshToken::new(due.refresh_token.clone());
+        let response = client
+            .exchange_refresh_token(&token)
+            .map_err(|e| RefreshError::Unavailable(e.to_string()))?
+            .request_async(&self.inner.http)
+            .await;
+        let response = match response {
+            Ok(response) => response,
+            Err(RequestTokenError::ServerResponse(e))
+                if *e.error() == CoreErrorResponseType::InvalidGrant =>
+            {
+                return Err(RefreshError::Refused(e.to_string()));
+            }
+            Err(e) => return Err(RefreshError::Unavailable(error_chain(&e))),
+        };
+        let rotated = response.refresh_token().map(|t| t.secret().clone());
+        let Some(id_token) = response.id_token() else {
+            return Ok(Refreshed {
+                who: None,
+                refresh_token: rotated,
+            });
+        };
+        // A refreshed ID token carries no nonce (OpenID Connect Core 12.2).
+        let verifier = client.id_token_verifier();
+        if let Err(e) = id_token.claims(&verifier, |_: Option<&Nonce>| Ok(())) {
+            self.forget_metadata().await;
+            tracing::warn!(error = %error_chain(&e), "a refreshed ID token was not accepted; rights stay as they were");
+            return Ok(Refreshed {
+                who: None,
+                refresh_token: rotated,
+            });
+        }
+        let who = token_payload(&id_token.to_string())
+            .map(|claims| map_claims(&self.inner.config, &claims));
+        match who {
+            Some(Ok(who)) if who.subject != due.subject => Err(RefreshError::Refused(format!(
+                "the refreshed ID token names another subject ({})",
+                who.subject
+            ))),
+            Some(Ok(who)) => Ok(Refreshed {
+                who: Some(who),
+                refresh_token: rotated,
+            }),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "a refreshed ID token lacks a claim; rights stay as they were");
+                Ok(Refreshed {
+                    who: None,
+                    refresh_token: rotated,
+                })
+            }
+            None => Ok(Refreshed {
+                who: None,
+                refresh_token: rotated,
+            }),
+        }
     }
 
     /// Where to send the browser after signing out here: the provider's
@@ -241,6 +347,70 @@ impl Oidc {
             url.query_pairs_mut().append_pair("id_token_hint", hint);
         }
         url.to_string()
+    }
+}
+
+/// Checks sessions with the provider again, every `oidc_recheck_secs`
+/// for each: their person's rights follow the groups it now gives, and a
+/// session whose refresh token it refuses ends. Runs until dropped.
+pub async fn recheck_forever(auth: Auth, oidc: Oidc) {
+    let Some(every) = oidc.inner.config.recheck else {
+        return;
+    };
+    // Looked at four times an interval: a session is checked at most a
+    // quarter interval late.
+    let tick = (every / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(tick).await;
+        let before = trainyard_store::now_millis() - every.as_millis() as i64;
+        loop {
+            let due = match auth
+                .store
+                .claim_sessions_to_recheck(before, RECHECK_BATCH)
+                .await
+            {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the sessions to check with the provider");
+                    break;
+                }
+            };
+            let full = due.len() as u64 == RECHECK_BATCH;
+            for session in &due {
+                recheck(&auth, &oidc, session).await;
+            }
+            if !full {
+                break;
+            }
+        }
+    }
+}
+
+/// Sessions claimed for a check at a time.
+const RECHECK_BATCH: u64 = 100;
+
+async fn recheck(auth: &Auth, oidc: &Oidc, due: &DueSession) {
+    match oidc.refresh(due).await {
+        Ok(Refreshed { who, refresh_token }) => {
+            match auth.store.session_rechecked(due, who, refresh_token).await {
+                Ok(Some(user)) => {
+                    tracing::debug!(user = %user.username, admin = user.is_admin, teams = user.teams.len(), "rights read again from the provider")
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, user_id = due.user_id, "cannot record what the provider said")
+                }
+            }
+        }
+        Err(RefreshError::Refused(reason)) => {
+            tracing::info!(user_id = due.user_id, %reason, "the provider no longer vouches for a session; it ends");
+            if let Err(e) = auth.store.session_refused(due).await {
+                tracing::error!(error = %e, user_id = due.user_id, "cannot end a session the provider refused");
+            }
+        }
+        Err(e @ RefreshError::Unavailable(_)) => {
+            tracing::warn!(error = %e, user_id = due.user_id, "cannot check a session with the provider; trying again later");
+        }
     }
 }
 
@@ -462,19 +632,23 @@ pub async fn callback(
             &SignInError::UnknownState.to_string(),
         );
     };
-    let (who, id_token, return_to) =
-        match oidc.finish(&auth, &code, &state, browser.as_deref()).await {
-            Ok(done) => done,
-            Err(err) => {
-                tracing::warn!(error = %err, "sign-in refused");
-                let status = match err {
-                    SignInError::Provider(_) => StatusCode::BAD_GATEWAY,
-                    SignInError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-                    _ => StatusCode::BAD_REQUEST,
-                };
-                return failed(status, &err.to_string());
-            }
-        };
+    let Finished {
+        who,
+        id_token,
+        refresh_token,
+        return_to,
+    } = match oidc.finish(&auth, &code, &state, browser.as_deref()).await {
+        Ok(done) => done,
+        Err(err) => {
+            tracing::warn!(error = %err, "sign-in refused");
+            let status = match err {
+                SignInError::Provider(_) => StatusCode::BAD_GATEWAY,
+                SignInError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            return failed(status, &err.to_string());
+        }
+    };
     let user = match auth.store.sign_in(who).await {
         Ok(user) => user,
         Err(err @ trainyard_store::StoreError::Conflict { .. }) => {
@@ -490,7 +664,12 @@ pub async fn callback(
     };
     let session = match auth
         .store
-        .create_session(user.id, auth.config.session_ttl, Some(id_token))
+        .create_provider_session(
+            user.id,
+            auth.config.session_ttl,
+            Some(id_token),
+            refresh_token.filter(|_| oidc.inner.config.recheck.is_some()),
+        )
         .await
     {
         Ok(s) => s,
@@ -562,6 +741,7 @@ mod tests {
             email_claim: "email".to_owned(),
             groups_claim: "groups".to_owned(),
             admin_group: admin_group.map(str::to_owned),
+            recheck: None,
         }
     }
 

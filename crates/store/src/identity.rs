@@ -8,7 +8,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
+    ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+    TransactionTrait,
 };
 use sha2::{Digest, Sha256};
 use trainyard_domain::identity::{
@@ -49,6 +50,17 @@ pub struct NewSession {
     pub secret: String,
     pub csrf_token: String,
     pub expires_at: i64,
+}
+
+/// A session claimed to be checked with the provider again.
+#[derive(Debug, Clone)]
+pub struct DueSession {
+    /// The session's key (the hash of its secret).
+    pub id: String,
+    pub user_id: i64,
+    /// The provider's subject of the session's person.
+    pub subject: String,
+    pub refresh_token: String,
 }
 
 /// A live session and its user.
@@ -108,6 +120,13 @@ impl Store {
     /// Records a sign-in: creates or updates the account tied to the
     /// subject, and makes its teams exactly the groups given.
     pub async fn sign_in(&self, who: SignIn) -> Result<User, StoreError> {
+        self.record_identity(who, true).await
+    }
+
+    /// Makes the account of `who.subject` what the provider says; creates
+    /// it only at a sign-in (`signed_in`), which is also recorded as the
+    /// last sign-in.
+    async fn record_identity(&self, who: SignIn, signed_in: bool) -> Result<User, StoreError> {
         if who.subject.is_empty() || who.username.is_empty() {
             return Err(StoreError::Rejected(
                 "the identity provider sent no subject or no username".to_owned(),
@@ -136,6 +155,12 @@ impl Store {
             .await?;
         let mut model = match existing {
             Some(m) => m.into(),
+            None if !signed_in => {
+                return Err(StoreError::NotFound(format!(
+                    "no account has the subject {}",
+                    who.subject
+                )));
+            }
             None => user::ActiveModel {
                 subject: Set(Some(who.subject.clone())),
                 created_at: Set(now),
@@ -153,7 +178,9 @@ impl Store {
         ));
         model.email = Set(who.email.map(|e| clip(&e, 320)));
         model.is_admin = Set(who.is_admin);
-        model.last_login_at = Set(Some(now));
+        if signed_in {
+            model.last_login_at = Set(Some(now));
+        }
         let saved = model.save(&tx).await?;
         let user_id = saved.id.unwrap();
 
@@ -290,6 +317,19 @@ impl Store {
         ttl: Duration,
         id_token: Option<String>,
     ) -> Result<NewSession, StoreError> {
+        self.create_provider_session(user_id, ttl, id_token, None)
+            .await
+    }
+
+    /// Opens a session from a sign-in at the provider, keeping its refresh
+    /// token (when it gave one) to read the person's groups again later.
+    pub async fn create_provider_session(
+        &self,
+        user_id: i64,
+        ttl: Duration,
+        id_token: Option<String>,
+        refresh_token: Option<String>,
+    ) -> Result<NewSession, StoreError> {
         let secret = random_secret();
         let csrf_token = random_secret();
         let now = now_millis();
@@ -304,6 +344,8 @@ impl Store {
             last_seen_at: Set(now),
             revoked_at: Set(None),
             id_token: Set(id_token),
+            checked_at: Set(refresh_token.as_ref().map(|_| now)),
+            refresh_token: Set(refresh_token),
         }
         .insert(self.connection())
         .await?;
@@ -355,11 +397,136 @@ impl Store {
         let _turn = self.write_turn().await;
         session::Entity::update_many()
             .col_expr(session::Column::RevokedAt, Expr::value(now_millis()))
+            .col_expr(
+                session::Column::RefreshToken,
+                Expr::value(Option::<String>::None),
+            )
             .filter(session::Column::Id.eq(id))
             .filter(session::Column::RevokedAt.is_null())
             .exec(self.connection())
             .await?;
         Ok(found.and_then(|s| s.id_token))
+    }
+
+    /// Live sessions with a refresh token that the provider last vouched
+    /// for before `before` (ms), the longest unchecked first, at most
+    /// `limit`. Each is claimed (its check time set to now) so that two
+    /// server processes never spend one refresh token twice: providers
+    /// that rotate them take a reuse for theft and end the grant.
+    pub async fn claim_sessions_to_recheck(
+        &self,
+        before: i64,
+        limit: u64,
+    ) -> Result<Vec<DueSession>, StoreError> {
+        let now = now_millis();
+        {
+            // Expired sessions keep no credential of the provider's.
+            let _turn = self.write_turn().await;
+            session::Entity::update_many()
+                .col_expr(
+                    session::Column::RefreshToken,
+                    Expr::value(Option::<String>::None),
+                )
+                .filter(session::Column::RefreshToken.is_not_null())
+                .filter(session::Column::ExpiresAt.lte(now))
+                .exec(self.connection())
+                .await?;
+        }
+        let found = session::Entity::find()
+            .filter(session::Column::RevokedAt.is_null())
+            .filter(session::Column::ExpiresAt.gt(now))
+            .filter(session::Column::RefreshToken.is_not_null())
+            .filter(session::Column::CheckedAt.lt(before))
+            .order_by_asc(session::Column::CheckedAt)
+            .limit(limit)
+            .all(self.connection())
+            .await?;
+        let users: std::collections::HashMap<i64, Option<String>> = user::Entity::find()
+            .filter(user::Column::Id.is_in(found.iter().map(|s| s.user_id)))
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .map(|u| (u.id, u.subject))
+            .collect();
+        let mut due = Vec::with_capacity(found.len());
+        let _turn = self.write_turn().await;
+        for s in found {
+            let (Some(refresh_token), Some(Some(subject))) =
+                (s.refresh_token, users.get(&s.user_id).cloned())
+            else {
+                continue;
+            };
+            let claimed = session::Entity::update_many()
+                .col_expr(session::Column::CheckedAt, Expr::value(now))
+                .filter(session::Column::Id.eq(s.id.clone()))
+                .filter(session::Column::CheckedAt.eq(s.checked_at))
+                .exec(self.connection())
+                .await?;
+            if claimed.rows_affected == 1 {
+                due.push(DueSession {
+                    id: s.id,
+                    user_id: s.user_id,
+                    subject,
+                    refresh_token,
+                });
+            }
+        }
+        Ok(due)
+    }
+
+    /// The provider vouched for a session again: keeps the refresh token it
+    /// rotated to, and makes the person's account, admin right and teams
+    /// what it now says (`who`, when it said). Returns the account.
+    pub async fn session_rechecked(
+        &self,
+        due: &DueSession,
+        who: Option<SignIn>,
+        refresh_token: Option<String>,
+    ) -> Result<Option<User>, StoreError> {
+        if let Some(token) = refresh_token {
+            let _turn = self.write_turn().await;
+            session::Entity::update_many()
+                .col_expr(session::Column::RefreshToken, Expr::value(token))
+                .filter(session::Column::Id.eq(due.id.clone()))
+                .exec(self.connection())
+                .await?;
+        }
+        let Some(who) = who else {
+            return Ok(None);
+        };
+        if who.subject != due.subject {
+            return Err(StoreError::Rejected(format!(
+                "the provider described another subject than the session's ({})",
+                who.subject
+            )));
+        }
+        self.record_identity(who, false).await.map(Some)
+    }
+
+    /// The provider refused a session's refresh token: the person was
+    /// removed or disabled there, or their session there ended. The session
+    /// ends, and the person is no admin until a sign-in says so again (their
+    /// API tokens keep only a member's rights).
+    pub async fn session_refused(&self, due: &DueSession) -> Result<(), StoreError> {
+        let now = now_millis();
+        let _turn = self.write_turn().await;
+        let tx = self.connection().begin().await?;
+        session::Entity::update_many()
+            .col_expr(session::Column::RevokedAt, Expr::value(now))
+            .col_expr(
+                session::Column::RefreshToken,
+                Expr::value(Option::<String>::None),
+            )
+            .filter(session::Column::Id.eq(due.id.clone()))
+            .exec(&tx)
+            .await?;
+        user::Entity::update_many()
+            .col_expr(user::Column::IsAdmin, Expr::value(false))
+            .filter(user::Column::Id.eq(due.user_id))
+            .exec(&tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Every team, by name.
@@ -442,6 +609,10 @@ impl Store {
             .await?;
         let result = session::Entity::update_many()
             .col_expr(session::Column::RevokedAt, Expr::value(now))
+            .col_expr(
+                session::Column::RefreshToken,
+                Expr::value(Option::<String>::None),
+            )
             .filter(session::Column::UserId.eq(user_id))
             .filter(session::Column::RevokedAt.is_null())
             .filter(session::Column::ExpiresAt.gt(now))
@@ -760,7 +931,6 @@ impl Store {
     /// (their artifacts stay on disk): where their artifacts are.
     pub async fn runs_owned_by(&self, user_id: i64) -> Result<Vec<(i64, String)>, StoreError> {
         use crate::entity::run;
-        use sea_orm::QuerySelect;
         Ok(run::Entity::find()
             .select_only()
             .column(run::Column::ExperimentId)

@@ -482,3 +482,96 @@ async fn a_team_made_ahead_is_joined_by_its_groups_members_with_its_quota() {
     assert_eq!((plain.quota_gpus, plain.share), (0, 1.0));
     store.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn sessions_are_checked_again_with_the_provider_and_a_refusal_ends_one() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let hour = Duration::from_secs(3600);
+    let mut admin = alice(&["vision"]);
+    admin.is_admin = true;
+    let user = store.sign_in(admin.clone()).await.unwrap();
+    let signed_in_at = store.users().await.unwrap()[0].last_login_at;
+    // Without a refresh token a session is never due.
+    store.create_session(user.id, hour, None).await.unwrap();
+    let a = store
+        .create_provider_session(user.id, hour, Some("id".into()), Some("rt-a".into()))
+        .await
+        .unwrap();
+    let b = store
+        .create_provider_session(user.id, hour, None, Some("rt-b".into()))
+        .await
+        .unwrap();
+    let settle = || tokio::time::sleep(Duration::from_millis(20));
+    let tokens = |due: &[DueSession]| {
+        let mut t: Vec<String> = due.iter().map(|d| d.refresh_token.clone()).collect();
+        t.sort();
+        t
+    };
+    assert!(
+        store
+            .claim_sessions_to_recheck(now_millis() - 60_000, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "not due before the interval"
+    );
+    settle().await;
+    let cut = now_millis();
+    let due = store.claim_sessions_to_recheck(cut, 10).await.unwrap();
+    assert_eq!(tokens(&due), ["rt-a", "rt-b"]);
+    assert!(due.iter().all(|d| d.subject == "sub-alice"));
+    assert!(
+        store
+            .claim_sessions_to_recheck(cut, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "claimed sessions are not handed out twice"
+    );
+
+    // The provider now says: no longer an admin, in nlp; and the token
+    // rotated.
+    let on_a = due.iter().find(|d| d.refresh_token == "rt-a").unwrap();
+    let updated = store
+        .session_rechecked(on_a, Some(alice(&["nlp"])), Some("rt-a2".into()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!updated.is_admin);
+    assert_eq!(team_names(&updated), ["nlp"]);
+    assert_eq!(
+        store.users().await.unwrap()[0].last_login_at,
+        signed_in_at,
+        "a check is not a sign-in"
+    );
+    let mut mallory = alice(&[]);
+    mallory.subject = "sub-mallory".to_owned();
+    assert!(
+        store
+            .session_rechecked(on_a, Some(mallory), None)
+            .await
+            .is_err(),
+        "a session's person never becomes someone else"
+    );
+    settle().await;
+    let due = store
+        .claim_sessions_to_recheck(now_millis(), 10)
+        .await
+        .unwrap();
+    assert_eq!(tokens(&due), ["rt-a2", "rt-b"], "the rotated token is used");
+
+    // Admin again by a sign-in; then the provider refuses b's token.
+    assert!(store.sign_in(admin).await.unwrap().is_admin);
+    let on_b = due.iter().find(|d| d.refresh_token == "rt-b").unwrap();
+    store.session_refused(on_b).await.unwrap();
+    assert!(store.session(&b.secret).await.unwrap().is_none());
+    let still = store.session(&a.secret).await.unwrap().unwrap();
+    assert!(!still.user.is_admin, "no admin until a sign-in says so");
+    settle().await;
+    let due = store
+        .claim_sessions_to_recheck(now_millis(), 10)
+        .await
+        .unwrap();
+    assert_eq!(tokens(&due), ["rt-a2"]);
+}

@@ -19,7 +19,7 @@ pub mod tracking;
 mod uploads;
 
 pub use fair_share::{DayUsage, GpuSpan};
-pub use identity::{LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
+pub use identity::{DueSession, LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
 pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
 pub use models::{ModelFilter, ModelMetricIn, ModelOrder, NewModel};
 pub use nodes::{GpuInfo, NodeRemoval};

@@ -12,6 +12,10 @@ pub struct Model {
     pub last_seen_at: i64,
     pub revoked_at: Option<i64>,
     pub id_token: Option<String>,
+    /// The provider's refresh token, to read the person's groups again.
+    pub refresh_token: Option<String>,
+    /// When the provider last vouched for the session (ms).
+    pub checked_at: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
