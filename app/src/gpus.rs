@@ -113,12 +113,23 @@ pub async fn get_node_gpus(
 #[server(endpoint = "remove_gpu_node")]
 pub async fn remove_gpu_node(node: String) -> Result<(), AppError> {
     admin()?;
-    let removal = crate::api::jobs()?.remove_node(&node).await?;
+    let by = crate::api::caller()?.user.username;
+    let removal = crate::api::jobs()?.remove_node(&node, &by).await?;
     if let Some(why) = removal.refusal(&node) {
+        let (status, error) = match removal {
+            trainyard_jobs::NodeRemoval::Missing => {
+                (http::StatusCode::NOT_FOUND, AppError::NotFound(why))
+            }
+            trainyard_jobs::NodeRemoval::ExecutorUnsure(_) => (
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                AppError::Conflict(why),
+            ),
+            _ => (http::StatusCode::CONFLICT, AppError::Conflict(why)),
+        };
         if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-            response.set_status(http::StatusCode::CONFLICT);
+            response.set_status(status);
         }
-        return Err(AppError::Conflict(why));
+        return Err(error);
     }
     leptos_axum::redirect("/admin/gpus");
     Ok(())
@@ -438,6 +449,10 @@ pub fn NodeGpusPage() -> impl IntoView {
     );
     let shown = Signal::derive(move || data.get().and_then(Result::ok).flatten());
     let remove = ServerAction::<RemoveGpuNode>::new();
+    // Removing asks first, which needs the browser's script: until the
+    // page is hydrated the button stays off.
+    let in_browser = RwSignal::new(false);
+    Effect::new(move |_| in_browser.set(true));
     view! {
         <Title text=move || format!("GPUs of {}", node())/>
         <section class="page-head">
@@ -475,8 +490,9 @@ pub fn NodeGpusPage() -> impl IntoView {
                 "registers with a new token."
             </p>
             <ActionForm action=remove attr:class="inline-form">
-                <input type="hidden" name="node" prop:value=node/>
+                <input type="hidden" name="node" value=node/>
                 <button type="submit" class="danger" data-testid="node-remove-button"
+                    disabled=move || !in_browser.get()
                     on:click=move |ev| confirm_remove(&node(), ev)>"Remove node"</button>
             </ActionForm>
             {move || remove.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
@@ -494,7 +510,7 @@ fn confirm_remove(node: &str, ev: leptos::ev::MouseEvent) {
         );
         let yes = web_sys::window()
             .and_then(|w| w.confirm_with_message(&question).ok())
-            .unwrap_or(true);
+            .unwrap_or(false);
         if !yes {
             ev.prevent_default();
         }

@@ -59,7 +59,7 @@ const provider = new Provider(issuer, {
   // The claims of the scopes asked for go into the ID token itself.
   conformIdTokenClaims: false,
   pkce: { required: () => true },
-  // As Keycloak, Entra ID and Okta do for a confidential client.
+  // As Keycloak does for a confidential client (others with offline_access).
   async issueRefreshToken(ctx, client) {
     return client.grantTypeAllowed('refresh_token');
   },

@@ -111,6 +111,8 @@ test('an admin removes a node that is gone for good from its page', async ({ pag
   await expect(page.locator('figure.chart[data-quantity="utilization"]')).toHaveAttribute('data-points', '1');
   const remove = page.getByTestId('node-remove');
   await remove.locator('summary').click();
+  // Off until the page's script can ask first.
+  await expect(page.getByTestId('node-remove-button')).toBeEnabled();
   let asked = '';
   page.once('dialog', (d) => {
     asked = d.message();
@@ -128,6 +130,7 @@ test('an admin removes a node that is gone for good from its page', async ({ pag
   const own: string = (await (await request.get('/api/trainyard/v1/nodes')).json()).nodes[0].name;
   await page.goto(`/admin/gpus/${own}`);
   await remove.locator('summary').click();
+  await expect(page.getByTestId('node-remove-button')).toBeEnabled();
   page.once('dialog', (d) => void d.accept());
   await page.getByTestId('node-remove-button').click();
   await expect(remove.getByRole('alert')).toContainText("executor's nodes");

@@ -167,13 +167,16 @@ pub async fn remove_node(
 ) -> Result<StatusCode, JobsError> {
     crate::jobs_api::admin_only(&principal, "remove nodes")?;
     checked_node(&node)?;
-    let removal = state.jobs.remove_node(&node).await?;
+    let removal = state
+        .jobs
+        .remove_node(&node, &principal.user.username)
+        .await?;
     let (status, code) = match &removal {
-        trainyard_jobs::NodeRemoval::Removed => {
-            tracing::info!(node, admin = %principal.user.username, "node removed");
-            return Ok(StatusCode::NO_CONTENT);
-        }
+        trainyard_jobs::NodeRemoval::Removed => return Ok(StatusCode::NO_CONTENT),
         trainyard_jobs::NodeRemoval::Missing => (StatusCode::NOT_FOUND, "RESOURCE_DOES_NOT_EXIST"),
+        trainyard_jobs::NodeRemoval::ExecutorUnsure(_) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "TEMPORARILY_UNAVAILABLE")
+        }
         _ => (StatusCode::CONFLICT, "INVALID_STATE"),
     };
     Err(JobsError::new(

@@ -299,7 +299,7 @@ pub const SETTINGS: &[SettingDoc] = &[
         key: "oidc_recheck_secs",
         env: "TRAINYARD_OIDC_RECHECK_SECS",
         default: "900",
-        meaning: "how often a signed-in person's groups and admin right are read again from the provider with the refresh token it gave at sign-in (seconds; 0: only at sign-in); a refused refresh ends that session",
+        meaning: "how often a signed-in person's groups and admin right are read again from the provider with the refresh token it gave at sign-in (seconds; 0: only at sign-in, and no refresh token is kept); a refused refresh ends that session",
     },
     SettingDoc {
         key: "session_ttl_secs",

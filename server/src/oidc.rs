@@ -302,28 +302,37 @@ impl Oidc {
                 refresh_token: rotated,
             });
         }
-        let who = token_payload(&id_token.to_string())
-            .map(|claims| map_claims(&self.inner.config, &claims));
-        match who {
-            Some(Ok(who)) if who.subject != due.subject => Err(RefreshError::Refused(format!(
+        let Some(claims) = token_payload(&id_token.to_string()) else {
+            return Ok(Refreshed {
+                who: None,
+                refresh_token: rotated,
+            });
+        };
+        if !claims.contains_key(&self.inner.config.groups_claim) {
+            // A refreshed ID token may leave claims out (Core 12.2): without
+            // the groups, nothing is known of them.
+            tracing::debug!(claim = %self.inner.config.groups_claim, "a refreshed ID token has no groups; rights stay as they were");
+            return Ok(Refreshed {
+                who: None,
+                refresh_token: rotated,
+            });
+        }
+        match map_claims(&self.inner.config, &claims) {
+            Ok(who) if who.subject != due.subject => Err(RefreshError::Refused(format!(
                 "the refreshed ID token names another subject ({})",
                 who.subject
             ))),
-            Some(Ok(who)) => Ok(Refreshed {
+            Ok(who) => Ok(Refreshed {
                 who: Some(who),
                 refresh_token: rotated,
             }),
-            Some(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(error = %e, "a refreshed ID token lacks a claim; rights stay as they were");
                 Ok(Refreshed {
                     who: None,
                     refresh_token: rotated,
                 })
             }
-            None => Ok(Refreshed {
-                who: None,
-                refresh_token: rotated,
-            }),
         }
     }
 
@@ -355,6 +364,10 @@ impl Oidc {
 /// session whose refresh token it refuses ends. Runs until dropped.
 pub async fn recheck_forever(auth: Auth, oidc: Oidc) {
     let Some(every) = oidc.inner.config.recheck else {
+        // Checks are off: refresh tokens kept while they were on go.
+        if let Err(e) = auth.store.forget_refresh_tokens(false).await {
+            tracing::warn!(error = %e, "cannot drop the sessions' refresh tokens");
+        }
         return;
     };
     // Looked at four times an interval: a session is checked at most a
@@ -386,8 +399,10 @@ pub async fn recheck_forever(auth: Auth, oidc: Oidc) {
     }
 }
 
-/// Sessions claimed for a check at a time.
-const RECHECK_BATCH: u64 = 100;
+/// Sessions claimed for a check at a time: few, so that a batch (each
+/// call bounded by PROVIDER_TIMEOUT) ends long before the claim could be
+/// taken again by another process.
+const RECHECK_BATCH: u64 = 10;
 
 async fn recheck(auth: &Auth, oidc: &Oidc, due: &DueSession) {
     match oidc.refresh(due).await {
@@ -402,12 +417,15 @@ async fn recheck(auth: &Auth, oidc: &Oidc, due: &DueSession) {
                 }
             }
         }
-        Err(RefreshError::Refused(reason)) => {
-            tracing::info!(user_id = due.user_id, %reason, "the provider no longer vouches for a session; it ends");
-            if let Err(e) = auth.store.session_refused(due).await {
+        Err(RefreshError::Refused(reason)) => match auth.store.session_refused(due).await {
+            Ok(true) => {
+                tracing::info!(user_id = due.user_id, %reason, "the provider no longer vouches for a session; it ended");
+            }
+            Ok(false) => {}
+            Err(e) => {
                 tracing::error!(error = %e, user_id = due.user_id, "cannot end a session the provider refused");
             }
-        }
+        },
         Err(e @ RefreshError::Unavailable(_)) => {
             tracing::warn!(error = %e, user_id = due.user_id, "cannot check a session with the provider; trying again later");
         }

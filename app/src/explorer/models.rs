@@ -63,8 +63,8 @@ pub async fn get_models(experiment: Option<i64>) -> Result<ModelsView, AppError>
     run_ids.sort();
     run_ids.dedup();
     // A version's source run may sit in an experiment the viewer cannot
-    // read (someone registered from their own run): no link, so its
-    // experiment stays unknown to them.
+    // read (someone registered from their own run): no link to a page
+    // they could not open.
     let runs: Vec<(String, i64)> = store
         .load_runs(&run_ids)
         .await?

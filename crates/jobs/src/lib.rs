@@ -37,6 +37,8 @@ pub enum NodeRemoval {
     Busy(u64),
     /// It is one of this executor's nodes now: nothing was removed.
     OnExecutor(String),
+    /// The executor cannot tell its nodes now (why): nothing was removed.
+    ExecutorUnsure(String),
 }
 
 impl NodeRemoval {
@@ -47,6 +49,9 @@ impl NodeRemoval {
             NodeRemoval::Missing => Some(format!("there is no node {node}")),
             NodeRemoval::Busy(jobs) => Some(format!(
                 "node {node} has {jobs} job(s) starting or running; cancel them or wait for their end, then remove it"
+            )),
+            NodeRemoval::ExecutorUnsure(why) => Some(format!(
+                "the executor cannot tell now whether node {node} is still one of its own ({why}); try again when it can"
             )),
             NodeRemoval::OnExecutor(executor) => Some(format!(
                 "node {node} is one of the {executor} executor's nodes now; remove it there first \
@@ -916,16 +921,25 @@ impl Jobs {
     /// Removes a node that is gone for good: its GPUs, their samples and
     /// its agent tokens. Not one of the executor's own nodes now (they come
     /// back by themselves), nor one where jobs start or run.
-    pub async fn remove_node(&self, node: &str) -> Result<NodeRemoval, StoreError> {
+    /// `by`: the admin, for the log.
+    pub async fn remove_node(&self, node: &str, by: &str) -> Result<NodeRemoval, StoreError> {
         let executor = self.nodes().await?;
+        if let Some(why) = executor.unavailable {
+            // It cannot say which nodes are its own now.
+            return Ok(NodeRemoval::ExecutorUnsure(why));
+        }
         if executor.nodes.iter().any(|n| n.name == node) {
             return Ok(NodeRemoval::OnExecutor(executor.executor));
         }
-        Ok(match self.store().remove_node(node).await? {
+        let removal = match self.store().remove_node(node).await? {
             trainyard_store::NodeRemoval::Removed => NodeRemoval::Removed,
             trainyard_store::NodeRemoval::Missing => NodeRemoval::Missing,
             trainyard_store::NodeRemoval::Busy(jobs) => NodeRemoval::Busy(jobs),
-        })
+        };
+        if removal == NodeRemoval::Removed {
+            tracing::info!(node, admin = by, "node removed");
+        }
+        Ok(removal)
     }
 
     /// The executor's nodes and who holds their GPUs: Trainyard's jobs

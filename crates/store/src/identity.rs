@@ -411,27 +411,15 @@ impl Store {
     /// Live sessions with a refresh token that the provider last vouched
     /// for before `before` (ms), the longest unchecked first, at most
     /// `limit`. Each is claimed (its check time set to now) so that two
-    /// server processes never spend one refresh token twice: providers
+    /// server processes do not spend one refresh token together: providers
     /// that rotate them take a reuse for theft and end the grant.
     pub async fn claim_sessions_to_recheck(
         &self,
         before: i64,
         limit: u64,
     ) -> Result<Vec<DueSession>, StoreError> {
+        self.forget_refresh_tokens(true).await?;
         let now = now_millis();
-        {
-            // Expired sessions keep no credential of the provider's.
-            let _turn = self.write_turn().await;
-            session::Entity::update_many()
-                .col_expr(
-                    session::Column::RefreshToken,
-                    Expr::value(Option::<String>::None),
-                )
-                .filter(session::Column::RefreshToken.is_not_null())
-                .filter(session::Column::ExpiresAt.lte(now))
-                .exec(self.connection())
-                .await?;
-        }
         let found = session::Entity::find()
             .filter(session::Column::RevokedAt.is_null())
             .filter(session::Column::ExpiresAt.gt(now))
@@ -451,18 +439,22 @@ impl Store {
         let mut due = Vec::with_capacity(found.len());
         let _turn = self.write_turn().await;
         for s in found {
-            let (Some(refresh_token), Some(Some(subject))) =
-                (s.refresh_token, users.get(&s.user_id).cloned())
-            else {
-                continue;
-            };
-            let claimed = session::Entity::update_many()
+            let subject = users.get(&s.user_id).cloned().flatten();
+            let mut claim = session::Entity::update_many()
                 .col_expr(session::Column::CheckedAt, Expr::value(now))
                 .filter(session::Column::Id.eq(s.id.clone()))
                 .filter(session::Column::CheckedAt.eq(s.checked_at))
-                .exec(self.connection())
-                .await?;
-            if claimed.rows_affected == 1 {
+                .filter(session::Column::RevokedAt.is_null());
+            if subject.is_none() {
+                // No account of the provider's to ask about: never due again.
+                claim = claim.col_expr(
+                    session::Column::RefreshToken,
+                    Expr::value(Option::<String>::None),
+                );
+            }
+            let claimed = claim.exec(self.connection()).await?.rows_affected == 1;
+            if let (true, Some(subject), Some(refresh_token)) = (claimed, subject, s.refresh_token)
+            {
                 due.push(DueSession {
                     id: s.id,
                     user_id: s.user_id,
@@ -474,59 +466,84 @@ impl Store {
         Ok(due)
     }
 
+    /// Drops the provider's refresh tokens: of sessions that expired, or
+    /// (`expired_only` false, when checks are turned off) of every session.
+    pub async fn forget_refresh_tokens(&self, expired_only: bool) -> Result<u64, StoreError> {
+        let _turn = self.write_turn().await;
+        let mut update = session::Entity::update_many()
+            .col_expr(
+                session::Column::RefreshToken,
+                Expr::value(Option::<String>::None),
+            )
+            .filter(session::Column::RefreshToken.is_not_null());
+        if expired_only {
+            update = update.filter(session::Column::ExpiresAt.lte(now_millis()));
+        }
+        Ok(update.exec(self.connection()).await?.rows_affected)
+    }
+
     /// The provider vouched for a session again: keeps the refresh token it
     /// rotated to, and makes the person's account, admin right and teams
-    /// what it now says (`who`, when it said). Returns the account.
+    /// what it now says (`who`, when it said). Nothing is written, and None
+    /// returned, when the session ended meanwhile (signed out, revoked) or
+    /// its token is no longer the one spent.
     pub async fn session_rechecked(
         &self,
         due: &DueSession,
         who: Option<SignIn>,
         refresh_token: Option<String>,
     ) -> Result<Option<User>, StoreError> {
-        if let Some(token) = refresh_token {
-            let _turn = self.write_turn().await;
-            session::Entity::update_many()
-                .col_expr(session::Column::RefreshToken, Expr::value(token))
-                .filter(session::Column::Id.eq(due.id.clone()))
-                .exec(self.connection())
-                .await?;
-        }
-        let Some(who) = who else {
-            return Ok(None);
-        };
-        if who.subject != due.subject {
+        if let Some(who) = &who
+            && who.subject != due.subject
+        {
             return Err(StoreError::Rejected(format!(
                 "the provider described another subject than the session's ({})",
                 who.subject
             )));
         }
-        self.record_identity(who, false).await.map(Some)
+        let now = now_millis();
+        let still = {
+            let _turn = self.write_turn().await;
+            session::Entity::update_many()
+                .col_expr(
+                    session::Column::RefreshToken,
+                    Expr::value(refresh_token.unwrap_or_else(|| due.refresh_token.clone())),
+                )
+                .col_expr(session::Column::CheckedAt, Expr::value(now))
+                .filter(session::Column::Id.eq(due.id.clone()))
+                .filter(session::Column::RefreshToken.eq(due.refresh_token.clone()))
+                .filter(session::Column::RevokedAt.is_null())
+                .filter(session::Column::ExpiresAt.gt(now))
+                .exec(self.connection())
+                .await?
+                .rows_affected
+                == 1
+        };
+        match who {
+            Some(who) if still => self.record_identity(who, false).await.map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// The provider refused a session's refresh token: the person was
     /// removed or disabled there, or their session there ended. The session
-    /// ends, and the person is no admin until a sign-in says so again (their
-    /// API tokens keep only a member's rights).
-    pub async fn session_refused(&self, due: &DueSession) -> Result<(), StoreError> {
-        let now = now_millis();
+    /// ends (unless another check moved it on to a new token meanwhile).
+    /// Their rights stay as last read: sessions that still check well keep
+    /// them current, and *End sessions* removes someone at once.
+    pub async fn session_refused(&self, due: &DueSession) -> Result<bool, StoreError> {
         let _turn = self.write_turn().await;
-        let tx = self.connection().begin().await?;
-        session::Entity::update_many()
-            .col_expr(session::Column::RevokedAt, Expr::value(now))
+        let ended = session::Entity::update_many()
+            .col_expr(session::Column::RevokedAt, Expr::value(now_millis()))
             .col_expr(
                 session::Column::RefreshToken,
                 Expr::value(Option::<String>::None),
             )
             .filter(session::Column::Id.eq(due.id.clone()))
-            .exec(&tx)
+            .filter(session::Column::RefreshToken.eq(due.refresh_token.clone()))
+            .filter(session::Column::RevokedAt.is_null())
+            .exec(self.connection())
             .await?;
-        user::Entity::update_many()
-            .col_expr(user::Column::IsAdmin, Expr::value(false))
-            .filter(user::Column::Id.eq(due.user_id))
-            .exec(&tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        Ok(ended.rows_affected == 1)
     }
 
     /// Every team, by name.

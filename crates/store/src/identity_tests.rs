@@ -561,17 +561,48 @@ async fn sessions_are_checked_again_with_the_provider_and_a_refusal_ends_one() {
         .unwrap();
     assert_eq!(tokens(&due), ["rt-a2", "rt-b"], "the rotated token is used");
 
-    // Admin again by a sign-in; then the provider refuses b's token.
+    // Admin again by a sign-in; then the provider refuses b's token: b
+    // ends, a lives on.
     assert!(store.sign_in(admin).await.unwrap().is_admin);
     let on_b = due.iter().find(|d| d.refresh_token == "rt-b").unwrap();
-    store.session_refused(on_b).await.unwrap();
+    assert!(store.session_refused(on_b).await.unwrap());
     assert!(store.session(&b.secret).await.unwrap().is_none());
-    let still = store.session(&a.secret).await.unwrap().unwrap();
-    assert!(!still.user.is_admin, "no admin until a sign-in says so");
-    settle().await;
-    let due = store
-        .claim_sessions_to_recheck(now_millis(), 10)
+    assert!(store.session(&a.secret).await.unwrap().is_some());
+
+    // Signed out while a check was under way: what the provider said then
+    // is not written back, neither the rights nor the token.
+    let on_a = due.iter().find(|d| d.refresh_token == "rt-a2").unwrap();
+    store.end_session(&a.secret).await.unwrap();
+    let late = store
+        .session_rechecked(on_a, Some(alice(&["late"])), Some("rt-a3".into()))
         .await
         .unwrap();
-    assert_eq!(tokens(&due), ["rt-a2"]);
+    assert!(late.is_none());
+    let user = store.user(user.id).await.unwrap().unwrap();
+    assert!(user.is_admin);
+    assert_eq!(team_names(&user), ["vision"]);
+    assert!(!store.session_refused(on_a).await.unwrap(), "ended already");
+    settle().await;
+    assert!(
+        store
+            .claim_sessions_to_recheck(now_millis(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // A new session's token; turning the checks off forgets it.
+    store
+        .create_provider_session(user.id, hour, None, Some("rt-c".into()))
+        .await
+        .unwrap();
+    assert_eq!(store.forget_refresh_tokens(false).await.unwrap(), 1);
+    settle().await;
+    assert!(
+        store
+            .claim_sessions_to_recheck(now_millis(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
