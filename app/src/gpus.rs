@@ -449,10 +449,6 @@ pub fn NodeGpusPage() -> impl IntoView {
     );
     let shown = Signal::derive(move || data.get().and_then(Result::ok).flatten());
     let remove = ServerAction::<RemoveGpuNode>::new();
-    // Removing asks first, which needs the browser's script: until the
-    // page is hydrated the button stays off.
-    let in_browser = RwSignal::new(false);
-    Effect::new(move |_| in_browser.set(true));
     view! {
         <Title text=move || format!("GPUs of {}", node())/>
         <section class="page-head">
@@ -492,7 +488,6 @@ pub fn NodeGpusPage() -> impl IntoView {
             <ActionForm action=remove attr:class="inline-form">
                 <input type="hidden" name="node" value=node/>
                 <button type="submit" class="danger" data-testid="node-remove-button"
-                    disabled=move || !in_browser.get()
                     on:click=move |ev| confirm_remove(&node(), ev)>"Remove node"</button>
             </ActionForm>
             {move || remove.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
