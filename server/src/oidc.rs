@@ -285,53 +285,54 @@ impl Oidc {
             }
             Err(e) => return Err(RefreshError::Unavailable(error_chain(&e))),
         };
-        let rotated = response.refresh_token().map(|t| t.secret().clone());
-        let Some(id_token) = response.id_token() else {
-            return Ok(Refreshed {
-                who: None,
-                refresh_token: rotated,
-            });
+        let who = match response.id_token() {
+            Some(id_token) => {
+                self.refreshed_person(&client, id_token, &due.subject)
+                    .await?
+            }
+            None => None,
         };
+        Ok(Refreshed {
+            who,
+            refresh_token: response.refresh_token().map(|t| t.secret().clone()),
+        })
+    }
+
+    /// The person a refreshed ID token describes; None, with the reason
+    /// logged, when it tells nothing to go by (not accepted, not readable,
+    /// or without the groups claim or another claim the mapping needs).
+    /// Refused when it names another subject than the session's.
+    async fn refreshed_person(
+        &self,
+        client: &ProviderClient,
+        id_token: &openidconnect::core::CoreIdToken,
+        subject: &str,
+    ) -> Result<Option<SignIn>, RefreshError> {
         // A refreshed ID token carries no nonce (OpenID Connect Core 12.2).
         let verifier = client.id_token_verifier();
         if let Err(e) = id_token.claims(&verifier, |_: Option<&Nonce>| Ok(())) {
             self.forget_metadata().await;
             tracing::warn!(error = %error_chain(&e), "a refreshed ID token was not accepted; rights stay as they were");
-            return Ok(Refreshed {
-                who: None,
-                refresh_token: rotated,
-            });
+            return Ok(None);
         }
         let Some(claims) = token_payload(&id_token.to_string()) else {
-            return Ok(Refreshed {
-                who: None,
-                refresh_token: rotated,
-            });
+            return Ok(None);
         };
         if !claims.contains_key(&self.inner.config.groups_claim) {
             // A refreshed ID token may leave claims out (Core 12.2): without
             // the groups, nothing is known of them.
             tracing::debug!(claim = %self.inner.config.groups_claim, "a refreshed ID token has no groups; rights stay as they were");
-            return Ok(Refreshed {
-                who: None,
-                refresh_token: rotated,
-            });
+            return Ok(None);
         }
         match map_claims(&self.inner.config, &claims) {
-            Ok(who) if who.subject != due.subject => Err(RefreshError::Refused(format!(
+            Ok(who) if who.subject != subject => Err(RefreshError::Refused(format!(
                 "the refreshed ID token names another subject ({})",
                 who.subject
             ))),
-            Ok(who) => Ok(Refreshed {
-                who: Some(who),
-                refresh_token: rotated,
-            }),
+            Ok(who) => Ok(Some(who)),
             Err(e) => {
                 tracing::warn!(error = %e, "a refreshed ID token lacks a claim; rights stay as they were");
-                Ok(Refreshed {
-                    who: None,
-                    refresh_token: rotated,
-                })
+                Ok(None)
             }
         }
     }

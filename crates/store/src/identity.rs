@@ -52,6 +52,11 @@ pub struct NewSession {
     pub expires_at: i64,
 }
 
+/// SQL NULL for a text column: a session's refresh token dropped.
+fn no_token() -> sea_orm::sea_query::SimpleExpr {
+    Expr::value(Option::<String>::None)
+}
+
 /// A session claimed to be checked with the provider again.
 #[derive(Debug, Clone)]
 pub struct DueSession {
@@ -397,10 +402,7 @@ impl Store {
         let _turn = self.write_turn().await;
         session::Entity::update_many()
             .col_expr(session::Column::RevokedAt, Expr::value(now_millis()))
-            .col_expr(
-                session::Column::RefreshToken,
-                Expr::value(Option::<String>::None),
-            )
+            .col_expr(session::Column::RefreshToken, no_token())
             .filter(session::Column::Id.eq(id))
             .filter(session::Column::RevokedAt.is_null())
             .exec(self.connection())
@@ -447,10 +449,7 @@ impl Store {
                 .filter(session::Column::RevokedAt.is_null());
             if subject.is_none() {
                 // No account of the provider's to ask about: never due again.
-                claim = claim.col_expr(
-                    session::Column::RefreshToken,
-                    Expr::value(Option::<String>::None),
-                );
+                claim = claim.col_expr(session::Column::RefreshToken, no_token());
             }
             let claimed = claim.exec(self.connection()).await?.rows_affected == 1;
             if let (true, Some(subject), Some(refresh_token)) = (claimed, subject, s.refresh_token)
@@ -471,10 +470,7 @@ impl Store {
     pub async fn forget_refresh_tokens(&self, expired_only: bool) -> Result<u64, StoreError> {
         let _turn = self.write_turn().await;
         let mut update = session::Entity::update_many()
-            .col_expr(
-                session::Column::RefreshToken,
-                Expr::value(Option::<String>::None),
-            )
+            .col_expr(session::Column::RefreshToken, no_token())
             .filter(session::Column::RefreshToken.is_not_null());
         if expired_only {
             update = update.filter(session::Column::ExpiresAt.lte(now_millis()));
@@ -534,10 +530,7 @@ impl Store {
         let _turn = self.write_turn().await;
         let ended = session::Entity::update_many()
             .col_expr(session::Column::RevokedAt, Expr::value(now_millis()))
-            .col_expr(
-                session::Column::RefreshToken,
-                Expr::value(Option::<String>::None),
-            )
+            .col_expr(session::Column::RefreshToken, no_token())
             .filter(session::Column::Id.eq(due.id.clone()))
             .filter(session::Column::RefreshToken.eq(due.refresh_token.clone()))
             .filter(session::Column::RevokedAt.is_null())
@@ -626,10 +619,7 @@ impl Store {
             .await?;
         let result = session::Entity::update_many()
             .col_expr(session::Column::RevokedAt, Expr::value(now))
-            .col_expr(
-                session::Column::RefreshToken,
-                Expr::value(Option::<String>::None),
-            )
+            .col_expr(session::Column::RefreshToken, no_token())
             .filter(session::Column::UserId.eq(user_id))
             .filter(session::Column::RevokedAt.is_null())
             .filter(session::Column::ExpiresAt.gt(now))

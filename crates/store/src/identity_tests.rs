@@ -503,6 +503,14 @@ async fn sessions_are_checked_again_with_the_provider_and_a_refusal_ends_one() {
         .await
         .unwrap();
     let settle = || tokio::time::sleep(Duration::from_millis(20));
+    // What is due a moment later (check times are in milliseconds).
+    let due_now = || async {
+        settle().await;
+        store
+            .claim_sessions_to_recheck(now_millis(), 10)
+            .await
+            .unwrap()
+    };
     let tokens = |due: &[DueSession]| {
         let mut t: Vec<String> = due.iter().map(|d| d.refresh_token.clone()).collect();
         t.sort();
@@ -554,11 +562,7 @@ async fn sessions_are_checked_again_with_the_provider_and_a_refusal_ends_one() {
             .is_err(),
         "a session's person never becomes someone else"
     );
-    settle().await;
-    let due = store
-        .claim_sessions_to_recheck(now_millis(), 10)
-        .await
-        .unwrap();
+    let due = due_now().await;
     assert_eq!(tokens(&due), ["rt-a2", "rt-b"], "the rotated token is used");
 
     // Admin again by a sign-in; then the provider refuses b's token: b
@@ -582,14 +586,7 @@ async fn sessions_are_checked_again_with_the_provider_and_a_refusal_ends_one() {
     assert!(user.is_admin);
     assert_eq!(team_names(&user), ["vision"]);
     assert!(!store.session_refused(on_a).await.unwrap(), "ended already");
-    settle().await;
-    assert!(
-        store
-            .claim_sessions_to_recheck(now_millis(), 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(due_now().await.is_empty());
 
     // A new session's token; turning the checks off forgets it.
     store
@@ -597,12 +594,5 @@ async fn sessions_are_checked_again_with_the_provider_and_a_refusal_ends_one() {
         .await
         .unwrap();
     assert_eq!(store.forget_refresh_tokens(false).await.unwrap(), 1);
-    settle().await;
-    assert!(
-        store
-            .claim_sessions_to_recheck(now_millis(), 10)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(due_now().await.is_empty());
 }
