@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -132,21 +132,17 @@ pub fn parse_tolerations(text: &str) -> Result<Vec<Toleration>, String> {
 
 /// The watches, by index into [`Watches::state`].
 const NODES: usize = 0;
-const ALL_PODS: usize = 1;
-const OUR_PODS: usize = 2;
-const JOBS: usize = 3;
-const WATCH_NAMES: [&str; 4] = [
-    "nodes",
-    "pods of all namespaces",
-    "Trainyard's pods",
-    "Jobs",
-];
+const PODS: usize = 1;
+const JOBS: usize = 2;
+const WATCH_NAMES: [&str; 3] = ["nodes", "pods of all namespaces", "Jobs"];
 
 /// Whether each watch has listed everything once, and whether it fails now.
 #[derive(Default)]
 struct Watches {
-    synced: [AtomicBool; 4],
-    failing: Mutex<[Option<String>; 4]>,
+    synced: [AtomicBool; 3],
+    failing: Mutex<[Option<String>; 3]>,
+    /// Counts each watch's events, once its store holds what they said.
+    events: [AtomicU64; 3],
 }
 
 impl Watches {
@@ -184,7 +180,9 @@ impl Watches {
             ));
         }
         drop(failing);
-        if let Some(which) = (0..4).find(|i| !self.synced[*i].load(Ordering::Acquire)) {
+        if let Some(which) =
+            (0..WATCH_NAMES.len()).find(|i| !self.synced[*i].load(Ordering::Acquire))
+        {
             return Some(format!(
                 "the first list of the cluster's {} has not arrived yet",
                 WATCH_NAMES[which]
@@ -213,12 +211,23 @@ struct Shared {
     attempts: Mutex<Attempts>,
     changed: Notify,
     root: PathBuf,
+    /// Trainyard's namespace, and its pods there.
+    namespace: String,
     pods: Api<Pod>,
     /// The watches' tasks, stopped with the executor.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Shared {
+    /// A pod of the pods watch changed: one of Trainyard's (in its
+    /// namespace, with its label) is looked at; others only count for
+    /// capacity, which reads the watch's store.
+    fn any_pod_changed(self: &Arc<Self>, pod: &Pod, deleted: bool) {
+        if pod.namespace().as_deref() == Some(self.namespace.as_str()) && shape::is_managed(pod) {
+            self.pod_changed(pod, deleted);
+        }
+    }
+
     fn attempts(&self) -> std::sync::MutexGuard<'_, Attempts> {
         self.attempts.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -335,6 +344,9 @@ pub struct KubeExecutor {
     /// and why (so that a namespace or a right that is missing is not
     /// tried again every half second).
     paused: Mutex<Option<(Instant, String)>>,
+    /// [`KubeExecutor::whole_nodes`] as last made, and the count of node
+    /// watch events it was made at.
+    whole_nodes: Mutex<Option<(u64, Arc<Vec<sched::Node>>)>>,
     /// Nodes that the watch of selected nodes lacks, as the API last said:
     /// when it was asked, and whether the node is gone.
     node_checks: Mutex<HashMap<String, (Instant, bool)>>,
@@ -409,7 +421,8 @@ impl KubeExecutor {
             attempts: Mutex::new(Attempts::default()),
             changed: Notify::new(),
             root: settings.root.clone(),
-            pods: pods.clone(),
+            namespace: namespace.clone(),
+            pods,
             tasks: Mutex::new(Vec::new()),
         });
         let node_labels = settings
@@ -429,23 +442,19 @@ impl KubeExecutor {
             NODES,
             |_, _, _| {},
         );
-        // What every pod that has not ended asks for: pods of others take
-        // their share of a node.
+        // One watch of every pod, of every phase: what others' pods ask
+        // for takes its share of a node, and Trainyard's own (ended ones
+        // too, for their exit) give their attempts' states. One watch
+        // rather than a second of Trainyard's pods alone: each pod event
+        // is sent and read once.
         let all_pods = watch_into(
             Api::<Pod>::all(client.clone()),
-            watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
+            watcher::Config::default(),
             &shared,
-            ALL_PODS,
-            |_, _, _| {},
+            PODS,
+            |shared, pod, deleted| shared.any_pod_changed(pod, deleted),
         );
         let managed = shape::managed_selector();
-        let _our_pods = watch_into(
-            pods,
-            watcher::Config::default().labels(&managed),
-            &shared,
-            OUR_PODS,
-            |shared, pod, deleted| shared.pod_changed(pod, deleted),
-        );
         let job_store = watch_into(
             Api::<Job>::namespaced(client.clone(), &namespace),
             watcher::Config::default().labels(&managed),
@@ -468,6 +477,7 @@ impl KubeExecutor {
             created: Mutex::new(HashMap::new()),
             stopping: Mutex::new(HashSet::new()),
             paused: Mutex::new(None),
+            whole_nodes: Mutex::new(None),
             node_checks: Mutex::new(HashMap::new()),
         }
     }
@@ -593,6 +603,9 @@ where
         while let Some(item) = stream.next().await {
             match item {
                 Ok(event) => {
+                    // The reflector applied it to the store before passing
+                    // it on (a relist's at its InitDone).
+                    shared.watches.events[which].fetch_add(1, Ordering::AcqRel);
                     shared
                         .watches
                         .ok(which, matches!(event, watcher::Event::InitDone));
@@ -710,6 +723,45 @@ fn takes_new(node: &Node, tolerations: &[Toleration]) -> bool {
 }
 
 impl KubeExecutor {
+    /// The nodes as the scheduler sees them when empty, in name order:
+    /// made again only after the nodes watch saw a change (a cycle runs
+    /// many times a second in a burst; nodes change seldom).
+    fn whole_nodes(&self) -> Arc<Vec<sched::Node>> {
+        // Read before the store: a change that lands meanwhile makes the
+        // next call look again.
+        let generation = self.shared.watches.events[NODES].load(Ordering::Acquire);
+        if let Some((seen, nodes)) = &*self.whole_nodes.lock().unwrap_or_else(|p| p.into_inner())
+            && *seen == generation
+        {
+            return nodes.clone();
+        }
+        let gpu = self.settings.gpu_resource.as_str();
+        let mut nodes: Vec<Arc<Node>> = self.nodes.state();
+        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let in_all: Arc<Vec<sched::Node>> = Arc::new(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+                    let read =
+                        |key: &str| allocatable.and_then(|a| a.get(key)).map(|q| q.0.as_str());
+                    sched::Node {
+                        id: i as sched::NodeId,
+                        name: node.name_any(),
+                        gpus: read(gpu).and_then(quantity::count).unwrap_or(0),
+                        cpu_millis: read("cpu").and_then(quantity::cpu_millis).unwrap_or(0),
+                        memory_mib: read("memory").and_then(quantity::memory_mib).unwrap_or(0),
+                        schedulable: takes_new(node, &self.settings.tolerations),
+                    }
+                })
+                .collect(),
+        );
+        *self.whole_nodes.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((generation, in_all.clone()));
+        in_all
+    }
+
     async fn start_attempt(&self, attempt: Attempt) -> Result<Started, StartError> {
         let record = &attempt.record.job;
         let name = shape::attempt_name(record);
@@ -858,18 +910,23 @@ impl Executor for KubeExecutor {
         let gpu = self.settings.gpu_resource.as_str();
         // What pods that are not our running attempts hold, per node: other
         // people's pods, and ours that are going away.
-        let mut held: HashMap<String, (u32, u64, u32)> = HashMap::new();
-        let managed =
-            |p: &Pod| p.labels().get(shape::MANAGED_BY).map(String::as_str) == Some(shape::MANAGER);
-        for pod in self.all_pods.state() {
-            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+        let pods = self.all_pods.state();
+        let mut held: HashMap<&str, (u32, u64, u32)> = HashMap::new();
+        for pod in &pods {
+            let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
                 continue;
             };
-            let ours = managed(&pod) && pod.namespace().as_deref() == Some(&self.namespace);
+            // An ended pod holds nothing.
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            if matches!(phase, Some("Succeeded" | "Failed")) {
+                continue;
+            }
+            let ours = shape::is_managed(pod.as_ref())
+                && pod.metadata.namespace.as_deref() == Some(&self.namespace);
             if ours && pod.metadata.deletion_timestamp.is_none() {
                 continue;
             }
-            let (c, m, g) = pod_requests(&pod, gpu);
+            let (c, m, g) = pod_requests(pod, gpu);
             let entry = held.entry(node).or_default();
             *entry = (
                 entry.0.saturating_add(c),
@@ -877,28 +934,11 @@ impl Executor for KubeExecutor {
                 entry.2.saturating_add(g),
             );
         }
-        let mut nodes: Vec<Arc<Node>> = self.nodes.state();
-        nodes.sort_by_key(|n| n.name_any());
-        let in_all: Vec<sched::Node> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
-                let read = |key: &str| allocatable.and_then(|a| a.get(key)).map(|q| q.0.as_str());
-                sched::Node {
-                    id: i as sched::NodeId,
-                    name: node.name_any(),
-                    gpus: read(gpu).and_then(quantity::count).unwrap_or(0),
-                    cpu_millis: read("cpu").and_then(quantity::cpu_millis).unwrap_or(0),
-                    memory_mib: read("memory").and_then(quantity::memory_mib).unwrap_or(0),
-                    schedulable: takes_new(node, &self.settings.tolerations),
-                }
-            })
-            .collect();
+        let in_all = self.whole_nodes();
         let nodes: Vec<sched::Node> = in_all
             .iter()
             .map(|node| {
-                let (c, m, g) = held.get(&node.name).copied().unwrap_or_default();
+                let (c, m, g) = held.get(node.name.as_str()).copied().unwrap_or_default();
                 sched::Node {
                     gpus: node.gpus.saturating_sub(g),
                     cpu_millis: node.cpu_millis.saturating_sub(c),
@@ -924,7 +964,7 @@ impl Executor for KubeExecutor {
         };
         Ok(Capacity {
             nodes,
-            in_all,
+            in_all: in_all.as_ref().clone(),
             slots: None,
             gpus_said: format!(
                 "the largest of the cluster's {count} {}{selector} has {largest} ({gpu})",

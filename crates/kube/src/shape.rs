@@ -154,6 +154,11 @@ pub fn managed_selector() -> String {
     format!("{MANAGED_BY}={MANAGER}")
 }
 
+/// Whether an object carries the label of everything Trainyard makes.
+pub fn is_managed(object: &impl kube::ResourceExt) -> bool {
+    object.labels().get(MANAGED_BY).map(String::as_str) == Some(MANAGER)
+}
+
 fn hardened() -> SecurityContext {
     SecurityContext {
         run_as_non_root: Some(true),
