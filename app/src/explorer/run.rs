@@ -1,8 +1,9 @@
 //! `/experiments/EID/runs/RID`: one run. Its status, owner, timings and
-//! job; params and tags; a chart per metric (mounted as they scroll into
-//! view); its artifacts. While the run is live, the server pushes a line
-//! when it changes (`/api/trainyard/v1/runs/RID/events`), and the page and
-//! its visible charts read again; nothing polls.
+//! job; a chart per metric (mounted as they scroll into view), the first
+//! above the fold; then params, metric values, tags and artifacts. While
+//! the run is live, the server pushes a line when it changes
+//! (`/api/trainyard/v1/runs/RID/events`), and the page and its visible
+//! charts read again; nothing polls.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -59,7 +60,7 @@ pub fn RunPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading the run…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(d) => view! { <RunFacts detail=d edit delete tag preview/> }.into_any(),
+                    Ok(d) => view! { <RunHead detail=d edit delete/> }.into_any(),
                     Err(e) => view! { <Title text="Run"/><ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -96,6 +97,13 @@ pub fn RunPage() -> impl IntoView {
                 })}
             </Suspense>
         </section>
+        // The charts come before the tables: they are what a researcher
+        // opens a run for, and they start above the fold.
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                detail.await.ok().map(|d| view! { <RunTables detail=d tag preview/> })
+            })}
+        </Transition>
     }
     .into_any()
 }
@@ -145,15 +153,13 @@ pub(crate) fn ChartControls(options: RwSignal<ChartOptions>) -> impl IntoView {
     .into_any()
 }
 
+/// The run's name, status, description, its edit form and its facts in
+/// one strip: what sits above its charts.
 #[component]
-fn RunFacts(
+fn RunHead(
     detail: RunDetail,
     edit: ServerAction<EditRun>,
     delete: ServerAction<DeleteRunPage>,
-    tag: ServerAction<SetRunTag>,
-    /// The artifact shown in place (an image, or a text's start), if any;
-    /// the page's, so a live run's refresh keeps it open.
-    preview: RwSignal<Option<String>>,
 ) -> impl IntoView {
     let d = detail;
     let error = move || {
@@ -161,7 +167,6 @@ fn RunFacts(
             .get()
             .and_then(Result::err)
             .or_else(|| delete.value().get().and_then(Result::err))
-            .or_else(|| tag.value().get().and_then(Result::err))
     };
     // The description box is filled in the browser only: a textarea's
     // server-rendered text is not escaped by this Leptos.
@@ -178,12 +183,6 @@ fn RunFacts(
                 "–".to_owned()
             }
         });
-    let artifact_base = format!(
-        "/api/2.0/mlflow-artifacts/artifacts/{}/{}/artifacts/",
-        d.experiment_id, d.run_id
-    );
-    let preview_base = artifact_base.clone();
-    let preview_run = d.run_id.clone();
     view! {
         <Title text=d.name.clone()/>
         <nav class="crumbs" aria-label="Breadcrumbs">
@@ -227,18 +226,40 @@ fn RunFacts(
                 </details>
             }
         })}
-        <dl class="facts" data-testid="run-facts">
-            <dt>"Run ID"</dt><dd><code>{d.run_id.clone()}</code></dd>
-            <dt>"Owner"</dt><dd>{d.user.clone()}</dd>
-            <dt>"Started"</dt><dd>{format_utc(d.start_time)}</dd>
-            <dt>"Ended"</dt><dd>{d.end_time.map(format_utc).unwrap_or_else(|| "–".to_owned())}</dd>
-            <dt>"Duration"</dt><dd>{duration}</dd>
-            <dt>"Job"</dt>
+        <dl class="facts strip" data-testid="run-facts">
+            <div><dt>"Run ID"</dt><dd><code>{d.run_id.clone()}</code></dd></div>
+            <div><dt>"Owner"</dt><dd>{d.user.clone()}</dd></div>
+            <div><dt>"Started"</dt><dd>{format_utc(d.start_time)}</dd></div>
+            <div><dt>"Ended"</dt><dd>{d.end_time.map(format_utc).unwrap_or_else(|| "–".to_owned())}</dd></div>
+            <div><dt>"Duration"</dt><dd>{duration}</dd></div>
+            <div><dt>"Job"</dt>
             <dd>{match d.job_id {
                 Some(id) => view! { <a href=format!("/jobs/{id}") data-testid="run-job">{format!("job {id}")}</a> }.into_any(),
                 None => view! { <span class="muted">"logged from outside (no job)"</span> }.into_any(),
-            }}</dd>
+            }}</dd></div>
         </dl>
+    }
+    .into_any()
+}
+
+/// What the run holds besides its charts: params, metric values, tags,
+/// artifacts, and the datasets, models and traces it has.
+#[component]
+fn RunTables(
+    detail: RunDetail,
+    tag: ServerAction<SetRunTag>,
+    /// The artifact shown in place (an image, or a text's start), if any;
+    /// the page's, so a live run's refresh keeps it open.
+    preview: RwSignal<Option<String>>,
+) -> impl IntoView {
+    let d = detail;
+    let artifact_base = format!(
+        "/api/2.0/mlflow-artifacts/artifacts/{}/{}/artifacts/",
+        d.experiment_id, d.run_id
+    );
+    let preview_base = artifact_base.clone();
+    let preview_run = d.run_id.clone();
+    view! {
         <div class="two-col">
             <section>
                 <h2>"Parameters"</h2>
@@ -289,6 +310,7 @@ fn RunFacts(
                 } else {
                     view! { <KeyValues rows=d.tags.clone() testid="tags"/> }.into_any()
                 }}
+                {move || tag.value().get().and_then(Result::err).map(|e| view! { <ErrorNote error=e/> })}
                 {d.may_change.then(|| view! {
                     <ActionForm action=tag attr:class="inline-form tag-form">
                         <input type="hidden" name="run_id" value=d.run_id.clone()/>
