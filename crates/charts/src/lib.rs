@@ -16,6 +16,7 @@
 mod bars;
 mod format;
 mod heatmap;
+mod labels;
 mod parallel;
 mod plot;
 #[cfg(feature = "png")]
@@ -279,7 +280,8 @@ pub struct Scatter {
 
 /// Draws a scatter as SVG: one filled `<circle>` per point with finite x and y (and y > 0 with
 /// `log_y`), in input order. Up to [`SCATTER_LABELS_MAX`] points also get their label as
-/// `<text>` beside them; more would only overlap.
+/// `<text>` beside them, where it covers no other label or dot and stays in the plot (cut
+/// shorter, or left out, where there is no such room); more would only overlap.
 pub fn scatter_svg(s: &Scatter) -> Result<String, ChartError> {
     check_size(s.width, s.height)?;
     svg(s.width, s.height, |root| plot::scatter(root, s)).map(|(svg, ())| svg)

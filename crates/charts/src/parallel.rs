@@ -1,7 +1,8 @@
 //! Parallel coordinates: one vertical axis per param (and a metric last), one line per run.
 
 use crate::format::{TickKind, ticks};
-use crate::plot::{BORDER, LABEL_FONT, extent, shorten, text_style};
+use crate::labels::{fit, text_height, text_width};
+use crate::plot::{BORDER, LABEL_FONT, extent, text_style};
 use crate::{ChartError, check_size, draw_err, format_value, rgb, svg};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -101,6 +102,9 @@ impl Scale {
     }
 }
 
+const NAME_FONT: f64 = LABEL_FONT;
+const TICK_FONT: f64 = LABEL_FONT * 0.85;
+
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, p: &Parallel) -> Result<(), ChartError> {
     root.fill(&WHITE).map_err(draw_err)?;
     let (w, h) = root.dim_in_pixel();
@@ -112,10 +116,8 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, p: &Parallel) -> Resu
             .map_err(draw_err);
     }
     let value = |c: &Column, i: usize| c.values.get(i).cloned().flatten();
-    let any_missing = p
-        .columns
-        .iter()
-        .any(|c| (0..p.lines.len()).any(|i| value(c, i).is_none()));
+    let has_missing = |c: &Column| (0..p.lines.len()).any(|i| value(c, i).is_none());
+    let any_missing = p.columns.iter().any(has_missing);
     let top = 34.min(h / 4);
     let missing_y = h - 14.min(h / 8);
     let bottom = if any_missing {
@@ -123,7 +125,58 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, p: &Parallel) -> Resu
     } else {
         missing_y
     };
-    let (left, right) = (60.min(w / 4), 40.min(w / 6));
+    let scales: Vec<Scale> = p.columns.iter().map(Scale::of).collect();
+    let y_at = |fraction: f64| bottom - (fraction * f64::from(bottom - top)).round() as i32;
+    let y_of = |s: &Scale, v: Option<&str>| v.map_or(missing_y, |v| y_at(s.fraction(v)));
+
+    // Each axis's tick labels, whole: the first axis's set the left margin.
+    let tick_labels: Vec<Vec<(String, i32)>> = p
+        .columns
+        .iter()
+        .zip(&scales)
+        .map(|(column, scale)| {
+            let mut labels: Vec<(String, i32)> = match scale {
+                Scale::Numeric { lo, hi, .. } if hi <= lo => vec![(format_value(*lo), y_at(0.5))],
+                Scale::Numeric { lo, hi, log } => {
+                    let target = ((bottom - top) / 40).max(2) as usize;
+                    let kind = if *log {
+                        TickKind::Log
+                    } else {
+                        TickKind::Number
+                    };
+                    let (ticks, format) = ticks(*lo, *hi, target, kind);
+                    let at = |t: &f64| (format.label(*t), y_at(scale.fraction_plotted(*t)));
+                    ticks.iter().map(at).collect()
+                }
+                Scale::Categorical(values) => {
+                    // One label per line height at most.
+                    let line = text_height(TICK_FONT);
+                    let every = (values.len() as i32 * line / (bottom - top).max(1) + 1) as usize;
+                    (values.iter().step_by(every))
+                        .map(|v| (v.clone(), y_of(scale, Some(v))))
+                        .collect()
+                }
+            };
+            if has_missing(column) {
+                labels.push(("missing".to_owned(), missing_y));
+            }
+            labels
+        })
+        .collect();
+    // Margins wide enough for the first axis's labels and the outer axes'
+    // names, within a quarter (left) and a sixth (right) of the width.
+    let first_ticks = (tick_labels[0].iter())
+        .map(|(l, _)| text_width(l, TICK_FONT))
+        .max()
+        .unwrap_or(0);
+    let half_name = |c: &Column| text_width(&c.name, NAME_FONT) / 2 + 2;
+    let left = (first_ticks + 9)
+        .max(half_name(&p.columns[0]))
+        .max(60)
+        .min(w / 4);
+    let right = half_name(&p.columns[p.columns.len() - 1])
+        .max(40)
+        .min(w / 6);
     let n = p.columns.len();
     let spacing = (w - left - right) / (n as i32 - 1).max(1);
     let axis_x = |j: usize| {
@@ -133,9 +186,6 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, p: &Parallel) -> Resu
             left + spacing * j as i32
         }
     };
-    let scales: Vec<Scale> = p.columns.iter().map(Scale::of).collect();
-    let y_at = |fraction: f64| bottom - (fraction * f64::from(bottom - top)).round() as i32;
-    let y_of = |s: &Scale, v: Option<&str>| v.map_or(missing_y, |v| y_at(s.fraction(v)));
 
     for j in 0..n {
         let axis = Rectangle::new([(axis_x(j), top), (axis_x(j) + 1, bottom)], BORDER.filled());
@@ -150,41 +200,28 @@ fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, p: &Parallel) -> Resu
             .map_err(draw_err)?;
     }
 
-    let name_style = text_style(LABEL_FONT).pos(Pos::new(HPos::Center, VPos::Top));
-    let label_style = text_style(LABEL_FONT * 0.85).pos(Pos::new(HPos::Right, VPos::Center));
-    let name_chars = (spacing / 8).max(4) as usize;
-    for (j, (column, scale)) in p.columns.iter().zip(&scales).enumerate() {
+    // Names centred over their axes, each within its share of the width and
+    // inside the picture; tick labels left of their axis, clear of the one
+    // before it (or of the left edge). Cut with an ellipsis where they would
+    // not fit.
+    let name_style = text_style(NAME_FONT).pos(Pos::new(HPos::Center, VPos::Top));
+    let label_style = text_style(TICK_FONT).pos(Pos::new(HPos::Right, VPos::Center));
+    for (j, (column, labels)) in p.columns.iter().zip(&tick_labels).enumerate() {
         let x = axis_x(j);
-        root.draw_text(&shorten(&column.name, name_chars), &name_style, (x, 6))
-            .map_err(draw_err)?;
-        let labels: Vec<(String, i32)> = match scale {
-            Scale::Numeric { lo, hi, .. } if hi <= lo => vec![(format_value(*lo), y_at(0.5))],
-            Scale::Numeric { lo, hi, log } => {
-                let target = ((bottom - top) / 40).max(2) as usize;
-                let kind = if *log {
-                    TickKind::Log
-                } else {
-                    TickKind::Number
-                };
-                let (ticks, format) = ticks(*lo, *hi, target, kind);
-                let at = |t: &f64| (format.label(*t), y_at(scale.fraction_plotted(*t)));
-                ticks.iter().map(at).collect()
-            }
-            Scale::Categorical(values) => {
-                // One label per 14 pixels at most.
-                let every = (values.len() as i32 * 14 / (bottom - top).max(1) + 1) as usize;
-                (values.iter().step_by(every))
-                    .map(|v| (shorten(v, 14), y_of(scale, Some(v))))
-                    .collect()
-            }
-        };
-        for (label, y) in labels {
-            root.draw_text(&label, &label_style, (x - 5, y))
+        let mut room = 2 * (x - 2).min(w - x - 2);
+        if n > 1 {
+            room = room.min(spacing - 10);
+        }
+        if let Some(name) = fit(&column.name, room, NAME_FONT) {
+            root.draw_text(&name, &name_style, (x, 6))
                 .map_err(draw_err)?;
         }
-        if (0..p.lines.len()).any(|i| value(column, i).is_none()) {
-            root.draw_text("missing", &label_style, (x - 5, missing_y))
-                .map_err(draw_err)?;
+        let room = if j == 0 { x - 7 } else { spacing - 12 };
+        for (label, y) in labels {
+            if let Some(label) = fit(label, room, TICK_FONT) {
+                root.draw_text(&label, &label_style, (x - 5, *y))
+                    .map_err(draw_err)?;
+            }
         }
     }
     Ok(())
@@ -243,6 +280,58 @@ mod tests {
         // Categorical, sorted from the top: adam above sgd; the missing value below both.
         let at_optimizer: Vec<i32> = lines.iter().map(|l| l[1].1).collect();
         assert!(at_optimizer[2] < at_optimizer[0] && at_optimizer[0] < at_optimizer[1]);
+    }
+
+    #[test]
+    fn names_and_labels_cover_no_other_and_stay_inside() {
+        let long = |i: usize| format!("a_very_long_categorical_value_number_{i}");
+        let p = Parallel {
+            columns: vec![
+                column(
+                    "model_architecture_family",
+                    &[Some(&long(1)), Some(&long(2)), None],
+                ),
+                column(
+                    "learning_rate_warmup_steps",
+                    &[Some("100"), Some("2000"), Some("35000")],
+                ),
+                column("optimizer", &[Some("sgd"), Some("adamw"), Some("lion")]),
+                column("weight_decay", &[Some("0.1"), Some("0.01"), Some("0.001")]),
+                column(
+                    "validation_loss_at_the_end",
+                    &[Some("0.9"), Some("0.4"), Some("0.6")],
+                ),
+            ],
+            lines: (0..3)
+                .map(|i| Line {
+                    label: format!("run-{i}"),
+                    color: i,
+                })
+                .collect(),
+            width: 900,
+            height: 320,
+        };
+        let svg = parallel_svg(&p).unwrap();
+        let boxes = crate::labels::tests::text_boxes(&svg);
+        crate::labels::tests::assert_apart_and_inside(&boxes, 900, 320);
+        // Every axis is named, the short ones whole; the long values are
+        // there, cut.
+        assert_eq!(
+            boxes.iter().filter(|(_, b)| b[1] < 20).count(),
+            5,
+            "{boxes:?}"
+        );
+        assert!(svg.contains(">\noptimizer\n</text>"));
+        // The long values are cut in the middle, so they stay apart.
+        let values: Vec<&str> = boxes
+            .iter()
+            .map(|(t, _)| t.as_str())
+            .filter(|t| t.starts_with("a_very"))
+            .collect();
+        assert_eq!(values.len(), 2, "{values:?}");
+        assert!(values.iter().all(|v| v.contains('…')), "{values:?}");
+        assert_ne!(values[0], values[1]);
+        assert!(svg.contains(">\nmissing\n</text>"));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The charts on x/y axes: metric lines over steps or time, and param-vs-metric scatters.
 
 use crate::format::{self, TickFormat, TickKind};
+use crate::labels::{Placement, fit, text_height, text_width};
 use crate::{
-    ChartError, Frame, LineChart, SCATTER_LABELS_MAX, Scatter, XAxis, draw_err, ema, log10_or_nan,
-    rgb,
+    ChartError, Frame, LineChart, SCATTER_LABELS_MAX, Scatter, ScatterPoint, XAxis, draw_err, ema,
+    log10_or_nan, rgb,
 };
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, ValueFormatter};
@@ -298,15 +299,73 @@ pub(crate) fn scatter<DB: DrawingBackend>(
         chart.plotting_area().draw(&dot).map_err(draw_err)?;
     }
     if points.len() <= SCATTER_LABELS_MAX {
-        let style = text_style(LABEL_FONT * 0.9).pos(Pos::new(HPos::Left, VPos::Center));
-        for (p, x, y) in &points {
-            let (px, py) = chart.backend_coord(&(*x, *y));
-            root.draw_text(&shorten(&p.label, 24), &style, (px + 7, py))
-                .map_err(draw_err)?;
-        }
+        label_points(root, &chart, &points)?;
     }
     if points.is_empty() {
         no_data(root, &frame_of(&chart, &x, &y, s.log_y))?;
+    }
+    Ok(())
+}
+
+/// Labels the scatter's points inside its plot area: each to the right of
+/// its dot, else to the left, above or below, else cut shorter (in the
+/// middle) and tried again, else left out (the page's legend names every
+/// colour). No label covers another or a dot.
+fn label_points<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    chart: &Chart<DB>,
+    points: &[(&ScatterPoint, f64, f64)],
+) -> Result<(), ChartError> {
+    const FONT: f64 = LABEL_FONT * 0.9;
+    const DOT: i32 = 4;
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let mut placement = Placement::new([xr.start, yr.start, xr.end, yr.end]);
+    let at: Vec<(i32, i32)> = points
+        .iter()
+        .map(|(_, x, y)| chart.backend_coord(&(*x, *y)))
+        .collect();
+    for &(px, py) in &at {
+        placement.block([px - DOT, py - DOT, px + DOT + 1, py + DOT + 1]);
+    }
+    let h = text_height(FONT);
+    let [left_edge, _, right_edge, _] = placement.bound();
+    for ((p, _, _), &(px, py)) in points.iter().zip(&at) {
+        let whole = fit(&p.label, 200, FONT);
+        let short = fit(&p.label, 80, FONT);
+        let placed = [whole, short]
+            .into_iter()
+            .flatten()
+            .find_map(|label: String| {
+                let w = text_width(&label, FONT);
+                let gap = DOT + 3;
+                let beside = |left: i32, anchor: i32, pos: HPos| {
+                    ([left, py - h / 2, left + w, py + h / 2], (anchor, py), pos)
+                };
+                // Above and below: a line's height away (clear of the labels
+                // beside), centred on the dot or moved in from the plot's edge.
+                let over = |top: i32| {
+                    let left = (px - w / 2).min(right_edge - w).max(left_edge);
+                    (
+                        [left, top, left + w, top + h],
+                        (left, top + h / 2),
+                        HPos::Left,
+                    )
+                };
+                let sides = [
+                    beside(px + gap, px + gap, HPos::Left),
+                    beside(px - gap - w, px - gap, HPos::Right),
+                    over(py - h / 2 - h),
+                    over(py + h / 2),
+                ];
+                sides
+                    .into_iter()
+                    .find(|(b, _, _)| placement.take(*b))
+                    .map(|(_, point, pos)| (label, point, pos))
+            });
+        if let Some((label, point, pos)) = placed {
+            let style = text_style(FONT).pos(Pos::new(pos, VPos::Center));
+            root.draw_text(&label, &style, point).map_err(draw_err)?;
+        }
     }
     Ok(())
 }
@@ -795,6 +854,53 @@ pub(crate) mod tests {
             crate::line_png(&c),
             Err(ChartError::Size { height: 9, .. })
         ));
+    }
+
+    #[test]
+    fn scatter_labels_cover_no_other_and_stay_inside() {
+        let point = |label: &str, x: f64, y: f64| ScatterPoint {
+            label: label.into(),
+            color: 0,
+            x,
+            y,
+        };
+        let mut points: Vec<ScatterPoint> = (0..5)
+            .map(|i| point(&format!("trial-{i}"), 0.5, 0.5))
+            .collect();
+        // Two close neighbours, and one at the right edge with a long name.
+        points.push(point("neighbour-a", 0.72, 0.51));
+        points.push(point("neighbour-b", 0.68, 0.49));
+        points.push(point("a-rather-long-run-name-at-the-edge", 1.0, 0.2));
+        points.push(point("left", 0.0, 0.8));
+        let s = Scatter {
+            title: "loss vs lr".into(),
+            x_label: "lr".into(),
+            y_label: "loss".into(),
+            points,
+            log_y: false,
+            width: 560,
+            height: 320,
+        };
+        let svg = scatter_svg(&s).unwrap();
+        let labels: Vec<_> = crate::labels::tests::text_boxes(&svg)
+            .into_iter()
+            .filter(|(t, _)| {
+                ["trial-", "neighbour", "a-rather", "left"]
+                    .iter()
+                    .any(|p| t.starts_with(p))
+            })
+            .collect();
+        crate::labels::tests::assert_apart_and_inside(&labels, 560, 320);
+        let named = |prefix: &str| labels.iter().filter(|(t, _)| t.starts_with(prefix)).count();
+        // Five dots on one spot: four sides, so one of them goes unlabelled.
+        assert_eq!(named("trial-"), 4, "{labels:?}");
+        assert_eq!(named("left"), 1);
+        // The long name at the right edge is there, cut, left of its dot.
+        let edge = svg
+            .split("<text ")
+            .find(|t| t.contains("a-rather"))
+            .unwrap();
+        assert!(edge.contains("text-anchor=\"end\""), "{edge}");
     }
 
     #[test]
