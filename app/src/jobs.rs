@@ -343,7 +343,7 @@ fn submit_form(
             view! {
                 <div class="card">
                     <strong>{t.spec.title.clone()}</strong>
-                    <p>{t.spec.description.clone()}</p>
+                    <p>{crate::pages::with_code(&t.spec.description)}</p>
                     {t.spec.data.clone().map(|d| view! { <p class="hint">"Data: " {d}</p> })}
                 </div>
             }
@@ -871,7 +871,7 @@ pub fn TemplateEditor() -> impl IntoView {
         <section class="page-head">
             <h1>{move || if slug().is_empty() { "New template".to_owned() } else { format!("Template {}", slug()) }}</h1>
         </section>
-        {move || error().map(|e| view! { <ErrorNote error=e/> })}
+        {move || error().map(|e| view! { <ErrorNote error=e labels=&[("slug", "Name")]/> })}
         <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match text.await {

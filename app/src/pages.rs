@@ -10,13 +10,34 @@ use crate::api::{
 };
 use crate::error::AppError;
 
-/// An error as the pages show it: what happened and what to do.
+/// An error as the pages show it: what happened and what to do. A form's
+/// refusal names its fields as the form labels them (`labels`: the field
+/// as the server names it, then its label); only a failure of the server or
+/// of the call itself says that something went wrong.
 #[component]
-pub(crate) fn ErrorNote(error: AppError) -> impl IntoView {
+pub(crate) fn ErrorNote(
+    error: AppError,
+    #[prop(optional)] labels: &'static [(&'static str, &'static str)],
+) -> impl IntoView {
+    let named = |e: &trainyard_domain::FieldError| {
+        let label = (labels.iter().find(|(field, _)| *field == e.field))
+            .map_or(e.field.as_str(), |(_, label)| label);
+        format!("{label}: {}", e.message)
+    };
+    let (lead, text) = match &error {
+        AppError::Invalid(e) => (None, named(e)),
+        AppError::Fields(list) => (None, list.iter().map(named).collect::<Vec<_>>().join("; ")),
+        AppError::Internal(_) => (
+            Some("Something went wrong on the server: "),
+            error.to_string(),
+        ),
+        AppError::Call(_) => (Some("The server could not be asked: "), error.to_string()),
+        _ => (None, error.to_string()),
+    };
     view! {
         <div class="error" role="alert">
-            <strong>"Something went wrong. "</strong>
-            {error.to_string()}
+            {lead.map(|lead| view! { <strong>{lead}</strong> })}
+            {text}
         </div>
     }
 }
@@ -217,7 +238,7 @@ pub fn TemplatesPage() -> impl IntoView {
                                 let r = &t.spec.resources;
                                 let needs = format!(
                                     "{} · {} CPU · {}",
-                                    if r.gpus == 0 { "no GPU".to_owned() } else { format!("{} GPU", r.gpus) },
+                                    if r.gpus == 0 { "no GPU".to_owned() } else { format!("{} {}", r.gpus, plural(r.gpus.into(), "GPU", "GPUs")) },
                                     r.cpus,
                                     r.memory
                                 );
@@ -225,7 +246,7 @@ pub fn TemplatesPage() -> impl IntoView {
                                 view! {
                                     <li class="card" data-template=t.slug.clone()>
                                         <strong>{t.spec.title.clone()}</strong>
-                                        <p>{t.spec.description.clone()}</p>
+                                        <p>{with_code(&t.spec.description)}</p>
                                         <p class="hint">{needs}</p>
                                         {(!params.is_empty()).then(|| view! { <p class="hint">"Parameters: " {params.join(", ")}</p> })}
                                         {t.spec.data.clone().map(|d| view! { <p class="hint">"Data: " {d}</p> })}
@@ -467,6 +488,25 @@ fn Users() -> impl IntoView {
             })}
         </Suspense>
     }
+}
+
+/// Text with its `code` spans (between backticks, as templates write
+/// them) shown as code; text with an unpaired backtick stays as it is.
+pub(crate) fn with_code(text: &str) -> AnyView {
+    if text.matches('`').count() % 2 == 1 {
+        return text.to_owned().into_any();
+    }
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                view! { <code>{part.to_owned()}</code> }.into_any()
+            } else {
+                part.to_owned().into_any()
+            }
+        })
+        .collect_view()
+        .into_any()
 }
 
 #[component]

@@ -211,26 +211,95 @@ test('filter, select, compare, smooth, log scale, zoom, hover, hide, group', asy
   await expect(page.getByTestId('hide-identical')).toBeChecked();
 });
 
+test('scatter and parallel-coordinate labels cover no other label and stay inside', async ({ page, request }) => {
+  const made = await request.post('/api/2.0/mlflow/experiments/create', { data: { name: `labels-${Date.now()}` } });
+  expect(made.status()).toBe(200);
+  const experiment = (await made.json()).experiment_id;
+  const runs: string[] = [];
+  // Four runs on one spot of the scatter, two near it, long names and long
+  // values throughout.
+  const figures = [
+    ['100', 0.5], ['100', 0.5], ['100', 0.5], ['100', 0.5], ['110', 0.51], ['35000', 0.2],
+  ] as const;
+  for (const [i, [warmup, loss]] of figures.entries()) {
+    const created = await request.post('/api/2.0/mlflow/runs/create', {
+      data: { experiment_id: experiment, run_name: `a-rather-long-run-name-${i}`, start_time: Date.now() },
+    });
+    const run = (await created.json()).run.info.run_id;
+    runs.push(run);
+    const logged = await request.post('/api/2.0/mlflow/runs/log-batch', {
+      data: {
+        run_id: run,
+        params: [
+          { key: 'learning_rate_warmup_steps', value: warmup },
+          { key: 'model_architecture_family', value: `a_very_long_categorical_value_number_${i % 3}` },
+          { key: 'optimizer', value: i % 2 ? 'adamw' : 'sgd' },
+        ],
+        metrics: [{ key: 'validation_loss_at_the_end', value: loss, timestamp: Date.now(), step: 0 }],
+      },
+    });
+    expect(logged.status()).toBe(200);
+  }
+  await page.setViewportSize({ width: 1440, height: 900 });
+  await page.goto(`/compare?${runs.map((r) => `run=${r}`).join('&')}`);
+  await hydrated(page);
+  for (const id of ['scatter', 'parallel']) {
+    const svg = page.locator(`[data-testid="${id}"] svg`);
+    await expect(svg.locator('text').first()).toBeAttached();
+    // The browser's own boxes of each label (rotated axis titles aside).
+    const { width, height, boxes } = await svg.evaluate((el: SVGSVGElement) => ({
+      width: Number(el.getAttribute('width')),
+      height: Number(el.getAttribute('height')),
+      boxes: [...el.querySelectorAll('text')]
+        .filter((t) => !t.hasAttribute('transform'))
+        .map((t) => {
+          const b = t.getBBox();
+          return { text: t.textContent!.trim(), x: b.x, y: b.y, w: b.width, h: b.height };
+        }),
+    }));
+    expect(boxes.length, id).toBeGreaterThan(5);
+    for (const [i, a] of boxes.entries()) {
+      expect(a.x >= -0.5 && a.y >= -0.5 && a.x + a.w <= width + 0.5 && a.y + a.h <= height + 0.5, `${id}: ${a.text} inside`).toBe(true);
+      for (const b of boxes.slice(i + 1)) {
+        const apart = a.x + a.w <= b.x + 0.5 || b.x + b.w <= a.x + 0.5 || a.y + a.h <= b.y + 0.5 || b.y + b.h <= a.y + 0.5;
+        expect(apart, `${id}: "${a.text}" and "${b.text}" overlap`).toBe(true);
+      }
+    }
+  }
+  // Every axis of the parallel coordinates is named.
+  const names = page.locator('[data-testid="parallel"] svg text');
+  await expect(names.filter({ hasText: 'optimizer' })).toHaveCount(1);
+  await expect(names.filter({ hasText: /learning_rate/ })).toHaveCount(1);
+  await page.screenshot({ path: test.info().outputPath('compare-labels.png'), fullPage: true });
+});
+
 test('a run page mounts charts as they scroll in and follows a live run', async ({ page, baseURL, request }) => {
   test.setTimeout(120_000);
   const seeded = seed(baseURL!, `live-${Date.now()}`, 2, 50, '--keys', '40', '--live');
   const [many, live] = seeded.runs;
 
-  // 44 metrics: only the charts near the viewport are drawn at first.
+  // 44 metrics: the first charts are above the fold, at 1440×900 and at
+  // the default 1280×720, and only the charts near the viewport are drawn.
+  await page.setViewportSize({ width: 1440, height: 900 });
   await page.goto(`/experiments/${seeded.experiment_id}/runs/${many}`);
   await hydrated(page);
   const charts = page.locator('figure.chart');
   await expect(charts).toHaveCount(44);
-  // Far below the fold (44 latest values come first), nothing is drawn yet.
+  await expect(charts.first()).toHaveAttribute('data-series', '1');
+  const first = (await charts.first().boundingBox())!;
+  expect(first.y + first.height, 'the whole first chart is above the fold').toBeLessThanOrEqual(900);
+  await page.setViewportSize({ width: 1280, height: 720 });
+  expect((await charts.first().boundingBox())!.y, 'the first chart starts above the fold').toBeLessThan(720 - 100);
   await page.waitForTimeout(500);
-  expect(await page.locator('figure.chart[data-series]').count()).toBe(0);
-  await charts.first().scrollIntoViewIfNeeded();
-  await expect(page.locator('figure.chart[data-series]').first()).toBeVisible();
   const drawnAtFirst = await page.locator('figure.chart[data-series]').count();
   expect(drawnAtFirst).toBeGreaterThan(0);
   expect(drawnAtFirst).toBeLessThan(44);
+  await expect(charts.last()).not.toHaveAttribute('data-series', /.*/);
   await charts.last().scrollIntoViewIfNeeded();
   await expect(charts.last()).toHaveAttribute('data-series', '1');
+  // The tables come after the charts.
+  const values = (await page.getByTestId('latest').boundingBox())!;
+  expect(values.y).toBeGreaterThan((await charts.last().boundingBox())!.y);
 
   // A live run: what it logs arrives by push, and its end too.
   let polls = 0;

@@ -30,6 +30,10 @@ test('the demo template runs from the catalog and its log streams live', async (
   await page.goto('/templates');
   const demo = page.locator('[data-template="cpu-demo"]');
   await expect(demo).toContainText('CPU demo');
+  // Code in a description reads as code, not as backticks.
+  const byo = page.locator('[data-template="byo-script"]');
+  await expect(byo.locator('code')).toHaveText('with mlflow.start_run():');
+  await expect(byo).not.toContainText('`');
   await demo.getByRole('link', { name: 'Use this template' }).click();
   await expect(page).toHaveURL(/\/submit\?template=cpu-demo$/);
 
@@ -210,7 +214,17 @@ test('a template written in the browser joins the catalog and runs', async ({ pa
   await expect(page).toHaveURL(/\/templates\/new$/);
   const form = page.getByTestId('template-form');
   await form.locator('input[name="slug"]').fill('shout');
-  // A wrong default first: the error names the field.
+  // A wrong type first: the error names the field and says what to give,
+  // in words (not serde's "expected u32").
+  await form
+    .locator('textarea[name="text"]')
+    .fill('title: Shout\ndescription: prints a word\ncommand: echo hi\nresources: {memory: 64Mi, gpus: two}\n');
+  await expect(async () => {
+    await form.getByRole('button', { name: 'Save' }).click();
+    await expect(page.getByRole('alert')).toContainText('resources.gpus: got the text "two"; give a whole number, 0 or more', { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  await expect(page.getByRole('alert')).not.toContainText(/u32|went wrong/);
+  // A wrong default: the error names the field.
   await form
     .locator('textarea[name="text"]')
     .fill('title: Shout\ndescription: prints a word\ncommand: echo {word}\nparameters:\n  word: {type: int, default: loud}\nresources: {memory: 64Mi}\n');

@@ -156,6 +156,71 @@ pub struct ExecutorNode {
     pub jobs: Vec<i64>,
 }
 
+/// A message of serde's (what a YAML or JSON document got wrong) in a
+/// person's words: "invalid type: string \"two\", expected u32" reads
+/// "got the text \"two\"; give a whole number, 0 or more". Messages it does
+/// not know are kept as they are.
+pub fn serde_in_words(message: &str) -> String {
+    let kind = |expected: &str| -> String {
+        let e = expected.trim();
+        match e {
+            "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => {
+                "a whole number, 0 or more".to_owned()
+            }
+            "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number".to_owned(),
+            "f32" | "f64" => "a number".to_owned(),
+            "a boolean" => "true or false".to_owned(),
+            "a sequence" => "a list".to_owned(),
+            "a map" => "a mapping (key: value)".to_owned(),
+            "a string" => "text".to_owned(),
+            _ => e.to_owned(),
+        }
+    };
+    let got = |found: &str| -> String {
+        let f = found.trim();
+        let quoted = |prefix: &str| {
+            f.strip_prefix(prefix)
+                .map(|rest| rest.trim().trim_matches('`').to_owned())
+        };
+        if let Some(text) = f.strip_prefix("string ") {
+            format!("got the text {text}")
+        } else if let Some(n) = quoted("integer").or_else(|| quoted("floating point")) {
+            format!("got {n}")
+        } else if let Some(b) = quoted("boolean") {
+            format!("got {b}")
+        } else if f == "map" {
+            "got a mapping".to_owned()
+        } else if f == "sequence" {
+            "got a list".to_owned()
+        } else if f == "unit value" || f == "null" {
+            "got nothing".to_owned()
+        } else {
+            format!("got {f}")
+        }
+    };
+    let m = message.trim();
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some((found, expected)) = m
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.rsplit_once(", expected "))
+        {
+            return format!("{}; give {}", got(found), kind(expected));
+        }
+    }
+    if let Some(rest) = m.strip_prefix("unknown field ") {
+        if let Some((field, known)) = rest.split_once(", expected one of ") {
+            return format!("{field} is not a field here; use one of {known}");
+        }
+        if let Some((field, known)) = rest.split_once(", expected ") {
+            return format!("{field} is not a field here; use {known}");
+        }
+    }
+    if let Some(field) = m.strip_prefix("missing field ") {
+        return format!("{field} is required");
+    }
+    m.to_owned()
+}
+
 /// A rule broken by input, naming the field so the UI can point at it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 #[error("{field}: {message}")]
@@ -285,6 +350,73 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + i64::from(m <= 2);
     (y, m, d)
+}
+
+#[cfg(test)]
+mod words_tests {
+    use super::serde_in_words;
+
+    #[test]
+    fn serde_says_what_to_give_in_a_persons_words() {
+        let cases = [
+            (
+                "invalid type: string \"two\", expected u32",
+                "got the text \"two\"; give a whole number, 0 or more",
+            ),
+            (
+                "invalid value: integer `-1`, expected u32",
+                "got -1; give a whole number, 0 or more",
+            ),
+            (
+                "invalid type: floating point `1.5`, expected i64",
+                "got 1.5; give a whole number",
+            ),
+            (
+                "invalid type: sequence, expected a string",
+                "got a list; give text",
+            ),
+            (
+                "invalid type: string \"yes\", expected a boolean",
+                "got the text \"yes\"; give true or false",
+            ),
+            (
+                "unknown field `gpu`, expected one of `gpus`, `cpus`",
+                "`gpu` is not a field here; use one of `gpus`, `cpus`",
+            ),
+            ("missing field `command`", "`command` is required"),
+            ("something else entirely", "something else entirely"),
+        ];
+        for (serde, words) in cases {
+            assert_eq!(serde_in_words(serde), words, "{serde}");
+        }
+    }
+
+    #[test]
+    fn real_serde_messages_lose_their_rust_words() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Resources {
+            gpus: u32,
+        }
+        for doc in [
+            r#"{"gpus": "two"}"#,
+            r#"{"gpus": -1}"#,
+            r#"{"gpus": 1.5}"#,
+            r#"{"gpu": 1}"#,
+            "{}",
+        ] {
+            let err = serde_json::from_str::<Resources>(doc)
+                .unwrap_err()
+                .to_string();
+            let err = err.split(" at line").next().unwrap();
+            let words = serde_in_words(err);
+            assert!(
+                !words.contains("u32") && !words.contains("invalid"),
+                "{doc}: {words}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -107,7 +107,7 @@ fn parse_document<T: serde::de::DeserializeOwned>(
     }
     serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
+        let inner = trainyard_domain::serde_in_words(&e.into_inner().to_string());
         let field = if path == "." { "spec".to_owned() } else { path };
         SpecError {
             message: format!("{field}: {inner}"),

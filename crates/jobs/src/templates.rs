@@ -51,8 +51,10 @@ pub fn load_dir(dir: &Path) -> Result<Vec<(String, TemplateSpec)>, String> {
             .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
         let value: serde_json::Value = serde_saphyr::from_str(&text)
             .map_err(|e| format!("{}: not valid YAML: {e}", path.display()))?;
-        let spec: TemplateSpec = serde_path_to_error::deserialize(value)
-            .map_err(|e| format!("{}: {}: {}", path.display(), e.path(), e.inner()))?;
+        let spec: TemplateSpec = serde_path_to_error::deserialize(value).map_err(|e| {
+            let words = trainyard_domain::serde_in_words(&e.inner().to_string());
+            format!("{}: {}: {words}", path.display(), e.path())
+        })?;
         spec.check().map_err(|errors| {
             let list: Vec<String> = errors
                 .iter()
