@@ -39,19 +39,17 @@ pub async fn get_models(experiment: Option<i64>) -> Result<ModelsView, AppError>
             store
                 .experiment_as(&user, id, trainyard_store::Access::Read)
                 .await?;
-            let mut logged = store
+            let page = store
                 .search_logged_models(
                     &[id],
                     trainyard_store::ModelFilter::default(),
                     &[],
-                    LOGGED_MODELS_SHOWN + 1,
+                    LOGGED_MODELS_SHOWN,
                     0,
                     &viewer,
                 )
                 .await?;
-            let more = logged.len() as u64 > LOGGED_MODELS_SHOWN;
-            logged.truncate(LOGGED_MODELS_SHOWN as usize);
-            (logged, more)
+            (page.models, page.next_offset.is_some())
         }
         None => (Vec::new(), false),
     };

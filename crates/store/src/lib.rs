@@ -21,7 +21,10 @@ mod uploads;
 pub use fair_share::{DayUsage, GpuSpan};
 pub use identity::{DueSession, LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
 pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
-pub use models::{ModelFilter, ModelMetricIn, ModelOrder, NewModel};
+pub use models::{
+    MAX_MODEL_METRICS_READ, MAX_PAGE_MODEL_METRICS, ModelFilter, ModelMetricIn, ModelOrder,
+    ModelPage, NewModel,
+};
 pub use nodes::{GpuInfo, NodeRemoval};
 pub use registry::NewVersion;
 pub use telemetry::{Heat, NodeGpu};

@@ -17,6 +17,24 @@ use crate::{Store, StoreError, Viewer, now_millis};
 /// How many dataset summaries one search returns, as MLflow.
 pub const MAX_DATASET_SUMMARIES: usize = 1000;
 
+/// The newest metric values of one logged model that a read of it carries
+/// (get, search, a run's models). MLflow returns every one; a model that a
+/// training loop logs against could hold millions. Older values stay
+/// stored, and filters and ordering still see them.
+pub const MAX_MODEL_METRICS_READ: usize = 10_000;
+
+/// The metric values one page of a logged-model search carries in all: a
+/// page that would carry more ends early (at least one model), and its
+/// next page goes on from there.
+pub const MAX_PAGE_MODEL_METRICS: usize = 100_000;
+
+/// A page of logged models, and where the next one starts, if any.
+#[derive(Debug, Clone, Default)]
+pub struct ModelPage {
+    pub models: Vec<LoggedModel>,
+    pub next_offset: Option<u64>,
+}
+
 /// The context tag of a dataset input.
 pub const DATASET_CONTEXT_TAG: &str = "mlflow.data.context";
 
@@ -759,9 +777,13 @@ impl Store {
                     }
                 }
             }
+            // Each model's newest values, at most MAX_MODEL_METRICS_READ,
+            // in the order they were logged.
             let mut sql = self.sql();
-            sql.push("SELECT * FROM logged_model_metrics WHERE model_id IN ")
+            sql.push("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY model_id ORDER BY id DESC) AS newest FROM logged_model_metrics WHERE model_id IN ")
                 .bind_list(chunk.iter().cloned())
+                .push(") t WHERE newest <= ")
+                .bind(MAX_MODEL_METRICS_READ as i64)
                 .push(" ORDER BY id");
             for row in self.connection().query_all_raw(sql.build()).await? {
                 let id: String = get(&row, "model_id")?;
@@ -796,7 +818,9 @@ impl Store {
     }
 
     /// Logged models of the experiments that match the filter, in the
-    /// order asked (then newest first, then by id), `limit` from `offset`.
+    /// order asked (then newest first, then by id), `limit` from `offset`;
+    /// a page ends early rather than carry more than
+    /// [`MAX_PAGE_MODEL_METRICS`] metric values.
     pub async fn search_logged_models(
         &self,
         experiment_ids: &[i64],
@@ -805,9 +829,9 @@ impl Store {
         limit: u64,
         offset: u64,
         viewer: &Viewer,
-    ) -> Result<Vec<LoggedModel>, StoreError> {
+    ) -> Result<ModelPage, StoreError> {
         if experiment_ids.is_empty() {
-            return Ok(Vec::new());
+            return Ok(ModelPage::default());
         }
         let ModelFilter { expr, datasets } = filter;
         let mut sql = self.sql();
@@ -898,17 +922,56 @@ impl Store {
             sql.push(")");
         }
         sql.push(&format!(" ORDER BY {} LIMIT ", terms.join(", ")))
-            .bind(limit as i64)
+            .bind(limit as i64 + 1)
             .push(" OFFSET ")
             .bind(offset as i64);
-        let ids: Vec<String> = self
+        let mut ids: Vec<String> = self
             .connection()
             .query_all_raw(sql.build())
             .await?
             .iter()
             .map(|row| get(row, "id"))
             .collect::<Result<_, _>>()?;
-        self.load_logged_models(&ids).await
+        let mut more = ids.len() as u64 > limit;
+        ids.truncate(limit as usize);
+        let fit = self.models_within_metric_budget(&ids).await?;
+        if fit < ids.len() {
+            ids.truncate(fit);
+            more = true;
+        }
+        Ok(ModelPage {
+            models: self.load_logged_models(&ids).await?,
+            next_offset: more.then_some(offset + ids.len() as u64),
+        })
+    }
+
+    /// How many of `ids`, from the first, carry at most
+    /// [`MAX_PAGE_MODEL_METRICS`] metric values together (each counted up
+    /// to what a read of it carries); at least one.
+    async fn models_within_metric_budget(&self, ids: &[String]) -> Result<usize, StoreError> {
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for chunk in ids.chunks(500) {
+            let mut sql = self.sql();
+            sql.push("SELECT model_id, COUNT(*) AS n FROM logged_model_metrics WHERE model_id IN ")
+                .bind_list(chunk.iter().cloned())
+                .push(" GROUP BY model_id");
+            for row in self.connection().query_all_raw(sql.build()).await? {
+                let n: i64 = get(&row, "n")?;
+                counts.insert(get(&row, "model_id")?, n as usize);
+            }
+        }
+        let mut total = 0;
+        for (i, id) in ids.iter().enumerate() {
+            total += counts
+                .get(id)
+                .copied()
+                .unwrap_or(0)
+                .min(MAX_MODEL_METRICS_READ);
+            if total > MAX_PAGE_MODEL_METRICS && i > 0 {
+                return Ok(i);
+            }
+        }
+        Ok(ids.len())
     }
 }
 

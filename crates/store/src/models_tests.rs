@@ -230,6 +230,7 @@ async fn logged_models_are_made_measured_searched_and_deleted() {
                     )
                     .await
                     .unwrap()
+                    .models
                     .into_iter()
                     .map(|m| m.model_id)
                     .collect::<Vec<_>>()
@@ -325,7 +326,8 @@ async fn logged_models_are_made_measured_searched_and_deleted() {
         let found = store
             .search_logged_models(&[exp], ModelFilter::default(), &[], 10, 0, &viewer)
             .await
-            .unwrap();
+            .unwrap()
+            .models;
         assert_eq!(found.len(), count);
     }
 
@@ -704,4 +706,137 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
     assert_eq!(named.len(), 1);
     assert_eq!(store.delete_traces(&[old[0].id.clone()]).await.unwrap(), 1);
     assert_eq!(search("").await, ["tr-c", "tr-b"]);
+}
+
+/// Fills a model's metrics with `n` values of `loss` (steps 1..=n) in one
+/// statement, as a long training loop would have logged them.
+async fn fill_model_metrics(store: &Store, model_id: &str, n: i64) {
+    use sea_orm::ConnectionTrait;
+    let backend = store.connection().get_database_backend();
+    let mut sql = crate::sql::Sql::new(backend);
+    sql.push("INSERT INTO logged_model_metrics (model_id, key, value, timestamp, step) WITH RECURSIVE seq(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < ")
+        .bind(n)
+        .push(") SELECT ")
+        .bind(model_id.to_owned())
+        .push(", 'loss', 1.0 / n, n, n FROM seq");
+    store.connection().execute_raw(sql.build()).await.unwrap();
+}
+
+#[tokio::test]
+async fn what_one_model_holds_and_what_a_read_carries_are_bounded() {
+    use crate::models::{MAX_MODEL_METRICS_READ, MAX_PAGE_MODEL_METRICS};
+    use crate::sql::MAX_KEYS_HELD;
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &["vision"]).await;
+    let exp = store
+        .create_experiment_with("bounds", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let new_model = |i: usize| NewModel {
+        experiment_id: exp,
+        name: Some(format!("m-{i}")),
+        owner: Owner::new(Some(ana.id), None),
+        ..NewModel::default()
+    };
+    let model = store
+        .create_logged_model(new_model(0))
+        .await
+        .unwrap()
+        .model_id;
+
+    // Tags: a thousand a request, up to the bound; past it the request is
+    // refused whole, while changing a tag already held still works.
+    for round in 0..MAX_KEYS_HELD / 1000 {
+        let tags: Vec<_> = (0..1000)
+            .map(|i| kv(&format!("t{round}-{i}"), "v"))
+            .collect();
+        store.set_logged_model_tags(&model, &tags).await.unwrap();
+    }
+    let over = store
+        .set_logged_model_tags(&model, &[kv("t0-0", "changed"), kv("one-more", "v")])
+        .await;
+    match over {
+        Err(StoreError::Rejected(why)) => {
+            assert!(why.contains("holds at most 10000 tags"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let held = store.get_logged_model(&model).await.unwrap();
+    assert_eq!(held.tags.len(), MAX_KEYS_HELD);
+    assert!(
+        held.tags.contains(&kv("t0-0", "v")),
+        "the refused request left nothing"
+    );
+    store
+        .set_logged_model_tags(&model, &[kv("t0-0", "changed")])
+        .await
+        .unwrap();
+    // A registered model's tags go through the same write: one made with
+    // all it may hold takes no new tag, and the refusal leaves nothing.
+    let tags: Vec<_> = (0..MAX_KEYS_HELD)
+        .map(|i| kv(&format!("r{i}"), "v"))
+        .collect();
+    store
+        .create_registered_model("bounded", None, &tags, ana.as_owner())
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .set_registered_model_tag("bounded", "one-more", "v")
+            .await,
+        Err(StoreError::Rejected(_))
+    ));
+    let registered = store.get_registered_model("bounded").await.unwrap();
+    assert_eq!(registered.tags.len(), MAX_KEYS_HELD);
+
+    // Metrics: a read carries each model's newest values, at most the bound.
+    fill_model_metrics(&store, &model, MAX_MODEL_METRICS_READ as i64 + 50).await;
+    let read = store.get_logged_model(&model).await.unwrap();
+    assert_eq!(read.metrics.len(), MAX_MODEL_METRICS_READ);
+    let steps: Vec<i64> = read.metrics.iter().map(|m| m.point.step).collect();
+    assert_eq!(steps.first(), Some(&51), "the oldest 50 are left out");
+    assert_eq!(steps.last(), Some(&(MAX_MODEL_METRICS_READ as i64 + 50)));
+
+    // A page ends early rather than carry more than its bound in all, and
+    // the next page goes on from there.
+    let per_page = MAX_PAGE_MODEL_METRICS / MAX_MODEL_METRICS_READ;
+    for i in 1..=per_page {
+        let id = store
+            .create_logged_model(new_model(i))
+            .await
+            .unwrap()
+            .model_id;
+        fill_model_metrics(&store, &id, MAX_MODEL_METRICS_READ as i64).await;
+    }
+    let viewer = Viewer::Everyone;
+    let first = store
+        .search_logged_models(&[exp], ModelFilter::default(), &[], 50, 0, &viewer)
+        .await
+        .unwrap();
+    assert_eq!(first.models.len(), per_page);
+    assert_eq!(first.next_offset, Some(per_page as u64));
+    let carried: usize = first.models.iter().map(|m| m.metrics.len()).sum();
+    assert!(carried <= MAX_PAGE_MODEL_METRICS, "{carried}");
+    let rest = store
+        .search_logged_models(
+            &[exp],
+            ModelFilter::default(),
+            &[],
+            50,
+            per_page as u64,
+            &viewer,
+        )
+        .await
+        .unwrap();
+    assert_eq!(rest.models.len(), 1);
+    assert_eq!(rest.next_offset, None);
+    let mut all: Vec<String> = first
+        .models
+        .into_iter()
+        .chain(rest.models)
+        .map(|m| m.model_id)
+        .collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), per_page + 1, "every model once");
 }

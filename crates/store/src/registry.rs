@@ -8,7 +8,7 @@ use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Expr, OrderBy, Scope};
 use trainyard_domain::tracking::{MODEL_STAGES, ModelVersion, RegisteredModel};
 
-use crate::sql::{Sql, filter, upsert_pairs};
+use crate::sql::{MAX_KEYS_HELD, Sql, filter, upsert_pairs};
 use crate::tracking::get;
 use crate::{Store, StoreError, Viewer, now_millis};
 
@@ -380,15 +380,18 @@ impl Store {
         value: &str,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let (id, _) = self.registered_model_row(self.connection(), name).await?;
+        let txn = self.connection().begin().await?;
+        let (id, _) = self.registered_model_row(&txn, name).await?;
         upsert_pairs(
-            self.connection(),
+            &txn,
             self.sql(),
             "registered_model_tags",
             &[("registered_model_id", id.into())],
             &[(key.to_owned(), value.to_owned())],
         )
-        .await
+        .await?;
+        txn.commit().await?;
+        Ok(())
     }
 
     pub async fn delete_registered_model_tag(
@@ -631,9 +634,10 @@ impl Store {
         value: &str,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let id = self.live_version(self.connection(), name, version).await?;
+        let txn = self.connection().begin().await?;
+        let id = self.live_version(&txn, name, version).await?;
         upsert_pairs(
-            self.connection(),
+            &txn,
             self.sql(),
             "model_version_tags",
             &[
@@ -642,7 +646,9 @@ impl Store {
             ],
             &[(key.to_owned(), value.to_owned())],
         )
-        .await
+        .await?;
+        txn.commit().await?;
+        Ok(())
     }
 
     pub async fn delete_model_version_tag(
@@ -687,6 +693,18 @@ impl Store {
             ") ON CONFLICT (registered_model_id, alias) DO UPDATE SET version = excluded.version",
         );
         txn.execute_raw(sql.build()).await?;
+        let mut sql = self.sql();
+        sql.push("SELECT COUNT(*) AS n FROM registered_model_aliases WHERE registered_model_id = ")
+            .bind(id);
+        let held: i64 = match txn.query_one_raw(sql.build()).await? {
+            Some(row) => get(&row, "n")?,
+            None => 0,
+        };
+        if held as usize > MAX_KEYS_HELD {
+            return Err(StoreError::Rejected(format!(
+                "One registered model holds at most {MAX_KEYS_HELD} aliases; this would make it {held}. Delete some first."
+            )));
+        }
         self.touch_registered_model(&txn, id).await?;
         txn.commit().await?;
         Ok(())

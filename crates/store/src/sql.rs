@@ -70,10 +70,18 @@ pub(crate) fn last_per_key(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
     out
 }
 
+/// The keys one owner (a logged model, a registered model, a version, a
+/// trace) holds in one of its key-value tables in all: requests are
+/// bounded one by one, and this bounds what they add up to, so that reading
+/// an owner whole stays bounded too.
+pub const MAX_KEYS_HELD: usize = 10_000;
+
 /// Sets key-value rows of one owner in one statement, last write wins:
 /// `INSERT INTO <table> (<owner columns>, key, value) … ON CONFLICT … DO
 /// UPDATE`. The tags and params of models, registered models, versions and
-/// traces all have this shape.
+/// traces all have this shape. Refused when the owner would then hold more
+/// than [`MAX_KEYS_HELD`] keys there; `conn` must be a transaction, which
+/// the caller then drops, for the refusal to leave nothing behind.
 pub(crate) async fn upsert_pairs(
     conn: &impl sea_orm::ConnectionTrait,
     mut sql: Sql,
@@ -106,8 +114,43 @@ pub(crate) async fn upsert_pairs(
     sql.push(&format!(
         " ON CONFLICT ({columns}, key) DO UPDATE SET value = excluded.value"
     ));
+    let backend = if sql.is_postgres() {
+        DatabaseBackend::Postgres
+    } else {
+        DatabaseBackend::Sqlite
+    };
     conn.execute_raw(sql.build()).await?;
+    let mut count = Sql::new(backend);
+    count.push(&format!("SELECT COUNT(*) AS n FROM {table} WHERE "));
+    for (i, (column, v)) in owner.iter().enumerate() {
+        if i > 0 {
+            count.push(" AND ");
+        }
+        count.push(&format!("{column} = ")).bind(v.clone());
+    }
+    let held: i64 = match conn.query_one_raw(count.build()).await? {
+        Some(row) => row.try_get("", "n")?,
+        None => 0,
+    };
+    if held as usize > MAX_KEYS_HELD {
+        let what = table.rsplit('_').next().unwrap_or(table);
+        return Err(crate::StoreError::Rejected(format!(
+            "One {} holds at most {MAX_KEYS_HELD} {what}; this request would make it {held}. Delete some first, or keep them elsewhere (an artifact holds any amount).",
+            owner_word(table)
+        )));
+    }
     Ok(())
+}
+
+/// What owns the rows of a key-value table, in words.
+fn owner_word(table: &str) -> &'static str {
+    match table {
+        t if t.starts_with("logged_model") => "logged model",
+        t if t.starts_with("registered_model") => "registered model",
+        t if t.starts_with("model_version") => "model version",
+        t if t.starts_with("trace") => "trace",
+        _ => "record",
+    }
 }
 
 /// Writes a filter as a boolean SQL expression over `runs r` (runs scope),

@@ -267,14 +267,17 @@ impl Store {
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         self.trace_place(trace_id).await?;
+        let txn = self.connection().begin().await?;
         upsert_pairs(
-            self.connection(),
+            &txn,
             self.sql(),
             "trace_tags",
             &[("trace_id", trace_id.to_owned().into())],
             &[(key.to_owned(), value.to_owned())],
         )
-        .await
+        .await?;
+        txn.commit().await?;
+        Ok(())
     }
 
     pub async fn delete_trace_tag(&self, trace_id: &str, key: &str) -> Result<(), StoreError> {

@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 use trainyard_domain::identity::Via;
 use trainyard_domain::query::{Field, Scope, parse_filter, parse_order_by};
 use trainyard_store::{Access, ModelOrder, NewModel, Viewer};
@@ -329,7 +329,7 @@ pub async fn search(
             dataset_digest: o.dataset_digest.filter(|d| !d.is_empty()),
         });
     }
-    let models = state
+    let page = state
         .store
         .search_logged_models(
             &experiment_ids,
@@ -338,16 +338,17 @@ pub async fn search(
                 datasets: &datasets,
             },
             &order,
-            limit + 1,
+            limit,
             offset,
             &Viewer::of(&principal.user),
         )
         .await?;
-    Ok(Json(wire::page(
-        models,
-        limit,
-        offset,
-        "models",
-        wire::logged_model,
-    )))
+    let mut out = json!({});
+    if let Some(next) = page.next_offset {
+        out["next_page_token"] = json!(wire::page_token(next));
+    }
+    if !page.models.is_empty() {
+        out["models"] = Value::Array(page.models.iter().map(wire::logged_model).collect());
+    }
+    Ok(Json(out))
 }
