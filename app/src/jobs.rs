@@ -871,7 +871,7 @@ pub fn TemplateEditor() -> impl IntoView {
         <section class="page-head">
             <h1>{move || if slug().is_empty() { "New template".to_owned() } else { format!("Template {}", slug()) }}</h1>
         </section>
-        {move || error().map(|e| view! { <ErrorNote error=e labels=&[("slug", "Name")]/> })}
+        {move || error().map(|e| view! { <ErrorNote error=e labels=&[("slug", "Name"), ("spec", "Template")]/> })}
         <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match text.await {

@@ -31,7 +31,10 @@ pub(crate) fn ErrorNote(
             Some("Something went wrong on the server: "),
             error.to_string(),
         ),
-        AppError::Call(_) => (Some("The server could not be asked: "), error.to_string()),
+        AppError::Call(_) => (
+            Some("The server did not answer as expected; reload the page and try again. "),
+            format!("({error})"),
+        ),
         _ => (None, error.to_string()),
     };
     view! {

@@ -216,8 +216,8 @@ test('scatter and parallel-coordinate labels cover no other label and stay insid
   expect(made.status()).toBe(200);
   const experiment = (await made.json()).experiment_id;
   const runs: string[] = [];
-  // Four runs on one spot of the scatter, two near it, long names and long
-  // values throughout.
+  // Four runs on one spot of the scatter, one near it, one far off; long
+  // names and long values throughout.
   const figures = [
     ['100', 0.5], ['100', 0.5], ['100', 0.5], ['100', 0.5], ['110', 0.51], ['35000', 0.2],
   ] as const;

@@ -17,6 +17,7 @@ mod m20261203_000012_model_registry;
 mod m20261203_000013_traces;
 mod m20261203_000014_fair_share;
 mod m20261203_000015_session_recheck;
+mod m20261204_000016_model_metrics_newest;
 
 pub struct Migrator;
 
@@ -39,6 +40,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000013_traces::Migration),
             Box::new(m20261203_000014_fair_share::Migration),
             Box::new(m20261203_000015_session_recheck::Migration),
+            Box::new(m20261204_000016_model_metrics_newest::Migration),
         ]
     }
 }

@@ -21,6 +21,8 @@ fn char_ems(c: char) -> f64 {
         'i' | 'j' | 'l' | 't' | 'f' | 'r' | 'I' | '.' | ',' | ':' | ';' | '\'' | '|' | '!' => 0.42,
         ' ' | '-' | '(' | ')' | '[' | ']' | '/' => 0.42,
         'm' | 'w' | 'M' | 'W' | '@' | '%' => 1.0,
+        // DejaVu Sans draws these 0.84 em wide.
+        '=' | '+' | '<' | '>' | '~' | '#' | '^' => 0.86,
         c if c.is_ascii_uppercase() => 0.78,
         c if c.is_ascii() => 0.66,
         // Other scripts (CJK is a full em) and symbols.

@@ -164,15 +164,19 @@ pub fn serde_in_words(message: &str) -> String {
     let kind = |expected: &str| -> String {
         let e = expected.trim();
         match e {
-            "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => {
-                "a whole number, 0 or more".to_owned()
-            }
+            "u8" => "a whole number from 0 to 255".to_owned(),
+            "u16" => "a whole number from 0 to 65,535".to_owned(),
+            "u32" => "a whole number from 0 to 4,294,967,295".to_owned(),
+            "u64" | "u128" | "usize" => "a whole number, 0 or more".to_owned(),
             "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number".to_owned(),
             "f32" | "f64" => "a number".to_owned(),
             "a boolean" => "true or false".to_owned(),
             "a sequence" => "a list".to_owned(),
             "a map" => "a mapping (key: value)".to_owned(),
             "a string" => "text".to_owned(),
+            e if e.starts_with("struct ") || e.starts_with("a map ") => {
+                "a mapping (key: value)".to_owned()
+            }
             _ => e.to_owned(),
         }
     };
@@ -213,6 +217,14 @@ pub fn serde_in_words(message: &str) -> String {
         }
         if let Some((field, known)) = rest.split_once(", expected ") {
             return format!("{field} is not a field here; use {known}");
+        }
+    }
+    if let Some(rest) = m.strip_prefix("unknown variant ") {
+        if let Some((value, known)) = rest.split_once(", expected one of ") {
+            return format!("{value} is not one of the choices; use one of {known}");
+        }
+        if let Some((value, known)) = rest.split_once(", expected ") {
+            return format!("{value} is not the choice here; use {known}");
         }
     }
     if let Some(field) = m.strip_prefix("missing field ") {
@@ -361,11 +373,23 @@ mod words_tests {
         let cases = [
             (
                 "invalid type: string \"two\", expected u32",
-                "got the text \"two\"; give a whole number, 0 or more",
+                "got the text \"two\"; give a whole number from 0 to 4,294,967,295",
             ),
             (
-                "invalid value: integer `-1`, expected u32",
+                "invalid value: integer `5000000000`, expected u32",
+                "got 5000000000; give a whole number from 0 to 4,294,967,295",
+            ),
+            (
+                "invalid value: integer `-1`, expected u64",
                 "got -1; give a whole number, 0 or more",
+            ),
+            (
+                "invalid type: integer `4`, expected struct Resources",
+                "got 4; give a mapping (key: value)",
+            ),
+            (
+                "unknown variant `huge`, expected one of `int`, `float`",
+                "`huge` is not one of the choices; use one of `int`, `float`",
             ),
             (
                 "invalid type: floating point `1.5`, expected i64",
@@ -399,20 +423,25 @@ mod words_tests {
         struct Resources {
             gpus: u32,
         }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Spec {
+            resources: Resources,
+        }
         for doc in [
-            r#"{"gpus": "two"}"#,
-            r#"{"gpus": -1}"#,
-            r#"{"gpus": 1.5}"#,
-            r#"{"gpu": 1}"#,
-            "{}",
+            r#"{"resources": {"gpus": "two"}}"#,
+            r#"{"resources": {"gpus": -1}}"#,
+            r#"{"resources": {"gpus": 5000000000}}"#,
+            r#"{"resources": {"gpus": 1.5}}"#,
+            r#"{"resources": {"gpu": 1}}"#,
+            r#"{"resources": 4}"#,
+            r#"{"resources": {}}"#,
         ] {
-            let err = serde_json::from_str::<Resources>(doc)
-                .unwrap_err()
-                .to_string();
+            let err = serde_json::from_str::<Spec>(doc).unwrap_err().to_string();
             let err = err.split(" at line").next().unwrap();
             let words = serde_in_words(err);
             assert!(
-                !words.contains("u32") && !words.contains("invalid"),
+                !words.contains("u32") && !words.contains("invalid") && !words.contains("struct"),
                 "{doc}: {words}"
             );
         }

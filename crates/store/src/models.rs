@@ -491,7 +491,8 @@ impl Store {
     }
 
     /// The logged models a run made (its source run) or read or wrote, in
-    /// the order they were made.
+    /// the order they were made: the first 1,000, and of those no more than
+    /// carry [`MAX_PAGE_MODEL_METRICS`] metric values together.
     pub async fn logged_models_of_run(&self, run_id: &str) -> Result<Vec<LoggedModel>, StoreError> {
         let mut sql = self.sql();
         sql.push(
@@ -501,13 +502,16 @@ impl Store {
         .push(" OR id IN (SELECT model_id FROM run_models WHERE run_id = ")
         .bind(run_id.to_owned())
         .push(")) ORDER BY creation_time, id LIMIT 1000");
-        let ids: Vec<String> = self
+        let mut ids: Vec<String> = self
             .connection()
             .query_all_raw(sql.build())
             .await?
             .iter()
             .map(|row| get(row, "id"))
             .collect::<Result<_, _>>()?;
+        // As a search page: no more metric values than one carries.
+        let fit = self.models_within_metric_budget(&ids).await?;
+        ids.truncate(fit);
         self.load_logged_models(&ids).await
     }
 
@@ -778,14 +782,32 @@ impl Store {
                 }
             }
             // Each model's newest values, at most MAX_MODEL_METRICS_READ,
-            // in the order they were logged.
-            let mut sql = self.sql();
-            sql.push("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY model_id ORDER BY id DESC) AS newest FROM logged_model_metrics WHERE model_id IN ")
-                .bind_list(chunk.iter().cloned())
-                .push(") t WHERE newest <= ")
-                .bind(MAX_MODEL_METRICS_READ as i64)
-                .push(" ORDER BY id");
-            for row in self.connection().query_all_raw(sql.build()).await? {
+            // in the order they were logged: those within the bound in one
+            // query, each model past it on its own (newest first through
+            // the (model_id, id) index, so its older values are not read).
+            let counts = self.model_metric_counts(chunk).await?;
+            let (whole, newest): (Vec<&String>, Vec<&String>) = chunk
+                .iter()
+                .partition(|id| counts.get(*id).copied().unwrap_or(0) <= MAX_MODEL_METRICS_READ);
+            let mut rows = Vec::new();
+            if !whole.is_empty() {
+                let mut sql = self.sql();
+                sql.push("SELECT * FROM logged_model_metrics WHERE model_id IN ")
+                    .bind_list(whole.into_iter().cloned())
+                    .push(" ORDER BY id");
+                rows.extend(self.connection().query_all_raw(sql.build()).await?);
+            }
+            for id in newest {
+                let mut sql = self.sql();
+                sql.push("SELECT * FROM logged_model_metrics WHERE model_id = ")
+                    .bind(id.clone())
+                    .push(" ORDER BY id DESC LIMIT ")
+                    .bind(MAX_MODEL_METRICS_READ as i64);
+                let mut own = self.connection().query_all_raw(sql.build()).await?;
+                own.reverse();
+                rows.extend(own);
+            }
+            for row in rows {
                 let id: String = get(&row, "model_id")?;
                 if let Some(&i) = index.get(&id) {
                     let value: Option<f64> = get(&row, "value")?;
@@ -951,14 +973,7 @@ impl Store {
     async fn models_within_metric_budget(&self, ids: &[String]) -> Result<usize, StoreError> {
         let mut counts: HashMap<String, usize> = HashMap::new();
         for chunk in ids.chunks(500) {
-            let mut sql = self.sql();
-            sql.push("SELECT model_id, COUNT(*) AS n FROM logged_model_metrics WHERE model_id IN ")
-                .bind_list(chunk.iter().cloned())
-                .push(" GROUP BY model_id");
-            for row in self.connection().query_all_raw(sql.build()).await? {
-                let n: i64 = get(&row, "n")?;
-                counts.insert(get(&row, "model_id")?, n as usize);
-            }
+            counts.extend(self.model_metric_counts(chunk).await?);
         }
         let mut total = 0;
         for (i, id) in ids.iter().enumerate() {
@@ -972,6 +987,27 @@ impl Store {
             }
         }
         Ok(ids.len())
+    }
+
+    /// How many metric values each of (at most 500) models holds; models
+    /// without any are left out.
+    async fn model_metric_counts(
+        &self,
+        ids: &[String],
+    ) -> Result<HashMap<String, usize>, StoreError> {
+        let mut counts = HashMap::new();
+        if ids.is_empty() {
+            return Ok(counts);
+        }
+        let mut sql = self.sql();
+        sql.push("SELECT model_id, COUNT(*) AS n FROM logged_model_metrics WHERE model_id IN ")
+            .bind_list(ids.iter().cloned())
+            .push(" GROUP BY model_id");
+        for row in self.connection().query_all_raw(sql.build()).await? {
+            let n: i64 = get(&row, "n")?;
+            counts.insert(get(&row, "model_id")?, n as usize);
+        }
+        Ok(counts)
     }
 }
 

@@ -8,7 +8,7 @@ use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Expr, OrderBy, Scope};
 use trainyard_domain::tracking::{MODEL_STAGES, ModelVersion, RegisteredModel};
 
-use crate::sql::{MAX_KEYS_HELD, Sql, filter, upsert_pairs};
+use crate::sql::{MAX_KEYS_HELD, Sql, filter, lock_owner, too_many, upsert_pairs};
 use crate::tracking::get;
 use crate::{Store, StoreError, Viewer, now_millis};
 
@@ -680,6 +680,8 @@ impl Store {
         let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
         let id = self.live_version(&txn, name, version).await?;
+        let backend = self.connection().get_database_backend();
+        lock_owner(&txn, backend, &format!("registered_model_aliases:{id}")).await?;
         let mut sql = self.sql();
         sql.push(
             "INSERT INTO registered_model_aliases (registered_model_id, alias, version) VALUES (",
@@ -701,8 +703,9 @@ impl Store {
             None => 0,
         };
         if held as usize > MAX_KEYS_HELD {
-            return Err(StoreError::Rejected(format!(
-                "One registered model holds at most {MAX_KEYS_HELD} aliases; this would make it {held}. Delete some first."
+            return Err(StoreError::Rejected(too_many(
+                "registered_model_aliases",
+                held,
             )));
         }
         self.touch_registered_model(&txn, id).await?;

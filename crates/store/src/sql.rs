@@ -93,6 +93,12 @@ pub(crate) async fn upsert_pairs(
     if last.is_empty() {
         return Ok(());
     }
+    let backend = if sql.is_postgres() {
+        DatabaseBackend::Postgres
+    } else {
+        DatabaseBackend::Sqlite
+    };
+    lock_owner(conn, backend, &format!("{table}:{owner:?}")).await?;
     let columns: Vec<&str> = owner.iter().map(|(c, _)| *c).collect();
     let columns = columns.join(", ");
     sql.push(&format!(
@@ -114,11 +120,6 @@ pub(crate) async fn upsert_pairs(
     sql.push(&format!(
         " ON CONFLICT ({columns}, key) DO UPDATE SET value = excluded.value"
     ));
-    let backend = if sql.is_postgres() {
-        DatabaseBackend::Postgres
-    } else {
-        DatabaseBackend::Sqlite
-    };
     conn.execute_raw(sql.build()).await?;
     let mut count = Sql::new(backend);
     count.push(&format!("SELECT COUNT(*) AS n FROM {table} WHERE "));
@@ -133,24 +134,68 @@ pub(crate) async fn upsert_pairs(
         None => 0,
     };
     if held as usize > MAX_KEYS_HELD {
-        let what = table.rsplit('_').next().unwrap_or(table);
-        return Err(crate::StoreError::Rejected(format!(
-            "One {} holds at most {MAX_KEYS_HELD} {what}; this request would make it {held}. Delete some first, or keep them elsewhere (an artifact holds any amount).",
-            owner_word(table)
-        )));
+        return Err(crate::StoreError::Rejected(too_many(table, held)));
     }
     Ok(())
 }
 
-/// What owns the rows of a key-value table, in words.
-fn owner_word(table: &str) -> &'static str {
-    match table {
-        t if t.starts_with("logged_model") => "logged model",
-        t if t.starts_with("registered_model") => "registered model",
-        t if t.starts_with("model_version") => "model version",
-        t if t.starts_with("trace") => "trace",
-        _ => "record",
+/// On PostgreSQL, holds a lock named `name` (one owner's rows of a table)
+/// until the transaction ends, so that two writers cannot both pass a count
+/// of those rows. SQLite writes one transaction at a time already.
+pub(crate) async fn lock_owner(
+    conn: &impl sea_orm::ConnectionTrait,
+    backend: DatabaseBackend,
+    name: &str,
+) -> Result<(), crate::StoreError> {
+    if backend == DatabaseBackend::Postgres {
+        let mut sql = Sql::new(backend);
+        sql.push("SELECT pg_advisory_xact_lock(hashtext(")
+            .bind(name.to_owned())
+            .push("))");
+        conn.execute_raw(sql.build()).await?;
     }
+    Ok(())
+}
+
+/// The refusal of a write that would make one owner hold `held` rows of
+/// `table`, past [`MAX_KEYS_HELD`]: what holds what, and what to do.
+pub(crate) fn too_many(table: &str, held: i64) -> String {
+    let (owner, what, hint) = match table {
+        "logged_model_params" => ("logged model", "parameters", "keep the rest in an artifact"),
+        "logged_model_tags" => (
+            "logged model",
+            "tags",
+            "delete some tags first, or keep the rest in an artifact",
+        ),
+        "registered_model_tags" => ("registered model", "tags", "delete some tags first"),
+        "registered_model_aliases" => ("registered model", "aliases", "delete some aliases first"),
+        "model_version_tags" => ("model version", "tags", "delete some tags first"),
+        "trace_tags" => ("trace", "tags", "delete some tags first"),
+        "trace_metadata" => (
+            "trace",
+            "metadata keys",
+            "keep the rest in the trace's spans",
+        ),
+        _ => ("record", "keys", "keep the rest elsewhere"),
+    };
+    format!(
+        "One {owner} holds at most {} {what}; this request would make it {}: {hint}.",
+        thousands(MAX_KEYS_HELD as i64),
+        thousands(held)
+    )
+}
+
+/// `10000` as `10,000`.
+fn thousands(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
 }
 
 /// Writes a filter as a boolean SQL expression over `runs r` (runs scope),
