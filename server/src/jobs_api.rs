@@ -1016,7 +1016,8 @@ mod tests {
     fn unknown_fields_and_non_mappings_are_refused() {
         let err = parse_spec(None, br#"{"name": "x", "command": "y", "gpu": 1}"#).unwrap_err();
         assert!(
-            err.message.contains("unknown field `gpu`"),
+            err.message
+                .contains("gpu: `gpu` is not a field here; use one of `name`"),
             "{}",
             err.message
         );

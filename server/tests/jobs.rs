@@ -297,7 +297,7 @@ async fn specs_that_cannot_run_are_refused_with_their_fields() {
         (
             "name: t\ncommand: x\nresources:\n  gpus: many\n",
             "resources.gpus",
-            "invalid",
+            "got the text \"many\"; give a whole number",
         ),
         ("name: t\n", "command", "give a command"),
         (

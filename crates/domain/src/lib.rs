@@ -161,13 +161,15 @@ pub struct ExecutorNode {
 /// "got the text \"two\"; give a whole number, 0 or more". Messages it does
 /// not know are kept as they are.
 pub fn serde_in_words(message: &str) -> String {
-    let kind = |expected: &str| -> String {
+    // `range`: the value was of the right kind but out of range, so the
+    // range is named.
+    let kind = |expected: &str, range: bool| -> String {
         let e = expected.trim();
         match e {
             "u8" => "a whole number from 0 to 255".to_owned(),
             "u16" => "a whole number from 0 to 65,535".to_owned(),
-            "u32" => "a whole number from 0 to 4,294,967,295".to_owned(),
-            "u64" | "u128" | "usize" => "a whole number, 0 or more".to_owned(),
+            "u32" if range => "a whole number from 0 to 4,294,967,295".to_owned(),
+            "u32" | "u64" | "u128" | "usize" => "a whole number, 0 or more".to_owned(),
             "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number".to_owned(),
             "f32" | "f64" => "a number".to_owned(),
             "a boolean" => "true or false".to_owned(),
@@ -208,7 +210,8 @@ pub fn serde_in_words(message: &str) -> String {
             .strip_prefix(prefix)
             .and_then(|rest| rest.rsplit_once(", expected "))
         {
-            return format!("{}; give {}", got(found), kind(expected));
+            let range = prefix == "invalid value: ";
+            return format!("{}; give {}", got(found), kind(expected, range));
         }
     }
     if let Some(rest) = m.strip_prefix("unknown field ") {
@@ -373,7 +376,7 @@ mod words_tests {
         let cases = [
             (
                 "invalid type: string \"two\", expected u32",
-                "got the text \"two\"; give a whole number from 0 to 4,294,967,295",
+                "got the text \"two\"; give a whole number, 0 or more",
             ),
             (
                 "invalid value: integer `5000000000`, expected u32",

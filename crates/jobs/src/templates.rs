@@ -136,7 +136,7 @@ mod tests {
         .unwrap();
         let err = load_dir(dir.path()).unwrap_err();
         assert!(err.contains("resources"), "{err}");
-        assert!(err.contains("unknown field `gpu`"), "{err}");
+        assert!(err.contains("`gpu` is not a field here"), "{err}");
     }
 
     #[test]
