@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# kwok, helm and kubeconform from the official Go modules pinned in tools/go.mod,
+# kwok, helm, kubeconform and kwok-pod-resources from the official Go modules pinned in tools/go.mod,
 # into $HOME/.cache/trainyard/k8s/<kube-version>-<hash>/bin (printed on stdout).
 # Does nothing when the binaries are already there.
 set -euo pipefail
@@ -37,6 +37,7 @@ packages=(
   sigs.k8s.io/kwok/cmd/kwok
   helm.sh/helm/v4/cmd/helm
   github.com/yannh/kubeconform/cmd/kubeconform
+  ./cmd/kwok-pod-resources                     # the kubelet's pod-resources server for a kwok node
 )
 
 mkdir -p "$K8S_BUILD_DIR"
@@ -44,7 +45,7 @@ tmp="$(mktemp -d "$K8S_BUILD_DIR/bin.tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
 start=$(now_ms)
-# One go build for all eight: packages shared between them compile once.
+# One go build for all nine: packages shared between them compile once.
 # nice: these builds take minutes of both cores; keep the machine responsive.
 (cd "$K8S_TOOLS" && nice -n 19 "$GO" build -trimpath -ldflags="$ldflags" -o "$tmp/" "${packages[@]}")
 secs=$(( ($(now_ms) - start + 500) / 1000 ))

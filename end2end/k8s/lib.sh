@@ -42,15 +42,17 @@ KWOK_VERSION="$(mod_version sigs.k8s.io/kwok)"
 HELM_VERSION="$(mod_version helm.sh/helm/v4)"
 KUBECONFORM_VERSION="$(mod_version github.com/yannh/kubeconform)"
 
-# The binary folder is keyed by the Kubernetes version and a hash of go.mod and
-# go.sum, so any version change rebuilds into a new folder. (After changing the
-# build flags in build.sh, delete the folder or bump K8S_BUILD_REV.)
+# The binary folder is keyed by the Kubernetes version and a hash of go.mod,
+# go.sum and our own commands' sources (tools/cmd), so any version or source
+# change rebuilds into a new folder. (After changing the build flags in
+# build.sh, delete the folder or bump K8S_BUILD_REV.)
 K8S_BUILD_REV=1
-K8S_BUILD_KEY="$( (echo "$K8S_BUILD_REV"; cat "$K8S_TOOLS/go.mod" "$K8S_TOOLS/go.sum") | sha256sum | cut -c1-12)"
+K8S_BUILD_KEY="$( (echo "$K8S_BUILD_REV"; cat "$K8S_TOOLS/go.mod" "$K8S_TOOLS/go.sum"
+  find "$K8S_TOOLS/cmd" -name '*.go' -type f | LC_ALL=C sort | xargs cat) | sha256sum | cut -c1-12)"
 K8S_BUILD_DIR="$TRAINYARD_CACHE/k8s/$KUBE_VERSION-$K8S_BUILD_KEY"
 K8S_BIN="$K8S_BUILD_DIR/bin"
 
-K8S_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm kubeconform)
+K8S_BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm kubeconform kwok-pod-resources)
 
 k8s_binaries_present() {
   local b
