@@ -50,12 +50,12 @@ fn resources_text(job: &Job) -> String {
 }
 
 fn gpus_text(job: &Job) -> String {
-    match (job.gpus, job.gpu_indices.is_empty()) {
+    match (job.gpus, job.gpus_held().is_empty()) {
         (0, _) => "–".to_owned(),
         (n, true) => n.to_string(),
         (n, false) => format!(
             "{n} (#{})",
-            job.gpu_indices
+            job.gpus_held()
                 .iter()
                 .map(u32::to_string)
                 .collect::<Vec<_>>()

@@ -110,6 +110,7 @@ export TEST_KUBECONFIG="$K8S_STATE/executor.kubeconfig"
 export TEST_KUBE_ADMIN_KUBECONFIG="$K8S_STATE/kubeconfig"
 export TEST_KUBECTL="$K8S_BIN/kubectl"
 export TEST_K8S_DIR="$K8S_DIR"
+export TEST_POD_RESOURCES="$K8S_BIN/kwok-pod-resources"
 export TEST_KUBE_NAMESPACES="$NAMESPACES"
 # The same selection of packages as scripts/test.sh builds, so that nothing
 # is built again. The API outage stops kube-apiserver for everyone: it runs

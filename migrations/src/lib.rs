@@ -18,6 +18,7 @@ mod m20261203_000013_traces;
 mod m20261203_000014_fair_share;
 mod m20261203_000015_session_recheck;
 mod m20261204_000016_model_metrics_newest;
+mod m20261204_000017_job_gpu_devices;
 
 pub struct Migrator;
 
@@ -41,6 +42,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000014_fair_share::Migration),
             Box::new(m20261203_000015_session_recheck::Migration),
             Box::new(m20261204_000016_model_metrics_newest::Migration),
+            Box::new(m20261204_000017_job_gpu_devices::Migration),
         ]
     }
 }

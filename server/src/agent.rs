@@ -10,18 +10,24 @@
 //!
 //! The server's answers say which GPUs jobs hold now: simulated GPUs (no
 //! driver) follow them, as the server's own do.
+//!
+//! On Kubernetes the device plugin, not the server, picks a pod's GPUs.
+//! With `pod_resources_socket` set, each batch says which pod holds which
+//! GPU now, as the kubelet's pod-resources API tells, and the server
+//! charts and flags the GPUs the pods really got.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use trainyard_domain::telemetry::{
-    AGENT_MAX_AGE_MS, AGENT_MAX_XIDS, AgentAnswer, AgentGpu, AgentRegistration, Reading,
-    ReadingBatch, XidEvent,
+    AGENT_MAX_AGE_MS, AGENT_MAX_PODS, AGENT_MAX_XIDS, AgentAnswer, AgentGpu, AgentRegistration,
+    PodGpus, Reading, ReadingBatch, XidEvent,
 };
 use trainyard_jobs::telemetry::{SamplerThread, loads_of};
+use trainyard_kube::pod_resources::{PodResourcesClient, gpu_uuids};
 use trainyard_nvml::{Inventory, Load};
 
 use crate::cli::CliError;
@@ -53,6 +59,9 @@ pub struct AgentOptions {
     pub simulated_gpus: u32,
     /// The most segments kept while the server is away.
     pub max_segments: usize,
+    /// The kubelet's pod-resources socket, if the agent reads which pod
+    /// holds which GPU.
+    pub pod_resources_socket: Option<PathBuf>,
 }
 
 /// Runs until killed.
@@ -84,12 +93,25 @@ pub async fn run(options: AgentOptions) -> Result<(), CliError> {
     // Sending runs beside sampling, so that a server slow to answer (or
     // gone without a word) never delays a sample.
     let wake = Arc::new(tokio::sync::Notify::new());
+    let pods = options
+        .pod_resources_socket
+        .as_deref()
+        .map(|socket| PodReader {
+            client: PodResourcesClient::new(socket),
+            gpus: inventory
+                .gpus
+                .iter()
+                .map(|g| (g.index, g.uuid.clone()))
+                .collect(),
+            failing: false,
+        });
     let sender = tokio::spawn(send_forever(
         client,
         registration(&options.node, &inventory),
         spool.clone(),
         loads.clone(),
         wake.clone(),
+        pods,
     ));
     let mut interval = tokio::time::interval(options.sample_every);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -127,6 +149,7 @@ async fn send_forever(
     spool: Arc<Mutex<Spool>>,
     loads: Arc<Mutex<HashMap<u32, Load>>>,
     wake: Arc<tokio::sync::Notify>,
+    mut pods: Option<PodReader>,
 ) {
     let mut registered = false;
     loop {
@@ -147,7 +170,11 @@ async fn send_forever(
                 }
             }
         }
-        match send_spool(&client, &spool).await {
+        let now_pods = match &mut pods {
+            Some(reader) => reader.read().await,
+            None => None,
+        };
+        match send_spool(&client, &spool, now_pods).await {
             Ok(Some(answer)) => *lock(&loads) = loads_of(&answer.held),
             Ok(None) => {}
             Err(SendError::NotRegistered) => registered = false,
@@ -164,13 +191,17 @@ async fn send_forever(
 async fn send_spool(
     client: &Client,
     spool: &Mutex<Spool>,
+    pods: Option<Vec<PodGpus>>,
 ) -> Result<Option<AgentAnswer>, SendError> {
     let mut last = None;
     loop {
         let oldest = lock(spool).oldest(trainyard_store::now_millis());
-        let Some((n, lines, batch)) = oldest else {
+        let Some((n, lines, mut batch)) = oldest else {
             return Ok(last);
         };
+        // Which pod holds which GPU is news of now, sent with whatever
+        // batch goes now.
+        batch.pods = pods.clone();
         match client
             .request("/api/trainyard/v1/agent/readings", &batch)
             .await
@@ -185,6 +216,48 @@ async fn send_spool(
             }
             Outcome::NotRegistered => return Err(SendError::NotRegistered),
             Outcome::Away(e) => return Err(SendError::Away(e)),
+        }
+    }
+}
+
+/// Reads which pod holds which of the node's GPUs from the kubelet.
+struct PodReader {
+    client: PodResourcesClient,
+    /// The node's GPUs: index → UUID.
+    gpus: BTreeMap<u32, String>,
+    /// The last read failed (said once, not every period).
+    failing: bool,
+}
+
+impl PodReader {
+    /// The pods holding the node's GPUs now; `None` if the kubelet did not
+    /// answer (the server then keeps what it knew).
+    async fn read(&mut self) -> Option<Vec<PodGpus>> {
+        match self.client.gpu_pods().await {
+            Ok(pods) => {
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!("the kubelet's pod resources answer again");
+                }
+                Some(
+                    pods.into_iter()
+                        .filter_map(|p| {
+                            let uuids = gpu_uuids(&p.device_ids, &self.gpus);
+                            (!uuids.is_empty()).then_some(PodGpus {
+                                namespace: p.namespace,
+                                pod: p.pod,
+                                uuids,
+                            })
+                        })
+                        .take(AGENT_MAX_PODS)
+                        .collect(),
+                )
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    tracing::warn!(error = %e, "cannot read the kubelet's pod resources; the server's own GPU picks stand meanwhile");
+                }
+                None
+            }
         }
     }
 }
@@ -438,6 +511,7 @@ impl Spool {
         let line = serde_json::to_string(&ReadingBatch {
             readings: vec![reading.clone()],
             xids: xids.to_vec(),
+            pods: None,
         })?;
         let mut file = std::fs::OpenOptions::new()
             .create(true)
@@ -468,6 +542,7 @@ impl Spool {
         let mut batch = ReadingBatch {
             readings: Vec::new(),
             xids: Vec::new(),
+            pods: None,
         };
         // A minute of margin for the trip.
         let oldest = now_ms - AGENT_MAX_AGE_MS + 60_000;

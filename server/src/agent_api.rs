@@ -1,7 +1,8 @@
 //! What node agents (`trainyard agent`) call, with their node's token, and
 //! how admins make those tokens:
 //! - `POST /api/trainyard/v1/agent/register`: the node and its GPUs;
-//! - `POST /api/trainyard/v1/agent/readings`: a batch of samples;
+//! - `POST /api/trainyard/v1/agent/readings`: a batch of samples, and
+//!   which pod holds which GPU where the agent reads the kubelet;
 //! - `POST|GET /api/trainyard/v1/nodes/{node}/tokens`,
 //!   `DELETE …/tokens/{id}`: a node's agent tokens (admins).
 //!
@@ -115,6 +116,11 @@ pub async fn readings(
             }
             other => other.into(),
         })?;
+    // Which pod holds which GPU, where the agent reads it from the kubelet:
+    // pods of the executor's namespace only (none on the local executor).
+    if let (Some(pods), Some(namespace)) = (&batch.pods, state.jobs.executor().pod_namespace()) {
+        state.telemetry.apply_pods(node, namespace, pods).await?;
+    }
     Ok(Json(AgentAnswer {
         node: node.to_owned(),
         kept,

@@ -137,6 +137,12 @@ enum Command {
         /// period (1-48: the server keeps raw samples 48 hours)
         #[arg(long, default_value_t = 48, value_parser = clap::value_parser!(u64).range(1..=48))]
         buffer_hours: u64,
+        /// The kubelet's pod-resources socket, read for which pod holds
+        /// which GPU (on Kubernetes the device plugin picks them; usually
+        /// /var/lib/kubelet/pod-resources/kubelet.sock). Unset: the
+        /// server's own picks stand
+        #[arg(long, env = "TRAINYARD_POD_RESOURCES_SOCKET", value_name = "PATH")]
+        pod_resources_socket: Option<PathBuf>,
     },
     /// Supervise one job (started by the server, not by hand).
     #[command(hide = true)]
@@ -341,6 +347,7 @@ fn run_agent(command: Command) -> ExitCode {
         sample_secs,
         simulated_gpus,
         buffer_hours,
+        pod_resources_socket,
     } = command
     else {
         return ExitCode::FAILURE;
@@ -359,6 +366,7 @@ fn run_agent(command: Command) -> ExitCode {
         sample_every: std::time::Duration::from_secs(sample_secs),
         simulated_gpus,
         max_segments: (readings as usize).div_ceil(trainyard::agent::SEGMENT_READINGS),
+        pod_resources_socket,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

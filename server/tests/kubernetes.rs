@@ -1033,7 +1033,7 @@ async fn agent_call(s: &TestServer, path: &str, token: &str, body: &Value) -> co
 
 #[tokio::test]
 #[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
-async fn an_agent_signs_in_with_its_pods_service_account_token_for_its_node_only() {
+async fn an_agent_signs_in_for_its_node_only_and_says_which_gpus_the_kubelet_gave_each_pod() {
     // The DaemonSet's pod on the agents' node, as the chart makes it.
     let mut pod = (String::new(), String::new());
     until("the agent DaemonSet's pod scheduled", 60, || {
@@ -1144,9 +1144,28 @@ async fn an_agent_signs_in_with_its_pods_service_account_token_for_its_node_only
         assert_eq!(answer.status, 401, "{what}: {}", answer.body);
     }
 
+    // The node's kubelet pod-resources socket: the kubelet's own server,
+    // which hands out the node's 8 GPUs from the last one down (Trainyard
+    // picks from the first).
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let uuids: Vec<String> = (0..8)
+        .map(|i| format!("GPU-simulated-{node}-{i}"))
+        .collect();
+    let pod_resources = std::env::var("TEST_POD_RESOURCES")
+        .unwrap_or_else(|_| panic!("TEST_POD_RESOURCES unset: {NEEDS}"));
+    let _kubelet = tokio::process::Command::new(pod_resources)
+        .args(["-kubeconfig", &cluster().admin, "-node", &node, "-gpus"])
+        .arg(uuids.join(","))
+        .arg("-socket")
+        .arg(&socket)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    until("the pod-resources socket", 60, || socket.exists()).await;
+
     // The agent itself, reading the token from a file as the chart mounts
     // it, sends its node's samples.
-    let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, &token).unwrap();
     let _agent = tokio::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
@@ -1161,7 +1180,9 @@ async fn an_agent_signs_in_with_its_pods_service_account_token_for_its_node_only
         .arg(&token_file)
         .arg("--spool")
         .arg(dir.path().join("spool"))
-        .args(["--sample-secs", "1", "--simulated-gpus", "2"])
+        .args(["--sample-secs", "1", "--simulated-gpus", "8"])
+        .arg("--pod-resources-socket")
+        .arg(&socket)
         .env_remove("TRAINYARD_SERVER")
         .kill_on_drop(true)
         .spawn()
@@ -1189,4 +1210,65 @@ async fn an_agent_signs_in_with_its_pods_service_account_token_for_its_node_only
         points >= 4,
         "the agent's samples did not arrive ({points} points)"
     );
+
+    // A job of one GPU: Trainyard picks GPU 0, the kubelet gives its pod
+    // GPU 7, and the agent says so. The job holds GPU 7 from then on: in
+    // its record, its chart, the admin overview, and the simulated GPUs
+    // (which follow what the server says is held).
+    let id = submit(
+        &s,
+        json!({"name": "on-7", "command": "sleep 600", "resources": {"gpus": 1},
+               "env": {"FAKE_RUN_SECONDS": "600"}}),
+    )
+    .await;
+    let running = wait_for(&s, id, "RUNNING").await;
+    assert_eq!(running["job"]["node"], node.as_str());
+    assert_eq!(running["job"]["gpu_indices"], json!([0]), "{running}");
+    let mut detail = running;
+    for _ in 0..150 {
+        detail = common::job(&s, id).await;
+        if detail["job"]["gpu_devices"] == json!([7]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(detail["job"]["gpu_devices"], json!([7]), "{detail}");
+    let window = s.get(&format!("/api/trainyard/v1/jobs/{id}/gpus")).await;
+    assert_eq!(window.status, 200, "{}", window.body);
+    let charted: Vec<u64> = window.json()["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(charted, [7]);
+    let gpu = |overview: &Value, index: u64| {
+        overview["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["name"] == node.as_str())
+            .flat_map(|n| n["gpus"].as_array().unwrap().clone())
+            .find(|g| g["index"] == index)
+            .unwrap_or_else(|| panic!("no GPU {index} of {node}: {overview}"))
+    };
+    let mut overview = Value::Null;
+    for _ in 0..150 {
+        overview = s.get("/api/trainyard/v1/gpus").await.json();
+        let util = |index| gpu(&overview, index)["latest"]["gpu_util"].as_u64();
+        if util(7).is_some_and(|u| u >= 50) && util(0).is_some_and(|u| u < 20) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(gpu(&overview, 7)["job"], id, "{overview}");
+    assert_eq!(gpu(&overview, 0)["job"], Value::Null, "{overview}");
+    let util = |index| {
+        gpu(&overview, index)["latest"]["gpu_util"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(util(7) >= 50 && util(0) < 20, "{overview}");
+    cancel(&s, id).await;
+    wait_for(&s, id, "CANCELLED").await;
 }

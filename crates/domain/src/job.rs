@@ -200,6 +200,12 @@ pub struct Job {
     pub attempt: u32,
     /// The GPUs it holds while it runs (`CUDA_VISIBLE_DEVICES`).
     pub gpu_indices: Vec<u32>,
+    /// The GPUs its attempt really got, where its node said so and they
+    /// differ from Trainyard's pick: on Kubernetes the kubelet's device
+    /// plugin chooses, and the node agent reads its choice from the
+    /// kubelet's pod-resources API. See [`Job::gpus_held`].
+    #[serde(default)]
+    pub gpu_devices: Option<Vec<u32>>,
     /// The node its attempt was placed on, by name, from its start on
     /// (kept after it ends).
     #[serde(default)]
@@ -226,6 +232,14 @@ pub struct Job {
     /// Runs on GPUs borrowed beyond its team's quota: may be preempted.
     #[serde(default)]
     pub borrowed: bool,
+}
+
+impl Job {
+    /// The node's GPUs its attempt holds: those its node reported, else
+    /// Trainyard's pick.
+    pub fn gpus_held(&self) -> &[u32] {
+        self.gpu_devices.as_deref().unwrap_or(&self.gpu_indices)
+    }
 }
 
 /// One entry of a job's timeline.

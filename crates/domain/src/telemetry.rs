@@ -146,6 +146,19 @@ pub struct ReadingBatch {
     pub readings: Vec<Reading>,
     #[serde(default)]
     pub xids: Vec<XidEvent>,
+    /// Which pods hold which of the node's GPUs now, as the kubelet's
+    /// pod-resources API says, where the agent reads it (Kubernetes).
+    /// `None`: the agent does not know; `Some(empty)`: no pod holds one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<Vec<PodGpus>>,
+}
+
+/// A pod and the GPUs (by UUID) the kubelet gave its containers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodGpus {
+    pub namespace: String,
+    pub pod: String,
+    pub uuids: Vec<String>,
 }
 
 /// One GPU as the admin overview shows it now.
@@ -454,6 +467,7 @@ mod tests {
                 gpus: vec![s],
             }],
             xids: Vec::new(),
+            pods: None,
         };
         assert!(batch(now, sample("GPU-1", 1)).check(now).is_ok());
         let field = |b: ReadingBatch| b.check(now).unwrap_err().field;
@@ -482,8 +496,42 @@ mod tests {
                 AGENT_MAX_READINGS + 1
             ],
             xids: Vec::new(),
+            pods: None,
         };
         assert_eq!(field(many), "readings");
+        let with_pods = |pods: Vec<PodGpus>| ReadingBatch {
+            pods: Some(pods),
+            ..batch(now, sample("GPU-1", 0))
+        };
+        let pod = |namespace: &str, name: &str, uuid: &str| PodGpus {
+            namespace: namespace.to_owned(),
+            pod: name.to_owned(),
+            uuids: vec![uuid.to_owned()],
+        };
+        assert!(
+            with_pods(vec![pod("ml", "job-7-0-x2k9p", "GPU-1")])
+                .check(now)
+                .is_ok()
+        );
+        assert_eq!(
+            field(with_pods(vec![pod("ML", "job-7", "GPU-1")])),
+            "pods[0].namespace"
+        );
+        assert_eq!(
+            field(with_pods(vec![pod("ml", "job 7", "GPU-1")])),
+            "pods[0].pod"
+        );
+        assert_eq!(
+            field(with_pods(vec![pod("ml", "job-7", "GPU 1")])),
+            "pods[0].uuids[0]"
+        );
+        assert_eq!(
+            field(with_pods(vec![
+                pod("ml", "job-7", "GPU-1");
+                AGENT_MAX_PODS + 1
+            ])),
+            "pods"
+        );
     }
 
     #[test]
@@ -590,6 +638,8 @@ pub const AGENT_MAX_XIDS: usize = 1000;
 pub const AGENT_MAX_PROCESSES: usize = 256;
 /// The longest GPU UUID or model name taken.
 pub const AGENT_MAX_NAME: usize = 128;
+/// The most pods with GPUs one batch may name.
+pub const AGENT_MAX_PODS: usize = 512;
 /// How far ahead of the server's clock a reading may be (clock skew).
 pub const AGENT_MAX_AHEAD_MS: i64 = 5 * 60_000;
 /// How old a reading may be: the raw tier's span, past which it would be
@@ -735,6 +785,41 @@ impl ReadingBatch {
         for (i, x) in self.xids.iter().enumerate() {
             check_time(format!("xids[{i}].t_ms"), x.t_ms)?;
             check_uuid(&format!("xids[{i}].uuid"), &x.uuid)?;
+        }
+        let pods = self.pods.as_deref().unwrap_or_default();
+        if pods.len() > AGENT_MAX_PODS {
+            return Err(FieldError::new(
+                "pods",
+                format!("at most {AGENT_MAX_PODS} pods with GPUs per batch"),
+            ));
+        }
+        for (i, p) in pods.iter().enumerate() {
+            // As Kubernetes names them: a namespace is a DNS label, a pod a
+            // DNS subdomain (the node-name rule).
+            if p.namespace.len() > 63
+                || p.namespace.contains('.')
+                || check_node_name(&p.namespace).is_err()
+            {
+                return Err(FieldError::new(
+                    &format!("pods[{i}].namespace"),
+                    "a namespace is 1 to 63 lower-case letters, digits and '-'",
+                ));
+            }
+            if check_node_name(&p.pod).is_err() {
+                return Err(FieldError::new(
+                    &format!("pods[{i}].pod"),
+                    "a pod's name is 1 to 253 lower-case letters, digits, '-' and '.'",
+                ));
+            }
+            if p.uuids.len() > AGENT_MAX_GPUS {
+                return Err(FieldError::new(
+                    &format!("pods[{i}].uuids"),
+                    format!("at most {AGENT_MAX_GPUS} GPUs per pod"),
+                ));
+            }
+            for (j, u) in p.uuids.iter().enumerate() {
+                check_uuid(&format!("pods[{i}].uuids[{j}]"), u)?;
+            }
         }
         Ok(())
     }

@@ -190,6 +190,12 @@ pub trait Executor: Send + Sync + 'static {
         None
     }
 
+    /// The namespace its pods run in, where it has pods: a node agent's
+    /// word on which pod holds which GPU counts for pods there only.
+    fn pod_namespace(&self) -> Option<&str> {
+        None
+    }
+
     /// Asks a running attempt to stop (a cancel): it is given the stop
     /// grace, then killed, and is observed as ended. Repeating it is harmless.
     async fn stop(&self, record: &JobRecord) -> Result<(), String>;

@@ -12,7 +12,7 @@ use trainyard_domain::JobState;
 use trainyard_domain::job::Job;
 use trainyard_domain::telemetry::{
     GpuLatest, GpuNode, GpuNow, GpuOverview, GpuPoint, GpuSample, GpuSeries, GpuUsage, GpuUsageRow,
-    GpuWindow, HeldGpu, Reading, UsageBy, XidEvent,
+    GpuWindow, HeldGpu, PodGpus, Reading, UsageBy, XidEvent,
 };
 use trainyard_nvml::{Inventory, Load, Sampler};
 use trainyard_store::{GpuInfo, NodeGpu, Store, StoreError};
@@ -87,6 +87,7 @@ struct NodeIds {
     node_id: i64,
     ids: HashMap<String, i64>,
     models: HashMap<String, String>,
+    indices: HashMap<String, u32>,
 }
 
 impl Telemetry {
@@ -156,6 +157,7 @@ impl Telemetry {
                 .iter()
                 .map(|g| (g.uuid.clone(), g.name.clone()))
                 .collect(),
+            indices: gpus.iter().map(|g| (g.uuid.clone(), g.index)).collect(),
         };
         nodes.insert(node.to_owned(), ids.clone());
         Ok(Some(ids))
@@ -208,6 +210,75 @@ impl Telemetry {
         Ok(kept)
     }
 
+    /// Takes a node agent's word on which pod holds which of the node's GPUs
+    /// (the kubelet's, on Kubernetes, where the device plugin picks them):
+    /// a running job whose pod in `namespace` (the executor's) is named
+    /// gets the GPUs named, recorded on the job and held from now on.
+    /// Pods of other namespaces, GPUs not the node's, and jobs not
+    /// running there are passed over. The jobs whose GPUs changed.
+    pub async fn apply_pods(
+        &self,
+        node: &str,
+        namespace: &str,
+        pods: &[PodGpus],
+    ) -> Result<Vec<i64>, StoreError> {
+        let Some(ids) = self.node_ids(node).await? else {
+            return Ok(Vec::new());
+        };
+        // The node's running jobs with a pod: pod → (job, its GPUs now).
+        let mut running: HashMap<String, (Holder, Vec<u32>)> = HashMap::new();
+        for ((n, index), h) in self.holders() {
+            if n != node {
+                continue;
+            }
+            if let Some(pod) = &h.pod {
+                let entry = running
+                    .entry(pod.clone())
+                    .or_insert_with(|| (h.clone(), Vec::new()));
+                if entry.0.job_id == h.job_id {
+                    entry.1.push(index);
+                }
+            }
+        }
+        let mut changed = Vec::new();
+        for p in pods.iter().filter(|p| p.namespace == namespace) {
+            let Some((holder, now)) = running.get_mut(&p.pod) else {
+                continue;
+            };
+            let mut devices: Vec<u32> = p
+                .uuids
+                .iter()
+                .filter_map(|u| ids.indices.get(u).copied())
+                .collect();
+            devices.sort_unstable();
+            devices.dedup();
+            now.sort_unstable();
+            if devices.is_empty() || devices == *now {
+                continue;
+            }
+            if !self
+                .inner
+                .store
+                .set_job_gpu_devices(holder.job_id, node, &p.pod, &devices)
+                .await?
+            {
+                continue; // it ended meanwhile
+            }
+            tracing::info!(job = holder.job_id, node, pod = %p.pod, gpus = ?devices, picked = ?now, "the node says which GPUs the job's pod got");
+            let mut holders = self
+                .inner
+                .holders
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            holders.retain(|(n, _), h| !(n == node && h.job_id == holder.job_id));
+            for index in &devices {
+                holders.insert((node.to_owned(), *index), holder.clone());
+            }
+            changed.push(holder.job_id);
+        }
+        Ok(changed)
+    }
+
     /// The newest sample of every GPU that reported lately, by UUID.
     pub fn latest(&self, now_ms: i64) -> HashMap<String, Latest> {
         self.inner
@@ -222,7 +293,10 @@ impl Telemetry {
 
     /// Rereads which running job holds which GPU.
     pub async fn refresh_holders(&self) -> Result<(), StoreError> {
-        let jobs = self.inner.store.active_jobs().await?;
+        let mut jobs = self.inner.store.active_jobs().await?;
+        // Where a node said which GPUs a pod got, that wins over a pick
+        // of Trainyard's that overlaps it (another job's, not reported yet).
+        jobs.sort_by_key(|r| r.job.gpu_devices.is_some());
         let mut holders = HashMap::new();
         for r in jobs {
             if r.job.state != JobState::Running {
@@ -237,7 +311,7 @@ impl Telemetry {
                 .and_then(|v| v.trim().parse::<u8>().ok())
                 .map(|u| u.min(100))
                 .unwrap_or(SIMULATED_DEFAULT_UTIL);
-            for index in &r.job.gpu_indices {
+            for index in r.job.gpus_held() {
                 holders.insert(
                     (node.clone(), *index),
                     Holder {
@@ -449,7 +523,7 @@ impl Telemetry {
             .node_gpus(&node)
             .await?
             .into_iter()
-            .filter(|g| job.gpu_indices.contains(&g.index))
+            .filter(|g| job.gpus_held().contains(&g.index))
             .collect();
         let mut w = self
             .window(&node, &gpus, span.unwrap_or((started, end)), points)
@@ -524,11 +598,11 @@ impl Telemetry {
                 .entry(name.clone())
                 .or_insert_with(|| GpuUsageRow::new(name));
             row.jobs += 1;
-            let held = job.gpu_indices.len().max(job.gpus as usize);
+            let held = job.gpus_held().len().max(job.gpus as usize);
             row.allocated_hours += held as f64 * hours;
             let ids: Vec<i64> = match &job.node {
                 Some(node) => job
-                    .gpu_indices
+                    .gpus_held()
                     .iter()
                     .filter_map(|i| gpu_ids.get(&(node.clone(), *i)).copied())
                     .collect(),
@@ -820,5 +894,150 @@ mod tests {
             telemetry.ingest("stranger", &readings, &[]).await,
             Err(StoreError::NotFound(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn the_gpus_a_node_says_a_pod_got_are_the_ones_its_job_holds() {
+        use trainyard_store::{JobChange, NewJob, NewRun};
+        let db = trainyard_store::testing::TestDb::new().await;
+        let store = Store::connect(&db.url, 2).await.unwrap();
+        store.migrate().await.unwrap();
+        let telemetry = Telemetry::new(store.clone(), settings());
+        let gpus: Vec<GpuInfo> = (0..8)
+            .map(|i| GpuInfo {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                name: "Simulated GPU".into(),
+                memory_total_bytes: 80 << 30,
+            })
+            .collect();
+        telemetry.register("gpu-1", &gpus).await.unwrap();
+        let owner = store.local_admin().await.unwrap();
+        let experiment = store
+            .create_experiment("pods", owner.as_owner())
+            .await
+            .unwrap();
+        let id = store
+            .create_job(NewJob {
+                spec: serde_json::from_str(
+                    r#"{"name": "j", "command": "x", "resources": {"gpus": 1}}"#,
+                )
+                .unwrap(),
+                owner_id: Some(owner.id),
+                team_id: None,
+                cpu_millis: 1000,
+                memory_mib: 1024,
+                max_runtime_secs: 60,
+                run: NewRun {
+                    experiment_id: experiment,
+                    user_id: "t".to_owned(),
+                    owner_id: Some(owner.id),
+                    team_id: None,
+                    run_name: None,
+                    start_time: None,
+                    tags: Vec::new(),
+                },
+                params: Vec::new(),
+                tags: Vec::new(),
+                submitted: "queued".to_owned(),
+            })
+            .await
+            .unwrap()
+            .job
+            .id;
+        let pod_name = "trainyard-1-0-abcde";
+        let placed = |gpus: Vec<u32>| JobChange {
+            gpu_indices: Some(gpus),
+            node: Some(Some("gpu-1".to_owned())),
+            pod: Some(Some(pod_name.to_owned())),
+            started_at: Some(Some(trainyard_store::now_millis())),
+            ..Default::default()
+        };
+        assert!(
+            store
+                .move_job(id, &[JobState::Queued], JobState::Running, placed(vec![0]))
+                .await
+                .unwrap()
+        );
+        telemetry.refresh_holders().await.unwrap();
+        let held =
+            |t: &Telemetry| -> Vec<u32> { t.held("gpu-1").iter().map(|h| h.index).collect() };
+        assert_eq!(held(&telemetry), [0]);
+        let pod = |namespace: &str, name: &str, uuid: &str| PodGpus {
+            namespace: namespace.to_owned(),
+            pod: name.to_owned(),
+            uuids: vec![uuid.to_owned()],
+        };
+        let devices = |store: Store| async move {
+            store.active_jobs().await.unwrap()[0]
+                .job
+                .gpu_devices
+                .clone()
+        };
+
+        // Another namespace's pod of that name, a GPU that is not the
+        // node's, another node, and a pod of no job change nothing.
+        for (node, pods) in [
+            ("gpu-1", vec![pod("elsewhere", pod_name, "GPU-7")]),
+            ("gpu-1", vec![pod("ml", pod_name, "GPU-x")]),
+            ("gpu-2", vec![pod("ml", pod_name, "GPU-7")]),
+            ("gpu-1", vec![pod("ml", "someone-else", "GPU-7")]),
+        ] {
+            assert!(
+                telemetry
+                    .apply_pods(node, "ml", &pods)
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+        }
+        assert_eq!(devices(store.clone()).await, None);
+
+        // The kubelet gave the pod GPU 7: the job holds 7, not 0, and
+        // keeps it through a reread of the jobs.
+        let said = [pod("ml", pod_name, "GPU-7")];
+        assert_eq!(
+            telemetry.apply_pods("gpu-1", "ml", &said).await.unwrap(),
+            [id]
+        );
+        assert_eq!(held(&telemetry), [7]);
+        assert_eq!(devices(store.clone()).await, Some(vec![7]));
+        assert!(
+            telemetry
+                .apply_pods("gpu-1", "ml", &said)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        telemetry.refresh_holders().await.unwrap();
+        assert_eq!(held(&telemetry), [7]);
+        let record = &store.active_jobs().await.unwrap()[0];
+        assert_eq!(record.job.gpu_indices, [0], "the scheduler's pick stays");
+        assert_eq!(record.job.gpus_held(), [7]);
+
+        // A new attempt placed anew forgets what the node said of the last.
+        assert!(
+            store
+                .move_job(
+                    id,
+                    &[JobState::Running],
+                    JobState::Queued,
+                    JobChange {
+                        gpu_indices: Some(Vec::new()),
+                        ..Default::default()
+                    }
+                )
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .move_job(id, &[JobState::Queued], JobState::Running, placed(vec![2]))
+                .await
+                .unwrap()
+        );
+        assert_eq!(devices(store.clone()).await, None);
+        telemetry.refresh_holders().await.unwrap();
+        assert_eq!(held(&telemetry), [2]);
     }
 }

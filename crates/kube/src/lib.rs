@@ -34,6 +34,7 @@ pub use k8s_openapi::api::core::v1::Toleration as KubeToleration;
 
 pub mod agents;
 pub mod logs;
+pub mod pod_resources;
 pub mod quantity;
 pub mod shape;
 pub mod status;
@@ -1093,6 +1094,10 @@ impl Executor for KubeExecutor {
                 self.namespace
             )),
         }
+    }
+
+    fn pod_namespace(&self) -> Option<&str> {
+        Some(&self.namespace)
     }
 
     fn pod(&self, record: &JobRecord) -> Option<String> {

@@ -147,6 +147,7 @@ fn record(m: job::Model) -> Result<JobRecord, StoreError> {
             retries: m.retries.max(0) as u32,
             attempt: m.attempt.max(0) as u32,
             gpu_indices: gpu_list(m.gpu_indices.as_deref()),
+            gpu_devices: m.gpu_devices.as_deref().map(|t| gpu_list(Some(t))),
             node: m.node,
             pod: m.pod,
             exit_code: m.exit_code,
@@ -218,6 +219,7 @@ impl Store {
             queued_at: Set(Some(now)),
             borrowed: Set(false),
             preempt_reason: Set(None),
+            gpu_devices: Set(None),
             ..Default::default()
         }
         .insert(&txn)
@@ -337,6 +339,28 @@ impl Store {
             .collect()
     }
 
+    /// Records the GPUs a running attempt really got, as its node reported
+    /// them (by index), if the job still runs on that node in that pod.
+    /// Whether it was recorded.
+    pub async fn set_job_gpu_devices(
+        &self,
+        id: i64,
+        node: &str,
+        pod: &str,
+        devices: &[u32],
+    ) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let updated = job::Entity::update_many()
+            .col_expr(job::Column::GpuDevices, Expr::value(gpu_text(devices)))
+            .filter(job::Column::Id.eq(id))
+            .filter(job::Column::State.eq(JobState::Running.as_str()))
+            .filter(job::Column::Node.eq(node))
+            .filter(job::Column::Pod.eq(pod))
+            .exec(self.connection())
+            .await?;
+        Ok(updated.rows_affected == 1)
+    }
+
     /// The jobs that held GPUs at some moment of `[from, to)`: started
     /// before `to`, and not finished by `from`. Oldest first.
     pub async fn jobs_on_gpus_between(
@@ -450,7 +474,10 @@ async fn move_job_in(
     }
     if let Some(gpus) = &change.gpu_indices {
         let text = (!gpus.is_empty()).then(|| gpu_text(gpus));
-        update = update.col_expr(job::Column::GpuIndices, Expr::value(text));
+        update = update
+            .col_expr(job::Column::GpuIndices, Expr::value(text))
+            // A new pick: what the node reported of the last one is gone.
+            .col_expr(job::Column::GpuDevices, Expr::value(Option::<String>::None));
     }
     if let Some(v) = change.node_id {
         update = update.col_expr(job::Column::NodeId, Expr::value(v));

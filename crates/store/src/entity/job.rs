@@ -35,6 +35,7 @@ pub struct Model {
     pub queued_at: Option<i64>,
     pub borrowed: bool,
     pub preempt_reason: Option<String>,
+    pub gpu_devices: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
