@@ -19,7 +19,7 @@ impl MigrationTrait for Migration {
         m.alter_table(
             Table::alter()
                 .table(Jobs::Table)
-                .add_column(ColumnDef::new(Jobs::GpuDevices).string_len(512).null())
+                .add_column(ColumnDef::new(Jobs::GpuDevices).text().null())
                 .to_owned(),
         )
         .await

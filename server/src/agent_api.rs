@@ -118,8 +118,12 @@ pub async fn readings(
         })?;
     // Which pod holds which GPU, where the agent reads it from the kubelet:
     // pods of the executor's namespace only (none on the local executor).
-    if let (Some(pods), Some(namespace)) = (&batch.pods, state.jobs.executor().pod_namespace()) {
-        state.telemetry.apply_pods(node, namespace, pods).await?;
+    // The readings are stored by now: a failure here must not make the
+    // agent send them again, so it is logged, and the next batch tries.
+    if let (Some(pods), Some(namespace)) = (&batch.pods, state.jobs.executor().pod_namespace())
+        && let Err(e) = state.telemetry.apply_pods(node, namespace, pods).await
+    {
+        tracing::warn!(node, error = %e, "could not record which GPUs the node's pods got");
     }
     Ok(Json(AgentAnswer {
         node: node.to_owned(),

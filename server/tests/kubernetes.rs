@@ -1269,6 +1269,34 @@ async fn an_agent_signs_in_for_its_node_only_and_says_which_gpus_the_kubelet_gav
             .unwrap()
     };
     assert!(util(7) >= 50 && util(0) < 20, "{overview}");
-    cancel(&s, id).await;
-    wait_for(&s, id, "CANCELLED").await;
+
+    // A second: Trainyard picks GPU 1 (0 is the first job's, as it counts),
+    // the kubelet gives 6; each job is found by its pod.
+    let second = submit(
+        &s,
+        json!({"name": "on-6", "command": "sleep 600", "resources": {"gpus": 1},
+               "env": {"FAKE_RUN_SECONDS": "600"}}),
+    )
+    .await;
+    let running = wait_for(&s, second, "RUNNING").await;
+    assert_eq!(running["job"]["gpu_indices"], json!([1]), "{running}");
+    let mut detail = running;
+    for _ in 0..150 {
+        detail = common::job(&s, second).await;
+        if detail["job"]["gpu_devices"] == json!([6]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(detail["job"]["gpu_devices"], json!([6]), "{detail}");
+    let overview = s.get("/api/trainyard/v1/gpus").await.json();
+    assert_eq!(gpu(&overview, 6)["job"], second, "{overview}");
+    assert_eq!(gpu(&overview, 7)["job"], id, "{overview}");
+    for free in [0, 1] {
+        assert_eq!(gpu(&overview, free)["job"], Value::Null, "{overview}");
+    }
+    for job in [id, second] {
+        cancel(&s, job).await;
+        wait_for(&s, job, "CANCELLED").await;
+    }
 }

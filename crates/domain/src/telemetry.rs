@@ -532,6 +532,14 @@ mod tests {
             ])),
             "pods"
         );
+        assert_eq!(
+            field(with_pods(vec![
+                pod("ml", "job-7", "GPU-1"),
+                pod("ml", "job-8", "GPU-2"),
+                pod("ml", "job-7", "GPU-3"),
+            ])),
+            "pods[2]"
+        );
     }
 
     #[test]
@@ -560,6 +568,10 @@ mod tests {
                 .unwrap_err()
                 .field,
             "gpus[1]"
+        );
+        assert_eq!(
+            reg(vec![gpu(64, "GPU-a")]).check().unwrap_err().field,
+            "gpus[0].index"
         );
         assert_eq!(
             reg((0..65).map(|i| gpu(i, &format!("GPU-{i}"))).collect())
@@ -692,6 +704,15 @@ impl AgentRegistration {
             ));
         }
         for (i, g) in self.gpus.iter().enumerate() {
+            if g.index as usize >= AGENT_MAX_GPUS {
+                return Err(FieldError::new(
+                    &format!("gpus[{i}].index"),
+                    format!(
+                        "a GPU's index is 0 to {} (as NVML numbers them)",
+                        AGENT_MAX_GPUS - 1
+                    ),
+                ));
+            }
             check_uuid(&format!("gpus[{i}].uuid"), &g.uuid)?;
             if g.name.chars().count() > AGENT_MAX_NAME || g.name.chars().any(char::is_control) {
                 return Err(FieldError::new(
@@ -819,6 +840,18 @@ impl ReadingBatch {
             }
             for (j, u) in p.uuids.iter().enumerate() {
                 check_uuid(&format!("pods[{i}].uuids[{j}]"), u)?;
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, p) in pods.iter().enumerate() {
+            if !seen.insert((&p.namespace, &p.pod)) {
+                return Err(FieldError::new(
+                    &format!("pods[{i}]"),
+                    format!(
+                        "pod {}/{} is named twice; name each pod once",
+                        p.namespace, p.pod
+                    ),
+                ));
             }
         }
         Ok(())

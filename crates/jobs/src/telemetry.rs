@@ -80,6 +80,22 @@ struct Inner {
     holders: RwLock<HashMap<GpuKey, Holder>>,
     /// Each node's id and its GPUs' ids and models by UUID.
     nodes: tokio::sync::Mutex<HashMap<String, NodeIds>>,
+    /// The running jobs that have a pod, by node and pod, whatever GPUs
+    /// they hold (two jobs may both claim an index until their nodes say).
+    pods: RwLock<HashMap<(String, String), PodJob>>,
+    /// Taken by a reread of the holders and by a node's word on its pods,
+    /// so that neither undoes the other.
+    holders_turn: tokio::sync::Mutex<()>,
+}
+
+/// A running job's pod, as [`Telemetry::apply_pods`] matches it.
+#[derive(Debug, Clone)]
+struct PodJob {
+    holder: Holder,
+    /// GPUs it asked for.
+    gpus: u32,
+    /// Those it holds now, sorted.
+    held: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -99,6 +115,8 @@ impl Telemetry {
                 latest: Default::default(),
                 holders: Default::default(),
                 nodes: Default::default(),
+                pods: Default::default(),
+                holders_turn: Default::default(),
             }),
         }
     }
@@ -214,8 +232,9 @@ impl Telemetry {
     /// (the kubelet's, on Kubernetes, where the device plugin picks them):
     /// a running job whose pod in `namespace` (the executor's) is named
     /// gets the GPUs named, recorded on the job and held from now on.
-    /// Pods of other namespaces, GPUs not the node's, and jobs not
-    /// running there are passed over. The jobs whose GPUs changed.
+    /// Pods of other namespaces, GPUs not the node's, more GPUs than the
+    /// job asked for, and jobs not running there are passed over. The jobs
+    /// whose GPUs changed.
     pub async fn apply_pods(
         &self,
         node: &str,
@@ -225,24 +244,11 @@ impl Telemetry {
         let Some(ids) = self.node_ids(node).await? else {
             return Ok(Vec::new());
         };
-        // The node's running jobs with a pod: pod → (job, its GPUs now).
-        let mut running: HashMap<String, (Holder, Vec<u32>)> = HashMap::new();
-        for ((n, index), h) in self.holders() {
-            if n != node {
-                continue;
-            }
-            if let Some(pod) = &h.pod {
-                let entry = running
-                    .entry(pod.clone())
-                    .or_insert_with(|| (h.clone(), Vec::new()));
-                if entry.0.job_id == h.job_id {
-                    entry.1.push(index);
-                }
-            }
-        }
+        let _turn = self.inner.holders_turn.lock().await;
         let mut changed = Vec::new();
         for p in pods.iter().filter(|p| p.namespace == namespace) {
-            let Some((holder, now)) = running.get_mut(&p.pod) else {
+            let key = (node.to_owned(), p.pod.clone());
+            let Some(job) = self.pod_jobs().get(&key).cloned() else {
                 continue;
             };
             let mut devices: Vec<u32> = p
@@ -252,31 +258,46 @@ impl Telemetry {
                 .collect();
             devices.sort_unstable();
             devices.dedup();
-            now.sort_unstable();
-            if devices.is_empty() || devices == *now {
+            if devices.is_empty() || devices == job.held || devices.len() > job.gpus as usize {
                 continue;
             }
+            let id = job.holder.job_id;
             if !self
                 .inner
                 .store
-                .set_job_gpu_devices(holder.job_id, node, &p.pod, &devices)
+                .set_job_gpu_devices(id, node, &p.pod, &devices)
                 .await?
             {
                 continue; // it ended meanwhile
             }
-            tracing::info!(job = holder.job_id, node, pod = %p.pod, gpus = ?devices, picked = ?now, "the node says which GPUs the job's pod got");
-            let mut holders = self
-                .inner
-                .holders
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
-            holders.retain(|(n, _), h| !(n == node && h.job_id == holder.job_id));
-            for index in &devices {
-                holders.insert((node.to_owned(), *index), holder.clone());
+            tracing::info!(job = id, node, pod = %p.pod, gpus = ?devices, picked = ?job.held, "the node says which GPUs the job's pod got");
+            {
+                let mut holders = self
+                    .inner
+                    .holders
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner());
+                holders.retain(|(n, _), h| !(n == node && h.job_id == id));
+                for index in &devices {
+                    holders.insert((node.to_owned(), *index), job.holder.clone());
+                }
             }
-            changed.push(holder.job_id);
+            if let Some(entry) = self
+                .inner
+                .pods
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(&key)
+            {
+                entry.held = devices;
+            }
+            changed.push(id);
         }
         Ok(changed)
+    }
+
+    fn pod_jobs(&self) -> std::sync::RwLockReadGuard<'_, HashMap<(String, String), PodJob>> {
+        self.inner.pods.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The newest sample of every GPU that reported lately, by UUID.
@@ -293,11 +314,13 @@ impl Telemetry {
 
     /// Rereads which running job holds which GPU.
     pub async fn refresh_holders(&self) -> Result<(), StoreError> {
+        let _turn = self.inner.holders_turn.lock().await;
         let mut jobs = self.inner.store.active_jobs().await?;
         // Where a node said which GPUs a pod got, that wins over a pick
         // of Trainyard's that overlaps it (another job's, not reported yet).
         jobs.sort_by_key(|r| r.job.gpu_devices.is_some());
         let mut holders = HashMap::new();
+        let mut pods = HashMap::new();
         for r in jobs {
             if r.job.state != JobState::Running {
                 continue;
@@ -311,15 +334,25 @@ impl Telemetry {
                 .and_then(|v| v.trim().parse::<u8>().ok())
                 .map(|u| u.min(100))
                 .unwrap_or(SIMULATED_DEFAULT_UTIL);
+            let holder = Holder {
+                job_id: r.job.id,
+                owner_id: r.owner_id,
+                pod: r.job.pod.clone(),
+                started_at: r.job.started_at,
+                simulated_util,
+            };
             for index in r.job.gpus_held() {
-                holders.insert(
-                    (node.clone(), *index),
-                    Holder {
-                        job_id: r.job.id,
-                        owner_id: r.owner_id,
-                        pod: r.job.pod.clone(),
-                        started_at: r.job.started_at,
-                        simulated_util,
+                holders.insert((node.clone(), *index), holder.clone());
+            }
+            if let Some(pod) = &r.job.pod {
+                let mut held = r.job.gpus_held().to_vec();
+                held.sort_unstable();
+                pods.insert(
+                    (node.clone(), pod.clone()),
+                    PodJob {
+                        holder,
+                        gpus: r.job.gpus,
+                        held,
                     },
                 );
             }
@@ -329,6 +362,7 @@ impl Telemetry {
             .holders
             .write()
             .unwrap_or_else(|e| e.into_inner()) = holders;
+        *self.inner.pods.write().unwrap_or_else(|e| e.into_inner()) = pods;
         Ok(())
     }
 
@@ -917,127 +951,154 @@ mod tests {
             .create_experiment("pods", owner.as_owner())
             .await
             .unwrap();
-        let id = store
-            .create_job(NewJob {
-                spec: serde_json::from_str(
-                    r#"{"name": "j", "command": "x", "resources": {"gpus": 1}}"#,
-                )
-                .unwrap(),
-                owner_id: Some(owner.id),
-                team_id: None,
-                cpu_millis: 1000,
-                memory_mib: 1024,
-                max_runtime_secs: 60,
-                run: NewRun {
-                    experiment_id: experiment,
-                    user_id: "t".to_owned(),
-                    owner_id: Some(owner.id),
-                    team_id: None,
-                    run_name: None,
-                    start_time: None,
-                    tags: Vec::new(),
-                },
-                params: Vec::new(),
-                tags: Vec::new(),
-                submitted: "queued".to_owned(),
-            })
-            .await
-            .unwrap()
-            .job
-            .id;
-        let pod_name = "trainyard-1-0-abcde";
-        let placed = |gpus: Vec<u32>| JobChange {
+        let placed = |pod: &str, gpus: Vec<u32>| JobChange {
             gpu_indices: Some(gpus),
             node: Some(Some("gpu-1".to_owned())),
-            pod: Some(Some(pod_name.to_owned())),
+            pod: Some(Some(pod.to_owned())),
             started_at: Some(Some(trainyard_store::now_millis())),
             ..Default::default()
         };
-        assert!(
-            store
-                .move_job(id, &[JobState::Queued], JobState::Running, placed(vec![0]))
+        // Two jobs of one GPU each, which Trainyard put on GPUs 0 and 1.
+        let mut ids = Vec::new();
+        for (pod, pick) in [("job-a", 0), ("job-b", 1)] {
+            let id = store
+                .create_job(NewJob {
+                    spec: serde_json::from_str(
+                        r#"{"name": "j", "command": "x", "resources": {"gpus": 1}}"#,
+                    )
+                    .unwrap(),
+                    owner_id: Some(owner.id),
+                    team_id: None,
+                    cpu_millis: 1000,
+                    memory_mib: 1024,
+                    max_runtime_secs: 60,
+                    run: NewRun {
+                        experiment_id: experiment,
+                        user_id: "t".to_owned(),
+                        owner_id: Some(owner.id),
+                        team_id: None,
+                        run_name: None,
+                        start_time: None,
+                        tags: Vec::new(),
+                    },
+                    params: Vec::new(),
+                    tags: Vec::new(),
+                    submitted: "queued".to_owned(),
+                })
                 .await
                 .unwrap()
-        );
+                .job
+                .id;
+            let moved = store
+                .move_job(
+                    id,
+                    &[JobState::Queued],
+                    JobState::Running,
+                    placed(pod, vec![pick]),
+                )
+                .await
+                .unwrap();
+            assert!(moved);
+            ids.push(id);
+        }
+        let (a, b) = (ids[0], ids[1]);
         telemetry.refresh_holders().await.unwrap();
-        let held =
-            |t: &Telemetry| -> Vec<u32> { t.held("gpu-1").iter().map(|h| h.index).collect() };
-        assert_eq!(held(&telemetry), [0]);
-        let pod = |namespace: &str, name: &str, uuid: &str| PodGpus {
+        // Which job holds each held GPU.
+        let held = |t: &Telemetry| -> Vec<(u32, i64)> {
+            t.held("gpu-1")
+                .iter()
+                .map(|h| (h.index, h.job_id))
+                .collect()
+        };
+        assert_eq!(held(&telemetry), [(0, a), (1, b)]);
+        let pod = |namespace: &str, name: &str, uuids: &[&str]| PodGpus {
             namespace: namespace.to_owned(),
             pod: name.to_owned(),
-            uuids: vec![uuid.to_owned()],
+            uuids: uuids.iter().map(|u| u.to_string()).collect(),
         };
         let devices = |store: Store| async move {
-            store.active_jobs().await.unwrap()[0]
-                .job
-                .gpu_devices
-                .clone()
+            store
+                .active_jobs()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.job.gpu_devices)
+                .collect::<Vec<_>>()
         };
 
         // Another namespace's pod of that name, a GPU that is not the
-        // node's, another node, and a pod of no job change nothing.
+        // node's, another node, a pod of no job, and more GPUs than the
+        // job asked for change nothing.
         for (node, pods) in [
-            ("gpu-1", vec![pod("elsewhere", pod_name, "GPU-7")]),
-            ("gpu-1", vec![pod("ml", pod_name, "GPU-x")]),
-            ("gpu-2", vec![pod("ml", pod_name, "GPU-7")]),
-            ("gpu-1", vec![pod("ml", "someone-else", "GPU-7")]),
+            ("gpu-1", vec![pod("elsewhere", "job-a", &["GPU-7"])]),
+            ("gpu-1", vec![pod("ml", "job-a", &["GPU-x"])]),
+            ("gpu-2", vec![pod("ml", "job-a", &["GPU-7"])]),
+            ("gpu-1", vec![pod("ml", "someone-else", &["GPU-7"])]),
+            ("gpu-1", vec![pod("ml", "job-a", &["GPU-6", "GPU-7"])]),
         ] {
-            assert!(
-                telemetry
-                    .apply_pods(node, "ml", &pods)
-                    .await
-                    .unwrap()
-                    .is_empty()
-            );
+            let changed = telemetry.apply_pods(node, "ml", &pods).await.unwrap();
+            assert!(changed.is_empty(), "{pods:?} on {node}");
         }
-        assert_eq!(devices(store.clone()).await, None);
+        assert_eq!(devices(store.clone()).await, [None, None]);
 
-        // The kubelet gave the pod GPU 7: the job holds 7, not 0, and
-        // keeps it through a reread of the jobs.
-        let said = [pod("ml", pod_name, "GPU-7")];
-        assert_eq!(
-            telemetry.apply_pods("gpu-1", "ml", &said).await.unwrap(),
-            [id]
-        );
-        assert_eq!(held(&telemetry), [7]);
-        assert_eq!(devices(store.clone()).await, Some(vec![7]));
-        assert!(
-            telemetry
-                .apply_pods("gpu-1", "ml", &said)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        // The kubelet gave job a GPU 7: it holds 7, not 0, and keeps it
+        // through a reread of the jobs; the scheduler's pick stays.
+        let said = [pod("ml", "job-a", &["GPU-7"])];
+        let changed = telemetry.apply_pods("gpu-1", "ml", &said).await.unwrap();
+        assert_eq!(changed, [a]);
+        assert_eq!(held(&telemetry), [(1, b), (7, a)]);
+        assert_eq!(devices(store.clone()).await, [Some(vec![7]), None]);
+        let again = telemetry.apply_pods("gpu-1", "ml", &said).await.unwrap();
+        assert!(again.is_empty(), "said twice, written once");
         telemetry.refresh_holders().await.unwrap();
-        assert_eq!(held(&telemetry), [7]);
+        assert_eq!(held(&telemetry), [(1, b), (7, a)]);
         let record = &store.active_jobs().await.unwrap()[0];
-        assert_eq!(record.job.gpu_indices, [0], "the scheduler's pick stays");
+        assert_eq!(record.job.gpu_indices, [0]);
         assert_eq!(record.job.gpus_held(), [7]);
 
-        // A new attempt placed anew forgets what the node said of the last.
-        assert!(
-            store
-                .move_job(
-                    id,
-                    &[JobState::Running],
-                    JobState::Queued,
-                    JobChange {
-                        gpu_indices: Some(Vec::new()),
-                        ..Default::default()
-                    }
-                )
-                .await
-                .unwrap()
-        );
-        assert!(
-            store
-                .move_job(id, &[JobState::Queued], JobState::Running, placed(vec![2]))
-                .await
-                .unwrap()
-        );
-        assert_eq!(devices(store.clone()).await, None);
+        // Picks that cross: a was put on 0 but got 1, b on 1 but got 0.
+        // Until b's word comes, a's report wins GPU 1 and b holds none in
+        // the overview, yet b is still found by its pod.
+        let said = [pod("ml", "job-a", &["GPU-1"])];
+        telemetry.apply_pods("gpu-1", "ml", &said).await.unwrap();
         telemetry.refresh_holders().await.unwrap();
-        assert_eq!(held(&telemetry), [2]);
+        assert_eq!(held(&telemetry), [(1, a)]);
+        let said = [
+            pod("ml", "job-a", &["GPU-1"]),
+            pod("ml", "job-b", &["GPU-0"]),
+        ];
+        let changed = telemetry.apply_pods("gpu-1", "ml", &said).await.unwrap();
+        assert_eq!(changed, [b]);
+        assert_eq!(held(&telemetry), [(0, b), (1, a)]);
+        telemetry.refresh_holders().await.unwrap();
+        assert_eq!(held(&telemetry), [(0, b), (1, a)]);
+
+        // A new attempt placed anew forgets what the node said of the last.
+        let requeued = store
+            .move_job(
+                a,
+                &[JobState::Running],
+                JobState::Queued,
+                JobChange {
+                    gpu_indices: Some(Vec::new()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert!(requeued);
+        let moved = store
+            .move_job(
+                a,
+                &[JobState::Queued],
+                JobState::Running,
+                placed("job-a-2", vec![2]),
+            )
+            .await
+            .unwrap();
+        assert!(moved);
+        assert_eq!(devices(store.clone()).await, [None, Some(vec![0])]);
+        telemetry.refresh_holders().await.unwrap();
+        assert_eq!(held(&telemetry), [(0, b), (2, a)]);
     }
 }

@@ -109,14 +109,17 @@ impl PodResourcesClient {
         let mut grpc = tonic::client::Grpc::new(self.channel.clone())
             .max_decoding_message_size(MAX_ANSWER_BYTES);
         let call = async {
-            grpc.ready().await.map_err(|e| e.to_string())?;
+            grpc.ready().await.map_err(|e| causes(&e))?;
             grpc.unary(
                 tonic::Request::new(ListPodResourcesRequest {}),
                 PathAndQuery::from_static("/v1.PodResourcesLister/List"),
                 tonic_prost::ProstCodec::<ListPodResourcesRequest, ListPodResourcesResponse>::default(),
             )
             .await
-            .map_err(|status| status.message().to_owned())
+            .map_err(|status| match std::error::Error::source(&status) {
+                Some(cause) => format!("{}: {}", status.message(), causes(cause)),
+                None => status.message().to_owned(),
+            })
         };
         let answer = tokio::time::timeout(CALL_TIMEOUT, call)
             .await
@@ -124,6 +127,22 @@ impl PodResourcesClient {
             .map_err(|e| format!("{}: {e}", self.socket.display()))?;
         Ok(gpu_pods(answer.into_inner()))
     }
+}
+
+/// An error with its causes ("transport error" alone does not say that
+/// the socket is missing or refused).
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn gpu_pods(answer: ListPodResourcesResponse) -> Vec<PodDevices> {
@@ -241,7 +260,7 @@ mod tests {
         }
         .encode_to_vec();
         container.extend([3 << 3 | 2, 2, 4, 5]); // cpu_ids: [4, 5]
-        container.extend([4 << 3 | 2, 2, 8, 1]); // memory: {size: 1}
+        container.extend([4 << 3 | 2, 2, 2 << 3, 1]); // memory: [{size: 1}]
         let decoded = ContainerResources::decode(container.as_slice()).unwrap();
         assert_eq!(decoded.devices[0].device_ids, ["GPU-a"]);
     }
@@ -276,5 +295,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.contains("kubelet.sock"), "{e}");
+        // The cause, not just "transport error".
+        assert!(e.contains("No such file or directory"), "{e}");
     }
 }
