@@ -19,7 +19,7 @@ bench-telemetry: ## GPU telemetry: 1,000 nodes x 8 GPUs, a simulated day; ingest
 bench-jobs: ## submit-to-start latency of the local executor
 	@scripts/bench-jobs.sh
 
-gpu-check: ## on a GPU machine: NVML inventory vs nvidia-smi, GPU pinning, PyTorch in a job (simulated GPUs without a driver)
+gpu-check: ## on a GPU machine: NVML inventory and samples vs nvidia-smi, GPU pinning, PyTorch in a job and busy in its chart (simulated GPUs without a driver)
 	@scripts/gpu-check.sh
 
 bench-explorer: ## the explorer in Chromium: 10,000 runs, 10 runs x 4 metrics x 100,000 points, zoom; bundle size

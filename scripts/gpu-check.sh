@@ -4,7 +4,10 @@
 # GPU gets one (CUDA_VISIBLE_DEVICES) and can use it, two jobs get different
 # GPUs, and a job asking for more GPUs than the machine has is refused. With
 # PyTorch in the machine's python3, a job also multiplies matrices on its GPU.
-# Without a driver the same flow runs on two simulated GPUs, and says so.
+# Telemetry: every GPU's latest sample agrees with nvidia-smi (memory,
+# temperature, power limit), and a job that keeps its GPU busy (PyTorch,
+# for 20 s) shows as busy in its GPU chart. Without a driver the same flow
+# runs on two simulated GPUs (a held one is busy), and says so.
 #
 #   scripts/gpu-check.sh [TRAINYARD_BINARY]     (make gpu-check)
 #
@@ -16,6 +19,7 @@ source "$(dirname "$0")/common.sh"
 bin="${1:-$CARGO_TARGET_DIR/release/trainyard}"
 [ -x "$bin" ] || die "no Trainyard binary at $bin (make build, or pass one)"
 command -v curl >/dev/null || die "curl is required"
+command -v python3 >/dev/null || die "python3 is required (it reads the server's JSON)"
 
 passed=0
 check() { # NAME CONDITION...
@@ -60,6 +64,7 @@ port=$((30000 + RANDOM % 20000))
 url="http://127.0.0.1:$port"
 step "starting Trainyard ($url, SQLite)"
 TRAINYARD_LISTEN="127.0.0.1:$port" TRAINYARD_DATA_DIR="$work/data" TRAINYARD_LOG=info \
+  TRAINYARD_GPU_SAMPLE_SECS=1 \
   TRAINYARD_SIMULATED_GPUS="$simulated" TRAINYARD_TEMPLATES_DIR="$ROOT/templates" \
   "$bin" serve >"$work/server.log" 2>&1 &
 pid=$!
@@ -147,6 +152,100 @@ if [ "$gpus" -ge 2 ]; then
   ga="$(job_log "$a" | sed -n 's/^CVD=//p')"
   gb="$(job_log "$b" | sed -n 's/^CVD=//p')"
   check "different GPUs: $ga and $gb" bash -c "[ -n '$ga' ] && [ -n '$gb' ] && [ '$ga' != '$gb' ]"
+fi
+
+step "GPU samples"
+# Every GPU's latest sample, one line each: index uuid mem_total_MiB
+# mem_used_MiB temperature_C power_limit_W (or "none").
+latest() {
+  curl -sf "$url/api/trainyard/v1/gpus" | python3 -c '
+import json, sys
+for node in json.load(sys.stdin)["nodes"]:
+    for g in node["gpus"]:
+        l = g["latest"]
+        if l is None:
+            print(g["index"], g["uuid"], "none")
+        else:
+            print(g["index"], g["uuid"], g["memory_total_bytes"] >> 20, l["mem_used_bytes"] >> 20,
+                  l["temperature_c"], round(l["power_limit_w"]))
+'
+}
+for _ in $(seq 1 20); do
+  latest >"$work/latest.txt"
+  [ "$(grep -cv ' none$' "$work/latest.txt")" -ge "$gpus" ] && break
+  sleep 0.5
+done
+cat "$work/latest.txt"
+check "every GPU has a sample (sampled each second here)" \
+  bash -c "[ \"\$(grep -cv ' none\$' '$work/latest.txt')\" -ge $gpus ]"
+if [ "$mode" = nvml ]; then
+  nvidia-smi --query-gpu=index,memory.total,memory.used,temperature.gpu,power.limit \
+    --format=csv,noheader,nounits >"$work/smi.csv"
+  cat "$work/smi.csv"
+  # Memory total to 1 MiB, memory used to 512 MiB (it moves between the two
+  # reads), temperature to 5 °C, the power limit to 2 W; what nvidia-smi
+  # cannot read ([N/A]) is not compared.
+  check "every GPU's sample agrees with nvidia-smi (memory, temperature, power limit)" python3 -c '
+import sys
+ours = {l.split()[0]: l.split() for l in open(sys.argv[1])}
+bad = []
+for line in open(sys.argv[2]):
+    index, total, used, temp, limit = [f.strip() for f in line.split(",")]
+    _, uuid, o_total, o_used, o_temp, o_limit = ours[index]
+    for name, theirs, mine, within in [("memory total MiB", total, o_total, 1),
+                                       ("memory used MiB", used, o_used, 512),
+                                       ("temperature C", temp, o_temp, 5),
+                                       ("power limit W", limit, o_limit, 2)]:
+        try:
+            theirs = float(theirs)
+        except ValueError:
+            print(f"GPU {index}: {name}: nvidia-smi says {theirs}; not compared")
+            continue
+        ok = abs(float(mine) - theirs) <= within
+        print(f"GPU {index}: {name}: ours {mine}, nvidia-smi {theirs:g}", "" if ok else "DIFFERS")
+        if not ok:
+            bad.append(index)
+sys.exit(1 if bad else 0)
+' "$work/latest.txt" "$work/smi.csv"
+fi
+
+step "a busy job shows as busy in its GPU chart"
+busy_job=""
+if [ "$mode" = nvml ]; then
+  if grep -q "^torch: cuda True" "$work/one.log"; then
+    busy='python3 - <<EOF
+import time, torch
+x = torch.randn(4096, 4096, device="cuda")
+end = time.time() + 20
+while time.time() < end:
+    x = (x @ x).clamp_(-1, 1)
+torch.cuda.synchronize()
+print("busy: done")
+EOF'
+    busy_job=$(submit "{\"name\": \"gpu busy\", \"command\": \"$(json_string "$busy")\", \"resources\": {\"gpus\": 1, \"memory\": \"8Gi\"}}")
+  else
+    echo "note: no PyTorch with CUDA in this machine's python3: the busy job is not run"
+  fi
+else
+  # A simulated GPU held by a job runs at 90 % unless SIMULATED_GPU_UTIL says.
+  busy_job=$(submit '{"name": "gpu busy", "command": "sleep 8", "resources": {"gpus": 1, "memory": "1Gi"}}')
+fi
+if [ -n "$busy_job" ]; then
+  end="$(wait_end "$busy_job")"
+  check "the busy job succeeded" test "$end" = SUCCEEDED
+  sleep 2
+  curl -sf "$url/api/trainyard/v1/jobs/$busy_job/gpus" | python3 -c '
+import json, sys
+w = json.load(sys.stdin)
+for g in w["gpus"]:
+    print(g["index"], len(g["points"]), max([p["gpu_util_max"] for p in g["points"]] or [0]))
+' >"$work/busy.txt"
+  cat "$work/busy.txt"
+  check "its chart has its one GPU, with samples, at 50 % or more at its busiest" python3 -c '
+import sys
+rows = [line.split() for line in open(sys.argv[1])]
+sys.exit(0 if len(rows) == 1 and int(rows[0][1]) >= 3 and float(rows[0][2]) >= 50 else 1)
+' "$work/busy.txt"
 fi
 
 step "more GPUs than the machine has"
