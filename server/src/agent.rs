@@ -27,7 +27,7 @@ use trainyard_domain::telemetry::{
     PodGpus, Reading, ReadingBatch, XidEvent,
 };
 use trainyard_jobs::telemetry::{SamplerThread, loads_of};
-use trainyard_kube::pod_resources::{PodResourcesClient, gpu_uuids};
+use trainyard_kube::pod_resources::{PodDevices, PodResourcesClient, gpu_uuids};
 use trainyard_nvml::{Inventory, Load};
 
 use crate::cli::CliError;
@@ -238,19 +238,7 @@ impl PodReader {
                 if std::mem::take(&mut self.failing) {
                     tracing::info!("the kubelet's pod resources answer again");
                 }
-                Some(
-                    pods.into_iter()
-                        .filter_map(|p| {
-                            let uuids = gpu_uuids(&p.device_ids, &self.gpus);
-                            (!uuids.is_empty()).then_some(PodGpus {
-                                namespace: p.namespace,
-                                pod: p.pod,
-                                uuids,
-                            })
-                        })
-                        .take(AGENT_MAX_PODS)
-                        .collect(),
-                )
+                Some(pod_gpus(pods, &self.gpus))
             }
             Err(e) => {
                 if !std::mem::replace(&mut self.failing, true) {
@@ -260,6 +248,40 @@ impl PodReader {
             }
         }
     }
+}
+
+/// What a batch says of the kubelet's pods: those holding the node's GPUs,
+/// each named once (a pod deleted and made again under its name, as a
+/// StatefulSet's is, can be listed twice while the old one ends: their
+/// GPUs are merged), at most [`AGENT_MAX_PODS`], as the server takes them.
+fn pod_gpus(pods: Vec<PodDevices>, gpus: &BTreeMap<u32, String>) -> Vec<PodGpus> {
+    let mut out: Vec<PodGpus> = Vec::new();
+    let mut at: HashMap<(String, String), usize> = HashMap::new();
+    for p in pods {
+        let uuids = gpu_uuids(&p.device_ids, gpus);
+        if uuids.is_empty() {
+            continue;
+        }
+        match at.get(&(p.namespace.clone(), p.pod.clone())) {
+            Some(&i) => {
+                for u in uuids {
+                    if !out[i].uuids.contains(&u) {
+                        out[i].uuids.push(u);
+                    }
+                }
+            }
+            None if out.len() < AGENT_MAX_PODS => {
+                at.insert((p.namespace.clone(), p.pod.clone()), out.len());
+                out.push(PodGpus {
+                    namespace: p.namespace,
+                    pod: p.pod,
+                    uuids,
+                });
+            }
+            None => {}
+        }
+    }
+    out
 }
 
 fn registration(node: &str, inventory: &Inventory) -> AgentRegistration {
@@ -671,6 +693,51 @@ mod tests {
             .iter()
             .map(|r| r.t_ms - (NOW - 1_000_000))
             .collect()
+    }
+
+    #[test]
+    fn a_pod_listed_twice_is_sent_once_with_both_its_gpus() {
+        let gpus: BTreeMap<u32, String> = (0..4).map(|i| (i, format!("GPU-{i}"))).collect();
+        let listed = |namespace: &str, pod: &str, ids: &[&str]| PodDevices {
+            namespace: namespace.to_owned(),
+            pod: pod.to_owned(),
+            device_ids: ids.iter().map(|s| s.to_string()).collect(),
+        };
+        let pods = pod_gpus(
+            vec![
+                listed("ml", "db-0", &["GPU-1"]),
+                listed("ml", "web", &[]),
+                listed("ml", "other", &["MIG-x"]),
+                listed("ml", "db-0", &["GPU-2", "GPU-1"]),
+                listed("team", "db-0", &["3"]),
+            ],
+            &gpus,
+        );
+        let said: Vec<(&str, &str, Vec<&str>)> = pods
+            .iter()
+            .map(|p| {
+                let uuids = p.uuids.iter().map(String::as_str).collect();
+                (p.namespace.as_str(), p.pod.as_str(), uuids)
+            })
+            .collect();
+        assert_eq!(
+            said,
+            [
+                ("ml", "db-0", vec!["GPU-1", "GPU-2"]),
+                ("team", "db-0", vec!["GPU-3"])
+            ]
+        );
+        let batch = ReadingBatch {
+            readings: Vec::new(),
+            xids: Vec::new(),
+            pods: Some(pods),
+        };
+        assert!(batch.check(0).is_ok());
+        // At most what a batch may carry.
+        let many = (0..AGENT_MAX_PODS + 10)
+            .map(|i| listed("ml", &format!("p-{i}"), &["GPU-0"]))
+            .collect();
+        assert_eq!(pod_gpus(many, &gpus).len(), AGENT_MAX_PODS);
     }
 
     #[test]
