@@ -62,6 +62,8 @@ pub struct AgentOptions {
     /// The kubelet's pod-resources socket, if the agent reads which pod
     /// holds which GPU.
     pub pod_resources_socket: Option<PathBuf>,
+    /// The extended resource whose devices are GPUs there.
+    pub gpu_resource: String,
 }
 
 /// Runs until killed.
@@ -97,7 +99,7 @@ pub async fn run(options: AgentOptions) -> Result<(), CliError> {
         .pod_resources_socket
         .as_deref()
         .map(|socket| PodReader {
-            client: PodResourcesClient::new(socket),
+            client: PodResourcesClient::new(socket, &options.gpu_resource),
             gpus: inventory
                 .gpus
                 .iter()

@@ -143,6 +143,10 @@ enum Command {
         /// server's own picks stand
         #[arg(long, env = "TRAINYARD_POD_RESOURCES_SOCKET", value_name = "PATH")]
         pod_resources_socket: Option<PathBuf>,
+        /// The extended resource whose devices the kubelet lists as GPUs
+        /// (the server's kube_gpu_resource)
+        #[arg(long, env = "TRAINYARD_KUBE_GPU_RESOURCE", default_value = trainyard_kube::pod_resources::GPU_RESOURCE)]
+        gpu_resource: String,
     },
     /// Supervise one job (started by the server, not by hand).
     #[command(hide = true)]
@@ -348,6 +352,7 @@ fn run_agent(command: Command) -> ExitCode {
         simulated_gpus,
         buffer_hours,
         pod_resources_socket,
+        gpu_resource,
     } = command
     else {
         return ExitCode::FAILURE;
@@ -367,6 +372,7 @@ fn run_agent(command: Command) -> ExitCode {
         simulated_gpus,
         max_segments: (readings as usize).div_ceil(trainyard::agent::SEGMENT_READINGS),
         pod_resources_socket,
+        gpu_resource: gpu_resource.trim().to_owned(),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -814,6 +814,7 @@ impl ReadingBatch {
                 format!("at most {AGENT_MAX_PODS} pods with GPUs per batch"),
             ));
         }
+        let mut seen = std::collections::HashSet::new();
         for (i, p) in pods.iter().enumerate() {
             // As Kubernetes names them: a namespace is a DNS label, a pod a
             // DNS subdomain (the node-name rule).
@@ -841,9 +842,6 @@ impl ReadingBatch {
             for (j, u) in p.uuids.iter().enumerate() {
                 check_uuid(&format!("pods[{i}].uuids[{j}]"), u)?;
             }
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (i, p) in pods.iter().enumerate() {
             if !seen.insert((&p.namespace, &p.pod)) {
                 return Err(FieldError::new(
                     &format!("pods[{i}]"),

@@ -847,6 +847,18 @@ mod tests {
         }
     }
 
+    /// A node's GPUs `GPU-0`…, as it registers them.
+    fn gpus(count: u32) -> Vec<GpuInfo> {
+        (0..count)
+            .map(|i| GpuInfo {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                name: "Simulated GPU".into(),
+                memory_total_bytes: 80 << 30,
+            })
+            .collect()
+    }
+
     fn latest(index: u32, util: u8) -> Latest {
         Latest {
             node: "gpu-1".into(),
@@ -878,15 +890,7 @@ mod tests {
         let store = Store::connect(&db.url, 2).await.unwrap();
         store.migrate().await.unwrap();
         let telemetry = Telemetry::new(store.clone(), settings());
-        let gpus: Vec<GpuInfo> = (0..3)
-            .map(|i| GpuInfo {
-                index: i,
-                uuid: format!("GPU-{i}"),
-                name: "Simulated GPU".into(),
-                memory_total_bytes: 80 << 30,
-            })
-            .collect();
-        telemetry.register("gpu-1", &gpus).await.unwrap();
+        telemetry.register("gpu-1", &gpus(3)).await.unwrap();
         let now = trainyard_store::now_millis();
         // 40 minutes: GPU 0 busy, GPU 1 at 2 %, GPU 2 at 2 % but free.
         let readings: Vec<Reading> = (0..240)
@@ -937,15 +941,7 @@ mod tests {
         let store = Store::connect(&db.url, 2).await.unwrap();
         store.migrate().await.unwrap();
         let telemetry = Telemetry::new(store.clone(), settings());
-        let gpus: Vec<GpuInfo> = (0..8)
-            .map(|i| GpuInfo {
-                index: i,
-                uuid: format!("GPU-{i}"),
-                name: "Simulated GPU".into(),
-                memory_total_bytes: 80 << 30,
-            })
-            .collect();
-        telemetry.register("gpu-1", &gpus).await.unwrap();
+        telemetry.register("gpu-1", &gpus(8)).await.unwrap();
         let owner = store.local_admin().await.unwrap();
         let experiment = store
             .create_experiment("pods", owner.as_owner())

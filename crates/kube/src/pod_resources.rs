@@ -21,9 +21,8 @@ use hyper_util::rt::TokioIo;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-/// The socket where the kubelet serves it.
-pub const KUBELET_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
-/// The resource NVIDIA's device plugin hands out.
+/// The resource NVIDIA's device plugin hands out, unless renamed (the
+/// server's `kube_gpu_resource`).
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// The largest answer read (a node of 110 pods answers in a few KB).
 const MAX_ANSWER_BYTES: usize = 16 << 20;
@@ -79,12 +78,15 @@ pub struct PodDevices {
 pub struct PodResourcesClient {
     socket: PathBuf,
     channel: Channel,
+    /// The extended resource that names GPUs.
+    resource: String,
 }
 
 impl PodResourcesClient {
     /// Connects lazily: a socket not there yet (the kubelet restarting) is
-    /// an error of the call, not of this.
-    pub fn new(socket: &Path) -> PodResourcesClient {
+    /// an error of the call, not of this. `resource` is the extended
+    /// resource whose devices are GPUs ([`GPU_RESOURCE`] unless renamed).
+    pub fn new(socket: &Path, resource: &str) -> PodResourcesClient {
         let path = socket.to_owned();
         // The URI is not used to connect (the connector dials the socket);
         // it names the :authority, as kubelet clients do.
@@ -101,6 +103,7 @@ impl PodResourcesClient {
         PodResourcesClient {
             socket: socket.to_owned(),
             channel,
+            resource: resource.to_owned(),
         }
     }
 
@@ -125,7 +128,7 @@ impl PodResourcesClient {
             .await
             .map_err(|_| format!("{}: no answer in {CALL_TIMEOUT:?}", self.socket.display()))?
             .map_err(|e| format!("{}: {e}", self.socket.display()))?;
-        Ok(gpu_pods(answer.into_inner()))
+        Ok(gpu_pods(answer.into_inner(), &self.resource))
     }
 }
 
@@ -145,14 +148,14 @@ fn causes(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-fn gpu_pods(answer: ListPodResourcesResponse) -> Vec<PodDevices> {
+fn gpu_pods(answer: ListPodResourcesResponse, resource: &str) -> Vec<PodDevices> {
     answer
         .pod_resources
         .into_iter()
         .filter_map(|p| {
             let mut device_ids: Vec<String> = Vec::new();
             for d in p.containers.iter().flat_map(|c| &c.devices) {
-                if d.resource_name != GPU_RESOURCE {
+                if d.resource_name != resource {
                     continue;
                 }
                 for id in &d.device_ids {
@@ -240,11 +243,20 @@ mod tests {
         let bytes = answer.encode_to_vec();
         let decoded = ListPodResourcesResponse::decode(bytes.as_slice()).unwrap();
         assert_eq!(
-            gpu_pods(decoded),
+            gpu_pods(decoded.clone(), GPU_RESOURCE),
             vec![PodDevices {
                 namespace: "trainyard-jobs".to_owned(),
                 pod: "job-7-0-abcde".to_owned(),
                 device_ids: vec!["GPU-b".to_owned(), "GPU-a".to_owned()],
+            }]
+        );
+        // A cluster whose GPUs go by another resource name.
+        assert_eq!(
+            gpu_pods(decoded, "example.com/nic"),
+            vec![PodDevices {
+                namespace: "trainyard-jobs".to_owned(),
+                pod: "job-7-0-abcde".to_owned(),
+                device_ids: vec!["nic-0".to_owned()],
             }]
         );
     }
@@ -290,7 +302,7 @@ mod tests {
     async fn a_missing_socket_is_an_error_that_names_it() {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("kubelet.sock");
-        let e = PodResourcesClient::new(&socket)
+        let e = PodResourcesClient::new(&socket, GPU_RESOURCE)
             .gpu_pods()
             .await
             .unwrap_err();
