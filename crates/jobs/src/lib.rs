@@ -170,8 +170,8 @@ struct Inner {
     /// Why each started attempt waits, as last written to its timeline.
     waiting: Mutex<HashMap<i64, String>>,
     /// How long the last cycle spent looking at jobs and placing them,
-    /// before it started any.
-    looked: Mutex<Duration>,
+    /// before it started any, and whether it left jobs queued.
+    pace: Mutex<Pace>,
     /// Decayed GPU-hours per team and person, read from history at the
     /// first cycle and added to as attempts end.
     usage: Mutex<Option<fair::UsageBook>>,
@@ -188,6 +188,35 @@ const TICK: Duration = Duration::from_millis(500);
 const MIN_CYCLE: Duration = Duration::from_millis(100);
 /// How many attempts the supervisor starts at once.
 const CONCURRENT_STARTS: usize = 32;
+/// With no job queued, cycles that only look at running attempts wait at
+/// most this long after the last began (unless it looked for longer).
+const CALM_CYCLE: Duration = Duration::from_secs(5);
+
+/// What the last cycle cost, which sets when the next may begin.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pace {
+    looked: Duration,
+    queued: bool,
+}
+
+impl Pace {
+    /// When the next cycle may begin, after one that began at `began`: a
+    /// submission, a cancel or a queued job's chance is taken twice the
+    /// time the last cycle spent looking after it began (cycles then use
+    /// at most a third of a core); with nothing queued, a watch event or
+    /// the tick only has running attempts to look at, and waits ten times
+    /// that (capped at [`CALM_CYCLE`]), so that thousands of running jobs
+    /// are followed with a tenth of a core, their ends seen within a few
+    /// seconds at worst.
+    fn next(&self, began: tokio::time::Instant, calm: bool) -> tokio::time::Instant {
+        let quick = (self.looked * 2).max(MIN_CYCLE);
+        if calm && !self.queued {
+            began + (self.looked * 10).min(CALM_CYCLE).max(quick)
+        } else {
+            began + quick
+        }
+    }
+}
 
 impl Jobs {
     pub fn new(store: Store, config: JobsConfig, executor: Arc<dyn Executor>) -> Jobs {
@@ -199,7 +228,7 @@ impl Jobs {
                 wake: tokio::sync::Notify::new(),
                 positions: Mutex::new(HashMap::new()),
                 waiting: Mutex::new(HashMap::new()),
-                looked: Mutex::new(Duration::ZERO),
+                pace: Mutex::new(Pace::default()),
                 usage: Mutex::new(None),
             }),
         }
@@ -1138,17 +1167,25 @@ impl Jobs {
             }
             // What wakes it comes in bursts (a submission each, a watch
             // event per pod): one cycle takes in all that came meanwhile,
-            // and the next one begins no sooner than twice the time this
-            // one spent looking (not waiting on starts) after it, so that
+            // paced by what the last one cost (see Pace), so that
             // thousands of jobs never keep a core busy with cycles.
-            let looked = *self.inner.looked.lock().unwrap_or_else(|p| p.into_inner());
-            let next = began + (looked * 2).max(MIN_CYCLE);
-            tokio::select! {
-                _ = self.inner.wake.notified() => {}
-                _ = self.inner.executor.changed() => {}
-                _ = tokio::time::sleep(TICK) => {}
+            let pace = *self.inner.pace.lock().unwrap_or_else(|p| p.into_inner());
+            let woken = tokio::select! {
+                _ = self.inner.wake.notified() => true,
+                _ = self.inner.executor.changed() => false,
+                _ = tokio::time::sleep(TICK) => false,
+            };
+            if woken {
+                tokio::time::sleep_until(pace.next(began, false)).await;
+            } else {
+                // A submission or a cancel meanwhile is taken sooner.
+                tokio::select! {
+                    _ = tokio::time::sleep_until(pace.next(began, true)) => {}
+                    _ = self.inner.wake.notified() => {
+                        tokio::time::sleep_until(pace.next(began, false)).await;
+                    }
+                }
             }
-            tokio::time::sleep_until(next).await;
         }
     }
 
@@ -1157,6 +1194,7 @@ impl Jobs {
     pub async fn cycle(&self) -> Result<(), StoreError> {
         let began = std::time::Instant::now();
         let active = self.store().active_jobs().await?;
+        let read = began.elapsed();
         // Where started attempts run, as their executors name it (asked
         // before they are observed: one that ended is let go), written
         // for all of them at once.
@@ -1192,6 +1230,7 @@ impl Jobs {
                 _ => {}
             }
         }
+        let observed = began.elapsed();
         // Asked after every running attempt was looked at: what ended
         // meanwhile is free again.
         let capacity = match self.inner.executor.capacity().await {
@@ -1294,7 +1333,10 @@ impl Jobs {
             usage,
         };
         let decision = sched::schedule(&state, &sched::Policy::default());
-        *self.inner.looked.lock().unwrap_or_else(|p| p.into_inner()) = began.elapsed();
+        *self.inner.pace.lock().unwrap_or_else(|p| p.into_inner()) = Pace {
+            looked: began.elapsed(),
+            queued: !decision.waiting.is_empty(),
+        };
         let by_id: HashMap<i64, &JobRecord> = queued.iter().map(|r| (r.job.id, r)).collect();
         let nodes: HashMap<sched::NodeId, &sched::Node> =
             capacity.nodes.iter().map(|n| (n.id, n)).collect();
@@ -1326,9 +1368,20 @@ impl Jobs {
             .filter(|p| p.borrowed)
             .map(|p| p.job)
             .collect();
+        let placed = starts.len();
+        let launching = std::time::Instant::now();
         let launched = self.launch(starts, &borrowed_starts).await;
         // Positions are written even when a start could not be recorded.
         let positions = self.write_positions(&decision.waiting).await;
+        tracing::debug!(
+            active = running.len() + queued.len(),
+            placed,
+            read_ms = read.as_millis() as u64,
+            observed_ms = observed.saturating_sub(read).as_millis() as u64,
+            looked_ms = launching.duration_since(began).as_millis() as u64,
+            launched_ms = launching.elapsed().as_millis() as u64,
+            "supervisor cycle"
+        );
         flags.and(preempted).and(launched).and(positions)
     }
 

@@ -771,3 +771,41 @@ async fn the_nodes_say_who_holds_their_gpus() {
     assert!(view.nodes.is_empty());
     assert_eq!(view.unavailable.as_deref(), Some("the API is away"));
 }
+
+#[test]
+fn cycles_are_paced_by_what_the_last_one_cost_and_slower_with_nothing_queued() {
+    use std::time::Duration;
+    let began = tokio::time::Instant::now();
+    let after = |pace: crate::Pace, calm: bool| pace.next(began, calm) - began;
+    let small = crate::Pace {
+        looked: Duration::from_millis(2),
+        queued: false,
+    };
+    // A small system: the least time between cycles, however woken.
+    assert_eq!(after(small, false), crate::MIN_CYCLE);
+    assert_eq!(after(small, true), crate::MIN_CYCLE);
+    // Thousands of running jobs (100 ms to look at): twice that when woken
+    // by a submission or with jobs queued, ten times with none queued.
+    let busy = crate::Pace {
+        looked: Duration::from_millis(100),
+        queued: false,
+    };
+    assert_eq!(after(busy, false), Duration::from_millis(200));
+    assert_eq!(after(busy, true), Duration::from_millis(1000));
+    let waiting = crate::Pace {
+        queued: true,
+        ..busy
+    };
+    assert_eq!(after(waiting, true), Duration::from_millis(200));
+    // The calm pace is capped, but never quicker than the quick one.
+    let slow = crate::Pace {
+        looked: Duration::from_millis(1500),
+        queued: false,
+    };
+    assert_eq!(after(slow, true), crate::CALM_CYCLE);
+    let slower = crate::Pace {
+        looked: Duration::from_secs(4),
+        queued: false,
+    };
+    assert_eq!(after(slower, true), Duration::from_secs(8));
+}

@@ -788,6 +788,7 @@ impl KubeExecutor {
             }
         }
         let job = shape::job(&self.settings, &attempt, trainyard_store::now_millis());
+        let asked = Instant::now();
         let created = match self.jobs.create(&PostParams::default(), &job).await {
             Ok(created) => created,
             Err(kube::Error::Api(s)) if s.is_already_exists() => {
@@ -810,11 +811,13 @@ impl KubeExecutor {
                 )));
             }
         };
+        let job_ms = asked.elapsed().as_millis() as u64;
         self.created
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.clone(), Instant::now());
         self.shared.claim(&name);
+        let asked = Instant::now();
         if let Some(token) = attempt.env.get(shape::TOKEN_VAR) {
             let owner = created.controller_owner_ref(&()).map(|mut o| {
                 o.block_owner_deletion = Some(true);
@@ -842,6 +845,7 @@ impl KubeExecutor {
                 }
             }
         }
+        tracing::debug!(job = %name, job_ms, secret_ms = asked.elapsed().as_millis() as u64, "Job and Secret made");
         Ok(Started {
             note: self.note(&name, &node),
             handle: name,
