@@ -75,7 +75,7 @@ epoch() { date -f - +%s; }
 # (its pid) and `url`, and returns once it is ready.
 serve_trainyard() { # NAMESPACE PORT DIR
   url="http://127.0.0.1:$2"
-  TRAINYARD_LISTEN="127.0.0.1:$2" TRAINYARD_DATA_DIR="$3/data" TRAINYARD_LOG=warn \
+  TRAINYARD_LISTEN="127.0.0.1:$2" TRAINYARD_DATA_DIR="$3/data" TRAINYARD_LOG="${TRAINYARD_LOG:-warn}" \
     TRAINYARD_TEMPLATES_DIR="$ROOT/templates" TRAINYARD_EXECUTOR=kubernetes \
     TRAINYARD_KUBE_CONFIG="$K8S_STATE/kubeconfig" TRAINYARD_KUBE_NAMESPACE="$1" \
     TRAINYARD_KUBE_NODE_SELECTOR=trainyard.dev/pool=default TRAINYARD_KUBE_TOLERATIONS= \

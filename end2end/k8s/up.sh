@@ -8,6 +8,7 @@
 # State (certificates, etcd data, logs, pid files, kubeconfig) goes to
 # ${K8S_STATE:-/tmp/trainyard-k8s}. Progress goes to stderr; stdout gets only
 # the export lines for KUBECONFIG and PATH. Stop it all with down.sh.
+# K8S_PROFILING=true serves kube-apiserver's /debug/pprof (for benchmarks).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -239,7 +240,7 @@ start() {
       --service-cluster-ip-range 10.96.0.0/16
       --authorization-mode RBAC
       --max-requests-inflight 1000 --max-mutating-requests-inflight 500
-      --profiling=false) ;;
+      --profiling="${K8S_PROFILING:-false}") ;;
     # Client QPS well above the defaults (20 and 50) so that thousands of pods
     # are not throttled on the client side; no leader election (a single
     # instance). --node-monitor-period 2s: the node lifecycle controller reacts
