@@ -362,6 +362,15 @@ fn run_agent(command: Command) -> ExitCode {
         eprintln!("trainyard: error: {e}");
         return ExitCode::FAILURE;
     }
+    // As the server refuses an empty kube_gpu_resource: no device would be
+    // a GPU, and every pod's GPUs would go unsaid.
+    let gpu_resource = gpu_resource.trim().to_owned();
+    if gpu_resource.is_empty() {
+        eprintln!(
+            "trainyard: error: --gpu-resource (TRAINYARD_KUBE_GPU_RESOURCE) must not be empty; give the extended resource that counts GPUs, such as nvidia.com/gpu"
+        );
+        return ExitCode::FAILURE;
+    }
     let readings = buffer_hours * 3600 / sample_secs;
     let options = trainyard::agent::AgentOptions {
         server,
@@ -372,7 +381,7 @@ fn run_agent(command: Command) -> ExitCode {
         simulated_gpus,
         max_segments: (readings as usize).div_ceil(trainyard::agent::SEGMENT_READINGS),
         pod_resources_socket,
-        gpu_resource: gpu_resource.trim().to_owned(),
+        gpu_resource,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -482,3 +482,37 @@ async fn an_admin_removes_a_node_with_its_gpus_samples_and_tokens() {
     assert_eq!(remove("gpu-gone").await.status, 404);
     assert_eq!(remove("Bad Name!").await.status, 400);
 }
+
+#[test]
+fn an_agent_with_an_empty_gpu_resource_name_is_refused_with_the_setting_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "tyn_0123456789abcdef").unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["agent", "--server", "http://127.0.0.1:9", "--node", "gpu-1"])
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--spool")
+        .arg(dir.path().join("spool"))
+        .args(["--simulated-gpus", "1", "--gpu-resource", " "])
+        .env_remove("TRAINYARD_SERVER")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // An agent that took it would run on (its server away): stopped after a
+    // while rather than left to hang the test.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--gpu-resource (TRAINYARD_KUBE_GPU_RESOURCE) must not be empty"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("spool").exists(), "it started: {stderr}");
+}
