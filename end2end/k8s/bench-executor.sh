@@ -13,6 +13,8 @@
 # 3. The check: no node holds more than its 8 GPUs of our pods.
 # 4. The reference again, once Trainyard's phase is over: the rate before and
 #    after are both shown, and Trainyard's against their mean.
+# 5. What each job cost in CPU, in each phase: each part of the cluster's
+#    above its idle use, and the client's (Trainyard's server, kubectl).
 #
 # kwok's pods run until deleted (FAKE_RUN_SECONDS = 1 day). Times from
 # Kubernetes have its one-second resolution; submissions are timed here in
@@ -68,6 +70,51 @@ last_ready_ms() {
     epoch | sort -n | tail -1 | awk '{ printf "%.0f\n", $1 * 1000 + 500 }'
 }
 
+# CPU time in ms: cpu_ms PID... sums those processes' own (user and system);
+# children_ms is what this shell's waited-for children used (kubectl, curl).
+# Each phase is charged from its first create until the poll sees every pod
+# Running: each part of the cluster (kwok stands for the nodes' kubelets,
+# and serves the pods' logs) above what it uses idle (1,000 nodes' leases
+# and status: measured for 10 s before each phase, or the longer phase
+# would be charged more of it), and the client (kubectl and its xargs, or
+# Trainyard's server and the curl submitters).
+hz=$(getconf CLK_TCK)
+parts=(kube-apiserver etcd kube-controller-manager kube-scheduler kwok)
+cpu_ms() {
+  local p t=0 v
+  for p in "$@"; do
+    v=$(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null) || v=0
+    t=$((t + ${v:-0}))
+  done
+  echo $((t * 1000 / hz))
+}
+children_ms() { awk -v hz="$hz" '{ printf "%.0f\n", ($16 + $17) * 1000 / hz }' "/proc/$$/stat"; }
+part_ms() { cpu_ms "$(cat "$K8S_STATE/pids/$1.pid")"; }
+declare -A marked idle_rate used
+mark() { local p; for p in "${parts[@]}"; do marked[$p]=$(part_ms "$p"); done; mark_ms=$(now_ms); }
+# idle: sets idle_rate[PART], CPU ms a second over 10 s.
+idle() {
+  local p ms
+  mark
+  sleep 10
+  ms=$(($(now_ms) - mark_ms))
+  for p in "${parts[@]}"; do
+    idle_rate[$p]=$(awk -v c=$(($(part_ms "$p") - ${marked[$p]})) -v ms="$ms" 'BEGIN { printf "%.1f", c / ms * 1000 }')
+  done
+}
+# charge PHASE: sets used[PHASE PART], CPU ms since the mark above idle, and
+# used[PHASE idle], the idle rate of them all.
+charge() {
+  local p ms=$(($(now_ms) - mark_ms)) all=0
+  for p in "${parts[@]}"; do
+    used["$1 $p"]=$(awk -v c=$(($(part_ms "$p") - ${marked[$p]})) -v r="${idle_rate[$p]}" -v ms="$ms" 'BEGIN { v = c - r * ms / 1000; printf "%.0f", v < 0 ? 0 : v }')
+    all=$(awk -v a="$all" -v r="${idle_rate[$p]}" 'BEGIN { print a + r }')
+  done
+  used["$1 idle"]=$(awk -v a="$all" 'BEGIN { printf "%.0f", a }')
+}
+# per_job MS: milliseconds a job, to one decimal.
+per_job() { awk -v ms="$1" -v n="$jobs" 'BEGIN { printf "%.1f", ms / n }'; }
+
 # settle NAMESPACE: deletes it and waits until it is gone. Not only its pods:
 # deleting thousands of Jobs (their pods' finalizers, the garbage collector,
 # the events) keeps the control plane busy for a minute after the last pod
@@ -105,10 +152,16 @@ spec:
         resources: {limits: {nvidia.com/gpu: 1, cpu: 100m, memory: 64Mi}}
 EOF
   done
+  local cl0
+  idle
+  mark
+  cl0=$(children_ms)
   start=$(now_ms)
   printf '%s\0' "$dir"/chunk-*.yaml | xargs -0 -n 1 -P 8 kubectl create -o name -f >/dev/null
   created=$(now_ms)
+  bare_client=$(($(children_ms) - cl0))
   wait_running "$ns" "$jobs"
+  charge "$ns"
   done=$(last_ready_ms "$ns")
   bare_rate=$(awk -v n="$jobs" -v ms=$((done - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
   bare_made=$(awk -v n="$jobs" -v ms=$((created - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
@@ -118,6 +171,7 @@ EOF
 bare_phase bare
 bare_before=$bare_rate
 bare_made_before=$bare_made
+bare_client_before=$bare_client
 
 # ------------------------------------------------------------ 2. Trainyard
 kubectl create namespace bench >/dev/null
@@ -139,6 +193,9 @@ for w in $(seq 0 7); do
     (( i + 1 < n )) && echo next
   done >"$work/submit-$w.curl"
 done
+idle
+mark
+cl0=$(children_ms) sv0=$(cpu_ms "$server")
 ty_start=$(now_ms)
 for w in $(seq 0 7); do
   [[ -f "$work/submit-$w.curl" ]] || continue
@@ -146,7 +203,7 @@ for w in $(seq 0 7); do
 done
 wait_submitters() { local p; for p in $(jobs -p); do [[ "$p" == "$server" ]] || wait "$p"; done; }
 wait_submitters
-ty_submitted=$(now_ms)
+ty_submitted=$(now_ms) sv_submitted=$(cpu_ms "$server")
 # "ID SENT_MS" per job.
 for w in $(seq 0 7); do
   [[ -f "$work/answers-$w.txt" ]] || continue
@@ -157,7 +214,10 @@ for w in $(seq 0 7); do
          printf "%s %.0f\n", substr($0, RSTART + 5, RLENGTH - 5), t; t += took * 1000 }' "$work/answers-$w.txt"
 done | sort -n >"$work/sent.txt"
 (( $(wc -l <"$work/sent.txt") == jobs )) || die "not every submission was answered"
+ty_curl=$(($(children_ms) - cl0))
 wait_running bench "$jobs"
+charge bench
+ty_client=$(($(cpu_ms "$server") - sv0 + ty_curl))
 ty_done=$(last_ready_ms bench)
 ty_rate=$(awk -v n="$jobs" -v ms=$((ty_done - ty_start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
 
@@ -207,5 +267,12 @@ printf '%-58s %14s\n' "submit -> Job created, p50 / p99 (s)" "$created_p50 / $cr
 printf '%-58s %14s\n' "submit -> pod Running, p50 / p99 (s)" "$running_p50 / $running_p99"
 printf '%-58s %14s\n' "REST submissions answered (8 at a time), jobs/s" \
   "$(awk -v n="$jobs" -v ms=$((ty_submitted - ty_start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')"
+for p in "${parts[@]}"; do
+  printf '%-58s %14s %14s\n' "CPU ms a job, above idle: $p" "$(per_job "${used[bench $p]}")" \
+    "$(per_job "${used[bare $p]}") / $(per_job "${used[bare-after $p]}")"
+done
+printf '%-58s %14s %14s\n' "CPU ms a job: the client (Trainyard and curl / kubectl)" "$(per_job "$ty_client")" "$(per_job "$bare_client_before") / $(per_job "$bare_client")"
+printf '%-58s %14s\n' "  of which Trainyard while the submissions came" "$(per_job $((sv_submitted - sv0)))"
+printf '%-58s %14s %14s\n' "the cluster idle (1,000 nodes' leases), CPU ms a second" "${used[bench idle]}" "${used[bare idle]} / ${used[bare-after idle]}"
 printf '%-58s %14s\n' "most GPUs of our pods on one node" "$most"
 echo "target: >= 100 jobs/s and within 20 % of the bare path; no node over 8 GPUs"
