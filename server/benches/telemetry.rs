@@ -550,7 +550,13 @@ struct Running {
 
 impl Running {
     async fn start(url: &str, work: &std::path::Path) -> Running {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        // From cargo as it runs the bench (see tests/common's workspace_root).
+        let root = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(
+                || env!("CARGO_MANIFEST_DIR").into(),
+                std::path::PathBuf::from,
+            )
+            .join("..");
         let vars = vec![
             ("TRAINYARD_LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
             ("TRAINYARD_DATABASE_URL".to_owned(), url.to_owned()),
