@@ -273,6 +273,6 @@ for p in "${parts[@]}"; do
 done
 printf '%-58s %14s %14s\n' "CPU ms a job: the client (Trainyard and curl / kubectl)" "$(per_job "$ty_client")" "$(per_job "$bare_client_before") / $(per_job "$bare_client")"
 printf '%-58s %14s\n' "  of which Trainyard while the submissions came" "$(per_job $((sv_submitted - sv0)))"
-printf '%-58s %14s %14s\n' "the cluster idle (1,000 nodes' leases), CPU ms a second" "${used[bench idle]}" "${used[bare idle]} / ${used[bare-after idle]}"
+printf '%-58s %14s %14s\n' "the cluster idle ($nodes nodes' leases), CPU ms a second" "${used[bench idle]}" "${used[bare idle]} / ${used[bare-after idle]}"
 printf '%-58s %14s\n' "most GPUs of our pods on one node" "$most"
 echo "target: >= 100 jobs/s and within 20 % of the bare path; no node over 8 GPUs"
