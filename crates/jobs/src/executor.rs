@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use trainyard_scheduler as sched;
 use trainyard_store::JobRecord;
@@ -27,8 +28,9 @@ pub struct Capacity {
     pub nodes: Vec<sched::Node>,
     /// The same nodes with all they have, where `nodes` has what others
     /// (not Trainyard's jobs) hold taken off; empty: as `nodes`. A job is
-    /// refused at submission only if no node could ever hold it.
-    pub in_all: Vec<sched::Node>,
+    /// refused at submission only if no node could ever hold it. Shared:
+    /// an executor keeps it between changes of its nodes.
+    pub in_all: Arc<Vec<sched::Node>>,
     /// How many more attempts may start now whatever the nodes hold (the
     /// local executor's free job uids); None: no such bound.
     pub slots: Option<usize>,
@@ -174,6 +176,15 @@ pub trait Executor: Send + Sync + 'static {
     /// Its nodes and what else bounds new attempts. Err: it cannot tell now
     /// (its API is away); nothing new starts, nothing is lost.
     async fn capacity(&self) -> Result<Capacity, String>;
+
+    /// What no attempt can ever exceed, for the refusals at submission:
+    /// [`Capacity::whole`] and the words of `gpus_said` and `place`; the
+    /// rest may be left out. By default `capacity`; an executor whose
+    /// capacity walks the cluster's pods answers from what it keeps, so
+    /// that a submission does not cost a walk of the cluster.
+    async fn limits(&self) -> Result<Capacity, String> {
+        self.capacity().await
+    }
 
     /// Starts an attempt; Err says why it could not: for the job's end, or
     /// to try again later. Starting an attempt that was started before

@@ -187,7 +187,7 @@ const TICK: Duration = Duration::from_millis(500);
 /// The least time between the starts of two cycles.
 const MIN_CYCLE: Duration = Duration::from_millis(100);
 /// How many attempts the supervisor starts at once.
-const CONCURRENT_STARTS: usize = 32;
+const CONCURRENT_STARTS: usize = 64;
 /// With no job queued, cycles that only look at running attempts wait at
 /// most this long after the last began (unless it looked for longer).
 const CALM_CYCLE: Duration = Duration::from_secs(5);
@@ -738,7 +738,7 @@ impl Jobs {
     /// forever. An executor that cannot tell its capacity now refuses
     /// nothing: the job is queued (and the log says why it was not checked).
     async fn admit(&self, checked: &CheckedJob) -> Result<(), Vec<FieldError>> {
-        let capacity = match self.inner.executor.capacity().await {
+        let capacity = match self.inner.executor.limits().await {
             Ok(capacity) => capacity,
             Err(error) => {
                 tracing::warn!(%error, "cannot tell the executor's capacity; the job is queued unchecked");

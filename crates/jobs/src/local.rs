@@ -459,7 +459,7 @@ impl Executor for LocalExecutor {
                 memory_mib: c.memory_mib,
                 schedulable: true,
             }],
-            in_all: Vec::new(),
+            in_all: Default::default(),
             slots,
             gpus_said: format!(
                 "this server has {} (found by NVML, or set by simulated_gpus)",

@@ -73,7 +73,7 @@ impl Executor for Fake {
         }
         Ok(Capacity {
             nodes: self.nodes.lock().unwrap().clone(),
-            in_all: self.in_all.lock().unwrap().clone(),
+            in_all: Arc::new(self.in_all.lock().unwrap().clone()),
             slots: *self.slots.lock().unwrap(),
             gpus_said: "the largest node has 8".to_owned(),
             place: "the largest node".to_owned(),
