@@ -25,7 +25,9 @@ use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::job::{CheckedJob, JobSpec, Upload};
 use trainyard_domain::{FieldError, JobState};
 use trainyard_scheduler as sched;
-use trainyard_store::{JobChange, JobRecord, NewJob, NewRun, Store, StoreError, now_millis};
+use trainyard_store::{
+    JobChange, JobFollower, JobRecord, NewJob, NewRun, Store, StoreError, now_millis,
+};
 
 /// What [`Jobs::remove_node`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +177,22 @@ struct Inner {
     /// Decayed GPU-hours per team and person, read from history at the
     /// first cycle and added to as attempts end.
     usage: Mutex<Option<fair::UsageBook>>,
+    /// The unfinished jobs, kept between cycles.
+    active: tokio::sync::Mutex<ActiveJobs>,
+}
+
+/// The unfinished jobs as the supervisor last read them. A cycle rereads
+/// only those the store wrote since the last (the store tells its
+/// follower after each commit), so that thousands of running jobs are not
+/// read whole from the database many times a second in a burst; all of
+/// them are read again every [`ACTIVE_REREAD`], for writes the store is
+/// not told of.
+struct ActiveJobs {
+    follower: JobFollower,
+    records: BTreeMap<i64, JobRecord>,
+    /// When every unfinished job was last read; None: never, or a read
+    /// failed since (what it was told of is then read whole).
+    whole: Option<std::time::Instant>,
 }
 
 /// The team of jobs filed under none (and user 0: of no account): no
@@ -191,6 +209,11 @@ const CONCURRENT_STARTS: usize = 64;
 /// With no job queued, cycles that only look at running attempts wait at
 /// most this long after the last began (unless it looked for longer).
 const CALM_CYCLE: Duration = Duration::from_secs(5);
+/// How often a cycle reads every unfinished job rather than those the store
+/// says it wrote: for writes it cannot tell of (another process on the same
+/// database; a team or person deleted, which clears their jobs' team or
+/// owner).
+const ACTIVE_REREAD: Duration = Duration::from_secs(10);
 
 /// What the last cycle cost, which sets when the next may begin.
 #[derive(Debug, Clone, Copy, Default)]
@@ -220,6 +243,11 @@ impl Pace {
 
 impl Jobs {
     pub fn new(store: Store, config: JobsConfig, executor: Arc<dyn Executor>) -> Jobs {
+        let active = tokio::sync::Mutex::new(ActiveJobs {
+            follower: store.follow_jobs(),
+            records: BTreeMap::new(),
+            whole: None,
+        });
         Jobs {
             inner: Arc::new(Inner {
                 store,
@@ -230,6 +258,7 @@ impl Jobs {
                 waiting: Mutex::new(HashMap::new()),
                 pace: Mutex::new(Pace::default()),
                 usage: Mutex::new(None),
+                active,
             }),
         }
     }
@@ -1193,7 +1222,7 @@ impl Jobs {
     /// are passed on, queued ones are placed or told why not.
     pub async fn cycle(&self) -> Result<(), StoreError> {
         let began = std::time::Instant::now();
-        let active = self.store().active_jobs().await?;
+        let active = self.unfinished().await?;
         let read = began.elapsed();
         // Where started attempts run, as their executors name it (asked
         // before they are observed: one that ended is let go), written
@@ -1383,6 +1412,50 @@ impl Jobs {
             "supervisor cycle"
         );
         flags.and(preempted).and(launched).and(positions)
+    }
+
+    /// The unfinished jobs in id order, as the database has them: those
+    /// the store wrote since the last call are read again (see
+    /// [`ActiveJobs`]).
+    async fn unfinished(&self) -> Result<Vec<JobRecord>, StoreError> {
+        let mut active = self.inner.active.lock().await;
+        // Taken before reading: a write that commits meanwhile is told
+        // again after, and read at the next call.
+        let changes = active.follower.take();
+        let whole = changes.all || active.whole.is_none_or(|at| at.elapsed() >= ACTIVE_REREAD);
+        if whole {
+            let at = std::time::Instant::now();
+            let records = match self.store().active_jobs().await {
+                Ok(records) => records,
+                Err(error) => {
+                    active.whole = None;
+                    return Err(error);
+                }
+            };
+            active.records = records.into_iter().map(|r| (r.job.id, r)).collect();
+            active.whole = Some(at);
+        } else if !changes.ids.is_empty() {
+            let ids: Vec<i64> = changes.ids.into_iter().collect();
+            let records = match self.store().jobs_by_id(&ids).await {
+                Ok(records) => records,
+                Err(error) => {
+                    active.whole = None;
+                    return Err(error);
+                }
+            };
+            for id in &ids {
+                active.records.remove(id);
+            }
+            for record in records {
+                if matches!(
+                    record.job.state,
+                    JobState::Queued | JobState::Starting | JobState::Running
+                ) {
+                    active.records.insert(record.job.id, record);
+                }
+            }
+        }
+        Ok(active.records.values().cloned().collect())
     }
 
     /// The scheduler's usage at `now`: decayed history (read at the first

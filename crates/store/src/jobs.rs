@@ -127,6 +127,87 @@ fn gpu_text(gpus: &[u32]) -> String {
         .join(",")
 }
 
+/// Past this many ids a follower is told to reread every job instead, so
+/// that one that stopped taking its changes holds bounded memory.
+const MOST_CHANGED_IDS: usize = 100_000;
+
+/// The jobs a follower was told of since it last took them (see
+/// [`Store::follow_jobs`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct JobChanges {
+    /// Reread every job: a change not made by one job's id (a node's
+    /// removal clears its jobs' node), or more ids than are kept.
+    pub all: bool,
+    /// The jobs written since, in id order.
+    pub ids: std::collections::BTreeSet<i64>,
+}
+
+/// A follower of one store's writes of jobs, for a reader that keeps the
+/// unfinished jobs in memory and rereads only those that changed (the
+/// supervisor's cycle). It is told after the write committed, of every
+/// change but queue positions and pending reasons (written by the
+/// supervisor itself from what it decided, and never read back by it).
+/// Writes from outside this process, and the database's own (a team or
+/// user deleted clears their jobs'), are not told: read everything now
+/// and then.
+pub struct JobFollower(std::sync::Arc<std::sync::Mutex<JobChanges>>);
+
+impl JobFollower {
+    /// What changed since the last take (or since it began to follow).
+    pub fn take(&self) -> JobChanges {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// The followers of a store's job writes; one that is dropped goes.
+#[derive(Clone, Default)]
+pub(crate) struct JobWrites(
+    std::sync::Arc<std::sync::Mutex<Vec<std::sync::Weak<std::sync::Mutex<JobChanges>>>>>,
+);
+
+impl JobWrites {
+    fn follow(&self) -> JobFollower {
+        let changes = std::sync::Arc::new(std::sync::Mutex::new(JobChanges::default()));
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(std::sync::Arc::downgrade(&changes));
+        JobFollower(changes)
+    }
+
+    /// How many follow (the dropped ones go at the next change).
+    #[cfg(test)]
+    pub(crate) fn followers(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Tells every follower of `ids` (`None`: of all jobs).
+    pub(crate) fn changed(&self, ids: Option<&[i64]>) {
+        let mut followers = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        followers.retain(|follower| {
+            let Some(follower) = follower.upgrade() else {
+                return false;
+            };
+            let mut changes = follower.lock().unwrap_or_else(|p| p.into_inner());
+            match ids {
+                Some(ids) if !changes.all => {
+                    changes.ids.extend(ids.iter().copied());
+                    if changes.ids.len() > MOST_CHANGED_IDS {
+                        changes.all = true;
+                        changes.ids.clear();
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    changes.all = true;
+                    changes.ids.clear();
+                }
+            }
+            true
+        });
+    }
+}
+
 fn record(m: job::Model) -> Result<JobRecord, StoreError> {
     let spec: JobSpec = serde_json::from_str(&m.spec)
         .map_err(|e| StoreError::Rejected(format!("job {} has an unreadable spec: {e}", m.id)))?;
@@ -230,6 +311,7 @@ impl Store {
         crate::tracking::upsert_run_tags(&txn, self.sql(), &run_id, &tags).await?;
         txn.commit().await?;
         self.run_changed(&run_id);
+        self.job_writes.changed(Some(&[model.id]));
         record(model)
     }
 
@@ -324,6 +406,30 @@ impl Store {
 
     /// Every job that is not finished: what the scheduler and the executor
     /// work on, oldest first.
+    /// Follows this store's writes of jobs, from now (see [`JobFollower`]).
+    pub fn follow_jobs(&self) -> JobFollower {
+        self.job_writes.follow()
+    }
+
+    /// The jobs of `ids` that exist, whatever their state, in id order.
+    pub async fn jobs_by_id(&self, ids: &[i64]) -> Result<Vec<JobRecord>, StoreError> {
+        let mut records = Vec::with_capacity(ids.len());
+        // A bound on the variables of one statement.
+        for chunk in ids.chunks(500) {
+            let models = job::Entity::find()
+                .filter(job::Column::Id.is_in(chunk.iter().copied()))
+                .order_by_asc(job::Column::Id)
+                .all(self.connection())
+                .await?;
+            for model in models {
+                records.push(record(model)?);
+            }
+        }
+        records.sort_by_key(|r| r.job.id);
+        Ok(records)
+    }
+
+    /// The unfinished jobs (queued, starting, running), in id order.
     pub async fn active_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         job::Entity::find()
             .filter(job::Column::State.is_in([
@@ -358,7 +464,11 @@ impl Store {
             .filter(job::Column::Pod.eq(pod))
             .exec(self.connection())
             .await?;
-        Ok(updated.rows_affected == 1)
+        let recorded = updated.rows_affected == 1;
+        if recorded {
+            self.job_writes.changed(Some(&[id]));
+        }
+        Ok(recorded)
     }
 
     /// The jobs that held GPUs at some moment of `[from, to)`: started
@@ -424,10 +534,16 @@ impl Store {
         let _turn = self.write_turn().await;
         let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
         let mut moved = Vec::with_capacity(moves.len());
+        let mut ids = Vec::with_capacity(moves.len());
         for (id, from, to, change) in moves {
-            moved.push(move_job_in(&txn, id, from, to, change).await?);
+            let done = move_job_in(&txn, id, from, to, change).await?;
+            if done {
+                ids.push(id);
+            }
+            moved.push(done);
         }
         txn.commit().await?;
+        self.job_writes.changed(Some(&ids));
         Ok(moved)
     }
 }
@@ -621,6 +737,7 @@ impl Store {
             }
             insert_event(&txn, id, now_millis(), "team".to_owned(), event.to_owned()).await?;
             txn.commit().await?;
+            self.job_writes.changed(Some(&[id]));
         }
         self.named_job(id).await
     }
@@ -676,6 +793,9 @@ impl Store {
                 .await?;
             }
             txn.commit().await?;
+            if marked {
+                self.job_writes.changed(Some(&[id]));
+            }
         }
         self.named_job(id).await
     }

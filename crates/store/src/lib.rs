@@ -20,7 +20,7 @@ mod uploads;
 
 pub use fair_share::{DayUsage, GpuSpan};
 pub use identity::{DueSession, LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
-pub use jobs::{Access, JobChange, JobRecord, JobsOf, NewJob};
+pub use jobs::{Access, JobChange, JobChanges, JobFollower, JobRecord, JobsOf, NewJob};
 pub use models::{
     MAX_MODEL_METRICS_READ, MAX_PAGE_MODEL_METRICS, ModelFilter, ModelMetricIn, ModelOrder,
     ModelPage, NewModel,
@@ -134,6 +134,8 @@ pub struct Store {
     /// The id of every run just changed (status, metrics, params, tags), for
     /// pages that follow a run live.
     run_changes: tokio::sync::broadcast::Sender<std::sync::Arc<str>>,
+    /// Who follows the writes of jobs (see [`Store::follow_jobs`]).
+    job_writes: jobs::JobWrites,
 }
 
 impl std::fmt::Debug for Store {
@@ -217,6 +219,7 @@ impl Store {
             write_lock: Default::default(),
             dirty: Default::default(),
             run_changes: tokio::sync::broadcast::channel(RUN_CHANGES_BACKLOG).0,
+            job_writes: Default::default(),
         })
     }
 

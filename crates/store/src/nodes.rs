@@ -194,6 +194,8 @@ impl Store {
             .await?;
         node::Entity::delete_by_id(found.id).exec(&txn).await?;
         txn.commit().await?;
+        // Its jobs' node was cleared, whichever they were.
+        self.job_writes.changed(None);
         Ok(NodeRemoval::Removed)
     }
 }

@@ -382,3 +382,116 @@ async fn a_node_is_removed_only_when_nothing_runs_on_it() {
         crate::NodeRemoval::Missing
     );
 }
+
+/// A follower of the job writes is told each job written after it began
+/// (created, moved, cancelled, filed under a team), not a move that did
+/// not happen, everything once a node's removal cleared its jobs' node; a
+/// second follower is told the same, and one dropped is no longer told.
+#[tokio::test]
+async fn followers_are_told_which_jobs_were_written() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let owner = store.local_admin().await.unwrap();
+    let experiment = store
+        .create_experiment("follow", owner.as_owner())
+        .await
+        .unwrap();
+    let new_job = || NewJob {
+        spec: serde_json::from_str(r#"{"name": "j", "command": "x"}"#).unwrap(),
+        owner_id: Some(owner.id),
+        team_id: None,
+        cpu_millis: 1000,
+        memory_mib: 1024,
+        max_runtime_secs: 60,
+        run: NewRun {
+            experiment_id: experiment,
+            user_id: "t".to_owned(),
+            owner_id: Some(owner.id),
+            team_id: None,
+            run_name: None,
+            start_time: None,
+            tags: Vec::new(),
+        },
+        params: Vec::new(),
+        tags: Vec::new(),
+        submitted: "queued".to_owned(),
+    };
+    let before = store.create_job(new_job()).await.unwrap().job.id;
+    let follower = store.follow_jobs();
+    let ids = |changes: crate::JobChanges| {
+        assert!(!changes.all);
+        changes.ids.into_iter().collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(follower.take()),
+        Vec::<i64>::new(),
+        "{before} came before"
+    );
+
+    let a = store.create_job(new_job()).await.unwrap().job.id;
+    let b = store.create_job(new_job()).await.unwrap().job.id;
+    let other = store.follow_jobs();
+    assert_eq!(ids(follower.take()), vec![a, b]);
+    assert_eq!(ids(follower.take()), Vec::<i64>::new(), "taken once");
+
+    // A move that happened is told; one from a state the job is not in is not.
+    let moved = store
+        .move_jobs(vec![
+            (
+                a,
+                &[JobState::Queued][..],
+                JobState::Running,
+                JobChange::default(),
+            ),
+            (
+                b,
+                &[JobState::Running][..],
+                JobState::Failed,
+                JobChange::default(),
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(moved, vec![true, false]);
+    store.request_cancel(a).await.unwrap();
+    store.request_cancel(b).await.unwrap();
+    let team = store
+        .create_team(
+            "follow-team",
+            &trainyard_domain::teams::TeamPolicyChange::default(),
+        )
+        .await
+        .unwrap()
+        .id;
+    store
+        .set_job_team(before, Some(team), "filed under follow-team")
+        .await
+        .unwrap();
+    assert_eq!(ids(follower.take()), vec![before, a, b]);
+    assert_eq!(ids(other.take()), vec![before, a, b], "a second follower");
+
+    // The store's rows say the same as what it told.
+    let read = store.jobs_by_id(&[b, a, before, 999_999]).await.unwrap();
+    let states: Vec<_> = read.iter().map(|r| (r.job.id, r.job.state)).collect();
+    assert_eq!(
+        states,
+        vec![
+            (before, JobState::Queued),
+            (a, JobState::Running),
+            (b, JobState::Cancelled)
+        ]
+    );
+    assert!(read[1].job.cancel_requested);
+    assert_eq!(read[0].team_id, Some(team));
+
+    drop(other);
+    store.register_node("gone", &[]).await.unwrap();
+    assert_eq!(
+        store.remove_node("gone").await.unwrap(),
+        crate::NodeRemoval::Removed
+    );
+    let changes = follower.take();
+    assert!(changes.all && changes.ids.is_empty(), "{changes:?}");
+    assert_eq!(store.job_writes.followers(), 1, "the dropped one went");
+    store.close().await.unwrap();
+}
