@@ -404,8 +404,6 @@ impl Store {
         Ok(())
     }
 
-    /// Every job that is not finished: what the scheduler and the executor
-    /// work on, oldest first.
     /// Follows this store's writes of jobs, from now (see [`JobFollower`]).
     pub fn follow_jobs(&self) -> JobFollower {
         self.job_writes.follow()
@@ -429,7 +427,8 @@ impl Store {
         Ok(records)
     }
 
-    /// The unfinished jobs (queued, starting, running), in id order.
+    /// Every job that is not finished (queued, starting, running): what
+    /// the scheduler and the executor work on, oldest (in id order) first.
     pub async fn active_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
         job::Entity::find()
             .filter(job::Column::State.is_in([
