@@ -87,13 +87,13 @@ if [ "$(id -u)" -eq 0 ]; then
     || { cat "$work/built.txt"; die "building the test programs failed"; }
   tests="$(sed -n 's/.*Executable .* (\(.*\))$/\1/p' "$work/built.txt")"
   jobs_unit="$(grep '/trainyard_jobs-[0-9a-f]*$' <<<"$tests" || true)"
-  jobs_api="$(grep '/deps/jobs-[0-9a-f]*$' <<<"$tests" || true)"
+  jobs_api="$(grep '/deps/it-[0-9a-f]*$' <<<"$tests" || true)"
   [ -n "$jobs_unit" ] && [ -n "$jobs_api" ] || die "the jobs tests' programs were not found in: $tests"
   # Counted apart: these tests ran on the host already, here they run on v2.
   "$ROOT/end2end/cgroup-v2/run.sh" \
     "$jobs_unit" --color never --test-threads 1 cgroups \
     shim::tests::a_job_past_its_memory shim::tests::a_job_runs_inside shim::tests::a_v2 -- \
-    "$jobs_api" --color never held_to 2>&1 | tee "$work/cgroup-v2.log"
+    "$jobs_api" --color never jobs::each_job_is_held_to 2>&1 | tee "$work/cgroup-v2.log"
 else
   echo "skipped: the job limits need root (as does the server to make control groups)"
 fi

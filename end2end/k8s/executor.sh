@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Kubernetes executor's tests (server/tests/kubernetes.rs) on the test
+# The Kubernetes executor's tests (server/tests/it/kubernetes.rs) on the test
 # cluster: start it with GPU nodes in four pools, give the server the chart's
 # own RBAC (helm/trainyard/templates/rbac.yaml) through a ServiceAccount
 # token (TokenRequest), so that a verb the chart lacks fails the tests, run
@@ -115,8 +115,9 @@ export TEST_KUBE_NAMESPACES="$NAMESPACES"
 # The same selection of packages as scripts/test.sh builds, so that nothing
 # is built again. The API outage stops kube-apiserver for everyone: it runs
 # alone, after the others.
-tests=(cargo test --locked --release --workspace --exclude trainyard-frontend --test kubernetes --)
-"${tests[@]}" --ignored --test-threads 4 --skip api_outage "$@"
+# Its tests are the ignored ones of the server's test program (tests/it).
+tests=(cargo test --locked --release --workspace --exclude trainyard-frontend --test it --)
+"${tests[@]}" --ignored --test-threads 4 --skip api_outage "${@:-kubernetes::}"
 # The browser: a job submitted from the form runs on the cluster (the
 # release server and its site; scripts/test.sh has built them already).
 if [[ $# -eq 0 || "browser" == *"$1"* ]]; then
@@ -126,5 +127,5 @@ if [[ $# -eq 0 || "browser" == *"$1"* ]]; then
     npx playwright test -c playwright.k8s.config.ts)
 fi
 if [[ $# -eq 0 || "api_outage" == *"$1"* ]]; then
-  "${tests[@]}" --ignored api_outage
+  "${tests[@]}" --ignored kubernetes::api_outage
 fi

@@ -1,4 +1,4 @@
-// The adversarial suite in Chromium (issue 16; server/tests/security.rs
+// The adversarial suite in Chromium (issue 16; server/tests/it/security.rs
 // holds the rest): names people choose cannot break out of the page title
 // into markup, an uploaded artifact can never run as the site's script even
 // where HTML gets injected, and a hostile query is refused in place while

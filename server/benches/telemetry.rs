@@ -550,7 +550,7 @@ struct Running {
 
 impl Running {
     async fn start(url: &str, work: &std::path::Path) -> Running {
-        // From cargo as it runs the bench (see tests/common's workspace_root).
+        // From cargo as it runs the bench (see tests/it/common.rs's workspace_root).
         let root = std::env::var_os("CARGO_MANIFEST_DIR")
             .map_or_else(
                 || env!("CARGO_MANIFEST_DIR").into(),

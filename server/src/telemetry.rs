@@ -163,7 +163,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_read_as_the_dcgm_exporter_writes_them() {
-        let db = trainyard_store::testing::TestDb::new().await;
+        let db = trainyard_test_db::TestDb::new().await;
         let store = Store::connect(&db.url, 2).await.unwrap();
         store.migrate().await.unwrap();
         let telemetry = Telemetry::new(store, settings());

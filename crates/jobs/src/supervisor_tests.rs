@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use trainyard_domain::JobState;
 use trainyard_domain::identity::User;
 use trainyard_scheduler as sched;
-use trainyard_store::testing::TestDb;
 use trainyard_store::{JobRecord, Store};
+use trainyard_test_db::TestDb;
 
 use crate::executor::{
     Attempt, Capacity, EndReason, Ending, Executor, Observation, StartError, Started, Usage,

@@ -886,7 +886,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_held_gpu_below_the_threshold_for_the_whole_window_is_idle() {
-        let db = trainyard_store::testing::TestDb::new().await;
+        let db = trainyard_test_db::TestDb::new().await;
         let store = Store::connect(&db.url, 2).await.unwrap();
         store.migrate().await.unwrap();
         let telemetry = Telemetry::new(store.clone(), settings());
@@ -937,7 +937,7 @@ mod tests {
     #[tokio::test]
     async fn the_gpus_a_node_says_a_pod_got_are_the_ones_its_job_holds() {
         use trainyard_store::{JobChange, NewJob, NewRun};
-        let db = trainyard_store::testing::TestDb::new().await;
+        let db = trainyard_test_db::TestDb::new().await;
         let store = Store::connect(&db.url, 2).await.unwrap();
         store.migrate().await.unwrap();
         let telemetry = Telemetry::new(store.clone(), settings());

@@ -246,7 +246,7 @@ fn policy(t: team::Model, members: &HashMap<i64, u32>) -> TeamPolicy {
 mod tests {
     use super::*;
     use crate::SignIn;
-    use crate::testing::TestDb;
+    use trainyard_test_db::TestDb;
 
     async fn person(
         store: &Store,

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::identity::{LOCAL_SUBJECT, secret_hash};
-use crate::testing::TestDb;
 use trainyard_domain::identity::User;
+use trainyard_test_db::TestDb;
 
 async fn migrated(db: &TestDb) -> Store {
     let store = Store::connect(&db.url, 4).await.expect("connect");

@@ -502,9 +502,6 @@ impl Store {
 #[cfg(test)]
 mod tests;
 
-#[cfg(any(test, feature = "testing"))]
-pub mod testing;
-
 #[cfg(test)]
 mod identity_tests;
 #[cfg(test)]

@@ -1,13 +1,13 @@
 //! Logged models, datasets and run inputs/outputs, on SQLite and (with
 //! TEST_DATABASE_URL) PostgreSQL.
 
-use crate::testing::TestDb;
 use crate::{
     ModelFilter, ModelMetricIn, ModelOrder, NewModel, NewRun, SignIn, Store, StoreError, Viewer,
 };
 use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Attribute, Field, Scope, parse_filter};
 use trainyard_domain::tracking::{Dataset, DatasetInput, Point};
+use trainyard_test_db::TestDb;
 
 async fn store() -> (TestDb, Store) {
     let db = TestDb::new().await;

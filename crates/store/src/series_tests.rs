@@ -5,8 +5,8 @@ use sea_orm::ConnectionTrait;
 use trainyard_domain::tracking::Point;
 
 use crate::series::{Downsampled, SeriesQuery, XAxis, downsample, history_order};
-use crate::testing::TestDb;
 use crate::{MetricIn, NewRun, Store};
+use trainyard_test_db::TestDb;
 
 async fn store_with_run() -> (TestDb, Store, String) {
     let db = TestDb::new().await;

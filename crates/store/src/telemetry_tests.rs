@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use trainyard_domain::telemetry::{GpuSample, Reading, XidEvent};
 
-use crate::testing::TestDb;
 use crate::{GpuInfo, Store};
+use trainyard_test_db::TestDb;
 
 const T0: i64 = 1_800_000_000_000 - 1_800_000_000_000 % 86_400_000;
 

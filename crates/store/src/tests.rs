@@ -1,9 +1,35 @@
 //! Store tests; each runs on SQLite, and on PostgreSQL when TEST_DATABASE_URL is set.
 
 use super::*;
-use crate::testing::TestDb;
 use sea_orm::{ActiveModelTrait, Set};
 use trainyard_domain::identity::Owner;
+use trainyard_test_db::TestDb;
+
+/// A queued job of `owner` with a run in `experiment`, as a submission
+/// makes one: `spec` is the job's spec as JSON (a name and a command at
+/// least).
+fn new_job(spec: &str, owner: i64, experiment: i64) -> NewJob {
+    NewJob {
+        spec: serde_json::from_str(spec).expect("the test's job spec parses"),
+        owner_id: Some(owner),
+        team_id: None,
+        cpu_millis: 1000,
+        memory_mib: 1024,
+        max_runtime_secs: 60,
+        run: NewRun {
+            experiment_id: experiment,
+            user_id: "t".to_owned(),
+            owner_id: Some(owner),
+            team_id: None,
+            run_name: None,
+            start_time: None,
+            tags: Vec::new(),
+        },
+        params: Vec::new(),
+        tags: Vec::new(),
+        submitted: "queued".to_owned(),
+    }
+}
 
 async fn migrated(db: &TestDb) -> Store {
     let store = Store::connect(&db.url, 4).await.expect("connect");
@@ -42,26 +68,11 @@ async fn undoing_the_executor_handles_gives_running_jobs_their_pids_back() {
     let mut ids = Vec::new();
     for handle in ["4242:987654321", "trainyard-7-0-abcdef12"] {
         let job = store
-            .create_job(NewJob {
-                spec: serde_json::from_str(r#"{"name": "j", "command": "x"}"#).unwrap(),
-                owner_id: Some(owner.id),
-                team_id: None,
-                cpu_millis: 1000,
-                memory_mib: 1024,
-                max_runtime_secs: 60,
-                run: NewRun {
-                    experiment_id: experiment,
-                    user_id: "t".to_owned(),
-                    owner_id: Some(owner.id),
-                    team_id: None,
-                    run_name: None,
-                    start_time: None,
-                    tags: Vec::new(),
-                },
-                params: Vec::new(),
-                tags: Vec::new(),
-                submitted: "queued".to_owned(),
-            })
+            .create_job(new_job(
+                r#"{"name": "j", "command": "x"}"#,
+                owner.id,
+                experiment,
+            ))
             .await
             .unwrap();
         store
@@ -322,26 +333,11 @@ async fn a_node_is_removed_only_when_nothing_runs_on_it() {
     };
     let node_id = store.register_node("busy", &[gpu]).await.unwrap();
     let job = store
-        .create_job(NewJob {
-            spec: serde_json::from_str(r#"{"name": "j", "command": "x"}"#).unwrap(),
-            owner_id: Some(owner.id),
-            team_id: None,
-            cpu_millis: 1000,
-            memory_mib: 1024,
-            max_runtime_secs: 60,
-            run: NewRun {
-                experiment_id: experiment,
-                user_id: "t".to_owned(),
-                owner_id: Some(owner.id),
-                team_id: None,
-                run_name: None,
-                start_time: None,
-                tags: Vec::new(),
-            },
-            params: Vec::new(),
-            tags: Vec::new(),
-            submitted: "queued".to_owned(),
-        })
+        .create_job(new_job(
+            r#"{"name": "j", "command": "x"}"#,
+            owner.id,
+            experiment,
+        ))
         .await
         .unwrap()
         .job
@@ -396,26 +392,7 @@ async fn followers_are_told_which_jobs_were_written() {
         .create_experiment("follow", owner.as_owner())
         .await
         .unwrap();
-    let new_job = || NewJob {
-        spec: serde_json::from_str(r#"{"name": "j", "command": "x"}"#).unwrap(),
-        owner_id: Some(owner.id),
-        team_id: None,
-        cpu_millis: 1000,
-        memory_mib: 1024,
-        max_runtime_secs: 60,
-        run: NewRun {
-            experiment_id: experiment,
-            user_id: "t".to_owned(),
-            owner_id: Some(owner.id),
-            team_id: None,
-            run_name: None,
-            start_time: None,
-            tags: Vec::new(),
-        },
-        params: Vec::new(),
-        tags: Vec::new(),
-        submitted: "queued".to_owned(),
-    };
+    let new_job = || new_job(r#"{"name": "j", "command": "x"}"#, owner.id, experiment);
     let before = store.create_job(new_job()).await.unwrap().job.id;
     let follower = store.follow_jobs();
     let ids = |changes: crate::JobChanges| {

@@ -1,10 +1,10 @@
 //! Tracking store tests, on SQLite and (with TEST_DATABASE_URL) PostgreSQL.
 
-use crate::testing::TestDb;
 use crate::{MetricIn, NewRun, Store, StoreError, Viewer};
 use trainyard_domain::identity::Owner;
 use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
 use trainyard_domain::tracking::{Point, ViewType};
+use trainyard_test_db::TestDb;
 
 async fn store() -> (TestDb, Store) {
     let db = TestDb::new().await;

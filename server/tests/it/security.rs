@@ -3,7 +3,7 @@
 //! test per attempt. Each failed on the code before its fix. Tests that
 //! need jobs on uids of their own run as root (as `make test` does).
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! (end2end/tests/auth.spec.ts); here people's sessions are opened in the
 //! store, as the callback would.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

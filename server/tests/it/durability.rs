@@ -2,7 +2,7 @@
 //! the server is killed with SIGKILL in the middle of ingest, restarted on the
 //! same database, and every acknowledged point must be there.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use trainyard_store::testing::TestDb;
+use trainyard_test_db::TestDb;
 
 const BATCH: i64 = 200;
 

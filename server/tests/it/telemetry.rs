@@ -3,7 +3,7 @@
 //! GPU (overview, heatmap, a node's charts, `/metrics` in DCGM's names), and
 //! a job's owner sees its GPUs while others get 404.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ async fn job_state(server: &TestServer, id: i64, auth: &str) -> Value {
 async fn a_jobs_gpus_are_sampled_and_shown_to_its_owner_and_admins() {
     // People first: the server writes samples every second, and a second
     // writer on the same SQLite file would race it.
-    let db = trainyard_store::testing::TestDb::new().await;
+    let db = trainyard_test_db::TestDb::new().await;
     let store = Store::connect(&db.url, 1).await.unwrap();
     store.migrate().await.unwrap();
     let alice = token(&store, "alice", false).await;

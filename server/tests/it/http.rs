@@ -1,7 +1,7 @@
 //! The real server on port 0: pages, server functions and operations endpoints,
 //! on SQLite (and on PostgreSQL when TEST_DATABASE_URL is set).
 
-mod common;
+use crate::common;
 
 use common::TestServer;
 

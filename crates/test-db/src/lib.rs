@@ -1,6 +1,7 @@
 //! A database of its own for each test: a temporary SQLite file, or a fresh
 //! PostgreSQL database when `TEST_DATABASE_URL` names a server (`make test`
-//! runs the database tests both ways).
+//! runs the database tests both ways). For the tests of every crate; a
+//! dev-dependency only.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -33,7 +34,9 @@ impl TestDb {
             "ty_test_{}_{}_{}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed),
-            crate::now_millis()
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis())
         );
         let admin = Database::connect(admin_url)
             .await

@@ -2,7 +2,7 @@
 //! to a server: one is cut off for a while and sends what it missed when
 //! it is back; node credentials reach their own node's samples only.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -10,7 +10,7 @@
 //! succeeds (end2end/k8s/kwok-stages.yaml); its log is served from a file
 //! through the real pods/log path.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -900,7 +900,7 @@ async fn a_template_jobs_files_are_fetched_by_an_init_container_with_its_token()
 #[tokio::test]
 #[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
 async fn a_namespace_the_account_may_not_use_stops_the_start_with_the_fix() {
-    let db = trainyard_store::testing::TestDb::new().await;
+    let db = trainyard_test_db::TestDb::new().await;
     let data = tempfile::tempdir().unwrap();
     let mut vars = settings("default", "default");
     vars.extend([

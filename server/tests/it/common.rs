@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use trainyard::config::{self, Overrides};
-use trainyard_store::testing::TestDb;
+use trainyard_test_db::TestDb;
 
 pub struct TestServer {
     pub addr: SocketAddr,

@@ -2,7 +2,7 @@
 //! server renders them (what a browser without JavaScript gets), the chart
 //! download endpoint and the live push of run changes.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

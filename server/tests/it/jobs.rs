@@ -2,7 +2,7 @@
 //! runs under its shim with its environment, its log and run are kept, and
 //! cancel, max runtime, retries, admission and restarts behave.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

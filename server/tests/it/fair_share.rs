@@ -4,7 +4,7 @@
 //! resuming from its checkpoint), the queue ordered by usage and priority,
 //! and the usage each person may see.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -128,7 +128,7 @@ async fn team_id(server: &TestServer, admin: &str, name: &str) -> i64 {
 async fn a_team_within_its_quota_takes_borrowed_gpus_back_and_the_preempted_job_resumes() {
     // People first, in the database before the server runs (a second
     // writer beside a running server's SQLite may find it busy).
-    let db = trainyard_store::testing::TestDb::new().await;
+    let db = trainyard_test_db::TestDb::new().await;
     let store = Store::connect(&db.url, 1).await.unwrap();
     store.migrate().await.unwrap();
     let (ada, _) = person(&store, "ada", &["vision"], false).await;
@@ -470,7 +470,7 @@ async fn a_team_within_its_quota_takes_borrowed_gpus_back_and_the_preempted_job_
 #[tokio::test]
 async fn the_queue_goes_by_priority_then_by_usage() {
     // People and their past use, in the database before the server reads it.
-    let db = trainyard_store::testing::TestDb::new().await;
+    let db = trainyard_test_db::TestDb::new().await;
     let store = Store::connect(&db.url, 1).await.unwrap();
     store.migrate().await.unwrap();
     let (ada, ada_id) = person(&store, "ada", &["vision"], false).await;
@@ -616,7 +616,7 @@ async fn the_queue_goes_by_priority_then_by_usage() {
 
 #[tokio::test]
 async fn admins_make_teams_ahead_and_jobs_move_between_teams() {
-    let db = trainyard_store::testing::TestDb::new().await;
+    let db = trainyard_test_db::TestDb::new().await;
     let store = Store::connect(&db.url, 1).await.unwrap();
     store.migrate().await.unwrap();
     let (ada, _) = person(&store, "ada", &["vision", "nlp"], false).await;
