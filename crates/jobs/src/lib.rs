@@ -189,7 +189,8 @@ struct Inner {
 /// not told of.
 struct ActiveJobs {
     follower: JobFollower,
-    records: BTreeMap<i64, JobRecord>,
+    /// Shared with the cycles that use them, not copied for each.
+    records: BTreeMap<i64, Arc<JobRecord>>,
     /// When every unfinished job was last read; None: never, or a read
     /// failed since (what it was told of is then read whole).
     whole: Option<std::time::Instant>,
@@ -1366,7 +1367,7 @@ impl Jobs {
             looked: began.elapsed(),
             queued: !decision.waiting.is_empty(),
         };
-        let by_id: HashMap<i64, &JobRecord> = queued.iter().map(|r| (r.job.id, r)).collect();
+        let by_id: HashMap<i64, &JobRecord> = queued.iter().map(|r| (r.job.id, &**r)).collect();
         let nodes: HashMap<sched::NodeId, &sched::Node> =
             capacity.nodes.iter().map(|n| (n.id, n)).collect();
         let mut starts: Vec<_> = decision
@@ -1417,7 +1418,7 @@ impl Jobs {
     /// The unfinished jobs in id order, as the database has them: those
     /// the store wrote since the last call are read again (see
     /// [`ActiveJobs`]).
-    async fn unfinished(&self) -> Result<Vec<JobRecord>, StoreError> {
+    async fn unfinished(&self) -> Result<Vec<Arc<JobRecord>>, StoreError> {
         let mut active = self.inner.active.lock().await;
         // Taken before reading: a write that commits meanwhile is told
         // again after, and read at the next call.
@@ -1432,7 +1433,10 @@ impl Jobs {
                     return Err(error);
                 }
             };
-            active.records = records.into_iter().map(|r| (r.job.id, r)).collect();
+            active.records = records
+                .into_iter()
+                .map(|r| (r.job.id, Arc::new(r)))
+                .collect();
             active.whole = Some(at);
         } else if !changes.ids.is_empty() {
             let ids: Vec<i64> = changes.ids.into_iter().collect();
@@ -1451,7 +1455,7 @@ impl Jobs {
                     record.job.state,
                     JobState::Queued | JobState::Starting | JobState::Running
                 ) {
-                    active.records.insert(record.job.id, record);
+                    active.records.insert(record.job.id, Arc::new(record));
                 }
             }
         }
@@ -1534,7 +1538,7 @@ impl Jobs {
     /// Marks which running attempts are on borrowed GPUs, where that changed.
     async fn write_borrowed(
         &self,
-        running: &[JobRecord],
+        running: &[Arc<JobRecord>],
         borrowed: &std::collections::HashSet<sched::JobId>,
     ) -> Result<(), StoreError> {
         let moves: Vec<_> = running
@@ -1568,10 +1572,10 @@ impl Jobs {
     /// grace, SIGKILL); once ended they go back to the queue.
     async fn preempt(
         &self,
-        running: &[JobRecord],
+        running: &[Arc<JobRecord>],
         preempt: &[sched::Preemption],
     ) -> Result<(), StoreError> {
-        let by_id: HashMap<i64, &JobRecord> = running.iter().map(|r| (r.job.id, r)).collect();
+        let by_id: HashMap<i64, &JobRecord> = running.iter().map(|r| (r.job.id, &**r)).collect();
         let mut first_error = None;
         for p in preempt {
             let Some(record) = by_id.get(&(p.job as i64)) else {
@@ -1864,7 +1868,7 @@ impl Jobs {
     /// Asks the executor what became of a started attempt and records it:
     /// Some (the record as it now stands) while it runs, None once it ended.
     /// A cancel request is passed on.
-    async fn watch(&self, record: JobRecord) -> Result<Option<JobRecord>, StoreError> {
+    async fn watch(&self, record: Arc<JobRecord>) -> Result<Option<Arc<JobRecord>>, StoreError> {
         let observed = self.inner.executor.observe(&record).await;
         let why = match &observed {
             Observation::Waiting(why) => Some(why.clone()),
@@ -1881,8 +1885,8 @@ impl Jobs {
                 Ok(Some(record))
             }
             Observation::Adopted(started) => {
-                self.mark_running(&[(record.clone(), started)]).await?;
-                Ok(Some(self.store().get_job(record.job.id).await?))
+                self.mark_running(&[((*record).clone(), started)]).await?;
+                Ok(Some(Arc::new(self.store().get_job(record.job.id).await?)))
             }
             Observation::Ended(ending) => {
                 self.ended(&record, &ending).await?;

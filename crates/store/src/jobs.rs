@@ -416,13 +416,13 @@ impl Store {
         for chunk in ids.chunks(500) {
             let models = job::Entity::find()
                 .filter(job::Column::Id.is_in(chunk.iter().copied()))
-                .order_by_asc(job::Column::Id)
                 .all(self.connection())
                 .await?;
             for model in models {
                 records.push(record(model)?);
             }
         }
+        // Sorted once here: callers may pass the ids in any order.
         records.sort_by_key(|r| r.job.id);
         Ok(records)
     }
