@@ -27,5 +27,6 @@ export CARGO_LEPTOS_VERSION WASM_BINDGEN_VERSION
 MLFLOW_VENV="$HOME/.cache/trainyard/mlflow-venv"
 export MLFLOW_VENV
 
-step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+# A step's heading, with the time since the script began (where long runs spend it).
+step() { printf '\n\033[1m==> %s\033[0m  (%d:%02d)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }

@@ -112,4 +112,4 @@ executor_passed=$({ grep -oE 'test result: ok\. [0-9]+ passed|^ +[0-9]+ passed' 
 v2_passed=$({ grep -oE 'test result: ok\. [0-9]+ passed' "$work/cgroup-v2.log" 2>/dev/null || true; } | awk '{ s += $4 } END { print s + 0 }')
 gpu_passed=$(grep -oE '^gpu-check: [0-9]+ passed' "$log" | awk '{ s += $2 } END { print s + 0 }')
 echo "cargo: $cargo_passed passed; mlflow client: $mlflow_passed passed; browser: $browser_passed passed; Kubernetes smoke: $k8s_passed passed; Kubernetes executor: $executor_passed passed; job limits on cgroup v2: $v2_passed passed; GPU check: $gpu_passed passed"
-echo "$((cargo_passed + mlflow_passed + browser_passed + k8s_passed + executor_passed + v2_passed + gpu_passed)) passed, 0 failed"
+echo "$((cargo_passed + mlflow_passed + browser_passed + k8s_passed + executor_passed + v2_passed + gpu_passed)) passed, 0 failed in $((SECONDS / 60)) min $((SECONDS % 60)) s"
