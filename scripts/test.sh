@@ -46,6 +46,23 @@ export E2E_RELEASE_BUILT=1
 # groups, instead of skipping.
 [ "$(id -u)" -ne 0 ] || export TEST_CGROUPS_REQUIRED=1
 
+step "the test programs"
+# Built apart, to check that they reuse the release build's libraries: a
+# feature that differs between the two builds (one only tests turn on)
+# would build the app and the server again, minutes on 2 cores.
+cargo test --locked --release --workspace --exclude trainyard-frontend --no-run \
+  --message-format=json-render-diagnostics >"$work/test-build.json"
+rebuilt="$(grep '"reason":"compiler-artifact"' "$work/test-build.json" | grep '"fresh":false' \
+  | grep -E '"profile":\{[^}]*"test":false\}' | grep -E '"kind":\["(lib|bin)"\]' | grep -v '#trainyard-test-db@' \
+  | sed -n 's/.*"package_id":"[^"#]*#\(trainyard[^"]*\)".*/\1/p' | sort -u || true)"
+[ -z "$rebuilt" ] || die "cargo test built again what the release build had just built: $(echo $rebuilt).
+A feature (theirs or a dependency's) differs between the two builds; compare
+  cargo tree -p trainyard -e normal,build -f '{p} {f}'
+  cargo tree --workspace --exclude trainyard-frontend -e normal,build,dev -f '{p} {f}'"
+# The test programs, for the cgroup v2 machine below.
+grep -E '"profile":\{[^}]*"test":true\}' "$work/test-build.json" | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' >"$work/programs.txt"
+echo "$(wc -l <"$work/programs.txt") programs, the release build's libraries reused"
+
 step "unit and integration tests on SQLite"
 cargo test --locked --release --workspace --exclude trainyard-frontend 2>&1 | tee -a "$log"
 
@@ -82,10 +99,8 @@ step "the Kubernetes executor on the test cluster (end2end/k8s/executor.sh)"
 step "job limits on cgroup v2, in a virtual machine (end2end/cgroup-v2)"
 if [ "$(id -u)" -eq 0 ]; then
   # This machine mounts cgroup v1; current distributions mount v2 alone.
-  # The test programs built above (the same selection, so nothing is rebuilt).
-  cargo test --locked --release --workspace --exclude trainyard-frontend --no-run >"$work/built.txt" 2>&1 \
-    || { cat "$work/built.txt"; die "building the test programs failed"; }
-  tests="$(sed -n 's/.*Executable .* (\(.*\))$/\1/p' "$work/built.txt")"
+  # The test programs built above.
+  tests="$(cat "$work/programs.txt")"
   jobs_unit="$(grep '/trainyard_jobs-[0-9a-f]*$' <<<"$tests" || true)"
   jobs_api="$(grep '/deps/it-[0-9a-f]*$' <<<"$tests" || true)"
   [ -n "$jobs_unit" ] && [ -n "$jobs_api" ] || die "the jobs tests' programs were not found in: $tests"
