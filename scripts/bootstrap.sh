@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building, running or testing Trainyard needs and is missing.
 # Idempotent: a second run installs nothing.
+#   scripts/bootstrap.sh tools  the Rust tools of the release build only (cargo-leptos, wasm-bindgen)
 #   scripts/bootstrap.sh run    tools to build and serve (Rust target, cargo-leptos, wasm-bindgen, npm packages)
 #   scripts/bootstrap.sh test   the same, plus Chromium, PostgreSQL, qemu and busybox from Debian's packages and the mlflow client
 #   scripts/bootstrap.sh bench  the same, plus wrk and sqlite3
+# BOOTSTRAP_TOOLS=0 leaves cargo-leptos and wasm-bindgen out (scripts/test.sh
+# installs them in the background, beside clippy).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 what="${1:-run}"
@@ -32,28 +35,40 @@ ensure_deb() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# The tools are compiled once per machine, at opt-level 1: about 11 minutes
+# on 2 cores, a minute or two less than at the release profile's 3, and as
+# quick at what the build asks of them (wasm-bindgen writes the same output
+# in the same time; the build's time goes to wasm-opt).
+install_tools() {
+  if ! cargo install --list 2>/dev/null | grep -q "^trainyard-cargo-leptos v$CARGO_LEPTOS_VERSION "; then
+    step "installing cargo-leptos $CARGO_LEPTOS_VERSION from tools/cargo-leptos (about 9 minutes on 2 cores, once per machine)"
+    # no_downloads (set there): it must not fetch wasm-bindgen or wasm-opt from
+    # the internet. --force: it replaces a cargo-leptos installed from crates.io.
+    CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+      cargo install --path "$ROOT/tools/cargo-leptos" --locked --force
+  fi
+
+  if ! wasm-bindgen --version 2>/dev/null | grep -q " $WASM_BINDGEN_VERSION\$"; then
+    step "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (the version in Cargo.lock)"
+    # Its own lock file may name a dependency version the registry here lacks;
+    # then let cargo pick the newest compatible ones.
+    CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+      cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --locked --force \
+      || CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+        cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force
+  fi
+}
+if [ "$what" = "tools" ]; then
+  install_tools
+  exit 0
+fi
+
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
   step "adding the wasm32-unknown-unknown target"
   rustup target add wasm32-unknown-unknown
 fi
 
-if ! cargo install --list 2>/dev/null | grep -q "^trainyard-cargo-leptos v$CARGO_LEPTOS_VERSION "; then
-  step "installing cargo-leptos $CARGO_LEPTOS_VERSION from tools/cargo-leptos (about 11 minutes on 2 cores, once per machine)"
-  # no_downloads (set there): it must not fetch wasm-bindgen or wasm-opt from
-  # the internet. --force: it replaces a cargo-leptos installed from crates.io.
-  CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" \
-    cargo install --path "$ROOT/tools/cargo-leptos" --locked --force
-fi
-
-if ! wasm-bindgen --version 2>/dev/null | grep -q " $WASM_BINDGEN_VERSION\$"; then
-  step "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (the version in Cargo.lock)"
-  # Its own lock file may name a dependency version the registry here lacks;
-  # then let cargo pick the newest compatible ones.
-  CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" \
-    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --locked --force \
-    || CARGO_TARGET_DIR="$HOME/.cache/trainyard/tools-target" \
-      cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force
-fi
+[ "${BOOTSTRAP_TOOLS:-1}" = 0 ] || install_tools
 
 # npm packages: binaryen's wasm-opt (Debian's is too old: its output fails to
 # hydrate) and Playwright.

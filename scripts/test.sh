@@ -7,19 +7,28 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 cd "$ROOT"
-"$ROOT/scripts/bootstrap.sh" test
 
 log="$(mktemp)"
 work="$(mktemp -d)"
 chmod 755 "$work"
 k8s_build=""
+tools=""
 cleanup() {
-  # The build's whole process group: `go build` and its compilers too.
+  # The builds' whole process groups: `go build` and its compilers too.
   [ -z "$k8s_build" ] || kill -- "-$k8s_build" 2>/dev/null || true
+  [ -z "$tools" ] || kill -- "-$tools" 2>/dev/null || true
   "$ROOT/scripts/postgres.sh" stop "$work/pg" || true
   rm -rf "$work" "$log"
 }
 trap cleanup EXIT
+
+# The release build's Rust tools (cargo-leptos, wasm-bindgen) are compiled
+# once per machine, about 11 minutes on 2 cores; they compile in the
+# background beside the rest of the installs, fmt and clippy (each of which
+# leaves a core idle much of the time), and the release build waits for them.
+setsid "$ROOT/scripts/bootstrap.sh" tools >"$work/tools.log" 2>&1 &
+tools=$!
+BOOTSTRAP_TOOLS=0 "$ROOT/scripts/bootstrap.sh" test
 
 # The test cluster's binaries (etcd, the Kubernetes control plane, kwok, …)
 # are built from Go modules the first time on a machine (about 12 minutes),
@@ -38,6 +47,13 @@ cargo clippy --locked --workspace --exclude trainyard-frontend --all-targets -- 
 cargo clippy --locked -p trainyard-frontend --target wasm32-unknown-unknown -- -D warnings
 
 step "release build"
+if ! wait "$tools"; then
+  tools=""
+  cat "$work/tools.log"
+  die "installing cargo-leptos or wasm-bindgen failed (log above)"
+fi
+tools=""
+cat "$work/tools.log"
 BUILD_ALWAYS=1 "$ROOT/scripts/build.sh"
 # What later steps run (end2end/k8s/executor.sh builds it when run alone).
 export E2E_RELEASE_BUILT=1
