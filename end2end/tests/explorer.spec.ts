@@ -93,6 +93,11 @@ test('filter, select, compare, smooth, log scale, zoom, hover, hide, group', asy
   // clicks once the page is hydrated.
   await hydrated(page);
 
+  // The compare page's code (a chunk of its own) is fetched when the
+  // pointer comes to the link, before the click.
+  const chunk = page.waitForRequest(/\/pkg\/split_+compare_route_view_[0-9]+\.wasm$/);
+  await page.getByTestId('compare').hover();
+  await chunk;
   await page.getByTestId('compare').click();
   await expect(page).toHaveURL(/\/compare\?(run=[0-9a-f]+&?){4}/);
   await hydrated(page);

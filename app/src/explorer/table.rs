@@ -543,6 +543,14 @@ fn RunsTable(
         )
     };
     let n_selected = move || state.get().sel.len();
+    // The compare page's code is a chunk of its own (crate::lazy): fetched
+    // when the pointer or the keyboard comes to the link, it is there by the
+    // click, rather than fetched after it.
+    let preload_compare = || {
+        leptos::task::spawn_local(
+            <crate::lazy::CompareRoute as leptos_router::LazyRoute>::preload(),
+        )
+    };
     let width = 6 + columns.len();
     let empty_query = state.get_untracked().q.is_empty();
 
@@ -564,7 +572,8 @@ fn RunsTable(
                     move |_| set_selection(Vec::new())
                 }>"Clear"</button>
             <a class="button" data-testid="compare" href=compare_href
-                aria-disabled=move || (n_selected() == 0).then_some("true")>
+                aria-disabled=move || (n_selected() == 0).then_some("true")
+                on:pointerenter=move |_| preload_compare() on:focus=move |_| preload_compare()>
                 {move || format!("Compare {}", n_selected())}
             </a>
         </div>
