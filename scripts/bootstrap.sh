@@ -4,7 +4,7 @@
 #   scripts/bootstrap.sh tools  the Rust tools of the release build only (cargo-leptos, wasm-bindgen)
 #   scripts/bootstrap.sh run    tools to build and serve (Rust target, cargo-leptos, wasm-bindgen, npm packages)
 #   scripts/bootstrap.sh test   the same, plus Chromium, PostgreSQL, qemu and busybox from Debian's packages and the mlflow client
-#   scripts/bootstrap.sh bench  the same, plus wrk and sqlite3
+#   scripts/bootstrap.sh bench  the same, plus wrk, sqlite3, curl and jq
 # BOOTSTRAP_TOOLS=0 leaves cargo-leptos and wasm-bindgen out (scripts/test.sh
 # installs them in the background, beside clippy).
 set -euo pipefail
@@ -79,7 +79,7 @@ if [ ! -x "$ROOT/end2end/node_modules/.bin/wasm-opt" ] \
 fi
 
 if [ "$what" = "bench" ]; then
-  ensure_deb wrk sqlite3 curl
+  ensure_deb wrk sqlite3 curl jq
   what=test
 fi
 

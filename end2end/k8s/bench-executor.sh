@@ -11,9 +11,12 @@
 #    its Job created and submit → its pod Running (p50, p99), and jobs
 #    started per second from the first submission to the last pod Running.
 # 3. The check: no node holds more than its 8 GPUs of our pods.
-# 4. The reference again, once Trainyard's phase is over: the rate before and
+# 4. Trainyard's objects without Trainyard: the Jobs and Secrets of phase 2,
+#    each Job on the node Trainyard placed it on, made with kubectl (8 at a
+#    time): what the Job's shape costs the cluster, apart from Trainyard.
+# 5. The reference again, once Trainyard's phase is over: the rate before and
 #    after are both shown, and Trainyard's against their mean.
-# 5. What each job cost in CPU, in each phase: each part of the cluster's
+# 6. What each job cost in CPU, in each phase: each part of the cluster's
 #    above its idle use, and the client's (Trainyard's server, kubectl).
 #
 # kwok's pods run until deleted (FAKE_RUN_SECONDS = 1 day). Times from
@@ -30,6 +33,7 @@ jobs="${2:-5000}"
 [[ "$nodes" =~ ^[0-9]+$ && "$jobs" =~ ^[0-9]+$ ]] || die "usage: bench-executor.sh [NODES] [JOBS]"
 (( jobs <= nodes * 8 )) || die "$jobs one-GPU jobs do not fit on $nodes nodes of 8 GPUs"
 
+"$ROOT/scripts/bootstrap.sh" bench >/dev/null   # jq, for phase 4
 "$ROOT/scripts/build.sh" >/dev/null
 work="$(mktemp -d)"
 server=""
@@ -246,33 +250,103 @@ most=$(kubectl get pods -n bench -o jsonpath='{range .items[*]}{.spec.nodeName} 
   awk '{ g[$1] += $2 } END { m = 0; for (n in g) if (g[n] > m) m = g[n]; print m }')
 (( most <= 8 )) || die "a node holds $most GPUs of Trainyard's pods"
 
-# ------------------------------------------------------------ 4. bare Jobs again
-# The same reference after Trainyard's phase (its server stopped, its Jobs
-# gone), on a cluster that has seen as much as Trainyard's phase saw: one
-# run of either moves by a third on this shared machine, so both are shown.
+# ------------------------------------------------------------ 4. Trainyard's objects, straight
+# What the Job the issue asks for costs apart from Trainyard: the same
+# objects as Trainyard's phase made (its Job, on the node it placed each on,
+# then the Job's Secret, owned by it), made with kubectl 8 at a time. What
+# separates this phase from the bare Jobs is the objects' shape; what
+# separates Trainyard's phase from this one is Trainyard (its submissions,
+# its watches, the logs it follows).
+first_job=$(kubectl get jobs -n bench -o jsonpath='{.items[0].metadata.name}')
+kubectl get job -n bench "$first_job" -o json >"$work/ty-job.json"
+kubectl get secret -n bench "$first_job" -o json >"$work/ty-secret.json"
+kubectl get pods -n bench -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' >"$work/placed.txt"
+(( $(grep -c . "$work/placed.txt") == jobs )) || die "Trainyard's pods: $(grep -c . "$work/placed.txt") placed of $jobs"
+
 kill "$server" 2>/dev/null || true
 wait "$server" 2>/dev/null || true
 server=""
 settle bench
+
+# shaped_chunk FILE: its Jobs, then a Secret for each, owned by it.
+shaped_chunk() {
+  kubectl create -f "$1" -o jsonpath='{.metadata.namespace} {.metadata.name} {.metadata.uid}{"\n"}' |
+    jq -R -s -c --slurpfile t "$work/ty-secret.json" '
+      split("\n") | map(select(length > 0) | split(" ") as [$ns, $name, $uid]
+        | $t[0] | {apiVersion, kind, type, immutable, data}
+        + {metadata: {namespace: $ns, name: $name, labels: $t[0].metadata.labels,
+            ownerReferences: [$t[0].metadata.ownerReferences[0] + {name: $name, uid: $uid}]}})
+      | {apiVersion: "v1", kind: "List", items: .}' |
+    kubectl create -f - -o name >/dev/null
+}
+export -f shaped_chunk
+export work
+shaped_phase() {
+  local ns=shaped dir="$work/shaped" start created done cl0
+  kubectl create namespace "$ns" >/dev/null
+  mkdir "$dir"
+  # The Job as the API gave it back, less what the API fills in.
+  jq -c --rawfile placed "$work/placed.txt" --argjson n "$jobs" --arg ns "$ns" '
+    ($placed | split("\n") | map(select(length > 0))) as $nodes
+    | del(.status, .metadata.uid, .metadata.resourceVersion, .metadata.creationTimestamp,
+          .metadata.generation, .metadata.managedFields, .spec.selector)
+    | (.metadata.labels, .spec.template.metadata.labels) |= with_entries(select(.key | test("controller-uid|job-name") | not))
+    | . as $job
+    | range(0; $n) as $i | "shaped-\($i)" as $name
+    | $job
+    | .metadata.name = $name | .metadata.namespace = $ns
+    | .spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchFields[0].values = [$nodes[$i]]
+    | .spec.template.spec.containers |= map(.env |= map(if .valueFrom.secretKeyRef then .valueFrom.secretKeyRef.name = $name else . end))' \
+    "$work/ty-job.json" | split -l 100 - "$dir/part-"
+  for f in "$dir"/part-*; do jq -s '{apiVersion: "v1", kind: "List", items: .}' "$f" >"$f.json" && rm "$f"; done
+  idle
+  mark
+  cl0=$(children_ms)
+  start=$(now_ms)
+  printf '%s\0' "$dir"/part-*.json | xargs -0 -n 1 -P 8 bash -c 'shaped_chunk "$0"'
+  created=$(now_ms)
+  shaped_client=$(($(children_ms) - cl0))
+  (( $(kubectl get secrets -n "$ns" -o name | grep -c '^secret/shaped-') == jobs )) || die "shaped: not every Secret was made"
+  wait_running "$ns" "$jobs"
+  charge "$ns"
+  done=$(last_ready_ms "$ns")
+  shaped_rate=$(awk -v n="$jobs" -v ms=$((done - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
+  shaped_made=$(awk -v n="$jobs" -v ms=$((created - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
+  log "$ns: $jobs Jobs and Secrets created in $((created - start)) ms, all pods Running after $((done - start)) ms"
+  settle "$ns"
+}
+shaped_phase
+
+# ------------------------------------------------------------ 5. bare Jobs again
+# The same reference after the phases above (Trainyard's server stopped, its
+# Jobs gone), on a cluster that has seen as much as Trainyard's phase saw:
+# one run of either moves by a third on this shared machine, so both are
+# shown.
 bare_phase bare-after last
 bare_after=$bare_rate
 ratio=$(awk -v t="$ty_rate" -v a="$bare_before" -v b="$bare_after" 'BEGIN { printf "%.2f", t / ((a + b) / 2) }')
+shaped_ratio=$(awk -v t="$ty_rate" -v s="$shaped_rate" 'BEGIN { printf "%.2f", t / s }')
 
 echo
-printf '%-58s %14s %14s\n' "$nodes nodes x 8 GPUs, $jobs one-GPU jobs" "Trainyard" "bare Jobs"
-printf '%-58s %14s %14s\n' "jobs (pods) Running per second, first create to last pod" "$ty_rate" "$bare_before / $bare_after"
-printf '%-58s %14s\n' "Trainyard / bare (the mean of before and after)" "$ratio"
-printf '%-58s %14s %14s\n' "Jobs made per second, first create to last Job made" "$ty_made" "$bare_made_before / $bare_made"
-printf '%-58s %14s\n' "submit -> Job created, p50 / p99 (s)" "$created_p50 / $created_p99"
-printf '%-58s %14s\n' "submit -> pod Running, p50 / p99 (s)" "$running_p50 / $running_p99"
-printf '%-58s %14s\n' "REST submissions answered (8 at a time), jobs/s" \
+row() { printf '%-58s %12s %12s %16s\n' "$@"; }
+row "$nodes nodes x 8 GPUs, $jobs one-GPU jobs" "Trainyard" "its objects" "bare Jobs"
+row "" "" "by kubectl" "before / after"
+row "jobs (pods) Running per second, first create to last pod" "$ty_rate" "$shaped_rate" "$bare_before / $bare_after"
+row "Trainyard / bare (the mean of before and after)" "$ratio"
+row "Trainyard / its objects made by kubectl" "$shaped_ratio"
+row "Jobs made per second, first create to last Job made" "$ty_made" "$shaped_made" "$bare_made_before / $bare_made"
+row "submit -> Job created, p50 / p99 (s)" "$created_p50 / $created_p99"
+row "submit -> pod Running, p50 / p99 (s)" "$running_p50 / $running_p99"
+row "REST submissions answered (8 at a time), jobs/s" \
   "$(awk -v n="$jobs" -v ms=$((ty_submitted - ty_start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')"
 for p in "${parts[@]}"; do
-  printf '%-58s %14s %14s\n' "CPU ms a job, above idle: $p" "$(per_job "${used[bench $p]}")" \
+  row "CPU ms a job, above idle: $p" "$(per_job "${used[bench $p]}")" "$(per_job "${used[shaped $p]}")" \
     "$(per_job "${used[bare $p]}") / $(per_job "${used[bare-after $p]}")"
 done
-printf '%-58s %14s %14s\n' "CPU ms a job: the client (Trainyard and curl / kubectl)" "$(per_job "$ty_client")" "$(per_job "$bare_client_before") / $(per_job "$bare_client")"
-printf '%-58s %14s\n' "  of which Trainyard while the submissions came" "$(per_job $((sv_submitted - sv0)))"
-printf '%-58s %14s %14s\n' "the cluster idle ($nodes nodes' leases), CPU ms a second" "${used[bench idle]}" "${used[bare idle]} / ${used[bare-after idle]}"
-printf '%-58s %14s\n' "most GPUs of our pods on one node" "$most"
+row "CPU ms a job: the client (Trainyard and curl / kubectl)" "$(per_job "$ty_client")" "$(per_job "$shaped_client")" \
+  "$(per_job "$bare_client_before") / $(per_job "$bare_client")"
+row "  of which Trainyard while the submissions came" "$(per_job $((sv_submitted - sv0)))"
+row "the cluster idle ($nodes nodes' leases), CPU ms a second" "${used[bench idle]}" "${used[shaped idle]}" \
+  "${used[bare idle]} / ${used[bare-after idle]}"
+row "most GPUs of our pods on one node" "$most"
 echo "target: >= 100 jobs/s and within 20 % of the bare path; no node over 8 GPUs"
