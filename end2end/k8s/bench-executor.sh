@@ -130,12 +130,35 @@ settle() {
   log "$1: deleted in $((SECONDS - began)) s"
 }
 
+# made_by NAMESPACE DIR COMMAND...: the files in DIR given to COMMAND, one
+# each, 8 at a time (each makes its share of the phase's JOBS Jobs), timed
+# from the first create to every pod Running and charged (above); sets
+# phase_client (the creators' CPU ms), phase_rate (pods Running a second)
+# and phase_made (Jobs made a second).
+made_by() {
+  local ns="$1" dir="$2" start created done cl0
+  shift 2
+  idle
+  mark
+  cl0=$(children_ms)
+  start=$(now_ms)
+  printf '%s\0' "$dir"/* | xargs -0 -n 1 -P 8 "$@" >/dev/null
+  created=$(now_ms)
+  phase_client=$(($(children_ms) - cl0))
+  wait_running "$ns" "$jobs"
+  charge "$ns"
+  done=$(last_ready_ms "$ns")
+  phase_rate=$(awk -v n="$jobs" -v ms=$((done - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
+  phase_made=$(awk -v n="$jobs" -v ms=$((created - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
+  log "$ns: $jobs Jobs made in $((created - start)) ms, all pods Running after $((done - start)) ms"
+}
+
 # ------------------------------------------------------------ 1. bare Jobs
 # bare_phase NAMESPACE: JOBS one-GPU Jobs created with kubectl (8 at a time),
 # timed from the first create to every pod Running; sets bare_rate and
 # bare_made. The namespace goes afterwards (settle), unless it is the last.
 bare_phase() {
-  local ns="$1" dir="$work/$1" start created done i
+  local ns="$1" dir="$work/$1" i
   kubectl create namespace "$ns" >/dev/null
   mkdir "$dir"
   for ((i = 1; i <= jobs; i++)); do
@@ -156,20 +179,8 @@ spec:
         resources: {limits: {nvidia.com/gpu: 1, cpu: 100m, memory: 64Mi}}
 EOF
   done
-  local cl0
-  idle
-  mark
-  cl0=$(children_ms)
-  start=$(now_ms)
-  printf '%s\0' "$dir"/chunk-*.yaml | xargs -0 -n 1 -P 8 kubectl create -o name -f >/dev/null
-  created=$(now_ms)
-  bare_client=$(($(children_ms) - cl0))
-  wait_running "$ns" "$jobs"
-  charge "$ns"
-  done=$(last_ready_ms "$ns")
-  bare_rate=$(awk -v n="$jobs" -v ms=$((done - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
-  bare_made=$(awk -v n="$jobs" -v ms=$((created - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
-  log "$ns: $jobs Jobs created in $((created - start)) ms, all pods Running after $((done - start)) ms"
+  made_by "$ns" "$dir" kubectl create -o name -f
+  bare_client=$phase_client bare_rate=$phase_rate bare_made=$phase_made
   [[ "${2:-}" == last ]] || settle "$ns"
 }
 bare_phase bare
@@ -282,7 +293,7 @@ shaped_chunk() {
 export -f shaped_chunk
 export work
 shaped_phase() {
-  local ns=shaped dir="$work/shaped" start created done cl0
+  local ns=shaped dir="$work/shaped"
   kubectl create namespace "$ns" >/dev/null
   mkdir "$dir"
   # The Job as the API gave it back, less what the API fills in.
@@ -299,20 +310,9 @@ shaped_phase() {
     | .spec.template.spec.containers |= map(.env |= map(if .valueFrom.secretKeyRef then .valueFrom.secretKeyRef.name = $name else . end))' \
     "$work/ty-job.json" | split -l 100 - "$dir/part-"
   for f in "$dir"/part-*; do jq -s '{apiVersion: "v1", kind: "List", items: .}' "$f" >"$f.json" && rm "$f"; done
-  idle
-  mark
-  cl0=$(children_ms)
-  start=$(now_ms)
-  printf '%s\0' "$dir"/part-*.json | xargs -0 -n 1 -P 8 bash -c 'shaped_chunk "$0"'
-  created=$(now_ms)
-  shaped_client=$(($(children_ms) - cl0))
+  made_by "$ns" "$dir" bash -c 'shaped_chunk "$0"'
+  shaped_client=$phase_client shaped_rate=$phase_rate shaped_made=$phase_made
   (( $(kubectl get secrets -n "$ns" -o name | grep -c '^secret/shaped-') == jobs )) || die "shaped: not every Secret was made"
-  wait_running "$ns" "$jobs"
-  charge "$ns"
-  done=$(last_ready_ms "$ns")
-  shaped_rate=$(awk -v n="$jobs" -v ms=$((done - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
-  shaped_made=$(awk -v n="$jobs" -v ms=$((created - start)) 'BEGIN { printf "%.0f", n / (ms / 1000) }')
-  log "$ns: $jobs Jobs and Secrets created in $((created - start)) ms, all pods Running after $((done - start)) ms"
   settle "$ns"
 }
 shaped_phase
