@@ -581,7 +581,10 @@ impl Server {
                     (None, setup) => {
                         let (job_users, job_limits) = setup.unwrap_or_default();
                         let machine = discover_gpus(config, &store).await?;
-                        local_gpus = Some((machine.inventory.clone(), machine.name.clone()));
+                        // A machine without GPUs has nothing to sample.
+                        if machine.gpus > 0 {
+                            local_gpus = Some((machine.inventory.clone(), machine.name.clone()));
+                        }
                         let executor = trainyard_jobs::local::LocalExecutor::new(local_config(
                             config, local, machine, job_users, job_limits,
                         ));
