@@ -63,8 +63,20 @@ fn follow_mlflow_link() {
         let navigate = leptos_router::hooks::use_navigate();
         Effect::new(move |_| {
             let hash = window().location().hash().unwrap_or_default();
-            if let Some(path) = hash.strip_prefix("#/experiments/") {
-                let path = path.split(['?', '#']).next().unwrap_or_default();
+            if let Some(rest) = hash.strip_prefix("#/experiments/") {
+                let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+                let experiment = path.split('/').next().unwrap_or_default();
+                // `mlflow.genai.evaluate` prints its run as
+                // `#/experiments/1/evaluation-runs?selectedRunUuid=ID`.
+                let run = query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("selectedRunUuid="))
+                    .filter(|id| id.chars().all(|c| c.is_ascii_alphanumeric()) && !id.is_empty());
+                let path = match (path.split('/').nth(1), run) {
+                    (Some("evaluation-runs"), Some(run)) => format!("{experiment}/runs/{run}"),
+                    (Some("evaluation-runs"), None) => experiment.to_owned(),
+                    _ => path.split('#').next().unwrap_or_default().to_owned(),
+                };
                 navigate(
                     &format!("/experiments/{path}"),
                     leptos_router::NavigateOptions {

@@ -1,6 +1,7 @@
 """Logs one run with what MLflow 3 scripts add beside metrics: a dataset
 (pandas, from S3), two logged models with a metric each (the first
-registered, with an alias), and a trace of two nested spans. Prints the
+registered, with an alias), and a trace of two nested spans with a judge's
+feedback, a person's that overrides it, and an expectation. Prints the
 ids as JSON. Usage: seed_mlflow3.py URL EXPERIMENT"""
 
 import json
@@ -8,7 +9,7 @@ import sys
 
 import mlflow
 import pandas as pd
-from mlflow.entities import LoggedModelStatus
+from mlflow.entities import AssessmentSource, LoggedModelStatus
 
 url, experiment = sys.argv[1], sys.argv[2]
 mlflow.set_tracking_uri(url)
@@ -36,6 +37,22 @@ with mlflow.start_run(run_name="with-inputs") as run:
     mlflow.MlflowClient().finalize_logged_model(other.model_id, LoggedModelStatus.READY)
     predict(0.7)
 mlflow.flush_trace_async_logging()
+trace_id = mlflow.get_last_active_trace_id()
+judged = mlflow.log_feedback(
+    trace_id=trace_id,
+    name="correct",
+    value=False,
+    source=AssessmentSource(source_type="LLM_JUDGE", source_id="judge"),
+    rationale="0.7 is too wide",
+)
+mlflow.override_feedback(
+    trace_id=trace_id,
+    assessment_id=judged.assessment_id,
+    value=True,
+    rationale="1 is right for 0.7",
+    source=AssessmentSource(source_type="HUMAN", source_id="ana"),
+)
+mlflow.log_expectation(trace_id=trace_id, name="expected_label", value=1)
 registered = f"shapes-{experiment}"
 version = mlflow.register_model(f"models:/{model.model_id}", registered)
 mlflow.MlflowClient().set_registered_model_alias(registered, "champion", version.version)

@@ -327,6 +327,124 @@ def test_traced_functions_are_found_with_their_spans(tracking, unique):
     assert [t.info.trace_id for t in left] == [newest.info.trace_id]
 
 
+def test_feedback_and_expectations_on_traces_are_kept_overridden_and_deleted(tracking, unique):
+    from mlflow.entities import AssessmentError, AssessmentSource, Feedback
+
+    experiment_id = mlflow.set_experiment(f"assessed-{unique}").experiment_id
+
+    @mlflow.trace
+    def answer(question):
+        return question.upper()
+
+    answer("why")
+    mlflow.flush_trace_async_logging()
+    trace_id = mlflow.get_last_active_trace_id()
+    answer("unjudged")
+    mlflow.flush_trace_async_logging()
+    judge = AssessmentSource(source_type="LLM_JUDGE", source_id="gpt-judge")
+    person = AssessmentSource(source_type="HUMAN", source_id="ana@lab.edu")
+
+    judged = mlflow.log_feedback(
+        trace_id=trace_id,
+        name="relevance",
+        value=False,
+        source=judge,
+        rationale="it shouted",
+        metadata={"chunk": "0"},
+    )
+    assert judged.assessment_id and judged.value is False and judged.valid
+    failed = mlflow.log_feedback(
+        trace_id=trace_id,
+        name="safety",
+        source=judge,
+        error=AssessmentError(error_code="RATE_LIMITED", error_message="try later"),
+    )
+    expected = mlflow.log_expectation(
+        trace_id=trace_id,
+        name="expected_facts",
+        value={"facts": ["why", "because"], "score": 1},
+        source=person,
+    )
+    assert expected.value == {"facts": ["why", "because"], "score": 1}
+
+    # A person overrides the judge: the judge's verdict is kept, not valid.
+    overridden = mlflow.override_feedback(
+        trace_id=trace_id, assessment_id=judged.assessment_id, value=True, rationale="fine", source=person
+    )
+    assert overridden.overrides == judged.assessment_id and overridden.valid
+    assert mlflow.get_assessment(trace_id, judged.assessment_id).valid is False
+
+    info = MlflowClient().get_trace(trace_id).info
+    by_id = {a.assessment_id: a for a in info.assessments}
+    assert set(by_id) == {judged.assessment_id, failed.assessment_id, expected.assessment_id, overridden.assessment_id}
+    assert by_id[overridden.assessment_id].value is True
+    assert by_id[overridden.assessment_id].source.source_id == "ana@lab.edu"
+    assert by_id[judged.assessment_id].rationale == "it shouted"
+    assert by_id[judged.assessment_id].metadata == {"chunk": "0"}
+    assert by_id[failed.assessment_id].error.error_code == "RATE_LIMITED"
+    assert by_id[expected.assessment_id].value == {"facts": ["why", "because"], "score": 1}
+    found = mlflow.search_traces(experiment_ids=[experiment_id], return_type="list")
+    assert {a.assessment_id for a in found[1].info.assessments} == set(by_id)
+    assert found[0].info.assessments == []
+
+    # Search looks at the verdicts that stand.
+    def matching(filter_string):
+        hits = mlflow.search_traces(experiment_ids=[experiment_id], filter_string=filter_string, return_type="list")
+        return [t.info.trace_id for t in hits]
+
+    assert matching("feedback.relevance = 'true'") == [trace_id]
+    assert matching("feedback.relevance = 'false'") == []
+
+    # An update changes the value and rationale, not the source.
+    updated = mlflow.update_assessment(
+        trace_id=trace_id,
+        assessment_id=overridden.assessment_id,
+        assessment=Feedback(name="relevance", value=0.75, rationale="mostly"),
+    )
+    assert (updated.value, updated.rationale) == (0.75, "mostly")
+    assert matching("feedback.relevance > 0.5") == [trace_id]
+    assert matching("feedback.relevance < 0.5") == []
+    again = mlflow.get_assessment(trace_id, overridden.assessment_id)
+    assert again.value == 0.75 and again.source.source_id == "ana@lab.edu"
+
+    # Deleting the person's verdict makes the judge's valid again.
+    mlflow.delete_assessment(trace_id=trace_id, assessment_id=overridden.assessment_id)
+    assert mlflow.get_assessment(trace_id, judged.assessment_id).valid is True
+    with pytest.raises(MlflowException) as missing:
+        mlflow.get_assessment(trace_id, overridden.assessment_id)
+    assert missing.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+    left = {a.assessment_id for a in MlflowClient().get_trace(trace_id).info.assessments}
+    assert left == {judged.assessment_id, failed.assessment_id, expected.assessment_id}
+
+
+def test_genai_evaluate_records_each_scorers_verdict_on_its_trace(tracking, unique):
+    from mlflow.genai.scorers import scorer
+
+    experiment_id = mlflow.set_experiment(f"evaluate-{unique}").experiment_id
+
+    @scorer
+    def exact(outputs, expectations):
+        return outputs == expectations["expected_response"]
+
+    data = [
+        {"inputs": {"question": "a"}, "expectations": {"expected_response": "A"}},
+        {"inputs": {"question": "b"}, "expectations": {"expected_response": "nope"}},
+    ]
+    result = mlflow.genai.evaluate(data=data, predict_fn=lambda question: question.upper(), scorers=[exact])
+    assert result.metrics["exact/mean"] == 0.5
+    mlflow.flush_trace_async_logging()
+
+    traces = mlflow.search_traces(experiment_ids=[experiment_id], run_id=result.run_id, return_type="list")
+    assert len(traces) == 2
+    verdicts = {}
+    for trace in traces:
+        kinds = {a.name: a for a in trace.info.assessments}
+        assert kinds["exact"].source.source_type == "CODE"
+        assert "expected_response" in kinds
+        verdicts[kinds["expected_response"].value] = kinds["exact"].value
+    assert verdicts == {"A": True, "nope": False}
+
+
 def test_a_large_artifact_goes_up_in_parts_when_asked(
     tracking, server, unique, tmp_path, monkeypatch
 ):

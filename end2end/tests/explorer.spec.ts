@@ -411,6 +411,11 @@ test('the links the mlflow client prints open the run', async ({ page, baseURL }
   await page.goto(link!);
   await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}/runs/${seeded.runs[0]}$`));
   await expect(page.getByTestId('run-name')).toHaveText(/lr0\.1-b32-00/);
+  // mlflow.genai.evaluate prints its run as an evaluation-runs link.
+  const base = link!.split('#')[0];
+  await page.goto(`${base}#/experiments/${seeded.experiment_id}/evaluation-runs?selectedRunUuid=${seeded.runs[0]}`);
+  await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}/runs/${seeded.runs[0]}$`));
+  await expect(page.getByTestId('run-name')).toHaveText(/lr0\.1-b32-00/);
 });
 
 test.describe('without JavaScript', () => {

@@ -2,7 +2,7 @@
 // official mlflow client (explorer/seed_mlflow3.py): the Models page with a
 // registered model, its version and alias, and an experiment's logged
 // models sorted by a metric; an experiment's traces and one trace's span
-// tree with a span's inputs and outputs.
+// tree with a span's inputs and outputs, and its assessments.
 import { expect, test } from '@playwright/test';
 import { execFileSync } from 'node:child_process';
 import { homedir } from 'node:os';
@@ -64,6 +64,8 @@ test("an experiment's traces open to their span tree", async ({ page, baseURL })
   await page.goto(`/experiments/${seeded.experiment_id}/traces`);
   const listed = page.locator('[data-testid="trace-list"] tbody tr');
   await expect(listed).toHaveCount(1);
+  // The feedback that stands: the person's, not the judge's it overrode.
+  await expect(listed.getByTestId('trace-feedback')).toHaveText('correct: true');
   await listed.getByRole('link', { name: 'predict' }).click();
   await expect(page.getByTestId('trace-name')).toHaveText('predict');
   const spans = page.locator('[data-testid="spans"] tbody tr[data-span]');
@@ -81,5 +83,18 @@ test("an experiment's traces open to their span tree", async ({ page, baseURL })
   await spans.nth(1).getByRole('button', { name: 'score' }).click();
   await expect(page.getByTestId('span-inputs')).toContainText('"width": 0.7');
   await expect(page.getByTestId('span-outputs')).toContainText('1.4');
+  // Its assessments: the judge's verdict, overridden by a person's, and an
+  // expectation.
+  const assessments = page.locator('[data-testid="assessments"] tbody tr');
+  await expect(assessments).toHaveCount(3);
+  const judge = page.locator('[data-testid="assessments"] tr[data-assessment="correct"][data-valid="false"]');
+  await expect(judge).toContainText('false');
+  await expect(judge).toContainText('llm judge · judge');
+  await expect(judge).toContainText('overridden');
+  const person = page.locator('[data-testid="assessments"] tr[data-assessment="correct"][data-valid="true"]');
+  await expect(person).toContainText('true');
+  await expect(person).toContainText('human · ana');
+  await expect(person).toContainText('1 is right for 0.7');
+  await expect(page.locator('[data-testid="assessments"] tr[data-assessment="expected_label"]')).toContainText('expectation');
   await page.screenshot({ path: test.info().outputPath('trace.png'), fullPage: true });
 });

@@ -19,6 +19,7 @@ mod m20261203_000014_fair_share;
 mod m20261203_000015_session_recheck;
 mod m20261204_000016_model_metrics_newest;
 mod m20261204_000017_job_gpu_devices;
+mod m20261205_000018_trace_assessments;
 
 pub struct Migrator;
 
@@ -43,6 +44,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000015_session_recheck::Migration),
             Box::new(m20261204_000016_model_metrics_newest::Migration),
             Box::new(m20261204_000017_job_gpu_devices::Migration),
+            Box::new(m20261205_000018_trace_assessments::Migration),
         ]
     }
 }

@@ -547,7 +547,7 @@ pub fn TracesPage() -> impl IntoView {
                         } else {
                             view! {
                                 <table class="table" data-testid="trace-list">
-                                    <thead><tr><th>"Name"</th><th>"State"</th><th>"At"</th><th class="num">"Took"</th><th>"Request"</th><th>"Trace ID"</th></tr></thead>
+                                    <thead><tr><th>"Name"</th><th>"State"</th><th>"At"</th><th class="num">"Took"</th><th>"Request"</th><th>"Feedback"</th><th>"Trace ID"</th></tr></thead>
                                     <tbody>
                                         {traces.into_iter().map(|t| {
                                             let name = trace_name(&t);
@@ -559,6 +559,7 @@ pub fn TracesPage() -> impl IntoView {
                                                     <td>{format_utc(t.request_time)}</td>
                                                     <td class="num">{t.execution_time.map(|ms| format!("{ms} ms")).unwrap_or_else(|| "–".to_owned())}</td>
                                                     <td class="clip">{t.request_preview.chars().take(120).collect::<String>()}</td>
+                                                    <td data-testid="trace-feedback">{feedback_summary(&t)}</td>
                                                     <td><code>{t.trace_id.clone()}</code></td>
                                                 </tr>
                                             }
@@ -577,6 +578,34 @@ pub fn TracesPage() -> impl IntoView {
             })}
         </Suspense>
     }
+}
+
+/// A trace's feedback that stands (not overridden), as `name: value`,
+/// each name once (its latest); `–` without any.
+fn feedback_summary(t: &TraceInfo) -> String {
+    let mut latest: Vec<(&str, String)> = Vec::new();
+    for a in t
+        .assessments
+        .iter()
+        .filter(|a| a.valid && a.kind == "feedback")
+    {
+        let said = a
+            .error
+            .as_ref()
+            .map_or_else(|| a.value.clone(), |_| "error".to_owned());
+        match latest.iter_mut().find(|(name, _)| *name == a.name) {
+            Some(slot) => slot.1 = said,
+            None => latest.push((a.name.as_str(), said)),
+        }
+    }
+    if latest.is_empty() {
+        return "–".to_owned();
+    }
+    latest
+        .iter()
+        .map(|(name, value)| format!("{name}: {}", value.chars().take(40).collect::<String>()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What a trace is called: its root span's name as the client tagged it.
@@ -604,6 +633,7 @@ pub fn TracePage() -> impl IntoView {
                     let experiment = t.info.experiment_id;
                     let total = t.spans.iter().map(|s| s.start_us + s.duration_us).max().unwrap_or(0).max(1);
                     let spans = t.spans.clone();
+                    let assessments = t.info.assessments.clone();
                     view! {
                         <Title text=format!("Trace {name}")/>
                         <nav class="crumbs" aria-label="Breadcrumbs">
@@ -651,12 +681,49 @@ pub fn TracePage() -> impl IntoView {
                                 }).collect_view()}
                             </tbody>
                         </table>
+                        <TraceAssessments assessments=assessments/>
                     }.into_any()
                 }
                 Err(e) => view! { <ErrorNote error=e/> }.into_any(),
             })}
         </Suspense>
     }
+}
+
+/// A trace's feedback and expectations: what each says, who or what said
+/// it and why; one another replaced is shown struck through.
+#[component]
+fn TraceAssessments(assessments: Vec<trainyard_domain::tracking::Assessment>) -> impl IntoView {
+    (!assessments.is_empty()).then(|| view! {
+        <h2>"Assessments"</h2>
+        <table class="table" data-testid="assessments">
+            <thead><tr><th>"Name"</th><th>"Kind"</th><th>"Value"</th><th>"Source"</th><th>"Rationale"</th><th>"At"</th></tr></thead>
+            <tbody>
+                {assessments.into_iter().map(|a| {
+                    let source = match (a.source_type.as_str(), a.source_id.as_str()) {
+                        ("SOURCE_TYPE_UNSPECIFIED", id) => id.to_owned(),
+                        (kind, "") => kind.to_lowercase().replace('_', " "),
+                        (kind, id) => format!("{} · {id}", kind.to_lowercase().replace('_', " ")),
+                    };
+                    let replaced = (!a.valid).then(|| view! { <span class="badge">"overridden"</span> });
+                    let value = match &a.error {
+                        Some(e) => view! { <span class="error">{e.clone()}</span> }.into_any(),
+                        None => view! { <code>{a.value.clone()}</code> }.into_any(),
+                    };
+                    view! {
+                        <tr data-assessment=a.name.clone() data-valid=a.valid.to_string() class:muted=!a.valid>
+                            <td>{a.name.clone()} " " {replaced}</td>
+                            <td>{a.kind.clone()}</td>
+                            <td>{value}</td>
+                            <td>{source}</td>
+                            <td>{a.rationale.clone().unwrap_or_default()}</td>
+                            <td>{format_utc(a.create_time)}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+    })
 }
 
 /// A duration in µs as people read it.

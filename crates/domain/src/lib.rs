@@ -662,6 +662,43 @@ pub mod tracking {
         pub client_request_id: Option<String>,
         pub metadata: Vec<(String, String)>,
         pub tags: Vec<(String, String)>,
+        /// Its feedback and expectations, oldest first.
+        pub assessments: Vec<Assessment>,
+    }
+
+    /// An assessment of a trace (MLflow 3): feedback on what it answered
+    /// (a person's, an LLM judge's or a scorer's) or an expectation of
+    /// what it should have answered.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Assessment {
+        pub assessment_id: String,
+        pub trace_id: String,
+        pub name: String,
+        /// `feedback` or `expectation`.
+        pub kind: String,
+        /// The feedback's or expectation's object as the client sent it
+        /// (JSON): its `value` (or an expectation's `serialized_value`) and
+        /// a feedback's `error`.
+        pub body: String,
+        /// Its value as JSON text, for people to read; empty when it has
+        /// none (a feedback that failed).
+        pub value: String,
+        /// A feedback's error, when the judge or scorer failed.
+        pub error: Option<String>,
+        /// HUMAN, LLM_JUDGE, CODE or SOURCE_TYPE_UNSPECIFIED.
+        pub source_type: String,
+        /// Who or what assessed: a user name, a judge, a scorer.
+        pub source_id: String,
+        pub span_id: Option<String>,
+        pub rationale: Option<String>,
+        pub metadata: Vec<(String, String)>,
+        /// The assessment this one replaces (which is then not valid).
+        pub overrides: Option<String>,
+        /// False once another assessment overrides it.
+        pub valid: bool,
+        /// In ms since the epoch.
+        pub create_time: i64,
+        pub last_update_time: i64,
     }
 
     /// Run statuses of MLflow.

@@ -163,6 +163,26 @@ pub enum Field {
     Param(String),
     Tag(String),
     Attr(Attribute),
+    /// A trace's valid (not overridden) feedback or expectation of this
+    /// name: `feedback.relevance = 'true'`, `feedback.score > 0.5`.
+    Assessment(AssessmentKind, String),
+}
+
+/// Which assessments of traces a filter looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AssessmentKind {
+    Feedback,
+    Expectation,
+}
+
+impl AssessmentKind {
+    /// As MLflow names it (and as it is stored).
+    pub fn name(self) -> &'static str {
+        match self {
+            AssessmentKind::Feedback => "feedback",
+            AssessmentKind::Expectation => "expectation",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -667,6 +687,10 @@ impl Parser {
             (_, Some("tag" | "tags")) => Field::Tag(key),
             // Request metadata lives in a key-value table as params do.
             (Scope::Traces, Some("metadata" | "request_metadata")) => Field::Param(key),
+            (Scope::Traces, Some("feedback")) => Field::Assessment(AssessmentKind::Feedback, key),
+            (Scope::Traces, Some("expectation")) => {
+                Field::Assessment(AssessmentKind::Expectation, key)
+            }
             (Scope::Traces, Some("trace")) => match Attribute::lookup(self.scope, &key) {
                 Some(attr) => Field::Attr(attr),
                 None => {
@@ -699,7 +723,7 @@ impl Parser {
                     Scope::Experiments | Scope::RegisteredModels | Scope::ModelVersions => {
                         "tags, attributes"
                     }
-                    Scope::Traces => "tags, metadata, attributes",
+                    Scope::Traces => "tags, metadata, feedback, expectation, attributes",
                 };
                 return Err(self.error_at(
                     tok.pos,
@@ -871,7 +895,9 @@ impl Parser {
 
 fn key_is_empty(field: &Field) -> bool {
     match field {
-        Field::Metric(k) | Field::Param(k) | Field::Tag(k) => k.is_empty(),
+        Field::Metric(k) | Field::Param(k) | Field::Tag(k) | Field::Assessment(_, k) => {
+            k.is_empty()
+        }
         Field::Attr(_) => false,
     }
 }
@@ -885,6 +911,9 @@ fn expected_operator(found: &str) -> String {
 /// Type rules: metrics and time attributes compare with numbers; tags and
 /// text attributes with strings; params with either (numbers compare numerically).
 fn check(field: &Field, predicate: &Predicate, position: usize) -> Result<(), QueryError> {
+    if let Field::Assessment(..) = field {
+        return check_assessment(field, predicate, position);
+    }
     let numeric_only = match field {
         Field::Metric(_) => true,
         Field::Attr(a) => a.is_numeric(),
@@ -933,12 +962,37 @@ fn check(field: &Field, predicate: &Predicate, position: usize) -> Result<(), Qu
     Ok(())
 }
 
+/// As MLflow: an assessment's value is matched as text with = and !=
+/// (`feedback.correct = 'true'`), and compared as a number with <, <=, >
+/// and >= (`feedback.score >= 0.5`).
+fn check_assessment(
+    field: &Field,
+    predicate: &Predicate,
+    position: usize,
+) -> Result<(), QueryError> {
+    let what = describe(field);
+    let fail = |message: String| Err(QueryError { position, message });
+    match predicate {
+        Predicate::IsNull => Ok(()),
+        Predicate::Cmp(CmpOp::Eq | CmpOp::Ne, Literal::Str(_)) => Ok(()),
+        Predicate::Cmp(CmpOp::Eq | CmpOp::Ne, Literal::Num(n)) => fail(format!(
+            "{what} is matched as text with = and !=; quote the value, as in '{n}'"
+        )),
+        Predicate::Cmp(_, Literal::Num(_)) => Ok(()),
+        Predicate::Cmp(_, Literal::Str(s)) => fail(format!(
+            "{what} compares with <, <=, > and >= as a number, not '{s}'"
+        )),
+        _ => fail(format!("{what} takes =, !=, <, <=, >, >= or IS NULL")),
+    }
+}
+
 fn describe(field: &Field) -> String {
     match field {
         Field::Metric(k) => format!("metrics.{k}"),
         Field::Param(k) => format!("params.{k}"),
         Field::Tag(k) => format!("tags.{k}"),
         Field::Attr(a) => a.name().to_owned(),
+        Field::Assessment(kind, k) => format!("{}.{k}", kind.name()),
     }
 }
 
@@ -1149,5 +1203,37 @@ mod tests {
         );
         assert!(parse_order_by("metrics.acc sideways", Scope::Runs).is_err());
         assert!(parse_order_by("name DESC", Scope::Experiments).is_ok());
+    }
+
+    #[test]
+    fn traces_are_filtered_by_their_assessments_as_mlflow_does() {
+        let traces = |q: &str| parse_filter(q, Scope::Traces);
+        assert_eq!(
+            traces("feedback.correct = 'true'").unwrap().unwrap(),
+            Expr::Test(
+                Field::Assessment(AssessmentKind::Feedback, "correct".into()),
+                Predicate::Cmp(CmpOp::Eq, Literal::Str("true".into()))
+            )
+        );
+        assert_eq!(
+            traces("expectation.`expected answer` IS NOT NULL")
+                .unwrap()
+                .unwrap(),
+            Expr::Not(Box::new(Expr::Test(
+                Field::Assessment(AssessmentKind::Expectation, "expected answer".into()),
+                Predicate::IsNull
+            )))
+        );
+        assert!(traces("feedback.score >= 0.5").is_ok());
+        let error = traces("feedback.score = 0.5").unwrap_err();
+        assert!(
+            error.message.contains("quote the value"),
+            "{}",
+            error.message
+        );
+        assert!(traces("feedback.score > 'high'").is_err());
+        assert!(traces("feedback.score LIKE 'h%'").is_err());
+        // Only traces have assessments.
+        assert!(parse_filter("feedback.correct = 'true'", Scope::Runs).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! The store: one SeaORM connection pool over SQLite or PostgreSQL, the
 //! migrations, and the queries the server needs.
 
+pub mod assessments;
 mod chunks;
 pub mod compaction;
 pub mod entity;

@@ -614,6 +614,18 @@ async fn a_page_of_the_registry_carries_each_models_own_tags_aliases_and_version
     }
 }
 
+/// The ids of an experiment's traces that a filter finds, newest first.
+async fn traces_matching(store: &Store, exp: i64, filter: &str) -> Vec<String> {
+    let filter = parse_filter(filter, Scope::Traces).unwrap();
+    store
+        .search_traces(&[exp], filter.as_ref(), &[], 10, 0, &Viewer::Everyone)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.trace_id)
+        .collect()
+}
+
 #[tokio::test]
 async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
     let (_db, store) = store().await;
@@ -641,6 +653,7 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
                     client_request_id: None,
                     metadata,
                     tags: vec![kv("mlflow.traceName", &format!("step{i}"))],
+                    assessments: Vec::new(),
                 },
                 ana.as_owner(),
             )
@@ -651,28 +664,29 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
             &format!("mlflow-artifacts:/{exp}/traces/{id}/artifacts")
         )));
     }
-    let search = |filter: &str| {
-        let filter = parse_filter(filter, Scope::Traces).unwrap();
-        let store = &store;
-        async move {
-            store
-                .search_traces(&[exp], filter.as_ref(), &[], 10, 0, &Viewer::Everyone)
-                .await
-                .unwrap()
-                .into_iter()
-                .map(|t| t.trace_id)
-                .collect::<Vec<_>>()
-        }
-    };
-    assert_eq!(search("").await, ["tr-c", "tr-b", "tr-a"]);
     assert_eq!(
-        search(&format!("attribute.run_id = '{run}'")).await,
+        traces_matching(&store, exp, "").await,
+        ["tr-c", "tr-b", "tr-a"]
+    );
+    assert_eq!(
+        traces_matching(&store, exp, &format!("attribute.run_id = '{run}'")).await,
         ["tr-b"]
     );
-    assert_eq!(search("trace.status = 'ERROR'").await, ["tr-c"]);
-    assert_eq!(search("tags.`mlflow.traceName` = 'step0'").await, ["tr-a"]);
     assert_eq!(
-        search("metadata.`mlflow.user` = 'ana' AND timestamp_ms > 1500").await,
+        traces_matching(&store, exp, "trace.status = 'ERROR'").await,
+        ["tr-c"]
+    );
+    assert_eq!(
+        traces_matching(&store, exp, "tags.`mlflow.traceName` = 'step0'").await,
+        ["tr-a"]
+    );
+    assert_eq!(
+        traces_matching(
+            &store,
+            exp,
+            "metadata.`mlflow.user` = 'ana' AND timestamp_ms > 1500"
+        )
+        .await,
         ["tr-c", "tr-b"]
     );
     let again = store.get_trace_info("tr-a").await.unwrap();
@@ -705,7 +719,221 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
         .unwrap();
     assert_eq!(named.len(), 1);
     assert_eq!(store.delete_traces(&[old[0].id.clone()]).await.unwrap(), 1);
-    assert_eq!(search("").await, ["tr-c", "tr-b"]);
+    assert_eq!(traces_matching(&store, exp, "").await, ["tr-c", "tr-b"]);
+}
+
+#[tokio::test]
+async fn assessments_override_update_and_go_with_their_trace() {
+    use crate::assessments::{AssessmentChange, NewAssessment};
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("judged", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let trace = |id: &str| trainyard_domain::tracking::TraceInfo {
+        trace_id: id.into(),
+        experiment_id: exp,
+        request_time: 1_000,
+        execution_time: Some(5),
+        state: "OK".into(),
+        request_preview: "{}".into(),
+        response_preview: String::new(),
+        client_request_id: None,
+        metadata: Vec::new(),
+        tags: Vec::new(),
+        assessments: Vec::new(),
+    };
+    for id in ["tr-1", "tr-2"] {
+        store.start_trace(trace(id), ana.as_owner()).await.unwrap();
+    }
+    let feedback = |name: &str, body: &str| NewAssessment {
+        trace_id: "tr-1".into(),
+        name: name.into(),
+        kind: "feedback".into(),
+        body: body.into(),
+        source_type: "LLM_JUDGE".into(),
+        source_id: "judge".into(),
+        rationale: Some("it answered".into()),
+        metadata: vec![kv("chunk", "0")],
+        ..NewAssessment::default()
+    };
+    let first = store
+        .create_assessment(feedback("relevance", r#"{"value":false}"#))
+        .await
+        .unwrap();
+    assert!(first.assessment_id.starts_with("a-"));
+    assert_eq!((first.value.as_str(), first.valid), ("false", true));
+    let failed = store
+        .create_assessment(feedback(
+            "safety",
+            r#"{"error":{"error_code":"TIMEOUT","error_message":"judge timed out"}}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(failed.error.as_deref(), Some("TIMEOUT: judge timed out"));
+    assert_eq!(failed.value, "");
+
+    // A person overrides the judge: the judge's is no longer valid, and is
+    // again once the person's is deleted.
+    let person_says = store
+        .create_assessment(NewAssessment {
+            source_type: "HUMAN".into(),
+            source_id: "ana".into(),
+            overrides: Some(first.assessment_id.clone()),
+            ..feedback("relevance", r#"{"value":true}"#)
+        })
+        .await
+        .unwrap();
+    let info = store.get_trace_info("tr-1").await.unwrap();
+    let valid: Vec<(&str, bool)> = info
+        .assessments
+        .iter()
+        .map(|a| (a.value.as_str(), a.valid))
+        .collect();
+    assert!(valid.contains(&("false", false)) && valid.contains(&("true", true)));
+    assert_eq!(info.assessments.len(), 3);
+    // Search sees the verdict that stands, not the one overridden.
+    assert_eq!(
+        traces_matching(&store, exp, "feedback.relevance = 'true'").await,
+        ["tr-1"]
+    );
+    assert!(
+        traces_matching(&store, exp, "feedback.relevance = 'false'")
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        traces_matching(&store, exp, "feedback.relevance IS NULL").await,
+        ["tr-2"]
+    );
+    assert_eq!(
+        traces_matching(&store, exp, "feedback.relevance IS NOT NULL").await,
+        ["tr-1"]
+    );
+    store
+        .create_assessment(NewAssessment {
+            trace_id: "tr-2".into(),
+            ..feedback("tone", r#"{"value":"calm"}"#)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        traces_matching(&store, exp, "feedback.tone = 'calm'").await,
+        ["tr-2"]
+    );
+    assert!(
+        traces_matching(&store, exp, "feedback.tone != 'calm'")
+            .await
+            .is_empty()
+    );
+    assert!(
+        traces_matching(&store, exp, "expectation.tone = 'calm'")
+            .await
+            .is_empty()
+    );
+    let other: Vec<String> = store
+        .get_trace_info("tr-2")
+        .await
+        .unwrap()
+        .assessments
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(other, ["tone"]);
+    // Overriding one of another trace, or one that is not there, is refused.
+    for other in [("tr-2", first.assessment_id.as_str()), ("tr-1", "a-none")] {
+        let refused = store
+            .create_assessment(NewAssessment {
+                trace_id: other.0.into(),
+                overrides: Some(other.1.into()),
+                ..feedback("relevance", r#"{"value":1}"#)
+            })
+            .await;
+        assert!(matches!(refused, Err(StoreError::NotFound(_))), "{other:?}");
+    }
+    store
+        .delete_assessment("tr-1", &person_says.assessment_id)
+        .await
+        .unwrap();
+    assert!(
+        store
+            .get_assessment("tr-1", &first.assessment_id)
+            .await
+            .unwrap()
+            .valid
+    );
+    // Deleting again is no error, as in MLflow.
+    store
+        .delete_assessment("tr-1", &person_says.assessment_id)
+        .await
+        .unwrap();
+
+    // Updates keep the source and kind, merge metadata, and refuse a value
+    // of the other kind.
+    let changed = store
+        .update_assessment(
+            "tr-1",
+            &first.assessment_id,
+            AssessmentChange {
+                name: Some("relevant".into()),
+                body: Some(("feedback".into(), r#"{"value":0.5}"#.into())),
+                metadata: Some(vec![kv("judge", "v2")]),
+                ..AssessmentChange::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (changed.name.as_str(), changed.value.as_str()),
+        ("relevant", "0.5")
+    );
+    assert_eq!(changed.source_type, "LLM_JUDGE");
+    assert_eq!(
+        traces_matching(&store, exp, "feedback.relevant > 0.4").await,
+        ["tr-1"]
+    );
+    assert!(
+        traces_matching(&store, exp, "feedback.relevant >= 0.6")
+            .await
+            .is_empty()
+    );
+    assert_eq!(changed.rationale.as_deref(), Some("it answered"));
+    assert_eq!(changed.metadata, [kv("chunk", "0"), kv("judge", "v2")]);
+    assert!(changed.last_update_time >= changed.create_time);
+    let wrong = store
+        .update_assessment(
+            "tr-1",
+            &first.assessment_id,
+            AssessmentChange {
+                body: Some(("expectation".into(), r#"{"value":"x"}"#.into())),
+                ..AssessmentChange::default()
+            },
+        )
+        .await;
+    assert!(matches!(wrong, Err(StoreError::Rejected(_))));
+
+    // A client's own id is kept, and taken once.
+    let mine = NewAssessment {
+        assessment_id: Some("a-mine".into()),
+        kind: "expectation".into(),
+        body: r#"{"serialized_value":{"serialization_format":"JSON_FORMAT","value":"{\"k\": [1, 2]}"}}"#.into(),
+        ..feedback("expected", "")
+    };
+    let kept = store.create_assessment(mine.clone()).await.unwrap();
+    assert_eq!(kept.assessment_id, "a-mine");
+    assert_eq!(kept.value, r#"{"k": [1, 2]}"#);
+    assert!(matches!(
+        store.create_assessment(mine).await,
+        Err(StoreError::Conflict { .. })
+    ));
+
+    // They go with their trace.
+    store.delete_traces(&["tr-1".to_owned()]).await.unwrap();
+    assert!(matches!(
+        store.get_assessment("tr-1", "a-mine").await,
+        Err(StoreError::NotFound(_))
+    ));
 }
 
 /// Fills a model's metrics with `n` values of `loss` (steps 1..=n) in one

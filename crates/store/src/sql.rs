@@ -3,7 +3,9 @@
 //! ORDER BY clauses.
 
 use sea_orm::{DatabaseBackend, Statement, Value};
-use trainyard_domain::query::{Attribute, CmpOp, Expr, Field, Literal, Predicate, Scope};
+use trainyard_domain::query::{
+    AssessmentKind, Attribute, CmpOp, Expr, Field, Literal, Predicate, Scope,
+};
 
 /// A statement under construction with its bound values.
 pub struct Sql {
@@ -252,7 +254,7 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
         (Field::Param(k), _) => Some(("params", k)),
         (Field::Tag(k), Scope::Runs) => Some(("tags", k)),
         (Field::Tag(k), Scope::Experiments) => Some(("experiment_tags", k)),
-        (Field::Attr(_), _) => None,
+        (Field::Attr(_) | Field::Assessment(..), _) => None,
     }
 }
 
@@ -330,6 +332,10 @@ fn test(
         }
         Scope::Traces => "x.trace_id = t.id",
     };
+    if let Field::Assessment(kind, name) = field {
+        assessment_test(sql, *kind, name, predicate);
+        return;
+    }
     let Some((table, key)) = kv_table(field, scope) else {
         let Field::Attr(attr) = field else { return };
         let column = attr_column(*attr, scope);
@@ -398,6 +404,45 @@ fn test(
             compare(sql, numeric, predicate, true);
         }
         _ => compare(sql, "x.value", predicate, false),
+    }
+    sql.push(")");
+}
+
+/// A trace's valid assessments of a kind and name, as MLflow searches them:
+/// = and != match the value's JSON text with the text given, bare or as a
+/// JSON string (`feedback.correct = 'true'` finds `true`, `feedback.tone =
+/// 'calm'` finds `"calm"`); <, <=, > and >= compare numbers; IS NULL is a
+/// trace without one.
+fn assessment_test(sql: &mut Sql, kind: AssessmentKind, name: &str, predicate: &Predicate) {
+    let exists = if *predicate == Predicate::IsNull {
+        "NOT EXISTS"
+    } else {
+        "EXISTS"
+    };
+    sql.push(&format!(
+        "{exists} (SELECT 1 FROM trace_assessments x WHERE x.trace_id = t.id AND x.kind = "
+    ))
+    .bind(kind.name())
+    .push(" AND x.name = ")
+    .bind(name.to_owned())
+    .push(" AND x.valid = ")
+    .bind(true);
+    match predicate {
+        Predicate::Cmp(op @ (CmpOp::Eq | CmpOp::Ne), Literal::Str(s)) => {
+            let quoted = serde_json::to_string(s).unwrap_or_default();
+            let not = if *op == CmpOp::Ne { "NOT " } else { "" };
+            sql.push(&format!(" AND {not}(x.value_text = "))
+                .bind(s.clone())
+                .push(" OR x.value_text = ")
+                .bind(quoted)
+                .push(")");
+        }
+        Predicate::Cmp(op, Literal::Num(n)) => {
+            sql.push(&format!(" AND x.value_number {} ", op.sql()))
+                .bind(*n);
+        }
+        // The parser lets nothing else through.
+        _ => {}
     }
     sql.push(")");
 }

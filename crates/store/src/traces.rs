@@ -134,9 +134,15 @@ impl Store {
                 client_request_id: get(row, "client_request_id")?,
                 metadata: Vec::new(),
                 tags: Vec::new(),
+                assessments: Vec::new(),
             });
         }
         let ids: Vec<String> = out.iter().map(|t| t.trace_id.clone()).collect();
+        for a in self.assessments_of(&ids).await? {
+            if let Some(trace) = out.iter_mut().find(|t| t.trace_id == a.trace_id) {
+                trace.assessments.push(a);
+            }
+        }
         for chunk in ids.chunks(500) {
             for table in ["trace_tags", "trace_metadata"] {
                 let mut sql = self.sql();

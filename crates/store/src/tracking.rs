@@ -987,6 +987,12 @@ impl Store {
                 Field::Metric(_) => "latest_metrics",
                 Field::Param(_) => "params",
                 Field::Tag(_) => "tags",
+                // Only traces have assessments; the parser gives none for runs.
+                Field::Assessment(..) => {
+                    return Err(StoreError::Rejected(
+                        "Invalid order_by: runs have no assessments".to_owned(),
+                    ));
+                }
                 Field::Attr(attr) => {
                     let column = match attr {
                         Attribute::RunId => "r.id",

@@ -2,10 +2,11 @@
 //! inputs), the model registry, and the mlflow-artifacts proxy, so that scripts using the official
 //! `mlflow` client work unchanged. Served under `/api/2.0/mlflow/` and
 //! `/ajax-api/2.0/mlflow/` (the MLflow UI's prefix); `/api/3.0/mlflow/`
-//! answers `server-info` and traces; every unknown path under these answers
+//! answers `server-info`, traces and their assessments; every unknown path under these answers
 //! MLflow's JSON error.
 
 mod artifacts;
+mod assessments;
 mod experiments;
 mod metrics;
 mod models;
@@ -268,6 +269,13 @@ fn v3_routes() -> Router<AppState> {
         .route("/traces", post(traces::start))
         .route("/traces/search", post(traces::search))
         .route("/traces/{trace_id}", get(traces::get))
+        .route("/traces/{trace_id}/assessments", post(assessments::create))
+        .route(
+            "/traces/{trace_id}/assessments/{assessment_id}",
+            get(assessments::get)
+                .patch(assessments::update)
+                .delete(assessments::delete),
+        )
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))

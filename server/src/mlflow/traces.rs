@@ -38,7 +38,7 @@ fn parse_time(text: &str) -> Result<i64, ApiError> {
         })
 }
 
-fn format_time(ms: i64) -> String {
+pub(super) fn format_time(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
         .unwrap_or_default()
@@ -84,6 +84,14 @@ pub fn trace_info_json(t: &TraceInfo) -> Value {
     }
     if let Some(id) = &t.client_request_id {
         out["client_request_id"] = json!(id);
+    }
+    if !t.assessments.is_empty() {
+        out["assessments"] = t
+            .assessments
+            .iter()
+            .map(super::assessments::assessment_json)
+            .collect::<Vec<_>>()
+            .into();
     }
     out
 }
@@ -135,9 +143,20 @@ fn preview(text: Option<String>) -> String {
 }
 
 fn pairs(map: BTreeMap<String, String>, what: &str) -> Result<Vec<(String, String)>, ApiError> {
-    if map.len() > MAX_TRACE_KEYS {
+    pairs_of(map, "A trace", what, MAX_TRACE_KEYS)
+}
+
+/// Key-value pairs that `owner` ("A trace") carries, checked: at most
+/// `limit`, keys of 1 to 250 characters, values within the tag bound.
+pub(super) fn pairs_of(
+    map: BTreeMap<String, String>,
+    owner: &str,
+    what: &str,
+    limit: usize,
+) -> Result<Vec<(String, String)>, ApiError> {
+    if map.len() > limit {
         return Err(ApiError::invalid(format!(
-            "A trace can carry at most {MAX_TRACE_KEYS} {what}; got {}",
+            "{owner} can carry at most {limit} {what}; got {}",
             map.len()
         )));
     }
@@ -211,6 +230,7 @@ pub async fn start(
                 client_request_id: info.client_request_id.filter(|c| !c.is_empty()),
                 metadata: pairs(info.trace_metadata, "metadata")?,
                 tags: pairs(info.tags, "tags")?,
+                assessments: Vec::new(),
             },
             principal.user.as_owner(),
         )

@@ -707,6 +707,7 @@ print("delete-model", send(model, {}, "DELETE")[0])
 print("model-other", send("/api/2.0/mlflow/logged-models", {"experiment_id": "0", "name": "x", "source_run_id": os.environ["OTHER_RUN"]})[0])
 print("model-none", send("/api/2.0/mlflow/logged-models", {"experiment_id": exp, "name": "x"})[0])
 print("finalize-other", send("/api/2.0/mlflow/logged-models/" + os.environ["OTHER_MODEL"], {"status": "LOGGED_MODEL_READY"}, "PATCH")[0])
+print("assess", send("/api/3.0/mlflow/traces/tr-any/assessments", {"assessment": {"assessment_name": "n", "feedback": {"value": 1}}})[0])
 "#;
     let other_model = call(
         &server,
@@ -775,6 +776,8 @@ print("finalize-other", send("/api/2.0/mlflow/logged-models/" + os.environ["OTHE
         "model-other 403",
         "model-none 403",
         "finalize-other 403",
+        // Nor does it judge traces.
+        "assess 403",
     ] {
         assert!(log.body.contains(line), "{line}: {}", log.body);
     }
@@ -1323,9 +1326,45 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
     );
     let trace_file =
         format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/traces/tr-matrix/artifacts/traces.json");
+    let assessments = "/api/3.0/mlflow/traces/tr-matrix/assessments";
+    let feedback = json!({"assessment": {
+        "assessment_id": "a-matrix",
+        "assessment_name": "correct",
+        "source": {"source_type": "HUMAN", "source_id": "alice"},
+        "feedback": {"value": true},
+    }});
+    let judged = call(&server, "POST", assessments, Some(&alice), &feedback).await;
+    assert_eq!(judged.status, 200, "{}", judged.body);
+    assert_eq!(judged.json()["assessment"]["assessment_id"], "a-matrix");
     // Each person runs the whole list in this order, so deletes are undone
     // and writes are repeatable.
     let probes = vec![
+        Probe::json(
+            "POST",
+            assessments,
+            json!({"assessment": {"assessment_name": "n", "feedback": {"value": 1}}}),
+            true,
+        ),
+        Probe::json(
+            "GET",
+            &format!("{assessments}/a-matrix"),
+            Value::Null,
+            false,
+        ),
+        Probe::json(
+            "PATCH",
+            &format!("{assessments}/a-matrix"),
+            json!({"assessment": {"rationale": "why"}, "update_mask": "rationale"}),
+            true,
+        ),
+        // Deleting one that is not there is no error, as in MLflow; who may
+        // not change the trace is still refused.
+        Probe::json(
+            "DELETE",
+            &format!("{assessments}/a-gone"),
+            Value::Null,
+            true,
+        ),
         Probe::json(
             "POST",
             &mlflow("experiments/set-experiment-tag"),

@@ -344,3 +344,130 @@ async fn pages_render_while_other_servers_of_the_process_start() {
         reader.await.unwrap();
     }
 }
+
+/// Assessments of traces: what is wrong with one is named, the field and
+/// what to do, and nothing is kept of a refused one.
+#[tokio::test]
+async fn bad_assessments_are_refused_naming_the_field() {
+    use serde_json::json;
+    let server = TestServer::start().await;
+    let made = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/experiments/create",
+        &json!({"name": "judged"}),
+    )
+    .await;
+    let exp = made.json()["experiment_id"].as_str().unwrap().to_owned();
+    let trace = common::post_json(
+        server.addr,
+        "/api/3.0/mlflow/traces",
+        &json!({"trace": {"trace_info": {
+            "trace_id": "tr-judged",
+            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}},
+            "request_time": "2026-12-05T10:00:00.000Z",
+            "state": "OK",
+        }}}),
+    )
+    .await;
+    assert_eq!(trace.status, 200, "{}", trace.body);
+    let path = "/api/3.0/mlflow/traces/tr-judged/assessments";
+    let huge = "x".repeat((1 << 20) + 1);
+    for (body, says) in [
+        (json!({}), "'assessment'"),
+        (
+            json!({"assessment": {"feedback": {"value": 1}}}),
+            "assessment_name",
+        ),
+        (
+            json!({"assessment": {"assessment_name": "n"}}),
+            "assessment.feedback or assessment.expectation",
+        ),
+        (
+            json!({"assessment": {"assessment_name": "n", "feedback": {"value": 1}, "expectation": {"value": 2}}}),
+            "not both",
+        ),
+        (
+            json!({"assessment": {"assessment_name": "n", "feedback": 1}}),
+            "must be an object",
+        ),
+        (
+            json!({"assessment": {"assessment_name": "n", "feedback": {"value": huge}}}),
+            "keep a larger value in an artifact",
+        ),
+        (
+            json!({"assessment": {"assessment_name": "n", "feedback": {"value": 1}, "source": {"source_type": "ROBOT"}}}),
+            "source_type",
+        ),
+        (
+            json!({"assessment": {"assessment_name": "n", "feedback": {"value": 1}, "assessment_id": "a/../b"}}),
+            "assessment_id",
+        ),
+        (
+            json!({"assessment": {"assessment_name": "n", "issue": {"issue_id": "i"}}}),
+            "not supported",
+        ),
+    ] {
+        let refused = common::post_json(server.addr, path, &body).await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert_eq!(refused.json()["error_code"], "INVALID_PARAMETER_VALUE");
+        assert!(refused.body.contains(says), "{says}: {}", refused.body);
+    }
+    // None of them was kept; one of an unknown trace, or overriding an
+    // unknown assessment, is not found.
+    let info = common::request(
+        server.addr,
+        "GET",
+        "/api/3.0/mlflow/traces/tr-judged",
+        &[],
+        b"",
+    )
+    .await;
+    assert!(
+        info.json()["trace"]["trace_info"]
+            .get("assessments")
+            .is_none(),
+        "{}",
+        info.body
+    );
+    let good = json!({"assessment": {"assessment_name": "n", "feedback": {"value": 1}}});
+    let lost = common::post_json(
+        server.addr,
+        "/api/3.0/mlflow/traces/tr-none/assessments",
+        &good,
+    )
+    .await;
+    assert_eq!(lost.status, 404, "{}", lost.body);
+    let over = json!({"assessment": {"assessment_name": "n", "feedback": {"value": 1}, "overrides": "a-none"}});
+    let lost = common::post_json(server.addr, path, &over).await;
+    assert_eq!(lost.status, 404, "{}", lost.body);
+    assert_eq!(lost.json()["error_code"], "RESOURCE_DOES_NOT_EXIST");
+    // An update must name what it changes, and keep the kind.
+    let made = common::post_json(server.addr, path, &good).await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let id = made.json()["assessment"]["assessment_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for (body, says) in [
+        (json!({"assessment": {"rationale": "r"}}), "update_mask"),
+        (
+            json!({"assessment": {}, "update_mask": "source"}),
+            "cannot be changed",
+        ),
+        (
+            json!({"assessment": {"expectation": {"value": 1}}, "update_mask": "expectation"}),
+            "cannot become an expectation",
+        ),
+    ] {
+        let refused = common::request(
+            server.addr,
+            "PATCH",
+            &format!("{path}/{id}"),
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert!(refused.body.contains(says), "{says}: {}", refused.body);
+    }
+}
