@@ -181,6 +181,15 @@ def test_artifacts_round_trip(unique, tmp_path):
     assert top == ["model.txt", "notes", "plots"]
     nested = sorted(a.path for a in client.list_artifacts(run.info.run_id, "plots"))
     assert nested == ["plots/loss.csv", "plots/sub"]
+    # MLflow's ListArtifacts over REST, as the R client and MLflow's UI ask.
+    listed = requests.get(
+        f"{mlflow.get_tracking_uri()}/api/2.0/mlflow/artifacts/list",
+        params={"run_id": run.info.run_id, "path": "plots"},
+        timeout=10,
+    ).json()
+    assert listed["root_uri"] == run.info.artifact_uri
+    assert [(f["path"], f["is_dir"]) for f in listed["files"]] == [("plots/loss.csv", False), ("plots/sub", True)]
+    assert listed["files"][0]["file_size"] == len("step,loss\n0,1.0\n")
 
     out = tmp_path / "download"
     out.mkdir()
@@ -206,6 +215,12 @@ def test_hostile_artifact_paths_are_refused(server, unique):
         response = requests.put(f"{base}/{path}", data=b"x", timeout=10)
         assert response.status_code in (400, 404), (path, response.status_code)
         assert response.json()["error_code"] in ("INVALID_PARAMETER_VALUE", "RESOURCE_DOES_NOT_EXIST")
+    for path in ["../..", "a/../../b", "x:y"]:
+        response = requests.get(
+            f"{server}/api/2.0/mlflow/artifacts/list", params={"run_id": run.info.run_id, "path": path}, timeout=10
+        )
+        assert response.status_code == 400, (path, response.status_code)
+        assert response.json()["error_code"] == "INVALID_PARAMETER_VALUE"
     # A client that does not normalise `..` itself is refused too.
     raw = requests.Request("PUT", f"{base}/{exp}/{run.info.run_id}/artifacts/../../../escape.txt", data=b"x").prepare()
     raw.url = f"{base}/{exp}/{run.info.run_id}/artifacts/../../../escape.txt"

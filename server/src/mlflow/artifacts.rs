@@ -179,8 +179,20 @@ async fn list(
         Use::Read,
     )
     .await?;
+    let files = entries(&dir, "").await;
+    let mut out = json!({});
+    if !files.is_empty() {
+        out["files"] = Value::Array(files);
+    }
+    Ok(axum::Json(out))
+}
+
+/// The files and folders in `dir`, by name, each path `prefix` + its name
+/// (links are told as what they are, never followed); uploads under way
+/// are left out.
+async fn entries(dir: &Path, prefix: &str) -> Vec<Value> {
     let mut files = Vec::new();
-    if let Ok(mut entries) = tokio::fs::read_dir(&dir).await {
+    if let Ok(mut entries) = tokio::fs::read_dir(dir).await {
         while let Ok(Some(entry)) = entries.next_entry().await {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with(".upload-") {
@@ -189,7 +201,7 @@ async fn list(
             let Ok(meta) = entry.metadata().await else {
                 continue;
             };
-            let mut item = json!({ "path": name, "is_dir": meta.is_dir() });
+            let mut item = json!({ "path": format!("{prefix}{name}"), "is_dir": meta.is_dir() });
             if meta.is_file() && meta.len() > 0 {
                 item["file_size"] = json!(meta.len());
             }
@@ -197,7 +209,48 @@ async fn list(
         }
     }
     files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
-    let mut out = json!({});
+    files
+}
+
+#[derive(Deserialize)]
+pub struct RunListQuery {
+    run_id: Option<String>,
+    run_uuid: Option<String>,
+    path: Option<String>,
+}
+
+/// `GET /api/2.0/mlflow/artifacts/list`: MLflow's ListArtifacts, a run's
+/// files under `path` with paths from its artifact root (the R client and
+/// MLflow's own UI list artifacts this way).
+pub(super) async fn list_of_run(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(q): Req<RunListQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let run_id =
+        super::wire::required(q.run_id.or(q.run_uuid).filter(|r| !r.is_empty()), "run_id")?;
+    super::validate::run_id(&run_id)?;
+    state
+        .store
+        .run_as(&principal.user, &run_id, trainyard_store::Access::Read)
+        .await?;
+    let run = state.store.get_run(&run_id).await?;
+    let sub = q.path.unwrap_or_default();
+    let sub = sub.trim_matches('/');
+    let dir = resolve(
+        &state,
+        &principal,
+        &format!("{}/{run_id}/artifacts/{sub}", run.info.experiment_id),
+        Use::Read,
+    )
+    .await?;
+    let prefix = if sub.is_empty() {
+        String::new()
+    } else {
+        format!("{sub}/")
+    };
+    let mut out = json!({ "root_uri": run.info.artifact_uri });
+    let files = entries(&dir, &prefix).await;
     if !files.is_empty() {
         out["files"] = Value::Array(files);
     }

@@ -154,6 +154,7 @@ fn tracking_routes() -> Router<AppState> {
             "/experiments/delete-experiment-tag",
             post(experiments::delete_tag),
         )
+        .route("/artifacts/list", get(artifacts::list_of_run))
         .route("/runs/create", post(runs::create))
         .route("/runs/update", post(runs::update))
         .route("/runs/get", get(runs::get))
