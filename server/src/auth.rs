@@ -261,7 +261,14 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
     if path.contains("/mlflow/logged-models/") && path.ends_with("/params") {
         return true;
     }
-    const RUN_WRITES_AND_SEARCHES: [&str; 13] = [
+    // Traces of its run and their assessments, as `mlflow.genai.evaluate`
+    // records them (the handlers check that the trace is its run's).
+    if path.ends_with("/mlflow/traces")
+        || (path.contains("/mlflow/traces/") && path.ends_with("/assessments"))
+    {
+        return true;
+    }
+    const RUN_WRITES_AND_SEARCHES: [&str; 15] = [
         "/runs/update",
         "/runs/log-metric",
         "/runs/log-parameter",
@@ -275,6 +282,9 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
         "/runs/outputs",
         "/experiments/search-datasets",
         "/mlflow/logged-models",
+        "/traces/search",
+        // Its traces to its run (the handler checks both).
+        "/traces/link-to-run",
     ];
     RUN_WRITES_AND_SEARCHES
         .iter()
@@ -717,6 +727,30 @@ mod tests {
         assert!(!run_token_allows(
             &Method::DELETE,
             "/api/2.0/mlflow/logged-models/m-1"
+        ));
+        // The traces of its run and their verdicts; no deletions, tags or
+        // changes of verdicts.
+        assert!(run_token_allows(&post, "/api/3.0/mlflow/traces"));
+        assert!(run_token_allows(
+            &post,
+            "/api/3.0/mlflow/traces/tr-1/assessments"
+        ));
+        assert!(!run_token_allows(
+            &Method::PATCH,
+            "/api/3.0/mlflow/traces/tr-1/assessments/a-1"
+        ));
+        assert!(run_token_allows(&post, "/api/3.0/mlflow/traces/search"));
+        assert!(run_token_allows(
+            &post,
+            "/api/2.0/mlflow/traces/link-to-run"
+        ));
+        assert!(!run_token_allows(
+            &post,
+            "/api/2.0/mlflow/traces/delete-traces"
+        ));
+        assert!(!run_token_allows(
+            &Method::PATCH,
+            "/api/2.0/mlflow/traces/tr-1/tags"
         ));
         assert!(is_mlflow_api("/api/3.0/mlflow/server-info"));
     }

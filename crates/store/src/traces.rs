@@ -197,6 +197,19 @@ impl Store {
         ))
     }
 
+    /// The run a trace is filed under, if any.
+    pub async fn trace_run(&self, trace_id: &str) -> Result<Option<String>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT run_id FROM traces WHERE id = ")
+            .bind(trace_id.to_owned());
+        let row = self
+            .connection()
+            .query_one_raw(sql.build())
+            .await?
+            .ok_or_else(|| trace_not_found(trace_id))?;
+        get(&row, "run_id")
+    }
+
     /// May the user see (Read) or change (Change) the trace? As for runs.
     pub async fn trace_as(
         &self,

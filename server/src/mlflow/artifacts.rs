@@ -103,19 +103,13 @@ pub(super) async fn resolve(
             Use::Write => trainyard_store::Access::Change,
             Use::Read => trainyard_store::Access::Read,
         };
-        if matches!(
-            principal.via,
-            trainyard_domain::identity::Via::RunToken { .. }
-        ) && use_ == Use::Write
-        {
-            return Err(crate::auth::permission_denied(
-                "a job's token does not write traces",
-            ));
-        }
         state
             .store
             .trace_as(&principal.user, trace_id, access)
             .await?;
+        if use_ == Use::Write {
+            super::traces::job_may_write(state, principal, trace_id).await?;
+        }
         let (trace_experiment, _) = state.store.trace_place(trace_id).await?;
         if trace_experiment.to_string() != *experiment {
             return Err(ApiError::not_found(format!(

@@ -242,6 +242,7 @@ pub async fn create(
         .store
         .trace_as(&principal.user, &trace_id, Access::Change)
         .await?;
+    super::traces::job_may_write(&state, &principal, &trace_id).await?;
     let saved = state
         .store
         .create_assessment(NewAssessment {

@@ -11,8 +11,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use trainyard_domain::identity::Via;
 use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
 use trainyard_domain::tracking::TraceInfo;
+use trainyard_store::traces::SOURCE_RUN_METADATA;
 use trainyard_store::{Access, Viewer};
 
 use super::request::Req;
@@ -20,7 +22,7 @@ use super::validate::{self, MAX_TAG_VALUE_LEN};
 use super::wire::{self, opt_i64, parse_experiment_id, required};
 use super::{ApiError, ApiResult};
 use crate::AppState;
-use crate::auth::Caller;
+use crate::auth::{Caller, Principal, permission_denied};
 
 /// Longest request or response preview kept, in characters.
 const MAX_PREVIEW_CHARS: usize = 65_536;
@@ -216,6 +218,22 @@ pub async fn start(
         .store
         .may_add_runs(&principal.user, experiment_id)
         .await?;
+    let mut metadata = info.trace_metadata;
+    // A job's token files its traces under its own run (those made outside
+    // `mlflow.start_run()` too), in that run's experiment.
+    if let Via::RunToken { run_id } = &principal.via {
+        if let Some(other) = metadata.get(SOURCE_RUN_METADATA).filter(|r| *r != run_id) {
+            return Err(permission_denied(format!(
+                "a job's token writes the traces of its own run {run_id} only, not of run {other}"
+            )));
+        }
+        if state.store.run_experiment(run_id).await? != Some(experiment_id) {
+            return Err(permission_denied(format!(
+                "a job's token writes traces to the experiment of its run {run_id} only"
+            )));
+        }
+        metadata.insert(SOURCE_RUN_METADATA.to_owned(), run_id.clone());
+    }
     let saved = state
         .store
         .start_trace(
@@ -228,7 +246,7 @@ pub async fn start(
                 request_preview: preview(info.request_preview),
                 response_preview: preview(info.response_preview),
                 client_request_id: info.client_request_id.filter(|c| !c.is_empty()),
-                metadata: pairs(info.trace_metadata, "metadata")?,
+                metadata: pairs(metadata, "metadata")?,
                 tags: pairs(info.tags, "tags")?,
                 assessments: Vec::new(),
             },
@@ -238,6 +256,25 @@ pub async fn start(
     Ok(Json(
         json!({ "trace": { "trace_info": trace_info_json(&saved) } }),
     ))
+}
+
+/// A job's token writes to a trace (its `traces.json`, its assessments)
+/// only where the trace is filed under the token's run; anyone else is
+/// held to the owner rules alone.
+pub(super) async fn job_may_write(
+    state: &AppState,
+    principal: &Principal,
+    trace_id: &str,
+) -> Result<(), ApiError> {
+    let Via::RunToken { run_id } = &principal.via else {
+        return Ok(());
+    };
+    if state.store.trace_run(trace_id).await?.as_deref() != Some(run_id.as_str()) {
+        return Err(permission_denied(format!(
+            "a job's token writes to the traces of its own run {run_id} only"
+        )));
+    }
+    Ok(())
 }
 
 /// `GET /api/3.0/mlflow/traces/{trace_id}`: one trace's summary.
@@ -494,6 +531,7 @@ pub async fn link_to_run(
             .store
             .trace_as(&principal.user, id, Access::Change)
             .await?;
+        job_may_write(&state, &principal, id).await?;
     }
     state
         .store

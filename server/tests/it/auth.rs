@@ -707,7 +707,34 @@ print("delete-model", send(model, {}, "DELETE")[0])
 print("model-other", send("/api/2.0/mlflow/logged-models", {"experiment_id": "0", "name": "x", "source_run_id": os.environ["OTHER_RUN"]})[0])
 print("model-none", send("/api/2.0/mlflow/logged-models", {"experiment_id": exp, "name": "x"})[0])
 print("finalize-other", send("/api/2.0/mlflow/logged-models/" + os.environ["OTHER_MODEL"], {"status": "LOGGED_MODEL_READY"}, "PATCH")[0])
-print("assess", send("/api/3.0/mlflow/traces/tr-any/assessments", {"assessment": {"assessment_name": "n", "feedback": {"value": 1}}})[0])
+# Traces of its own run (one made outside a run is filed under it), their
+# spans and assessments; none of another run or experiment.
+def trace(tid, run=None, where=None):
+    meta = {"mlflow.sourceRun": run} if run else {}
+    return send("/api/3.0/mlflow/traces", {"trace": {"trace_info": {
+        "trace_id": tid,
+        "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": where or exp}},
+        "request_time": "2026-12-05T10:00:00.000Z", "state": "OK", "trace_metadata": meta}}})
+print("trace-own", trace("tr-job-own", own)[0])
+status, bare = trace("tr-job-bare")
+print("trace-bare", status, bare.get("trace", {}).get("trace_info", {}).get("trace_metadata", {}).get("mlflow.sourceRun") == own)
+print("trace-other", trace("tr-job-other", os.environ["OTHER_RUN"])[0])
+print("trace-elsewhere", trace("tr-job-elsewhere", None, os.environ["OTHER_EXP"])[0])
+def put(path):
+    req = urllib.request.Request(uri + path, b"{}", {"Authorization": auth["Authorization"]}, method="PUT")
+    try:
+        return urllib.request.urlopen(req).status
+    except urllib.error.HTTPError as e:
+        return e.code
+print("spans-own", put("/api/2.0/mlflow-artifacts/artifacts/" + exp + "/traces/tr-job-own/artifacts/traces.json"))
+print("spans-other", put("/api/2.0/mlflow-artifacts/artifacts/0/traces/tr-alice/artifacts/traces.json"))
+verdict = {"assessment": {"assessment_name": "n", "feedback": {"value": 1}}}
+print("assess-own", send("/api/3.0/mlflow/traces/tr-job-own/assessments", verdict)[0])
+print("assess-other", send("/api/3.0/mlflow/traces/tr-alice/assessments", verdict)[0])
+print("link-own", send("/api/2.0/mlflow/traces/link-to-run", {"trace_ids": ["tr-job-bare"], "run_id": own})[0])
+print("link-other", send("/api/2.0/mlflow/traces/link-to-run", {"trace_ids": ["tr-alice"], "run_id": own})[0])
+where = {"locations": [{"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}}]}
+print("trace-search", send("/api/3.0/mlflow/traces/search", where)[0])
 "#;
     let other_model = call(
         &server,
@@ -722,12 +749,39 @@ print("assess", send("/api/3.0/mlflow/traces/tr-any/assessments", {"assessment":
         .as_str()
         .unwrap()
         .to_owned();
+    let alices_trace = call(
+        &server,
+        "POST",
+        "/api/3.0/mlflow/traces",
+        Some(&alice),
+        &json!({"trace": {"trace_info": {
+            "trace_id": "tr-alice",
+            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": "0"}},
+            "request_time": "2026-12-05T10:00:00.000Z",
+            "state": "OK",
+            "trace_metadata": {"mlflow.sourceRun": other_run},
+        }}}),
+    )
+    .await;
+    assert_eq!(alices_trace.status, 200, "{}", alices_trace.body);
+    let other_exp = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/experiments/create",
+        Some(&alice),
+        &json!({"name": "elsewhere"}),
+    )
+    .await;
+    let other_exp = other_exp.json()["experiment_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     std::fs::write(server.data_dir.path().join("job.py"), script).unwrap();
     let spec = json!({
         "name": "token check",
         "command": format!("python3 {}", server.data_dir.path().join("job.py").display()),
         "resources": {"memory": "64Mi"},
-        "env": {"OTHER_RUN": other_run, "OTHER_MODEL": other_model},
+        "env": {"OTHER_RUN": other_run, "OTHER_MODEL": other_model, "OTHER_EXP": other_exp},
     });
     let submitted = call(
         &server,
@@ -776,8 +830,18 @@ print("assess", send("/api/3.0/mlflow/traces/tr-any/assessments", {"assessment":
         "model-other 403",
         "model-none 403",
         "finalize-other 403",
-        // Nor does it judge traces.
-        "assess 403",
+        // The traces of its run, their spans and verdicts; no others.
+        "trace-own 200",
+        "trace-bare 200 True",
+        "trace-other 403",
+        "trace-elsewhere 403",
+        "spans-own 200",
+        "spans-other 403",
+        "assess-own 200",
+        "assess-other 403",
+        "link-own 200",
+        "link-other 403",
+        "trace-search 200",
     ] {
         assert!(log.body.contains(line), "{line}: {}", log.body);
     }
