@@ -400,6 +400,7 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
             &trainyard_store::Viewer::of(&user),
         )
         .await?
+        .traces
         .into_iter()
         .map(|t| trainyard_domain::explorer::RunTrace {
             name: t

@@ -102,7 +102,7 @@ pub async fn experiment_traces(
         .await?;
     let experiment = store.get_experiment(experiment_id).await?;
     let viewer = trainyard_store::Viewer::of(&user);
-    let mut traces = store
+    let page = store
         .search_traces(
             &[experiment_id],
             None,
@@ -112,8 +112,20 @@ pub async fn experiment_traces(
             &viewer,
         )
         .await?;
-    let more = traces.len() as u64 > TRACES_PAGE;
+    let mut traces = page.traces;
+    let more = page.cut || traces.len() as u64 > TRACES_PAGE;
     traces.truncate(TRACES_PAGE as usize);
+    // The list shows the feedback that stands, in short: the rest of each
+    // assessment stays on the server.
+    for t in &mut traces {
+        t.assessments.retain(|a| a.valid && a.kind == "feedback");
+        for a in &mut t.assessments {
+            a.body.clear();
+            a.rationale = None;
+            a.metadata.clear();
+            a.value = a.value.chars().take(40).collect();
+        }
+    }
     Ok((experiment.name, traces, more))
 }
 
@@ -535,6 +547,7 @@ pub fn TracesPage() -> impl IntoView {
                 Ok((name, traces, more)) => {
                     let id = experiment.get();
                     let offset = offset.get();
+                    let shown = traces.len() as u64;
                     view! {
                         <Title text=format!("Traces of {name}")/>
                         <nav class="crumbs" aria-label="Breadcrumbs">
@@ -568,7 +581,7 @@ pub fn TracesPage() -> impl IntoView {
                                 </table>
                                 <nav class="pager">
                                     {(offset > 0).then(|| view! { <a href=format!("?offset={}", offset.saturating_sub(TRACES_PAGE))>"← Newer"</a> })}
-                                    {more.then(|| view! { <a href=format!("?offset={}", offset + TRACES_PAGE)>"Older →"</a> })}
+                                    {more.then(|| view! { <a href=format!("?offset={}", offset + shown)>"Older →"</a> })}
                                 </nav>
                             }.into_any()
                         }}

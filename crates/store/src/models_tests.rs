@@ -621,6 +621,7 @@ async fn traces_matching(store: &Store, exp: i64, filter: &str) -> Vec<String> {
         .search_traces(&[exp], filter.as_ref(), &[], 10, 0, &Viewer::Everyone)
         .await
         .unwrap()
+        .traces
         .into_iter()
         .map(|t| t.trace_id)
         .collect()
@@ -934,6 +935,70 @@ async fn assessments_override_update_and_go_with_their_trace() {
         store.get_assessment("tr-1", "a-mine").await,
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// A search page ends early rather than carry more assessment text than
+/// its budget, and the next page goes on from there.
+#[tokio::test]
+async fn a_trace_search_page_carries_a_bounded_amount_of_assessments() {
+    use crate::assessments::NewAssessment;
+    use crate::traces::MAX_PAGE_ASSESSMENT_CHARS;
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("heavy", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let value = format!(r#"{{"value":"{}"}}"#, "x".repeat(1 << 20));
+    let per_trace = (MAX_PAGE_ASSESSMENT_CHARS as usize >> 20) / 2 + 1;
+    for (i, id) in ["tr-c", "tr-b", "tr-a"].into_iter().enumerate() {
+        let trace = trainyard_domain::tracking::TraceInfo {
+            trace_id: id.into(),
+            experiment_id: exp,
+            request_time: 1_000 * (i as i64 + 1),
+            execution_time: None,
+            state: "OK".into(),
+            request_preview: String::new(),
+            response_preview: String::new(),
+            client_request_id: None,
+            metadata: Vec::new(),
+            tags: Vec::new(),
+            assessments: Vec::new(),
+        };
+        store.start_trace(trace, ana.as_owner()).await.unwrap();
+        // The two newest hold more than half the budget each.
+        if id != "tr-c" {
+            for _ in 0..per_trace {
+                store
+                    .create_assessment(NewAssessment {
+                        trace_id: id.into(),
+                        name: "long".into(),
+                        kind: "feedback".into(),
+                        body: value.clone(),
+                        source_type: "CODE".into(),
+                        ..NewAssessment::default()
+                    })
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+    let page = |offset| {
+        let store = &store;
+        async move {
+            let found = store
+                .search_traces(&[exp], None, &[], 10, offset, &Viewer::Everyone)
+                .await
+                .unwrap();
+            let ids: Vec<String> = found.traces.iter().map(|t| t.trace_id.clone()).collect();
+            (ids, found.cut)
+        }
+    };
+    assert_eq!(page(0).await, (vec!["tr-a".to_owned()], true));
+    assert_eq!(
+        page(1).await,
+        (vec!["tr-b".to_owned(), "tr-c".to_owned()], false)
+    );
 }
 
 /// Fills a model's metrics with `n` values of `loss` (steps 1..=n) in one

@@ -18,6 +18,20 @@ pub const SOURCE_RUN_METADATA: &str = "mlflow.sourceRun";
 /// The tag that says where the trace's `traces.json` is.
 pub const ARTIFACT_LOCATION_TAG: &str = "mlflow.artifactLocation";
 
+/// Most assessment text (values, rationales, metadata, in characters) that
+/// one page of a trace search carries: the page ends early rather than
+/// carry more, and the next page goes on from there.
+pub const MAX_PAGE_ASSESSMENT_CHARS: i64 = 32 << 20;
+
+/// A page of a trace search.
+#[derive(Debug, Clone, Default)]
+pub struct TracePage {
+    pub traces: Vec<TraceInfo>,
+    /// It ended early, on [`MAX_PAGE_ASSESSMENT_CHARS`]: more may follow,
+    /// from `offset + traces.len()`.
+    pub cut: bool,
+}
+
 fn trace_not_found(id: &str) -> StoreError {
     StoreError::NotFound(format!("Trace with ID '{id}' not found."))
 }
@@ -230,7 +244,8 @@ impl Store {
     }
 
     /// Traces of the experiments matching the filter, newest first unless
-    /// ordered otherwise.
+    /// ordered otherwise; at most `limit`, fewer where their assessments
+    /// would carry more than [`MAX_PAGE_ASSESSMENT_CHARS`] (at least one).
     pub async fn search_traces(
         &self,
         experiment_ids: &[i64],
@@ -239,9 +254,9 @@ impl Store {
         limit: u64,
         offset: u64,
         viewer: &Viewer,
-    ) -> Result<Vec<TraceInfo>, StoreError> {
+    ) -> Result<TracePage, StoreError> {
         if experiment_ids.is_empty() {
-            return Ok(Vec::new());
+            return Ok(TracePage::default());
         }
         let mut sql = self.sql();
         sql.push("SELECT t.* FROM traces t WHERE t.experiment_id IN ")
@@ -275,7 +290,39 @@ impl Store {
             .push(" OFFSET ")
             .bind(offset as i64);
         let rows = self.connection().query_all_raw(sql.build()).await?;
-        self.traces_from(&rows).await
+        let ids = rows
+            .iter()
+            .map(|row| get(row, "id"))
+            .collect::<Result<Vec<String>, _>>()?;
+        let fit = self.traces_within_assessment_budget(&ids).await?;
+        Ok(TracePage {
+            traces: self.traces_from(&rows[..fit]).await?,
+            cut: fit < rows.len(),
+        })
+    }
+
+    /// How many of `ids`, from the first, carry at most
+    /// [`MAX_PAGE_ASSESSMENT_CHARS`] of assessments together; at least one.
+    async fn traces_within_assessment_budget(&self, ids: &[String]) -> Result<usize, StoreError> {
+        let mut sizes = std::collections::HashMap::new();
+        for chunk in ids.chunks(500) {
+            let mut sql = self.sql();
+            sql.push("SELECT trace_id, SUM(LENGTH(body) + COALESCE(LENGTH(rationale), 0) + COALESCE(LENGTH(metadata), 0)) AS n FROM trace_assessments WHERE trace_id IN ")
+                .bind_list(chunk.iter().cloned())
+                .push(" GROUP BY trace_id");
+            for row in self.connection().query_all_raw(sql.build()).await? {
+                let n: Option<i64> = get(&row, "n")?;
+                sizes.insert(get::<String>(&row, "trace_id")?, n.unwrap_or(0));
+            }
+        }
+        let mut total = 0;
+        for (i, id) in ids.iter().enumerate() {
+            total += sizes.get(id).copied().unwrap_or(0);
+            if total > MAX_PAGE_ASSESSMENT_CHARS && i > 0 {
+                return Ok(i);
+            }
+        }
+        Ok(ids.len())
     }
 
     pub async fn set_trace_tag(

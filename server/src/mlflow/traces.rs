@@ -345,13 +345,13 @@ pub async fn search(
             &Viewer::of(&principal.user),
         )
         .await?;
-    Ok(Json(wire::page(
-        found,
-        limit,
-        offset,
-        "traces",
-        trace_info_json,
-    )))
+    let carried = found.traces.len() as u64;
+    let mut page = wire::page(found.traces, limit, offset, "traces", trace_info_json);
+    // Ended early on its assessments: the next page goes on from there.
+    if found.cut {
+        page["next_page_token"] = json!(wire::page_token(offset + carried));
+    }
+    Ok(Json(page))
 }
 
 #[derive(Deserialize)]
