@@ -12,6 +12,42 @@ use crate::{Store, StoreError};
 /// Most assessments one trace holds: a trace is judged by a person or a
 /// few scorers, each now and then, not without end.
 pub const MAX_ASSESSMENTS_PER_TRACE: i64 = 1000;
+/// Most text (values, rationales, metadata, in characters) the
+/// assessments of one trace hold together, so that a trace is read whole.
+pub const MAX_TRACE_ASSESSMENT_CHARS: i64 = 16 << 20;
+
+/// The text an assessment holds, as the bound above counts it.
+fn chars_of(body: &str, rationale: Option<&str>, metadata: Option<&str>) -> i64 {
+    [Some(body), rationale, metadata]
+        .into_iter()
+        .flatten()
+        .map(|t| t.chars().count() as i64)
+        .sum()
+}
+
+/// What the trace's assessments hold together: how many, and their text.
+async fn held(
+    store: &Store,
+    conn: &impl ConnectionTrait,
+    trace_id: &str,
+) -> Result<(i64, i64), StoreError> {
+    let mut sql = store.sql();
+    sql.push("SELECT COUNT(*) AS n, SUM(LENGTH(body) + COALESCE(LENGTH(rationale), 0) + COALESCE(LENGTH(metadata), 0)) AS chars FROM trace_assessments WHERE trace_id = ")
+        .bind(trace_id.to_owned());
+    match conn.query_one_raw(sql.build()).await? {
+        Some(row) => Ok((
+            get(&row, "n")?,
+            get::<Option<i64>>(&row, "chars")?.unwrap_or(0),
+        )),
+        None => Ok((0, 0)),
+    }
+}
+
+fn too_much(trace_id: &str, chars: i64) -> StoreError {
+    StoreError::Rejected(format!(
+        "The assessments of trace '{trace_id}' would hold {chars} characters, more than the {MAX_TRACE_ASSESSMENT_CHARS} one trace may hold; keep long values in an artifact or delete some assessments"
+    ))
+}
 
 /// An assessment to record.
 #[derive(Debug, Clone, Default)]
@@ -139,18 +175,17 @@ impl Store {
         {
             let _turn = self.write_turn().await;
             let txn = self.connection().begin().await?;
-            let mut sql = self.sql();
-            sql.push("SELECT COUNT(*) AS n FROM trace_assessments WHERE trace_id = ")
-                .bind(new.trace_id.clone());
-            let held: i64 = match txn.query_one_raw(sql.build()).await? {
-                Some(row) => get(&row, "n")?,
-                None => 0,
-            };
-            if held >= MAX_ASSESSMENTS_PER_TRACE {
+            let (count, chars) = held(self, &txn, &new.trace_id).await?;
+            if count >= MAX_ASSESSMENTS_PER_TRACE {
                 return Err(StoreError::Rejected(format!(
-                    "Trace '{}' already holds {held} assessments, the most one trace may hold; delete some first",
+                    "Trace '{}' already holds {count} assessments, the most one trace may hold; delete some first",
                     new.trace_id
                 )));
+            }
+            let metadata = metadata_text(&new.metadata);
+            let after = chars + chars_of(&new.body, new.rationale.as_deref(), metadata.as_deref());
+            if after > MAX_TRACE_ASSESSMENT_CHARS {
+                return Err(too_much(&new.trace_id, after));
             }
             if let Some(old) = &new.overrides {
                 let mut sql = self.sql();
@@ -190,7 +225,7 @@ impl Store {
                 .push(", ")
                 .bind(new.rationale)
                 .push(", ")
-                .bind(metadata_text(&new.metadata))
+                .bind(metadata)
                 .push(", ")
                 .bind(new.overrides)
                 .push(", ")
@@ -242,6 +277,11 @@ impl Store {
                 Some(row) => from_row(&row)?,
                 None => return Err(not_found(trace_id, id)),
             };
+            let before = chars_of(
+                &old.body,
+                old.rationale.as_deref(),
+                metadata_text(&old.metadata).as_deref(),
+            );
             let body = match change.body {
                 Some((kind, body)) if kind == old.kind => body,
                 Some((kind, _)) => {
@@ -261,6 +301,18 @@ impl Store {
                     None => metadata.push((k, v)),
                 }
             }
+            // An empty rationale removes it.
+            let rationale = match change.rationale {
+                Some(r) if r.is_empty() => None,
+                Some(r) => Some(r),
+                None => old.rationale,
+            };
+            let metadata = metadata_text(&metadata);
+            let (_, chars) = held(self, &txn, trace_id).await?;
+            let after = chars - before + chars_of(&body, rationale.as_deref(), metadata.as_deref());
+            if after > chars.max(MAX_TRACE_ASSESSMENT_CHARS) {
+                return Err(too_much(trace_id, after));
+            }
             let (value_text, value_number) = searchable(&old.kind, &body);
             let mut sql = self.sql();
             sql.push("UPDATE trace_assessments SET name = ")
@@ -272,9 +324,9 @@ impl Store {
                 .push(", value_number = ")
                 .bind(value_number)
                 .push(", rationale = ")
-                .bind(change.rationale.or(old.rationale))
+                .bind(rationale)
                 .push(", metadata = ")
-                .bind(metadata_text(&metadata))
+                .bind(metadata)
                 .push(", valid = ")
                 .bind(change.valid.unwrap_or(old.valid))
                 .push(", last_update_time = ")

@@ -914,6 +914,20 @@ async fn assessments_override_update_and_go_with_their_trace() {
         .await;
     assert!(matches!(wrong, Err(StoreError::Rejected(_))));
 
+    // An empty rationale removes it.
+    let cleared = store
+        .update_assessment(
+            "tr-1",
+            &first.assessment_id,
+            AssessmentChange {
+                rationale: Some(String::new()),
+                ..AssessmentChange::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(cleared.rationale, None);
+
     // A client's own id is kept, and taken once.
     let mine = NewAssessment {
         assessment_id: Some("a-mine".into()),
@@ -949,9 +963,21 @@ async fn a_trace_search_page_carries_a_bounded_amount_of_assessments() {
         .create_experiment_with("heavy", None, &[], ana.as_owner())
         .await
         .unwrap();
+    use crate::assessments::MAX_TRACE_ASSESSMENT_CHARS;
     let value = format!(r#"{{"value":"{}"}}"#, "x".repeat(1 << 20));
-    let per_trace = (MAX_PAGE_ASSESSMENT_CHARS as usize >> 20) / 2 + 1;
-    for (i, id) in ["tr-c", "tr-b", "tr-a"].into_iter().enumerate() {
+    // Three traces of more than a third of the page's budget each, within
+    // what one trace may hold.
+    let per_trace = (MAX_PAGE_ASSESSMENT_CHARS as usize >> 20) / 3 + 1;
+    assert!((per_trace * value.len()) as i64 <= MAX_TRACE_ASSESSMENT_CHARS);
+    let long = |trace: &str| NewAssessment {
+        trace_id: trace.into(),
+        name: "long".into(),
+        kind: "feedback".into(),
+        body: value.clone(),
+        source_type: "CODE".into(),
+        ..NewAssessment::default()
+    };
+    for (i, id) in ["tr-d", "tr-c", "tr-b", "tr-a"].into_iter().enumerate() {
         let trace = trainyard_domain::tracking::TraceInfo {
             trace_id: id.into(),
             experiment_id: exp,
@@ -966,20 +992,9 @@ async fn a_trace_search_page_carries_a_bounded_amount_of_assessments() {
             assessments: Vec::new(),
         };
         store.start_trace(trace, ana.as_owner()).await.unwrap();
-        // The two newest hold more than half the budget each.
-        if id != "tr-c" {
+        if id != "tr-d" {
             for _ in 0..per_trace {
-                store
-                    .create_assessment(NewAssessment {
-                        trace_id: id.into(),
-                        name: "long".into(),
-                        kind: "feedback".into(),
-                        body: value.clone(),
-                        source_type: "CODE".into(),
-                        ..NewAssessment::default()
-                    })
-                    .await
-                    .unwrap();
+                store.create_assessment(long(id)).await.unwrap();
             }
         }
     }
@@ -994,11 +1009,38 @@ async fn a_trace_search_page_carries_a_bounded_amount_of_assessments() {
             (ids, found.cut)
         }
     };
-    assert_eq!(page(0).await, (vec!["tr-a".to_owned()], true));
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(page(0).await, (ids(&["tr-a", "tr-b"]), true));
+    assert_eq!(page(2).await, (ids(&["tr-c", "tr-d"]), false));
+
+    // One trace holds a bounded amount: past it, a new one is refused, and
+    // so is an update that would grow it.
+    let mut made = Vec::new();
+    let refused = loop {
+        match store.create_assessment(long("tr-d")).await {
+            Ok(a) => made.push(a.assessment_id),
+            Err(e) => break e,
+        }
+    };
     assert_eq!(
-        page(1).await,
-        (vec!["tr-b".to_owned(), "tr-c".to_owned()], false)
+        made.len() as i64,
+        MAX_TRACE_ASSESSMENT_CHARS / value.chars().count() as i64
     );
+    assert!(
+        matches!(&refused, StoreError::Rejected(why) if why.contains("more than")),
+        "{refused:?}"
+    );
+    let grown = store
+        .update_assessment(
+            "tr-d",
+            &made[0],
+            crate::assessments::AssessmentChange {
+                rationale: Some("y".repeat(1 << 20)),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(matches!(grown, Err(StoreError::Rejected(_))), "{grown:?}");
 }
 
 /// Fills a model's metrics with `n` values of `loss` (steps 1..=n) in one

@@ -152,9 +152,14 @@ impl Store {
             });
         }
         let ids: Vec<String> = out.iter().map(|t| t.trace_id.clone()).collect();
+        let at: std::collections::HashMap<String, usize> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i))
+            .collect();
         for a in self.assessments_of(&ids).await? {
-            if let Some(trace) = out.iter_mut().find(|t| t.trace_id == a.trace_id) {
-                trace.assessments.push(a);
+            if let Some(&i) = at.get(&a.trace_id) {
+                out[i].assessments.push(a);
             }
         }
         for chunk in ids.chunks(500) {
@@ -167,7 +172,7 @@ impl Store {
                 .push(" ORDER BY key");
                 for row in self.connection().query_all_raw(sql.build()).await? {
                     let id: String = get(&row, "trace_id")?;
-                    if let Some(trace) = out.iter_mut().find(|t| t.trace_id == id) {
+                    if let Some(trace) = at.get(&id).map(|&i| &mut out[i]) {
                         let kv = (get(&row, "key")?, get(&row, "value")?);
                         if table == "trace_tags" {
                             trace.tags.push(kv);

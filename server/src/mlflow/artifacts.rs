@@ -173,7 +173,7 @@ async fn list(
         Use::Read,
     )
     .await?;
-    let files = entries(&dir, "").await;
+    let files = entries(&dir, "", MAX_LISTED).await?;
     let mut out = json!({});
     if !files.is_empty() {
         out["files"] = Value::Array(files);
@@ -181,16 +181,25 @@ async fn list(
     Ok(axum::Json(out))
 }
 
+/// Most entries one folder listing carries.
+const MAX_LISTED: usize = 100_000;
+
 /// The files and folders in `dir`, by name, each path `prefix` + its name
 /// (links are told as what they are, never followed); uploads under way
-/// are left out.
-async fn entries(dir: &Path, prefix: &str) -> Vec<Value> {
+/// are left out. A folder of more than `limit` entries is refused rather
+/// than read whole.
+async fn entries(dir: &Path, prefix: &str, limit: usize) -> Result<Vec<Value>, ApiError> {
     let mut files = Vec::new();
     if let Ok(mut entries) = tokio::fs::read_dir(dir).await {
         while let Ok(Some(entry)) = entries.next_entry().await {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with(".upload-") {
                 continue;
+            }
+            if files.len() == limit {
+                return Err(ApiError::invalid(format!(
+                    "The folder `{prefix}` holds more than {limit} entries, more than one listing carries; list its sub-folders, or download the files you need by path"
+                )));
             }
             let Ok(meta) = entry.metadata().await else {
                 continue;
@@ -203,7 +212,7 @@ async fn entries(dir: &Path, prefix: &str) -> Vec<Value> {
         }
     }
     files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
-    files
+    Ok(files)
 }
 
 #[derive(Deserialize)]
@@ -244,7 +253,7 @@ pub(super) async fn list_of_run(
         format!("{sub}/")
     };
     let mut out = json!({ "root_uri": run.info.artifact_uri });
-    let files = entries(&dir, &prefix).await;
+    let files = entries(&dir, &prefix, MAX_LISTED).await?;
     if !files.is_empty() {
         out["files"] = Value::Array(files);
     }
@@ -521,4 +530,28 @@ fn uuid_like() -> String {
         trainyard_store::now_millis(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_listing_is_bounded_and_skips_uploads_under_way() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["b.txt", "a.txt", ".upload-x"] {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let listed = entries(dir.path(), "p/", 3).await.unwrap();
+        let paths: Vec<&str> = listed.iter().map(|f| f["path"].as_str().unwrap()).collect();
+        assert_eq!(paths, ["p/a.txt", "p/b.txt", "p/sub"]);
+        assert_eq!(listed[0]["file_size"], 1);
+        let over = entries(dir.path(), "p/", 2).await.unwrap_err();
+        assert!(
+            over.message.contains("more than 2 entries"),
+            "{}",
+            over.message
+        );
+    }
 }

@@ -163,6 +163,12 @@ pub(super) fn pairs_of(
         )));
     }
     for (key, value) in &map {
+        if key.contains('\0') || value.contains('\0') {
+            return Err(ApiError::invalid(format!(
+                "{owner}'s {what} `{}` holds a NUL character, which cannot be stored; remove it",
+                key.replace('\0', "\\0")
+            )));
+        }
         if key.is_empty() || key.chars().count() > 250 {
             return Err(ApiError::invalid(format!(
                 "Invalid {what} key `{key}`: 1 to 250 characters"

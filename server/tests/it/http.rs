@@ -471,3 +471,49 @@ async fn bad_assessments_are_refused_naming_the_field() {
         assert!(refused.body.contains(says), "{says}: {}", refused.body);
     }
 }
+
+/// PostgreSQL keeps no NUL character in text: one in a trace's tags or an
+/// assessment's fields is refused with the reason, never a 500.
+#[tokio::test]
+async fn nul_characters_in_traces_and_assessments_are_refused() {
+    use serde_json::json;
+    let server = TestServer::start().await;
+    let made = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/experiments/create",
+        &json!({"name": "nul"}),
+    )
+    .await;
+    let exp = made.json()["experiment_id"].as_str().unwrap().to_owned();
+    let trace = |tags: serde_json::Value| {
+        json!({"trace": {"trace_info": {
+            "trace_id": "tr-nul",
+            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}},
+            "request_time": "2026-12-05T10:00:00.000Z",
+            "state": "OK",
+            "tags": tags,
+        }}})
+    };
+    let refused = common::post_json(
+        server.addr,
+        "/api/3.0/mlflow/traces",
+        &trace(json!({"k": "a\u{0}b"})),
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("NUL"), "{}", refused.body);
+    let made = common::post_json(server.addr, "/api/3.0/mlflow/traces", &trace(json!({}))).await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let path = "/api/3.0/mlflow/traces/tr-nul/assessments";
+    for assessment in [
+        json!({"assessment_name": "a\u{0}", "feedback": {"value": 1}}),
+        json!({"assessment_name": "n", "feedback": {"value": 1}, "rationale": "\u{0}"}),
+        json!({"assessment_name": "n", "feedback": {"value": 1}, "source": {"source_type": "HUMAN", "source_id": "\u{0}"}}),
+        json!({"assessment_name": "n", "feedback": {"value": 1}, "metadata": {"k": "\u{0}"}}),
+    ] {
+        let refused =
+            common::post_json(server.addr, path, &json!({"assessment": assessment})).await;
+        assert_eq!(refused.status, 400, "{assessment}: {}", refused.body);
+        assert!(refused.body.contains("NUL"), "{}", refused.body);
+    }
+}
