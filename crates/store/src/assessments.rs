@@ -26,11 +26,19 @@ fn chars_of(body: &str, rationale: Option<&str>, metadata: Option<&str>) -> i64 
 }
 
 /// What the trace's assessments hold together: how many, and their text.
+/// Takes the trace's turn first (on PostgreSQL, until the transaction
+/// ends), so that two writers at once cannot both pass the bounds.
 async fn held(
     store: &Store,
     conn: &impl ConnectionTrait,
     trace_id: &str,
 ) -> Result<(i64, i64), StoreError> {
+    crate::sql::lock_owner(
+        conn,
+        conn.get_database_backend(),
+        &format!("trace_assessments:{trace_id}"),
+    )
+    .await?;
     let mut sql = store.sql();
     sql.push("SELECT COUNT(*) AS n, SUM(LENGTH(body) + COALESCE(LENGTH(rationale), 0) + COALESCE(LENGTH(metadata), 0)) AS chars FROM trace_assessments WHERE trace_id = ")
         .bind(trace_id.to_owned());
@@ -122,7 +130,9 @@ pub fn readable(kind: &str, body: &str) -> (String, Option<String>) {
 /// serialized value as it was serialized) and, where it is a finite number
 /// (not a boolean), as a number.
 fn searchable(kind: &str, body: &str) -> (Option<String>, Option<f64>) {
-    let (text, _) = readable(kind, body);
+    // A serialized value is decoded here, and PostgreSQL keeps no NUL in
+    // text: search does without them.
+    let text = readable(kind, body).0.replace('\0', "");
     let number = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|b| b.get("value").and_then(serde_json::Value::as_f64))

@@ -516,4 +516,17 @@ async fn nul_characters_in_traces_and_assessments_are_refused() {
         assert_eq!(refused.status, 400, "{assessment}: {}", refused.body);
         assert!(refused.body.contains("NUL"), "{}", refused.body);
     }
+    // Inside a value (JSON keeps it escaped) it is kept, and comes back.
+    let serialized = json!({"serialization_format": "JSON_FORMAT", "value": "\"a\u{0}b\""});
+    let kept = common::post_json(
+        server.addr,
+        path,
+        &json!({"assessment": {"assessment_name": "n", "expectation": {"serialized_value": serialized}}}),
+    )
+    .await;
+    assert_eq!(kept.status, 200, "{}", kept.body);
+    assert_eq!(
+        kept.json()["assessment"]["expectation"]["serialized_value"],
+        serialized
+    );
 }
