@@ -200,16 +200,22 @@ impl Store {
             .collect()
     }
 
-    /// Who owns a trace and in which experiment it is.
-    pub async fn trace_place(&self, trace_id: &str) -> Result<(i64, Owner), StoreError> {
+    /// Some columns of a trace's row.
+    async fn trace_row(&self, trace_id: &str, columns: &str) -> Result<QueryResult, StoreError> {
         let mut sql = self.sql();
-        sql.push("SELECT experiment_id, user_id, team_id FROM traces WHERE id = ")
+        sql.push(&format!("SELECT {columns} FROM traces WHERE id = "))
             .bind(trace_id.to_owned());
-        let row = self
-            .connection()
+        self.connection()
             .query_one_raw(sql.build())
             .await?
-            .ok_or_else(|| trace_not_found(trace_id))?;
+            .ok_or_else(|| trace_not_found(trace_id))
+    }
+
+    /// Who owns a trace and in which experiment it is.
+    pub async fn trace_place(&self, trace_id: &str) -> Result<(i64, Owner), StoreError> {
+        let row = self
+            .trace_row(trace_id, "experiment_id, user_id, team_id")
+            .await?;
         Ok((
             get(&row, "experiment_id")?,
             Owner::new(get(&row, "user_id")?, get(&row, "team_id")?),
@@ -218,15 +224,7 @@ impl Store {
 
     /// The run a trace is filed under, if any.
     pub async fn trace_run(&self, trace_id: &str) -> Result<Option<String>, StoreError> {
-        let mut sql = self.sql();
-        sql.push("SELECT run_id FROM traces WHERE id = ")
-            .bind(trace_id.to_owned());
-        let row = self
-            .connection()
-            .query_one_raw(sql.build())
-            .await?
-            .ok_or_else(|| trace_not_found(trace_id))?;
-        get(&row, "run_id")
+        get(&self.trace_row(trace_id, "run_id").await?, "run_id")
     }
 
     /// May the user see (Read) or change (Change) the trace? As for runs.
