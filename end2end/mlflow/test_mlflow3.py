@@ -445,6 +445,114 @@ def test_genai_evaluate_records_each_scorers_verdict_on_its_trace(tracking, uniq
     assert verdicts == {"A": True, "nope": False}
 
 
+def test_evaluation_datasets_merge_records_by_their_inputs(tracking, unique):
+    from mlflow.genai import datasets
+
+    experiment_id = mlflow.set_experiment(f"datasets-{unique}").experiment_id
+    other = MlflowClient().create_experiment(f"datasets-other-{unique}")
+    made = datasets.create_dataset(name=f"qa-{unique}", experiment_id=experiment_id, tags={"stage": "draft"})
+    assert made.dataset_id.startswith("d-")
+    assert made.experiment_ids == [experiment_id]
+    assert made.tags["stage"] == "draft"
+
+    made.merge_records([
+        {"inputs": {"question": "2+2?"}, "expectations": {"answer": "4"}},
+        {"inputs": {"question": "capital of France?"}, "expectations": {"answer": "Paris"}, "tags": {"topic": "geo"}},
+    ])
+    # The same inputs again: outputs replaced, expectations added to.
+    made.merge_records([{"inputs": {"question": "2+2?"}, "outputs": "four", "expectations": {"why": "arithmetic"}}])
+
+    found = datasets.get_dataset(dataset_id=made.dataset_id)
+    assert found.name == f"qa-{unique}" and found.digest != made.digest
+    assert json.loads(found.profile) == {"num_records": 2}
+    assert json.loads(found.schema)["expectations"] == {"answer": "string", "why": "string"}
+    assert datasets.get_dataset(name=f"qa-{unique}").dataset_id == made.dataset_id
+    rows = {r["inputs"]["question"]: r for r in found.to_df().to_dict(orient="records")}
+    assert set(rows) == {"2+2?", "capital of France?"}
+    assert rows["2+2?"]["outputs"] == "four"
+    assert rows["2+2?"]["expectations"] == {"answer": "4", "why": "arithmetic"}
+    assert rows["capital of France?"]["tags"]["topic"] == "geo"
+    assert rows["capital of France?"]["source_type"] == "HUMAN"
+
+    # Search: by experiment, by tag, by name.
+    def names(**kw):
+        return [d.name for d in datasets.search_datasets(**kw)]
+
+    assert names(experiment_ids=[experiment_id]) == [f"qa-{unique}"]
+    assert names(filter_string=f"name = 'qa-{unique}' AND tags.stage = 'draft'") == [f"qa-{unique}"]
+    assert names(filter_string=f"name = 'qa-{unique}' AND tags.stage = 'final'") == []
+
+    # Tags and experiments.
+    datasets.set_dataset_tags(made.dataset_id, {"stage": "final"})
+    datasets.delete_dataset_tag(made.dataset_id, "stage")
+    assert "stage" not in datasets.get_dataset(dataset_id=made.dataset_id).tags
+    added = datasets.add_dataset_to_experiments(made.dataset_id, [other])
+    assert sorted(added.experiment_ids) == sorted([experiment_id, other])
+    left = datasets.remove_dataset_from_experiments(made.dataset_id, [experiment_id])
+    assert left.experiment_ids == [other]
+    assert names(experiment_ids=[experiment_id]) == []
+
+    # Deleting records, then the dataset.
+    record_id = rows["2+2?"]["dataset_record_id"]
+    assert found.delete_records([record_id]) == 1
+    assert [r["inputs"] for r in datasets.get_dataset(dataset_id=made.dataset_id).to_df().to_dict(orient="records")] == [
+        {"question": "capital of France?"}
+    ]
+    datasets.delete_dataset(dataset_id=made.dataset_id)
+    with pytest.raises(MlflowException) as gone:
+        datasets.get_dataset(dataset_id=made.dataset_id)
+    assert gone.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+
+
+def test_a_dataset_of_traces_pages_and_feeds_genai_evaluate(tracking, unique):
+    from mlflow.genai import datasets
+    from mlflow.genai.scorers import scorer
+
+    experiment_id = mlflow.set_experiment(f"dataset-eval-{unique}").experiment_id
+
+    @mlflow.trace
+    def answer(question):
+        return question.upper()
+
+    for question in ["a", "b"]:
+        answer(question)
+    mlflow.flush_trace_async_logging()
+    traces = mlflow.search_traces(experiment_ids=[experiment_id], return_type="list")
+    from_traces = datasets.create_dataset(name=f"traced-{unique}", experiment_id=experiment_id)
+    from_traces.merge_records(traces)
+    records = from_traces.to_df().to_dict(orient="records")
+    assert sorted((r["inputs"]["question"], r["outputs"]) for r in records) == [("a", "A"), ("b", "B")]
+    assert {r["source_type"] for r in records} == {"TRACE"}
+    assert {r["source_id"] for r in records} == {t.info.trace_id for t in traces}
+
+    # More records than one page holds come back whole.
+    large = datasets.create_dataset(name=f"large-{unique}", experiment_id=experiment_id)
+    large.merge_records([{"inputs": {"i": i}, "expectations": {"double": 2 * i}} for i in range(2100)])
+    frame = datasets.get_dataset(dataset_id=large.dataset_id).to_df()
+    assert sorted(frame["inputs"].map(lambda x: x["i"])) == list(range(2100))
+
+    @scorer
+    def exact(outputs, expectations):
+        return outputs == expectations["expected"]
+
+    graded = datasets.create_dataset(name=f"graded-{unique}", experiment_id=experiment_id)
+    graded.merge_records([
+        {"inputs": {"question": "a"}, "expectations": {"expected": "A"}},
+        {"inputs": {"question": "b"}, "expectations": {"expected": "nope"}},
+    ])
+    result = mlflow.genai.evaluate(
+        data=datasets.get_dataset(dataset_id=graded.dataset_id),
+        predict_fn=lambda question: question.upper(),
+        scorers=[exact],
+    )
+    assert result.metrics["exact/mean"] == 0.5
+    inputs = mlflow.get_run(result.run_id).inputs.dataset_inputs
+    assert [(i.dataset.name, i.dataset.source_type) for i in inputs] == [
+        (f"graded-{unique}", "mlflow_evaluation_dataset")
+    ]
+    assert json.loads(inputs[0].dataset.source) == {"dataset_id": graded.dataset_id}
+
+
 def test_a_large_artifact_goes_up_in_parts_when_asked(
     tracking, server, unique, tmp_path, monkeypatch
 ):

@@ -20,6 +20,7 @@ mod m20261203_000015_session_recheck;
 mod m20261204_000016_model_metrics_newest;
 mod m20261204_000017_job_gpu_devices;
 mod m20261205_000018_trace_assessments;
+mod m20261205_000019_evaluation_datasets;
 
 pub struct Migrator;
 
@@ -45,6 +46,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000016_model_metrics_newest::Migration),
             Box::new(m20261204_000017_job_gpu_devices::Migration),
             Box::new(m20261205_000018_trace_assessments::Migration),
+            Box::new(m20261205_000019_evaluation_datasets::Migration),
         ]
     }
 }

@@ -268,7 +268,7 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
     {
         return true;
     }
-    const RUN_WRITES_AND_SEARCHES: [&str; 15] = [
+    const RUN_WRITES_AND_SEARCHES: [&str; 16] = [
         "/runs/update",
         "/runs/log-metric",
         "/runs/log-parameter",
@@ -283,6 +283,8 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
         "/experiments/search-datasets",
         "/mlflow/logged-models",
         "/traces/search",
+        // Evaluation datasets: read, not written.
+        "/datasets/search",
         // Its traces to its run (the handler checks both).
         "/traces/link-to-run",
     ];

@@ -701,6 +701,55 @@ pub mod tracking {
         pub last_update_time: i64,
     }
 
+    /// An evaluation dataset (MLflow 3's `mlflow.genai.datasets`): the
+    /// records `mlflow.genai.evaluate` runs over.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct EvaluationDataset {
+        /// `d-` and 32 hex digits.
+        pub dataset_id: String,
+        pub name: String,
+        pub tags: Vec<(String, String)>,
+        /// MLflow's inferred schema (JSON): each field of the records'
+        /// inputs, outputs and expectations with its type.
+        pub schema: Option<String>,
+        /// Changes with every change of the records.
+        pub digest: String,
+        pub num_records: i64,
+        /// In ms since the epoch.
+        pub created_time: i64,
+        pub last_update_time: i64,
+        pub created_by: Option<String>,
+        pub last_updated_by: Option<String>,
+    }
+
+    /// One record of an evaluation dataset: one distinct set of inputs,
+    /// with what is expected of them. The JSON fields are kept as sent.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct DatasetRecord {
+        /// `dr-` and 32 hex digits.
+        pub dataset_record_id: String,
+        pub dataset_id: String,
+        /// A JSON object.
+        pub inputs: String,
+        /// Any JSON value, or none.
+        pub outputs: Option<String>,
+        /// A JSON object, or none.
+        pub expectations: Option<String>,
+        /// A JSON object of strings.
+        pub tags: Option<String>,
+        /// `{"source_type": "TRACE" | "HUMAN" | "DOCUMENT" | "CODE" |
+        /// "UNSPECIFIED", "source_data": {...}}`.
+        pub source: Option<String>,
+        /// The trace's id for a record made from a trace, else the source's
+        /// own `source_id`.
+        pub source_id: Option<String>,
+        pub source_type: Option<String>,
+        pub created_time: i64,
+        pub last_update_time: i64,
+        pub created_by: Option<String>,
+        pub last_updated_by: Option<String>,
+    }
+
     /// Run statuses of MLflow.
     pub const RUN_STATUSES: [&str; 5] = ["RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"];
 

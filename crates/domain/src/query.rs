@@ -33,6 +33,8 @@ pub enum Scope {
     ModelVersions,
     /// MLflow 3's traces: `metadata.<key>` reads their request metadata.
     Traces,
+    /// MLflow 3's evaluation datasets.
+    EvaluationDatasets,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +57,8 @@ pub enum Attribute {
     SourcePath,
     TraceId,
     ExecutionTime,
+    CreatedBy,
+    LastUpdatedBy,
 }
 
 impl Attribute {
@@ -90,6 +94,8 @@ impl Attribute {
             Attribute::SourcePath => "source_path",
             Attribute::TraceId => "trace_id",
             Attribute::ExecutionTime => "execution_time_ms",
+            Attribute::CreatedBy => "created_by",
+            Attribute::LastUpdatedBy => "last_updated_by",
         }
     }
 
@@ -134,6 +140,11 @@ impl Attribute {
             (Scope::Traces, "status" | "state") => Attribute::Status,
             (Scope::Traces, "name") => Attribute::Name,
             (Scope::Traces, "run_id") => Attribute::RunId,
+            (Scope::EvaluationDatasets, "name") => Attribute::Name,
+            (Scope::EvaluationDatasets, "created_time") => Attribute::CreationTime,
+            (Scope::EvaluationDatasets, "last_update_time") => Attribute::LastUpdateTime,
+            (Scope::EvaluationDatasets, "created_by") => Attribute::CreatedBy,
+            (Scope::EvaluationDatasets, "last_updated_by") => Attribute::LastUpdatedBy,
             _ => return None,
         };
         Some(attr)
@@ -151,6 +162,9 @@ impl Attribute {
                 "name, run_id, source_path, version_number, creation_timestamp, last_updated_timestamp"
             }
             Scope::Traces => "trace_id, name, status, timestamp_ms, execution_time_ms, run_id",
+            Scope::EvaluationDatasets => {
+                "name, created_time, last_update_time, created_by, last_updated_by"
+            }
         }
     }
 }
@@ -720,9 +734,10 @@ impl Parser {
             (_, Some(other)) => {
                 let valid = match self.scope {
                     Scope::Runs | Scope::LoggedModels => "metrics, params, tags, attributes",
-                    Scope::Experiments | Scope::RegisteredModels | Scope::ModelVersions => {
-                        "tags, attributes"
-                    }
+                    Scope::Experiments
+                    | Scope::RegisteredModels
+                    | Scope::ModelVersions
+                    | Scope::EvaluationDatasets => "tags, attributes",
                     Scope::Traces => "tags, metadata, feedback, expectation, attributes",
                 };
                 return Err(self.error_at(

@@ -5,6 +5,7 @@ pub mod assessments;
 mod chunks;
 pub mod compaction;
 pub mod entity;
+pub mod eval_datasets;
 pub mod fair_share;
 pub mod identity;
 pub mod jobs;
@@ -503,6 +504,8 @@ impl Store {
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+mod eval_datasets_tests;
 #[cfg(test)]
 mod identity_tests;
 #[cfg(test)]

@@ -173,6 +173,7 @@ pub(crate) fn too_many(table: &str, held: i64) -> String {
         "registered_model_aliases" => ("registered model", "aliases", "delete some aliases first"),
         "model_version_tags" => ("model version", "tags", "delete some tags first"),
         "trace_tags" => ("trace", "tags", "delete some tags first"),
+        "evaluation_dataset_tags" => ("evaluation dataset", "tags", "delete some tags first"),
         "trace_metadata" => (
             "trace",
             "metadata keys",
@@ -250,6 +251,7 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
         (Field::Tag(k), Scope::ModelVersions) => Some(("model_version_tags", k)),
         (Field::Tag(k), Scope::Traces) => Some(("trace_tags", k)),
         (Field::Param(k), Scope::Traces) => Some(("trace_metadata", k)),
+        (Field::Tag(k), Scope::EvaluationDatasets) => Some(("evaluation_dataset_tags", k)),
         (Field::Metric(k), _) => Some(("latest_metrics", k)),
         (Field::Param(k), _) => Some(("params", k)),
         (Field::Tag(k), Scope::Runs) => Some(("tags", k)),
@@ -267,6 +269,15 @@ fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
             Attribute::Status => "t.state",
             Attribute::RunId => "t.run_id",
             _ => "t.name",
+        };
+    }
+    if scope == Scope::EvaluationDatasets {
+        return match attr {
+            Attribute::CreationTime => "d.created_time",
+            Attribute::LastUpdateTime => "d.last_update_time",
+            Attribute::CreatedBy => "d.created_by",
+            Attribute::LastUpdatedBy => "d.last_updated_by",
+            _ => "d.name",
         };
     }
     if matches!(scope, Scope::RegisteredModels | Scope::ModelVersions) {
@@ -311,7 +322,9 @@ fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
         | Attribute::VersionNumber
         | Attribute::SourcePath
         | Attribute::TraceId
-        | Attribute::ExecutionTime => "NULL",
+        | Attribute::ExecutionTime
+        | Attribute::CreatedBy
+        | Attribute::LastUpdatedBy => "NULL",
     }
 }
 
@@ -331,6 +344,7 @@ fn test(
             "x.registered_model_id = v.registered_model_id AND x.version = v.version"
         }
         Scope::Traces => "x.trace_id = t.id",
+        Scope::EvaluationDatasets => "x.dataset_id = d.id",
     };
     if let Field::Assessment(kind, name) = field {
         assessment_test(sql, *kind, name, predicate);

@@ -2,11 +2,13 @@
 //! inputs), the model registry, and the mlflow-artifacts proxy, so that scripts using the official
 //! `mlflow` client work unchanged. Served under `/api/2.0/mlflow/` and
 //! `/ajax-api/2.0/mlflow/` (the MLflow UI's prefix); `/api/3.0/mlflow/`
-//! answers `server-info`, traces and their assessments; every unknown path under these answers
+//! answers `server-info`, traces and their assessments, and evaluation
+//! datasets; every unknown path under these answers
 //! MLflow's JSON error.
 
 mod artifacts;
 mod assessments;
+mod eval_datasets;
 mod experiments;
 mod metrics;
 mod models;
@@ -276,6 +278,42 @@ fn v3_routes() -> Router<AppState> {
             get(assessments::get)
                 .patch(assessments::update)
                 .delete(assessments::delete),
+        )
+        .route("/datasets/create", post(eval_datasets::create))
+        .route(
+            "/datasets/search",
+            get(eval_datasets::search).post(eval_datasets::search),
+        )
+        .route(
+            "/datasets/{dataset_id}",
+            get(eval_datasets::get).delete(eval_datasets::delete),
+        )
+        .route(
+            "/datasets/{dataset_id}/tags",
+            patch(eval_datasets::set_tags),
+        )
+        .route(
+            "/datasets/{dataset_id}/tags/{key}",
+            delete(eval_datasets::delete_tag),
+        )
+        .route(
+            "/datasets/{dataset_id}/experiment-ids",
+            get(eval_datasets::experiment_ids),
+        )
+        .route(
+            "/datasets/{dataset_id}/add-experiments",
+            post(eval_datasets::add_experiments),
+        )
+        .route(
+            "/datasets/{dataset_id}/remove-experiments",
+            post(eval_datasets::remove_experiments),
+        )
+        .route(
+            "/datasets/{dataset_id}/records",
+            get(eval_datasets::records)
+                .post(eval_datasets::upsert_records)
+                .delete(eval_datasets::delete_records)
+                .layer(DefaultBodyLimit::max(eval_datasets::MAX_RECORDS_BODY)),
         )
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(wrong_method)

@@ -10,9 +10,11 @@ use serde_json::{Map, Value};
 
 use super::{ApiError, MAX_JSON_BODY};
 
-pub struct Req<T>(pub T);
+/// `LIMIT` is the body's bound, as the route's `DefaultBodyLimit` sets it,
+/// for the refusal to name.
+pub struct Req<T, const LIMIT: usize = MAX_JSON_BODY>(pub T);
 
-impl<S, T> FromRequest<S> for Req<T>
+impl<S, T, const LIMIT: usize> FromRequest<S> for Req<T, LIMIT>
 where
     S: Send + Sync,
     T: DeserializeOwned,
@@ -25,7 +27,7 @@ where
         } else {
             let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::too_large(MAX_JSON_BODY)
+                    ApiError::too_large(LIMIT)
                 } else {
                     ApiError::invalid(format!("could not read the request body: {rejection}"))
                 }
@@ -55,14 +57,20 @@ where
 /// tokens, which strict JSON parsers refuse; MLflow's server accepts them, so
 /// when strict parsing fails they are read as MLflow's string forms.
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    lenient_json(bytes).map_err(|first| ApiError {
+        status: StatusCode::BAD_REQUEST,
+        code: "MALFORMED_REQUEST",
+        message: format!("the request body is not valid JSON: {first}"),
+    })
+}
+
+/// JSON as Python's `json` writes it (bare NaN and ±Infinity read as
+/// MLflow's string forms), or the strict parser's error.
+pub fn lenient_json(bytes: &[u8]) -> Result<Value, serde_json::Error> {
     serde_json::from_slice(bytes).or_else(|first| {
         quote_non_finite(bytes)
             .and_then(|fixed| serde_json::from_slice(&fixed).ok())
-            .ok_or_else(|| ApiError {
-                status: StatusCode::BAD_REQUEST,
-                code: "MALFORMED_REQUEST",
-                message: format!("the request body is not valid JSON: {first}"),
-            })
+            .ok_or(first)
     })
 }
 

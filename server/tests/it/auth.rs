@@ -735,6 +735,19 @@ print("link-own", send("/api/2.0/mlflow/traces/link-to-run", {"trace_ids": ["tr-
 print("link-other", send("/api/2.0/mlflow/traces/link-to-run", {"trace_ids": ["tr-alice"], "run_id": own})[0])
 where = {"locations": [{"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}}]}
 print("trace-search", send("/api/3.0/mlflow/traces/search", where)[0])
+# Evaluation datasets: read (an evaluation reads its data), not written.
+ds = "/api/3.0/mlflow/datasets/" + os.environ["DATASET"]
+def get(path):
+    try:
+        return urllib.request.urlopen(urllib.request.Request(uri + path, headers=auth)).status
+    except urllib.error.HTTPError as e:
+        return e.code
+print("dataset-get", get(ds), get(ds + "/records"), get(ds + "/experiment-ids"))
+print("dataset-search", send("/api/3.0/mlflow/datasets/search", {})[0])
+print("dataset-create", send("/api/3.0/mlflow/datasets/create", {"name": "x"})[0])
+print("dataset-merge", send(ds + "/records", {"records": "[{\"inputs\": {\"q\": 1}}]"})[0])
+print("dataset-tag", send(ds + "/tags", {"tags": "{}"}, "PATCH")[0])
+print("dataset-delete", send(ds, {}, "DELETE")[0])
 "#;
     let other_model = call(
         &server,
@@ -776,12 +789,25 @@ print("trace-search", send("/api/3.0/mlflow/traces/search", where)[0])
         .as_str()
         .unwrap()
         .to_owned();
+    let dataset = call(
+        &server,
+        "POST",
+        "/api/3.0/mlflow/datasets/create",
+        Some(&alice),
+        &json!({"name": "questions"}),
+    )
+    .await;
+    assert_eq!(dataset.status, 200, "{}", dataset.body);
+    let dataset = dataset.json()["dataset"]["dataset_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     std::fs::write(server.data_dir.path().join("job.py"), script).unwrap();
     let spec = json!({
         "name": "token check",
         "command": format!("python3 {}", server.data_dir.path().join("job.py").display()),
         "resources": {"memory": "64Mi"},
-        "env": {"OTHER_RUN": other_run, "OTHER_MODEL": other_model, "OTHER_EXP": other_exp},
+        "env": {"OTHER_RUN": other_run, "OTHER_MODEL": other_model, "OTHER_EXP": other_exp, "DATASET": dataset},
     });
     let submitted = call(
         &server,
@@ -842,6 +868,12 @@ print("trace-search", send("/api/3.0/mlflow/traces/search", where)[0])
         "link-own 200",
         "link-other 403",
         "trace-search 200",
+        "dataset-get 200 200 200",
+        "dataset-search 200",
+        "dataset-create 403",
+        "dataset-merge 403",
+        "dataset-tag 403",
+        "dataset-delete 403",
     ] {
         assert!(log.body.contains(line), "{line}: {}", log.body);
     }
@@ -1400,9 +1432,61 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
     let judged = call(&server, "POST", assessments, Some(&alice), &feedback).await;
     assert_eq!(judged.status, 200, "{}", judged.body);
     assert_eq!(judged.json()["assessment"]["assessment_id"], "a-matrix");
+    let dataset = call(
+        &server,
+        "POST",
+        "/api/3.0/mlflow/datasets/create",
+        Some(&alice),
+        &json!({"name": "matrix questions", "experiment_ids": [exp]}),
+    )
+    .await;
+    assert_eq!(dataset.status, 200, "{}", dataset.body);
+    let dataset = format!(
+        "/api/3.0/mlflow/datasets/{}",
+        dataset.json()["dataset"]["dataset_id"].as_str().unwrap()
+    );
     // Each person runs the whole list in this order, so deletes are undone
     // and writes are repeatable.
     let probes = vec![
+        Probe::json("GET", &dataset, Value::Null, false),
+        Probe::json("GET", &format!("{dataset}/records"), Value::Null, false),
+        Probe::json(
+            "GET",
+            &format!("{dataset}/experiment-ids"),
+            Value::Null,
+            false,
+        ),
+        Probe::json(
+            "PATCH",
+            &format!("{dataset}/tags"),
+            json!({"tags": "{\"k\": \"v\"}"}),
+            true,
+        ),
+        Probe::json("DELETE", &format!("{dataset}/tags/k"), Value::Null, true),
+        Probe::json(
+            "POST",
+            &format!("{dataset}/records"),
+            json!({"records": "[{\"inputs\": {\"q\": 1}}]"}),
+            true,
+        ),
+        Probe::json(
+            "DELETE",
+            &format!("{dataset}/records"),
+            json!({"dataset_record_ids": ["dr-none"]}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &format!("{dataset}/add-experiments"),
+            json!({"experiment_ids": [exp]}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &format!("{dataset}/remove-experiments"),
+            json!({"experiment_ids": ["999"]}),
+            true,
+        ),
         Probe::json(
             "POST",
             assessments,
@@ -1721,6 +1805,31 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
         assert_eq!(answer.status, 200, "{}", answer.body);
         assert_eq!(answer.body.contains(&model_id), found, "{}", answer.body);
     }
+    // The team finds alice's dataset; another team does not, and deleting
+    // it is theirs alone (for a stranger it is not there at all).
+    for (who, found) in [(&bob, true), (&carol, false), (&alice, true)] {
+        let answer = call(
+            &server,
+            "POST",
+            "/api/3.0/mlflow/datasets/search",
+            Some(who),
+            &json!({"experiment_ids": [exp]}),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(
+            answer.body.contains("matrix questions"),
+            found,
+            "{}",
+            answer.body
+        );
+    }
+    for (who, status) in [(&carol, 200), (&bob, 403), (&alice, 200)] {
+        let answer = call(&server, "DELETE", &dataset, Some(who), &Value::Null).await;
+        assert_eq!(answer.status, status, "{}", answer.body);
+    }
+    let gone = call(&server, "GET", &dataset, Some(&alice), &Value::Null).await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
     // Only its owner (or an admin) deletes it; then nobody finds it.
     let path = mlflow(&format!("logged-models/{model_id}"));
     for (who, status) in [(&carol, 404), (&bob, 403), (&alice, 200), (&alice, 404)] {

@@ -345,6 +345,154 @@ async fn pages_render_while_other_servers_of_the_process_start() {
     }
 }
 
+/// Evaluation datasets: what is wrong with a request is named (the field,
+/// the record's place), nothing of a refused merge is kept, and a merge may
+/// be larger than other MLflow requests, up to its own bound.
+#[tokio::test]
+async fn bad_evaluation_datasets_are_refused_naming_the_field() {
+    use serde_json::json;
+    let server = TestServer::start().await;
+    let create = "/api/3.0/mlflow/datasets/create";
+    for (body, says) in [
+        (json!({}), "'name'"),
+        (json!({"name": "x".repeat(256)}), "255"),
+        (json!({"name": "a\u{0}b"}), "NUL"),
+        (
+            json!({"name": "q", "tags": "[1]"}),
+            "'tags' must be a JSON object",
+        ),
+        (
+            json!({"name": "q", "experiment_ids": ["one"]}),
+            "Invalid experiment ID 'one'",
+        ),
+    ] {
+        let refused = common::post_json(server.addr, create, &body).await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert!(refused.body.contains(says), "{says}: {}", refused.body);
+    }
+    let unknown = common::post_json(
+        server.addr,
+        create,
+        &json!({"name": "q", "experiment_ids": ["4242"]}),
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+
+    let made = common::post_json(server.addr, create, &json!({"name": "questions"})).await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let id = made.json()["dataset"]["dataset_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let records = format!("/api/3.0/mlflow/datasets/{id}/records");
+    let merge = |list: serde_json::Value| json!({"records": list.to_string()});
+    for (body, says) in [
+        (json!({}), "'records'"),
+        (json!({"records": "[{"}), "'records' is not valid JSON"),
+        (json!({"records": "{}"}), "must be a JSON list"),
+        (
+            merge(json!([{"inputs": {"q": 1}}, {"outputs": 2}])),
+            "records[1].inputs",
+        ),
+        (
+            merge(json!([{"inputs": {"q": 1}, "expectations": [1]}])),
+            "records[0].expectations",
+        ),
+        (
+            merge(json!([{"inputs": {"q": 1}, "source": {"source_type": "ROBOT"}}])),
+            "records[0].source.source_type",
+        ),
+        (merge(json!([{"inputs": {"q": "a\u{0}"}}])), "NUL"),
+        (
+            merge(json!([{"inputs": {"q": "x".repeat((1 << 20) + 1)}}])),
+            "more than the 1048576 one record may hold",
+        ),
+    ] {
+        let refused = common::post_json(server.addr, &records, &body).await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert_eq!(refused.json()["error_code"], "INVALID_PARAMETER_VALUE");
+        assert!(refused.body.contains(says), "{says}: {}", refused.body);
+    }
+    // A bad record late in the list keeps the good ones before it out too.
+    let page = common::request(server.addr, "GET", &records, &[], b"").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(page.json()["records"], "[]");
+
+    // A merge larger than other requests' 4 MiB goes in whole; one past
+    // its own bound is refused, saying the bound.
+    let big: Vec<_> = (0..50)
+        .map(|i| json!({"inputs": {"i": i, "context": "c".repeat(100_000)}}))
+        .collect();
+    let body = merge(json!(big));
+    assert!(body.to_string().len() > 4 << 20);
+    let merged = common::post_json(server.addr, &records, &body).await;
+    assert_eq!(merged.status, 200, "{}", merged.body);
+    assert_eq!(merged.json()["inserted_count"], 50);
+    let huge: Vec<_> = (0..40)
+        .map(|i| json!({"inputs": {"i": i, "context": "c".repeat(900_000)}}))
+        .collect();
+    let too_large = common::post_json(server.addr, &records, &merge(json!(huge))).await;
+    assert_eq!(too_large.status, 413, "{}", too_large.body);
+    assert!(
+        too_large.body.contains(&(32 << 20).to_string()),
+        "{}",
+        too_large.body
+    );
+
+    // Pages hold at most what was asked; their token goes on; a bad one is named.
+    let first = common::request(
+        server.addr,
+        "GET",
+        &format!("{records}?max_results=20"),
+        &[],
+        b"",
+    )
+    .await;
+    let list: Vec<serde_json::Value> =
+        serde_json::from_str(first.json()["records"].as_str().unwrap()).unwrap();
+    assert_eq!(list.len(), 20);
+    assert_eq!(list[0]["inputs"]["i"], 0);
+    let token = first.json()["next_page_token"].as_str().unwrap().to_owned();
+    let rest = common::request(
+        server.addr,
+        "GET",
+        &format!("{records}?max_results=100&page_token={token}"),
+        &[],
+        b"",
+    )
+    .await;
+    let list: Vec<serde_json::Value> =
+        serde_json::from_str(rest.json()["records"].as_str().unwrap()).unwrap();
+    assert_eq!(list.len(), 30);
+    assert_eq!(list[0]["inputs"]["i"], 20);
+    assert!(
+        rest.json().get("next_page_token").is_none(),
+        "{}",
+        rest.body
+    );
+    for query in ["max_results=0", "page_token=nope"] {
+        let refused =
+            common::request(server.addr, "GET", &format!("{records}?{query}"), &[], b"").await;
+        assert_eq!(refused.status, 400, "{query}: {}", refused.body);
+    }
+    // Ids that name nothing are not found, whatever their characters.
+    for path in [
+        "/api/3.0/mlflow/datasets/d-nothing",
+        "/api/3.0/mlflow/datasets/..%2Fetc",
+    ] {
+        let missing = common::request(server.addr, "GET", path, &[], b"").await;
+        assert_eq!(missing.status, 404, "{path}: {}", missing.body);
+    }
+    let filter = common::post_json(
+        server.addr,
+        "/api/3.0/mlflow/datasets/search",
+        &json!({"filter_string": "metrics.x > 1"}),
+    )
+    .await;
+    assert_eq!(filter.status, 400, "{}", filter.body);
+    assert!(filter.body.contains("filter_string"), "{}", filter.body);
+}
+
 /// Assessments of traces: what is wrong with one is named, the field and
 /// what to do, and nothing is kept of a refused one.
 #[tokio::test]
