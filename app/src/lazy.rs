@@ -147,6 +147,30 @@ impl LazyRoute for TracesRoute {
     }
 }
 
+pub struct DatasetsRoute;
+
+#[lazy_route]
+impl LazyRoute for DatasetsRoute {
+    fn data() -> Self {
+        Self
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <explorer::datasets::DatasetsPage/> }.into_any()
+    }
+}
+
+pub struct DatasetRoute;
+
+#[lazy_route]
+impl LazyRoute for DatasetRoute {
+    fn data() -> Self {
+        Self
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <explorer::datasets::DatasetPage/> }.into_any()
+    }
+}
+
 pub struct TraceRoute;
 
 #[lazy_route]

@@ -69,6 +69,8 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("runs"), ParamSegment("run")) view=explorer::RunPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("traces")) view={Lazy::<TracesRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("traces"), ParamSegment("trace")) view={Lazy::<TraceRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("datasets")) view={Lazy::<DatasetsRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("datasets"), ParamSegment("dataset")) view={Lazy::<DatasetRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("models") view={Lazy::<ModelsRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("compare") view={Lazy::<CompareRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("jobs") view=jobs::JobsPage ssr=SsrMode::InOrder/>

@@ -1,8 +1,9 @@
 """Logs one run with what MLflow 3 scripts add beside metrics: a dataset
 (pandas, from S3), two logged models with a metric each (the first
 registered, with an alias), and a trace of two nested spans with a judge's
-feedback, a person's that overrides it, and an expectation. Prints the
-ids as JSON. Usage: seed_mlflow3.py URL EXPERIMENT"""
+feedback, a person's that overrides it, and an expectation; and an
+evaluation dataset of two records, one of them made from the trace. Prints
+the ids as JSON. Usage: seed_mlflow3.py URL EXPERIMENT"""
 
 import json
 import sys
@@ -53,6 +54,13 @@ mlflow.override_feedback(
     source=AssessmentSource(source_type="HUMAN", source_id="ana"),
 )
 mlflow.log_expectation(trace_id=trace_id, name="expected_label", value=1)
+questions = mlflow.genai.datasets.create_dataset(
+    name="width questions", experiment_id=experiment_id, tags={"stage": "draft"}
+)
+questions.merge_records([mlflow.get_trace(trace_id)])
+questions.merge_records([
+    {"inputs": {"width": 0.2}, "expectations": {"label": 0, "why": "narrow"}, "tags": {"checked": "yes"}},
+])
 registered = f"shapes-{experiment}"
 version = mlflow.register_model(f"models:/{model.model_id}", registered)
 mlflow.MlflowClient().set_registered_model_alias(registered, "champion", version.version)
@@ -63,6 +71,8 @@ print(
             "run_id": run.info.run_id,
             "model_id": model.model_id,
             "registered": registered,
+            "dataset_id": questions.dataset_id,
+            "trace_id": trace_id,
         }
     )
 )

@@ -2,7 +2,8 @@
 // official mlflow client (explorer/seed_mlflow3.py): the Models page with a
 // registered model, its version and alias, and an experiment's logged
 // models sorted by a metric; an experiment's traces and one trace's span
-// tree with a span's inputs and outputs, and its assessments.
+// tree with a span's inputs and outputs, and its assessments; an
+// experiment's evaluation datasets and one dataset's records.
 import { expect, test } from '@playwright/test';
 import { execFileSync } from 'node:child_process';
 import { homedir } from 'node:os';
@@ -14,7 +15,14 @@ const python = join(
   'python',
 );
 
-type Seeded = { experiment_id: string; run_id: string; model_id: string; registered: string };
+type Seeded = {
+  experiment_id: string;
+  run_id: string;
+  model_id: string;
+  registered: string;
+  dataset_id: string;
+  trace_id: string;
+};
 
 function seed(baseURL: string): Seeded {
   const out = execFileSync(
@@ -97,4 +105,34 @@ test("an experiment's traces open to their span tree", async ({ page, baseURL })
   await expect(person).toContainText('1 is right for 0.7');
   await expect(page.locator('[data-testid="assessments"] tr[data-assessment="expected_label"]')).toContainText('expectation');
   await page.screenshot({ path: test.info().outputPath('trace.png'), fullPage: true });
+});
+
+test("an experiment's evaluation datasets open to their records", async ({ page, baseURL }) => {
+  const seeded = seed(baseURL!);
+  await page.goto(`/experiments/${seeded.experiment_id}`);
+  await page.getByRole('link', { name: 'Datasets' }).click();
+  await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}/datasets$`));
+  const listed = page.locator('[data-testid="dataset-list"] tbody tr');
+  await expect(listed).toHaveCount(1);
+  await expect(listed).toHaveAttribute('data-dataset', 'width questions');
+  await expect(listed.getByTestId('dataset-records')).toHaveText('2');
+  await expect(listed).toContainText('stage: draft');
+  await listed.getByRole('link', { name: 'width questions' }).click();
+  await expect(page).toHaveURL(new RegExp(`/datasets/${seeded.dataset_id}$`));
+  await expect(page.getByTestId('dataset-name')).toHaveText('width questions');
+  await expect(page.getByTestId('dataset-count')).toHaveText('2 records');
+  await expect(page.getByTestId('dataset-schema')).toContainText('inputs: width (float)');
+  // In the order they came: the trace's record first, linking to it.
+  const records = page.locator('[data-testid="records"] tbody tr');
+  await expect(records).toHaveCount(2);
+  await expect(records.nth(0).getByTestId('record-inputs')).toContainText('width');
+  await expect(records.nth(0).getByTestId('record-inputs')).toContainText('0.7');
+  await expect(records.nth(0).getByTestId('record-outputs')).toContainText('1');
+  await expect(records.nth(1).getByTestId('record-expectations')).toContainText('narrow');
+  await expect(records.nth(1)).toContainText('checked: yes');
+  await expect(records.nth(1).getByTestId('record-source')).toContainText('human');
+  await page.screenshot({ path: test.info().outputPath('dataset.png'), fullPage: true });
+  await records.nth(0).getByTestId('record-source').getByRole('link', { name: 'trace' }).click();
+  await expect(page).toHaveURL(new RegExp(`/traces/${seeded.trace_id}$`));
+  await expect(page.getByTestId('trace-name')).toHaveText('predict');
 });

@@ -5,6 +5,7 @@
 pub mod api;
 pub(crate) mod chart;
 mod compare;
+pub mod datasets;
 pub mod models;
 mod run;
 mod table;

@@ -202,6 +202,7 @@ fn ExperimentHead(
             {archived.then(|| view! { <span class="badge badge-off">"archived"</span> })}
             <span class="muted" data-testid="experiment-runs">{summary.runs} " runs"</span>
             <a href=format!("/experiments/{}/traces", summary.id)>"Traces"</a>
+            <a href=format!("/experiments/{}/datasets", summary.id)>"Datasets"</a>
             <a href=format!("/models?experiment={}", summary.id)>"Logged models"</a>
         </section>
         <Form method="GET" action="" attr:class="query-box" attr:role="search">

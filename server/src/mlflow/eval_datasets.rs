@@ -412,17 +412,16 @@ pub async fn experiment_ids(
         .store
         .dataset_as(&principal.user, &id, Access::Read)
         .await?;
-    let mut shown = Vec::new();
-    for experiment in state.store.dataset_experiment_ids(&id).await? {
-        if state
-            .store
-            .experiment_as(&principal.user, experiment, Access::Read)
-            .await
-            .is_ok()
-        {
-            shown.push(experiment.to_string());
-        }
-    }
+    let linked = state.store.dataset_experiment_ids(&id).await?;
+    let readable = state
+        .store
+        .readable_experiments(&linked, &Viewer::of(&principal.user))
+        .await?;
+    let shown: Vec<String> = linked
+        .iter()
+        .filter(|e| readable.contains(e))
+        .map(i64::to_string)
+        .collect();
     Ok(Json(json!({ "experiment_ids": shown })))
 }
 

@@ -1824,6 +1824,37 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
             answer.body
         );
     }
+    // Shown also in an experiment of carol's (by an admin): alice is told
+    // only of the experiments she may read.
+    let carols = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/experiments/create",
+        Some(&carol),
+        &json!({"name": "carol's questions"}),
+    )
+    .await;
+    let carols = carols.json()["experiment_id"].as_str().unwrap().to_owned();
+    let added = call(
+        &server,
+        "POST",
+        &format!("{dataset}/add-experiments"),
+        Some(&admin),
+        &json!({"experiment_ids": [carols]}),
+    )
+    .await;
+    assert_eq!(added.status, 200, "{}", added.body);
+    for (who, shown) in [(&alice, json!([exp])), (&admin, json!([exp, carols]))] {
+        let answer = call(
+            &server,
+            "GET",
+            &format!("{dataset}/experiment-ids"),
+            Some(who),
+            &Value::Null,
+        )
+        .await;
+        assert_eq!(answer.json()["experiment_ids"], shown, "{}", answer.body);
+    }
     for (who, status) in [(&carol, 200), (&bob, 403), (&alice, 200)] {
         let answer = call(&server, "DELETE", &dataset, Some(who), &Value::Null).await;
         assert_eq!(answer.status, status, "{}", answer.body);
