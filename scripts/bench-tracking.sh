@@ -7,11 +7,15 @@
 #   (c) a downsampled read of 100 runs x 100,000 points to 1,000 points each
 #       (Trainyard's /api/trainyard/v1/series; MLflow's get-history-bulk-interval)
 #   (d) runs/search with a filter and an order over 10,000 runs
+#   (e) evaluation datasets (mlflow.genai.datasets): 10,000 records with
+#       500-character contexts merged in one request as merge_records sends
+#       them, the same merged again (every one an update), and read back
+#       whole a page of 1,000 at a time as to_df reads them
 # Read workloads seed MLflow's database with SQL (its ingest is too slow to
 # seed 10 million points); Trainyard is seeded through its API, and read once
 # its background compaction has settled, as a finished run would be.
 # BENCH_SECONDS (default 10) sets the ingest duration; BENCH_WORKLOADS
-# (default "a b c d") picks workloads. MLflow's slowest reads are timed once.
+# (default "a b c d e") picks workloads. MLflow's slowest reads are timed once.
 # BENCH_DATABASE=postgres runs Trainyard on a throwaway PostgreSQL cluster
 # instead of SQLite (MLflow stays on SQLite, its reference setup).
 # BENCH_MLFLOW=0 measures Trainyard alone (a quick check while developing;
@@ -22,7 +26,7 @@ source "$(dirname "$0")/common.sh"
 "$ROOT/scripts/build.sh"
 
 seconds="${BENCH_SECONDS:-10}"
-workloads=" ${BENCH_WORKLOADS:-a b c d} "
+workloads=" ${BENCH_WORKLOADS:-a b c d e} "
 wants() { [[ "$workloads" == *" $1 "* ]]; }
 with_mlflow() { [ "${BENCH_MLFLOW:-1}" != 0 ]; }
 work="$(mktemp -d)"
@@ -148,6 +152,7 @@ seed_points() { # url run-ids batches-per-thread keys
   RUN_IDS="$2" KEYS="$4" LIMIT="$batches" wrk -t2 -c4 -d"${duration}s" --timeout 60s -s "$lua" "$1" | grep '^WRK' >&2
 }
 
+ty_ds_insert=0 ty_ds_merge=0 ty_ds_read=0 ml_ds_insert=0 ml_ds_merge=0 ml_ds_read=0
 ty_ingest=0 ml_ingest=0 ty_hist=0 ty_hist_paged=0 ml_hist=0 ty_hist_n=0 ty_down=0 ml_down=0 ty_search=0 ml_search=0 ty_rss_kb=0 ty_anon_kb=0 ty_file_kb=0
 if wants a; then
 step "(a) ingest: runs/log-batch, 1,000 points per request, 4 connections, ${seconds}s"
@@ -243,6 +248,39 @@ ml_search=$(time_post "$ml/api/2.0/mlflow/runs/search" "{\"experiment_ids\": [\"
 fi
 fi
 
+if wants e; then
+step "(e) evaluation datasets: merge 10,000 records, merge them again, read them all"
+jq -n '{records: ([range(10000) | {inputs: {question: "q\(.)", context: ("c" * 500)}, expectations: {answer: "a\(.)"}}] | tojson)}' >"$work/records.json"
+dataset_bench() { # base-url -> seconds to insert, to merge again, to read every page
+  local id insert merge total=0 token="" t
+  id=$(curl -sf -X POST "$1/api/3.0/mlflow/datasets/create" -H 'Content-Type: application/json' \
+    -d '{"name": "bench"}' | jq -r .dataset.dataset_id)
+  post() {
+    curl -sf -o "$work/upsert.json" -w '%{time_total}' -X POST "$1/api/3.0/mlflow/datasets/$id/records" \
+      -H 'Content-Type: application/json' --data-binary @"$work/records.json" || die "merging records into $1 failed"
+  }
+  insert=$(post "$1")
+  [ "$(jq .inserted_count "$work/upsert.json")" = 10000 ] || die "$1 inserted $(cat "$work/upsert.json")"
+  merge=$(post "$1")
+  [ "$(jq .updated_count "$work/upsert.json")" = 10000 ] || die "$1 updated $(cat "$work/upsert.json")"
+  local got=0
+  while :; do
+    t=$(curl -sf -o "$work/page.json" -w '%{time_total}' \
+      "$1/api/3.0/mlflow/datasets/$id/records?max_results=1000${token:+&page_token=$token}") || die "reading records of $1 failed"
+    total=$(awk -v a="$total" -v b="$t" 'BEGIN { print a + b }')
+    got=$(( got + $(jq -r '.records | fromjson | length' "$work/page.json") ))
+    token=$(jq -r '.next_page_token // empty | @uri' "$work/page.json")
+    [ -n "$token" ] || break
+  done
+  [ "$got" = 10000 ] || die "$1 gave back $got records of 10000"
+  echo "$insert $merge $total"
+}
+read -r ty_ds_insert ty_ds_merge ty_ds_read <<<"$(dataset_bench "$ty")"
+if with_mlflow; then
+  read -r ml_ds_insert ml_ds_merge ml_ds_read <<<"$(dataset_bench "$ml")"
+fi
+fi
+
 ratio() { awk -v a="$1" -v b="$2" -v hi="$3" 'BEGIN { if (a <= 0 || b <= 0) { print "-"; exit } r = hi ? a / b : b / a; printf "%.1fx\n", r }'; }
 ms() { awk -v s="$1" 'BEGIN { if (s <= 0) print "skipped"; else printf "%.1f", s * 1000 }'; }
 echo
@@ -252,6 +290,9 @@ printf '%-58s %14s %14s %8s\n' "(b) get-history, 1,000,000 points, ms (Trainyard
 printf '%-58s %14s %14s %8s\n' "(b) the same, in pages of 25,000 like the Python client, ms" "$(ms "$ty_hist_paged")" "-" "-"
 printf '%-58s %14s %14s %8s\n' "(c) 100 runs x 100,000 points -> 1,000 each, ms" "$(ms "$ty_down")" "$(ms "$ml_down")" "$(ratio "$ty_down" "$ml_down" 0)"
 printf '%-58s %14s %14s %8s\n' "(d) search 10,000 runs, filter + order, 100 results, ms" "$(ms "$ty_search")" "$(ms "$ml_search")" "$(ratio "$ty_search" "$ml_search" 0)"
+printf '%-58s %14s %14s %8s\n' "(e) dataset: merge 10,000 new records, ms" "$(ms "$ty_ds_insert")" "$(ms "$ml_ds_insert")" "$(ratio "$ty_ds_insert" "$ml_ds_insert" 0)"
+printf '%-58s %14s %14s %8s\n' "(e) the same again (10,000 updates), ms" "$(ms "$ty_ds_merge")" "$(ms "$ml_ds_merge")" "$(ratio "$ty_ds_merge" "$ml_ds_merge" 0)"
+printf '%-58s %14s %14s %8s\n' "(e) read all 10,000, pages of 1,000, ms" "$(ms "$ty_ds_read")" "$(ms "$ml_ds_read")" "$(ratio "$ty_ds_read" "$ml_ds_read" 0)"
 printf '%-58s %14s\n' "Trainyard peak memory (VmHWM) after ingest, MB" "$((ty_rss_kb / 1024))"
 printf '%-58s %14s\n' "  then: private (RssAnon), MB" "$((ty_anon_kb / 1024))"
 printf '%-58s %14s\n' "  then: file-backed (binary, SQLite map; RssFile), MB" "$((ty_file_kb / 1024))"
