@@ -2,7 +2,8 @@
 (pandas, from S3), two logged models with a metric each (the first
 registered, with an alias), and a trace of two nested spans with a judge's
 feedback, a person's that overrides it, and an expectation; and an
-evaluation dataset of two records, one of them made from the trace. Prints
+evaluation dataset of two records, one of them made from the trace; and, in
+an experiment of its own, a trace that loaded a registered prompt. Prints
 the ids as JSON. Usage: seed_mlflow3.py URL EXPERIMENT"""
 
 import json
@@ -61,6 +62,19 @@ questions.merge_records([mlflow.get_trace(trace_id)])
 questions.merge_records([
     {"inputs": {"width": 0.2}, "expectations": {"label": 0, "why": "narrow"}, "tags": {"checked": "yes"}},
 ])
+prompt = f"greeting-{experiment}"
+mlflow.genai.register_prompt(name=prompt, template="Hello {{who}}")
+mlflow.set_experiment(f"{experiment}-prompted")
+
+
+@mlflow.trace
+def greet(who):
+    return mlflow.genai.load_prompt(f"prompts:/{prompt}/1").format(who=who)
+
+
+greet("ana")
+mlflow.flush_trace_async_logging()
+prompted_trace = mlflow.get_last_active_trace_id()
 registered = f"shapes-{experiment}"
 version = mlflow.register_model(f"models:/{model.model_id}", registered)
 mlflow.MlflowClient().set_registered_model_alias(registered, "champion", version.version)
@@ -73,6 +87,8 @@ print(
             "registered": registered,
             "dataset_id": questions.dataset_id,
             "trace_id": trace_id,
+            "prompt": prompt,
+            "prompted_trace_id": prompted_trace,
         }
     )
 )

@@ -445,6 +445,32 @@ def test_genai_evaluate_records_each_scorers_verdict_on_its_trace(tracking, uniq
     assert verdicts == {"A": True, "nope": False}
 
 
+def test_traces_are_found_by_the_prompt_versions_they_used(tracking, unique):
+    experiment_id = mlflow.set_experiment(f"prompted-{unique}").experiment_id
+    name = f"greet-{unique}"
+    mlflow.genai.register_prompt(name=name, template="Hello {{who}}")
+    mlflow.genai.register_prompt(name=name, template="Hi {{who}}")
+
+    @mlflow.trace
+    def greet(who, version):
+        return mlflow.genai.load_prompt(f"prompts:/{name}/{version}").format(who=who)
+
+    for who, version in [("ana", 1), ("ben", 2), ("eve", 2)]:
+        greet(who, version)
+    mlflow.flush_trace_async_logging()
+
+    def who_used(filter_string):
+        found = mlflow.search_traces(experiment_ids=[experiment_id], filter_string=filter_string, return_type="list")
+        return sorted(t.data.spans[0].inputs["who"] for t in found)
+
+    assert who_used(f'prompt = "{name}/1"') == ["ana"]
+    assert who_used(f'prompt = "{name}/2"') == ["ben", "eve"]
+    assert who_used(f'tags.`mlflow.linkedPrompts` = "{name}/2"') == ["ben", "eve"]
+    assert who_used(f'prompt = "{name}/3"') == []
+    with pytest.raises(MlflowException):
+        who_used(f'prompt != "{name}/2"')
+
+
 def test_evaluation_datasets_merge_records_by_their_inputs(tracking, unique):
     from mlflow.genai import datasets
 

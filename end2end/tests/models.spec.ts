@@ -22,6 +22,8 @@ type Seeded = {
   registered: string;
   dataset_id: string;
   trace_id: string;
+  prompt: string;
+  prompted_trace_id: string;
 };
 
 function seed(baseURL: string): Seeded {
@@ -104,7 +106,11 @@ test("an experiment's traces open to their span tree", async ({ page, baseURL })
   await expect(person).toContainText('human · ana');
   await expect(person).toContainText('1 is right for 0.7');
   await expect(page.locator('[data-testid="assessments"] tr[data-assessment="expected_label"]')).toContainText('expectation');
+  await expect(page.getByTestId('trace-prompts')).toHaveCount(0);
   await page.screenshot({ path: test.info().outputPath('trace.png'), fullPage: true });
+  // A trace that loaded a registered prompt names the version it used.
+  await page.goto(`/experiments/${seeded.experiment_id}/traces/${seeded.prompted_trace_id}`);
+  await expect(page.getByTestId('trace-prompts')).toHaveText(`Prompts used: ${seeded.prompt} v1`);
 });
 
 test("an experiment's evaluation datasets open to their records", async ({ page, baseURL }) => {

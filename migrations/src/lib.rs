@@ -21,6 +21,7 @@ mod m20261204_000016_model_metrics_newest;
 mod m20261204_000017_job_gpu_devices;
 mod m20261205_000018_trace_assessments;
 mod m20261205_000019_evaluation_datasets;
+mod m20261205_000020_trace_prompts;
 
 pub struct Migrator;
 
@@ -47,6 +48,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000017_job_gpu_devices::Migration),
             Box::new(m20261205_000018_trace_assessments::Migration),
             Box::new(m20261205_000019_evaluation_datasets::Migration),
+            Box::new(m20261205_000020_trace_prompts::Migration),
         ]
     }
 }

@@ -268,7 +268,7 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
     {
         return true;
     }
-    const RUN_WRITES_AND_SEARCHES: [&str; 16] = [
+    const RUN_WRITES_AND_SEARCHES: [&str; 17] = [
         "/runs/update",
         "/runs/log-metric",
         "/runs/log-parameter",
@@ -285,8 +285,10 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
         "/traces/search",
         // Evaluation datasets: read, not written.
         "/datasets/search",
-        // Its traces to its run (the handler checks both).
+        // Its traces to its run (the handler checks both), and to the
+        // prompt versions they used (the handler checks the trace).
         "/traces/link-to-run",
+        "/traces/link-prompts",
     ];
     RUN_WRITES_AND_SEARCHES
         .iter()

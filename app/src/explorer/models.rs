@@ -179,11 +179,13 @@ pub async fn get_trace(trace_id: String) -> Result<TraceView, AppError> {
             Some("The client has not written its spans (traces.json) yet.".to_owned()),
         ),
     };
+    let prompts = store.trace_prompts(&trace_id).await?;
     Ok(TraceView {
         info,
         spans,
         note,
         truncated,
+        prompts,
     })
 }
 
@@ -658,6 +660,14 @@ pub fn TracePage() -> impl IntoView {
                             <span class="badge">{t.info.state.to_lowercase()}</span>
                             <span class="muted">{format_utc(t.info.request_time)} {t.info.execution_time.map(|ms| format!(" · {ms} ms"))}</span>
                         </section>
+                        {(!t.prompts.is_empty()).then(|| view! {
+                            <p class="muted" data-testid="trace-prompts">"Prompts used: "
+                                {t.prompts.iter().map(|p| match p.rsplit_once('/') {
+                                    Some((name, version)) => view! { <code>{format!("{name} v{version}")}</code> " " },
+                                    None => view! { <code>{p.clone()}</code> " " },
+                                }).collect_view()}
+                            </p>
+                        })}
                         {t.note.clone().map(|n| view! { <p class="muted" data-testid="trace-note">{n}</p> })}
                         {t.truncated.then(|| view! { <p class="muted">"Only the first 2,000 spans are shown."</p> })}
                         <table class="table spans" data-testid="spans">

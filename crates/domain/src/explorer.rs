@@ -704,6 +704,8 @@ pub struct TraceView {
     pub note: Option<String>,
     /// Spans past [`MAX_SPANS`] were left out.
     pub truncated: bool,
+    /// The prompt versions it used, as `name/version`.
+    pub prompts: Vec<String>,
 }
 
 /// A span as `traces.json` holds it, before it is placed in its tree.

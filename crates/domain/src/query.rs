@@ -59,6 +59,8 @@ pub enum Attribute {
     ExecutionTime,
     CreatedBy,
     LastUpdatedBy,
+    /// A prompt version a trace used: `prompt = "name/version"`.
+    Prompt,
 }
 
 impl Attribute {
@@ -96,6 +98,7 @@ impl Attribute {
             Attribute::ExecutionTime => "execution_time_ms",
             Attribute::CreatedBy => "created_by",
             Attribute::LastUpdatedBy => "last_updated_by",
+            Attribute::Prompt => "prompt",
         }
     }
 
@@ -140,6 +143,7 @@ impl Attribute {
             (Scope::Traces, "status" | "state") => Attribute::Status,
             (Scope::Traces, "name") => Attribute::Name,
             (Scope::Traces, "run_id") => Attribute::RunId,
+            (Scope::Traces, "prompt") => Attribute::Prompt,
             (Scope::EvaluationDatasets, "name") => Attribute::Name,
             (Scope::EvaluationDatasets, "created_time") => Attribute::CreationTime,
             (Scope::EvaluationDatasets, "last_update_time") => Attribute::LastUpdateTime,
@@ -161,7 +165,9 @@ impl Attribute {
             Scope::ModelVersions => {
                 "name, run_id, source_path, version_number, creation_timestamp, last_updated_timestamp"
             }
-            Scope::Traces => "trace_id, name, status, timestamp_ms, execution_time_ms, run_id",
+            Scope::Traces => {
+                "trace_id, name, status, timestamp_ms, execution_time_ms, run_id, prompt"
+            }
             Scope::EvaluationDatasets => {
                 "name, created_time, last_update_time, created_by, last_updated_by"
             }
@@ -749,6 +755,11 @@ impl Parser {
         if key_is_empty(&field) {
             return Err(self.error_at(key_pos, "empty key"));
         }
+        // As in MLflow, the tag the client writes of a trace's prompts is
+        // searched through its links.
+        if self.scope == Scope::Traces && field == Field::Tag("mlflow.linkedPrompts".to_owned()) {
+            return Ok(Field::Attr(Attribute::Prompt));
+        }
         Ok(field)
     }
 
@@ -928,6 +939,16 @@ fn expected_operator(found: &str) -> String {
 fn check(field: &Field, predicate: &Predicate, position: usize) -> Result<(), QueryError> {
     if let Field::Assessment(..) = field {
         return check_assessment(field, predicate, position);
+    }
+    if *field == Field::Attr(Attribute::Prompt) {
+        return match predicate {
+            Predicate::Cmp(CmpOp::Eq, Literal::Str(s)) if s.matches('/').count() == 1 => Ok(()),
+            _ => Err(QueryError {
+                position,
+                message: "prompt takes = and a prompt version: prompt = \"name/version\""
+                    .to_owned(),
+            }),
+        };
     }
     let numeric_only = match field {
         Field::Metric(_) => true,
@@ -1250,5 +1271,22 @@ mod tests {
         assert!(traces("feedback.score LIKE 'h%'").is_err());
         // Only traces have assessments.
         assert!(parse_filter("feedback.correct = 'true'", Scope::Runs).is_err());
+        // The prompt versions a trace used: `=` and `name/version` only.
+        let prompt = Expr::Test(
+            Field::Attr(Attribute::Prompt),
+            Predicate::Cmp(CmpOp::Eq, Literal::Str("greet/2".into())),
+        );
+        assert_eq!(
+            traces("prompt = \"greet/2\"").unwrap(),
+            Some(prompt.clone())
+        );
+        assert_eq!(
+            traces("tags.`mlflow.linkedPrompts` = 'greet/2'").unwrap(),
+            Some(prompt)
+        );
+        assert!(traces("prompt != 'greet/2'").is_err());
+        assert!(traces("prompt = 'greet'").is_err());
+        assert!(traces("prompt LIKE 'greet/%'").is_err());
+        assert!(parse_filter("prompt = 'greet/2'", Scope::Runs).is_err());
     }
 }

@@ -324,7 +324,8 @@ fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
         | Attribute::TraceId
         | Attribute::ExecutionTime
         | Attribute::CreatedBy
-        | Attribute::LastUpdatedBy => "NULL",
+        | Attribute::LastUpdatedBy
+        | Attribute::Prompt => "NULL",
     }
 }
 
@@ -348,6 +349,15 @@ fn test(
     };
     if let Field::Assessment(kind, name) = field {
         assessment_test(sql, *kind, name, predicate);
+        return;
+    }
+    // The parser lets `prompt` through only as `= 'name/version'`.
+    if let (Field::Attr(Attribute::Prompt), Predicate::Cmp(_, Literal::Str(prompt))) =
+        (field, predicate)
+    {
+        sql.push("EXISTS (SELECT 1 FROM trace_prompts x WHERE x.trace_id = t.id AND x.prompt = ")
+            .bind(prompt.clone())
+            .push(")");
         return;
     }
     let Some((table, key)) = kv_table(field, scope) else {

@@ -444,7 +444,77 @@ impl Store {
         self.connection().execute_raw(sql.build()).await?;
         Ok(())
     }
+
+    /// Records that a trace used these prompt versions (`name/version`
+    /// each); links it holds already stay once. Refused when the trace would
+    /// then hold more than [`MAX_PROMPTS_PER_TRACE`].
+    pub async fn link_prompts_to_trace(
+        &self,
+        trace_id: &str,
+        prompts: &[String],
+    ) -> Result<(), StoreError> {
+        let mut prompts = prompts.to_vec();
+        prompts.sort();
+        prompts.dedup();
+        if prompts.is_empty() {
+            return Ok(());
+        }
+        let _turn = self.write_turn().await;
+        let txn = self.connection().begin().await?;
+        crate::sql::lock_owner(
+            &txn,
+            txn.get_database_backend(),
+            &format!("trace_prompts:{trace_id}"),
+        )
+        .await?;
+        let mut sql = self.sql();
+        sql.push("INSERT INTO trace_prompts (trace_id, prompt) VALUES ");
+        for (i, prompt) in prompts.iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.push("(")
+                .bind(trace_id.to_owned())
+                .push(", ")
+                .bind(prompt.clone())
+                .push(")");
+        }
+        sql.push(" ON CONFLICT (trace_id, prompt) DO NOTHING");
+        txn.execute_raw(sql.build()).await?;
+        let mut count = self.sql();
+        count
+            .push("SELECT COUNT(*) AS n FROM trace_prompts WHERE trace_id = ")
+            .bind(trace_id.to_owned());
+        let held: i64 = match txn.query_one_raw(count.build()).await? {
+            Some(row) => get(&row, "n")?,
+            None => 0,
+        };
+        if held > MAX_PROMPTS_PER_TRACE {
+            return Err(StoreError::Rejected(format!(
+                "Trace '{trace_id}' would be linked to {held} prompt versions, more than the {MAX_PROMPTS_PER_TRACE} one trace may be"
+            )));
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// The prompt versions a trace used, as `name/version`.
+    pub async fn trace_prompts(&self, trace_id: &str) -> Result<Vec<String>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT prompt FROM trace_prompts WHERE trace_id = ")
+            .bind(trace_id.to_owned())
+            .push(" ORDER BY prompt");
+        self.connection()
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| get(row, "prompt"))
+            .collect()
+    }
 }
+
+/// Most prompt versions one trace is linked to: a traced call loads a few.
+pub const MAX_PROMPTS_PER_TRACE: i64 = 1000;
 
 /// A trace a deletion takes, with what its caller's check needs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -239,6 +239,7 @@ fn tracking_routes() -> Router<AppState> {
         )
         .route("/traces/delete-traces", post(traces::delete))
         .route("/traces/link-to-run", post(traces::link_to_run))
+        .route("/traces/link-prompts", post(traces::link_prompts))
         .route("/model-versions/set-tag", post(registry::set_version_tag))
         .route(
             "/model-versions/delete-tag",

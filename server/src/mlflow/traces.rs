@@ -546,6 +546,78 @@ pub async fn link_to_run(
     Ok(Json(json!({})))
 }
 
+#[derive(Deserialize)]
+pub struct PromptRef {
+    name: Option<String>,
+    version: Option<Value>,
+}
+
+#[derive(Deserialize)]
+pub struct LinkPrompts {
+    trace_id: Option<String>,
+    #[serde(default, deserialize_with = "wire::list")]
+    prompt_versions: Vec<PromptRef>,
+}
+
+/// Most prompt versions one request links.
+const MAX_PROMPT_LINKS: usize = 100;
+
+/// `POST /api/2.0/mlflow/traces/link-prompts`: the prompt versions a trace
+/// used (`mlflow.genai.load_prompt` in a traced function), which the client
+/// links as it exports the trace; `search_traces` then finds the traces of
+/// one (`prompt = "name/version"`).
+pub async fn link_prompts(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<LinkPrompts>,
+) -> ApiResult {
+    let trace_id = required(req.trace_id.filter(|t| !t.is_empty()), "trace_id")?;
+    if req.prompt_versions.len() > MAX_PROMPT_LINKS {
+        return Err(ApiError::invalid(format!(
+            "'prompt_versions' holds {}; link at most {MAX_PROMPT_LINKS} at once",
+            req.prompt_versions.len()
+        )));
+    }
+    let mut prompts = Vec::with_capacity(req.prompt_versions.len());
+    for (i, p) in req.prompt_versions.into_iter().enumerate() {
+        let name = p
+            .name
+            .filter(|n| !n.trim().is_empty())
+            .ok_or_else(|| ApiError::invalid(format!("'prompt_versions[{i}].name' is required")))?;
+        let version = match p.version {
+            Some(Value::String(v)) => v,
+            Some(Value::Number(n)) => n.to_string(),
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "'prompt_versions[{i}].version' is required: the version's number"
+                )));
+            }
+        };
+        if name.contains('/') || name.contains('\0') || name.chars().count() > 256 {
+            return Err(ApiError::invalid(format!(
+                "'prompt_versions[{i}].name' `{name}` is not a prompt's name: at most 256 characters, no '/'"
+            )));
+        }
+        if version.is_empty() || !version.chars().all(|c| c.is_ascii_digit()) || version.len() > 10
+        {
+            return Err(ApiError::invalid(format!(
+                "'prompt_versions[{i}].version' `{version}` is not a version number"
+            )));
+        }
+        prompts.push(format!("{name}/{version}"));
+    }
+    state
+        .store
+        .trace_as(&principal.user, &trace_id, Access::Change)
+        .await?;
+    job_may_write(&state, &principal, &trace_id).await?;
+    state
+        .store
+        .link_prompts_to_trace(&trace_id, &prompts)
+        .await?;
+    Ok(Json(json!({})))
+}
+
 /// `POST /v1/traces`: OTLP spans. The client reads this message, stops
 /// sending spans here and writes them into the trace's `traces.json`
 /// artifact instead. (A 404, not MLflow's 501: the access log would count

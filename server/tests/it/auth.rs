@@ -735,6 +735,9 @@ print("link-own", send("/api/2.0/mlflow/traces/link-to-run", {"trace_ids": ["tr-
 print("link-other", send("/api/2.0/mlflow/traces/link-to-run", {"trace_ids": ["tr-alice"], "run_id": own})[0])
 where = {"locations": [{"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}}]}
 print("trace-search", send("/api/3.0/mlflow/traces/search", where)[0])
+prompts = {"prompt_versions": [{"name": "greet", "version": "1"}]}
+print("prompts-own", send("/api/2.0/mlflow/traces/link-prompts", {"trace_id": "tr-job-own", **prompts})[0])
+print("prompts-other", send("/api/2.0/mlflow/traces/link-prompts", {"trace_id": "tr-alice", **prompts})[0])
 # Evaluation datasets: read (an evaluation reads its data), not written.
 ds = "/api/3.0/mlflow/datasets/" + os.environ["DATASET"]
 def get(path):
@@ -868,6 +871,8 @@ print("dataset-delete", send(ds, {}, "DELETE")[0])
         "link-own 200",
         "link-other 403",
         "trace-search 200",
+        "prompts-own 200",
+        "prompts-other 403",
         "dataset-get 200 200 200",
         "dataset-search 200",
         "dataset-create 403",
@@ -1675,6 +1680,12 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
             "/api/3.0/mlflow/traces/tr-matrix",
             Value::Null,
             false,
+        ),
+        Probe::json(
+            "POST",
+            &mlflow("traces/link-prompts"),
+            json!({"trace_id": "tr-matrix", "prompt_versions": [{"name": "greet", "version": "1"}]}),
+            true,
         ),
         Probe::json(
             "PATCH",

@@ -345,6 +345,85 @@ async fn pages_render_while_other_servers_of_the_process_start() {
     }
 }
 
+/// Linking a trace to the prompt versions it used: each bad one is named
+/// by its place; a link made twice is one; the trace must exist.
+#[tokio::test]
+async fn bad_prompt_links_are_refused_naming_the_field() {
+    use serde_json::json;
+    let server = TestServer::start().await;
+    let made = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/experiments/create",
+        &json!({"name": "prompted"}),
+    )
+    .await;
+    let exp = made.json()["experiment_id"].as_str().unwrap().to_owned();
+    let trace = common::post_json(
+        server.addr,
+        "/api/3.0/mlflow/traces",
+        &json!({"trace": {"trace_info": {
+            "trace_id": "tr-prompted",
+            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}},
+            "request_time": "2026-12-05T10:00:00.000Z",
+            "state": "OK",
+        }}}),
+    )
+    .await;
+    assert_eq!(trace.status, 200, "{}", trace.body);
+    let path = "/api/2.0/mlflow/traces/link-prompts";
+    let link = |versions: serde_json::Value| json!({"trace_id": "tr-prompted", "prompt_versions": versions});
+    let many: Vec<_> = (0..101)
+        .map(|i| json!({"name": "p", "version": i.to_string()}))
+        .collect();
+    for (body, says) in [
+        (json!({"prompt_versions": []}), "'trace_id'"),
+        (link(json!([{"version": "1"}])), "prompt_versions[0].name"),
+        (
+            link(json!([{"name": "a", "version": "1"}, {"name": "a/b", "version": "1"}])),
+            "prompt_versions[1].name",
+        ),
+        (
+            link(json!([{"name": "a", "version": "one"}])),
+            "prompt_versions[0].version",
+        ),
+        (link(json!([{"name": "a"}])), "prompt_versions[0].version"),
+        (link(json!(many)), "at most 100"),
+    ] {
+        let refused = common::post_json(server.addr, path, &body).await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert!(refused.body.contains(says), "{says}: {}", refused.body);
+    }
+    let unknown = common::post_json(
+        server.addr,
+        path,
+        &json!({"trace_id": "tr-nothing", "prompt_versions": [{"name": "a", "version": "1"}]}),
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    for _ in 0..2 {
+        let linked = common::post_json(
+            server.addr,
+            path,
+            &link(json!([{"name": "greet", "version": 2}, {"name": "greet", "version": "2"}])),
+        )
+        .await;
+        assert_eq!(linked.status, 200, "{}", linked.body);
+    }
+    let found = common::post_json(
+        server.addr,
+        "/api/3.0/mlflow/traces/search",
+        &json!({"locations": [{"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}}], "filter": "prompt = 'greet/2'"}),
+    )
+    .await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    assert_eq!(
+        found.json()["traces"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        found.body
+    );
+}
+
 /// Evaluation datasets: what is wrong with a request is named (the field,
 /// the record's place), nothing of a refused merge is kept, and a merge may
 /// be larger than other MLflow requests, up to its own bound.
