@@ -275,9 +275,13 @@ dataset_bench() { # base-url -> seconds to insert, to merge again, to read every
   [ "$got" = 10000 ] || die "$1 gave back $got records of 10000"
   echo "$insert $merge $total"
 }
-read -r ty_ds_insert ty_ds_merge ty_ds_read <<<"$(dataset_bench "$ty")"
+# Into a variable first: a failure inside stops the script (set -e), where
+# `read <<<"$(…)"` would pass over it.
+ds_out=$(dataset_bench "$ty")
+read -r ty_ds_insert ty_ds_merge ty_ds_read <<<"$ds_out"
 if with_mlflow; then
-  read -r ml_ds_insert ml_ds_merge ml_ds_read <<<"$(dataset_bench "$ml")"
+  ds_out=$(dataset_bench "$ml")
+  read -r ml_ds_insert ml_ds_merge ml_ds_read <<<"$ds_out"
 fi
 fi
 

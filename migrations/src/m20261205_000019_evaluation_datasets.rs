@@ -4,8 +4,9 @@
 //! model is (its maker, filed under the maker's team), may be shown in any
 //! number of experiments, and holds its records, one per distinct inputs
 //! (their hash is unique within the dataset), numbered in the order they
-//! came, which is the order they are read in. The record count and the text
-//! held are kept on the dataset, so that bounds are checked without a scan.
+//! came (a number is never given twice), which is the order they are read
+//! in. The record count, the bytes held and the count of changes (for the
+//! digest) are kept on the dataset.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::schema::*;
@@ -32,7 +33,9 @@ impl MigrationTrait for Migration {
                 .col(string_len_null(EvaluationDatasets::CreatedBy, 255))
                 .col(string_len_null(EvaluationDatasets::LastUpdatedBy, 255))
                 .col(big_integer(EvaluationDatasets::NumRecords).default(0))
-                .col(big_integer(EvaluationDatasets::Chars).default(0))
+                .col(big_integer(EvaluationDatasets::Bytes).default(0))
+                .col(big_integer(EvaluationDatasets::LastPosition).default(0))
+                .col(big_integer(EvaluationDatasets::Changes).default(0))
                 .col(big_integer_null(EvaluationDatasets::UserId))
                 .col(big_integer_null(EvaluationDatasets::TeamId))
                 .to_owned(),
@@ -128,7 +131,7 @@ impl MigrationTrait for Migration {
                     EvaluationDatasetRecords::LastUpdatedBy,
                     255,
                 ))
-                .col(big_integer(EvaluationDatasetRecords::Chars))
+                .col(big_integer(EvaluationDatasetRecords::Bytes))
                 .col(big_integer(EvaluationDatasetRecords::Position))
                 .foreign_key(
                     ForeignKey::create()
@@ -195,7 +198,9 @@ enum EvaluationDatasets {
     CreatedBy,
     LastUpdatedBy,
     NumRecords,
-    Chars,
+    Bytes,
+    LastPosition,
+    Changes,
     UserId,
     TeamId,
 }
@@ -232,6 +237,6 @@ enum EvaluationDatasetRecords {
     LastUpdateTime,
     CreatedBy,
     LastUpdatedBy,
-    Chars,
+    Bytes,
     Position,
 }

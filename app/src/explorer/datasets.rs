@@ -74,6 +74,10 @@ pub async fn experiment_datasets(
         .await?;
     let more = found.len() as u64 > DATASETS_SHOWN;
     found.truncate(DATASETS_SHOWN as usize);
+    // The list shows no schema; it stays on the server.
+    for d in &mut found {
+        d.schema = None;
+    }
     Ok((experiment.name, found, more))
 }
 
@@ -122,7 +126,12 @@ fn row(r: &DatasetRecord) -> RecordRow {
         expectations: of(&r.expectations),
         outputs: of(&outputs),
         source_type: r.source_type.clone(),
-        source_id: r.source_id.clone(),
+        // Linked to as a trace's page: only an id that is one.
+        source_id: r.source_id.clone().filter(|s| {
+            r.source_type.as_deref() != Some("TRACE")
+                || s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        }),
         tags: of(&r.tags)
             .into_iter()
             .filter(|(k, _)| !k.starts_with("mlflow."))

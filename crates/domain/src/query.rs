@@ -755,11 +755,6 @@ impl Parser {
         if key_is_empty(&field) {
             return Err(self.error_at(key_pos, "empty key"));
         }
-        // As in MLflow, the tag the client writes of a trace's prompts is
-        // searched through its links.
-        if self.scope == Scope::Traces && field == Field::Tag("mlflow.linkedPrompts".to_owned()) {
-            return Ok(Field::Attr(Attribute::Prompt));
-        }
         Ok(field)
     }
 
@@ -835,6 +830,16 @@ impl Parser {
                     "expected an operator such as =, <, IN or LIKE after the field",
                 ));
             }
+        };
+        // As in MLflow, `=` on the tag the client writes of a trace's
+        // prompts is searched through its links.
+        let field = match (&field, &predicate) {
+            (Field::Tag(tag), Predicate::Cmp(CmpOp::Eq, _))
+                if self.scope == Scope::Traces && tag == "mlflow.linkedPrompts" =>
+            {
+                Field::Attr(Attribute::Prompt)
+            }
+            _ => field,
         };
         check(&field, &predicate, op_pos)?;
         let test = Expr::Test(field, predicate);
@@ -1285,6 +1290,11 @@ mod tests {
             Some(prompt)
         );
         assert!(traces("prompt != 'greet/2'").is_err());
+        // Other comparisons of the tag stay comparisons of its text.
+        assert!(matches!(
+            traces("tags.`mlflow.linkedPrompts` LIKE '%greet%'").unwrap(),
+            Some(Expr::Test(Field::Tag(_), Predicate::Like(_)))
+        ));
         assert!(traces("prompt = 'greet'").is_err());
         assert!(traces("prompt LIKE 'greet/%'").is_err());
         assert!(parse_filter("prompt = 'greet/2'", Scope::Runs).is_err());

@@ -22,11 +22,19 @@ use crate::{Store, StoreError, Viewer, now_millis};
 /// Most records one dataset holds: an evaluation set is read whole by
 /// `mlflow.genai.evaluate`, page by page, into one DataFrame.
 pub const MAX_DATASET_RECORDS: i64 = 100_000;
-/// Most text (JSON, in characters) the records of one dataset hold together.
-pub const MAX_DATASET_CHARS: i64 = 256 << 20;
-/// Most text one page of records carries, so that a page of large records
+/// Most JSON (in bytes) the records of one dataset hold together.
+pub const MAX_DATASET_BYTES: i64 = 256 << 20;
+/// Most JSON (in bytes) one record holds, its inputs, outputs,
+/// expectations, tags and source together, merges included.
+pub const MAX_RECORD_BYTES: i64 = 1 << 20;
+/// Most JSON one page of records carries, so that a page of large records
 /// stays a bounded answer; the page ends early and its token goes on.
-pub const MAX_PAGE_CHARS: i64 = 32 << 20;
+pub const MAX_PAGE_BYTES: i64 = 32 << 20;
+/// Most fields of each part (inputs, outputs, expectations) the schema
+/// lists, and the longest name it lists: the schema describes, and a
+/// stream of made-up field names must not grow it without end.
+const SCHEMA_FIELDS: usize = 100;
+const SCHEMA_NAME_CHARS: usize = 100;
 /// Most experiments one dataset is shown in.
 pub const MAX_DATASET_EXPERIMENTS: i64 = 1000;
 
@@ -93,9 +101,14 @@ fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", uuid::Uuid::new_v4().simple())
 }
 
-/// MLflow's digest of a dataset: it changes whenever the dataset does.
-fn digest(name: &str, time: i64) -> String {
-    hex(&Sha256::digest(format!("{name}:{time}").as_bytes()))[..8].to_owned()
+/// The dataset's digest, as MLflow makes it from its name and the time of
+/// its last change, with the count of its changes beside them so that two
+/// changes in one millisecond differ too.
+fn digest(name: &str, time: i64, changes: i64) -> String {
+    hex(&Sha256::digest(
+        format!("{name}:{time}:{changes}").as_bytes(),
+    ))[..8]
+        .to_owned()
 }
 
 /// MLflow's name of a JSON value's type, for the schema.
@@ -130,9 +143,12 @@ pub fn grow_schema(existing: Option<&str>, records: &[NewRecord]) -> Option<Stri
     let add = |schema: &mut Map<String, Value>, part: &str, fields: &Map<String, Value>| {
         if let Some(Value::Object(known)) = schema.get_mut(part) {
             for (key, value) in fields {
-                known
-                    .entry(key.clone())
-                    .or_insert_with(|| Value::from(type_of(value)));
+                if known.len() >= SCHEMA_FIELDS {
+                    break;
+                }
+                if key.chars().count() <= SCHEMA_NAME_CHARS && !known.contains_key(key) {
+                    known.insert(key.clone(), Value::from(type_of(value)));
+                }
             }
         }
     };
@@ -159,13 +175,9 @@ pub fn grow_schema(existing: Option<&str>, records: &[NewRecord]) -> Option<Stri
     Some(Value::Object(schema).to_string())
 }
 
-/// Characters of the JSON texts a record keeps.
-fn chars_of(texts: &[Option<&str>]) -> i64 {
-    texts
-        .iter()
-        .flatten()
-        .map(|t| t.chars().count() as i64)
-        .sum()
+/// Bytes of the JSON texts a record keeps.
+fn bytes_of(texts: &[Option<&str>]) -> i64 {
+    texts.iter().flatten().map(|t| t.len() as i64).sum()
 }
 
 fn dataset_from(
@@ -215,8 +227,14 @@ pub struct RecordPage {
 /// A record as a merge sees it: read from its row, or new in this request.
 #[derive(Debug, Clone)]
 struct Held {
-    /// The row's id; none for a record new in this request.
-    id: Option<String>,
+    /// The row's id; made for a record new in this request.
+    id: String,
+    /// Its number in the dataset's order.
+    position: i64,
+    /// Its bytes as stored, before this request (0 for a new one).
+    stored_bytes: i64,
+    created_time: i64,
+    created_by: Option<String>,
     inputs: String,
     outputs: Option<Value>,
     expectations: Option<Value>,
@@ -238,7 +256,11 @@ impl Held {
                 .and_then(|t| serde_json::from_str::<Value>(&t).ok()))
         };
         Ok(Held {
-            id: Some(get(row, "id")?),
+            id: get(row, "id")?,
+            position: get(row, "position")?,
+            stored_bytes: get(row, "bytes")?,
+            created_time: get(row, "created_time")?,
+            created_by: get(row, "created_by")?,
             inputs: get(row, "inputs")?,
             outputs: parse("outputs")?,
             expectations: parse("expectations")?,
@@ -252,9 +274,13 @@ impl Held {
 
     /// A record new to the dataset: as MLflow, one without outputs has
     /// empty ones, and its tags are at least empty.
-    fn new(record: &NewRecord) -> Held {
+    fn new(record: &NewRecord, position: i64, now: i64, username: &str) -> Held {
         Held {
-            id: None,
+            id: new_id("dr-"),
+            position,
+            stored_bytes: 0,
+            created_time: now,
+            created_by: Some(username.to_owned()),
             inputs: Value::Object(record.inputs.clone()).to_string(),
             outputs: match &record.outputs {
                 None => Some(Value::Object(Map::new())),
@@ -291,14 +317,14 @@ impl Held {
         self.changed = true;
     }
 
-    /// The characters of the JSON it keeps, as the dataset's bound counts.
-    fn chars(&self) -> i64 {
+    /// The bytes of the JSON it keeps, as the bounds count them.
+    fn bytes(&self) -> i64 {
         let (outputs, expectations, tags) = (
             text(&self.outputs),
             text(&self.expectations),
             text(&self.tags),
         );
-        chars_of(&[
+        bytes_of(&[
             Some(&self.inputs),
             outputs.as_deref(),
             expectations.as_deref(),
@@ -306,6 +332,18 @@ impl Held {
             self.source.as_deref(),
         ])
     }
+}
+
+/// The lock every writer of a dataset's records takes (on PostgreSQL; on
+/// SQLite one transaction writes at a time already), so that counts and
+/// bounds are read and written by one at a time.
+async fn lock_records(conn: &impl ConnectionTrait, id: &str) -> Result<(), StoreError> {
+    lock_owner(
+        conn,
+        conn.get_database_backend(),
+        &format!("evaluation_dataset_records:{id}"),
+    )
+    .await
 }
 
 impl Store {
@@ -364,12 +402,12 @@ impl Store {
             let txn = self.connection().begin().await?;
             let now = now_millis();
             let mut sql = self.sql();
-            sql.push("INSERT INTO evaluation_datasets (id, name, digest, created_time, last_update_time, created_by, last_updated_by, num_records, chars, user_id, team_id) VALUES (")
+            sql.push("INSERT INTO evaluation_datasets (id, name, digest, created_time, last_update_time, created_by, last_updated_by, num_records, bytes, last_position, changes, user_id, team_id) VALUES (")
                 .bind(id.clone())
                 .push(", ")
                 .bind(name.to_owned())
                 .push(", ")
-                .bind(digest(name, now))
+                .bind(digest(name, now, 0))
                 .push(", ")
                 .bind(now)
                 .push(", ")
@@ -378,7 +416,7 @@ impl Store {
                 .bind(username.to_owned())
                 .push(", ")
                 .bind(username.to_owned())
-                .push(", 0, 0, ")
+                .push(", 0, 0, 0, 0, ")
                 .bind(owner.user_id)
                 .push(", ")
                 .bind(owner.team_id)
@@ -445,10 +483,13 @@ impl Store {
     /// Deletes the dataset with its records; one already gone is no error.
     pub async fn delete_dataset(&self, id: &str) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
+        let txn = self.connection().begin().await?;
+        lock_records(&txn, id).await?;
         let mut sql = self.sql();
         sql.push("DELETE FROM evaluation_datasets WHERE id = ")
             .bind(id.to_owned());
-        self.connection().execute_raw(sql.build()).await?;
+        txn.execute_raw(sql.build()).await?;
+        txn.commit().await?;
         Ok(())
     }
 
@@ -646,29 +687,42 @@ impl Store {
     }
 
     /// Marks the dataset changed now; with `records`, also its record
-    /// count, text held, digest and schema as they now are.
+    /// count, bytes held, digest, last number given and schema as they now
+    /// are (the caller holds [`lock_records`]).
     async fn touch_dataset(
         &self,
         conn: &impl ConnectionTrait,
         id: &str,
-        records: Option<(&str, Option<String>, Option<&str>)>,
+        records: Option<RecordsChange<'_>>,
     ) -> Result<(), StoreError> {
         let now = now_millis();
         let mut sql = self.sql();
         sql.push("UPDATE evaluation_datasets SET last_update_time = ")
             .bind(now);
-        if let Some((name, schema, username)) = records {
-            sql.push(", digest = ")
-                .bind(digest(name, now))
+        if let Some(change) = records {
+            let mut held = self.sql();
+            held.push("SELECT changes FROM evaluation_datasets WHERE id = ")
+                .bind(id.to_owned());
+            let changes: i64 = match conn.query_one_raw(held.build()).await? {
+                Some(row) => get::<i64>(&row, "changes")? + 1,
+                None => 1,
+            };
+            sql.push(", changes = ")
+                .bind(changes)
+                .push(", digest = ")
+                .bind(digest(change.name, now, changes))
                 .push(", num_records = (SELECT COUNT(*) FROM evaluation_dataset_records WHERE dataset_id = ")
                 .bind(id.to_owned())
-                .push("), chars = (SELECT COALESCE(SUM(chars), 0) FROM evaluation_dataset_records WHERE dataset_id = ")
+                .push("), bytes = (SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM evaluation_dataset_records WHERE dataset_id = ")
                 .bind(id.to_owned())
                 .push(")");
-            if let Some(schema) = schema {
+            if let Some(schema) = change.schema {
                 sql.push(", schema_json = ").bind(schema);
             }
-            if let Some(username) = username {
+            if let Some(position) = change.last_position {
+                sql.push(", last_position = ").bind(position);
+            }
+            if let Some(username) = change.username {
                 sql.push(", last_updated_by = ").bind(username.to_owned());
             }
         }
@@ -681,8 +735,9 @@ impl Store {
     /// inputs the dataset holds already (or that came earlier in the same
     /// request) takes the new outputs (when given) and adds the new
     /// expectations and tags to its own; others are added. Answers how many
-    /// were inserted and how many updated. Refused whole when the dataset
-    /// would then hold more than its bounds.
+    /// were inserted and how many updated. Refused whole, before anything
+    /// is written, when a record or the dataset would then hold more than
+    /// its bounds.
     pub async fn upsert_dataset_records(
         &self,
         id: &str,
@@ -691,21 +746,23 @@ impl Store {
     ) -> Result<(i64, i64), StoreError> {
         let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
-        lock_owner(
-            &txn,
-            txn.get_database_backend(),
-            &format!("evaluation_dataset_records:{id}"),
-        )
-        .await?;
+        lock_records(&txn, id).await?;
         let (_, name) = self.dataset_row(&txn, id).await?;
         let mut sql = self.sql();
-        sql.push("SELECT schema_json, num_records FROM evaluation_datasets WHERE id = ")
+        sql.push("SELECT schema_json, last_position, (SELECT COUNT(*) FROM evaluation_dataset_records WHERE dataset_id = ")
+            .bind(id.to_owned())
+            .push(") AS held, (SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM evaluation_dataset_records WHERE dataset_id = ")
+            .bind(id.to_owned())
+            .push(") AS held_bytes FROM evaluation_datasets WHERE id = ")
             .bind(id.to_owned());
-        let (schema, held_records): (Option<String>, i64) =
-            match txn.query_one_raw(sql.build()).await? {
-                Some(row) => (get(&row, "schema_json")?, get(&row, "num_records")?),
-                None => (None, 0),
-            };
+        let row = txn
+            .query_one_raw(sql.build())
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        let schema: Option<String> = get(&row, "schema_json")?;
+        let mut position: i64 = get(&row, "last_position")?;
+        let held_records: i64 = get(&row, "held")?;
+        let held_bytes: i64 = get(&row, "held_bytes")?;
 
         // The records these inputs have already, read in chunks.
         let hashes: Vec<String> = records.iter().map(NewRecord::input_hash).collect();
@@ -724,19 +781,28 @@ impl Store {
             }
         }
 
+        let now = now_millis();
         let (mut inserted, mut updated) = (0, 0);
-        let mut added: Vec<String> = Vec::new();
-        for (record, hash) in records.iter().zip(&hashes) {
-            match held.get_mut(hash) {
-                Some(row) => {
-                    row.merge(record);
-                    updated += 1;
+        // The changed records in the order they first came.
+        let mut changed: Vec<String> = Vec::new();
+        for (i, (record, hash)) in records.iter().zip(&hashes).enumerate() {
+            if let Some(row) = held.get_mut(hash) {
+                if !row.changed {
+                    changed.push(hash.clone());
                 }
-                None => {
-                    held.insert(hash.clone(), Held::new(record));
-                    added.push(hash.clone());
-                    inserted += 1;
-                }
+                row.merge(record);
+                updated += 1;
+            } else {
+                position += 1;
+                changed.push(hash.clone());
+                inserted += 1;
+                held.insert(hash.clone(), Held::new(record, position, now, username));
+            }
+            let bytes = held[hash].bytes();
+            if bytes > MAX_RECORD_BYTES {
+                return Err(StoreError::Rejected(format!(
+                    "records[{i}] would make its record hold {bytes} bytes of JSON, more than the {MAX_RECORD_BYTES} one record may hold; keep long documents in artifacts and refer to them"
+                )));
             }
         }
         if held_records + inserted > MAX_DATASET_RECORDS {
@@ -745,28 +811,30 @@ impl Store {
                 held_records + inserted
             )));
         }
+        let bytes_after = held_bytes
+            + changed
+                .iter()
+                .map(|h| held[h].bytes() - held[h].stored_bytes)
+                .sum::<i64>();
+        if bytes_after > MAX_DATASET_BYTES {
+            return Err(StoreError::Rejected(format!(
+                "The records of evaluation dataset '{id}' would hold {bytes_after} bytes of JSON, more than the {MAX_DATASET_BYTES} one dataset may hold; keep long documents in artifacts and refer to them, or make a second dataset"
+            )));
+        }
 
-        let now = now_millis();
-        let mut sql = self.sql();
-        sql.push("SELECT COALESCE(MAX(position), 0) AS n FROM evaluation_dataset_records WHERE dataset_id = ")
-            .bind(id.to_owned());
-        let mut position: i64 = match txn.query_one_raw(sql.build()).await? {
-            Some(row) => get(&row, "n")?,
-            None => 0,
-        };
-        // New records, many to a statement (16 values each: well within
-        // every backend's bound on parameters).
-        for chunk in added.chunks(100) {
+        // New and changed records, many to a statement (16 values each:
+        // well within every backend's bound on parameters); one already
+        // there is matched by its inputs and takes the merged fields.
+        for chunk in changed.chunks(100) {
             let mut sql = self.sql();
-            sql.push("INSERT INTO evaluation_dataset_records (id, dataset_id, input_hash, inputs, outputs, expectations, tags, source, source_id, source_type, created_time, last_update_time, created_by, last_updated_by, chars, position) VALUES ");
+            sql.push("INSERT INTO evaluation_dataset_records (id, dataset_id, input_hash, inputs, outputs, expectations, tags, source, source_id, source_type, created_time, last_update_time, created_by, last_updated_by, bytes, position) VALUES ");
             for (i, hash) in chunk.iter().enumerate() {
                 let row = &held[hash];
-                position += 1;
                 if i > 0 {
                     sql.push(", ");
                 }
                 sql.push("(")
-                    .bind(new_id("dr-"))
+                    .bind(row.id.clone())
                     .push(", ")
                     .bind(id.to_owned())
                     .push(", ")
@@ -786,61 +854,44 @@ impl Store {
                     .push(", ")
                     .bind(row.source_type.clone())
                     .push(", ")
-                    .bind(now)
+                    .bind(row.created_time)
                     .push(", ")
                     .bind(now)
                     .push(", ")
-                    .bind(username.to_owned())
+                    .bind(row.created_by.clone())
                     .push(", ")
                     .bind(username.to_owned())
                     .push(", ")
-                    .bind(row.chars())
+                    .bind(row.bytes())
                     .push(", ")
-                    .bind(position)
+                    .bind(row.position)
                     .push(")");
             }
-            txn.execute_raw(sql.build()).await?;
-        }
-        // Records that were there, changed.
-        for row in held.values().filter(|r| r.id.is_some() && r.changed) {
-            let mut sql = self.sql();
-            sql.push("UPDATE evaluation_dataset_records SET outputs = ")
-                .bind(text(&row.outputs))
-                .push(", expectations = ")
-                .bind(text(&row.expectations))
-                .push(", tags = ")
-                .bind(text(&row.tags))
-                .push(", last_update_time = ")
-                .bind(now)
-                .push(", last_updated_by = ")
-                .bind(username.to_owned())
-                .push(", chars = ")
-                .bind(row.chars())
-                .push(" WHERE id = ")
-                .bind(row.id.clone());
+            sql.push(" ON CONFLICT (dataset_id, input_hash) DO UPDATE SET outputs = excluded.outputs, expectations = excluded.expectations, tags = excluded.tags, last_update_time = excluded.last_update_time, last_updated_by = excluded.last_updated_by, bytes = excluded.bytes");
             txn.execute_raw(sql.build()).await?;
         }
 
         let schema = grow_schema(schema.as_deref(), records);
-        self.touch_dataset(&txn, id, Some((&name, schema, Some(username))))
-            .await?;
-        let mut sql = self.sql();
-        sql.push("SELECT chars FROM evaluation_datasets WHERE id = ")
-            .bind(id.to_owned());
-        if let Some(row) = txn.query_one_raw(sql.build()).await? {
-            let chars: i64 = get(&row, "chars")?;
-            if chars > MAX_DATASET_CHARS {
-                return Err(StoreError::Rejected(format!(
-                    "The records of evaluation dataset '{id}' would hold {chars} characters, more than the {MAX_DATASET_CHARS} one dataset may hold; keep long documents in artifacts and refer to them, or make a second dataset"
-                )));
-            }
-        }
+        self.touch_dataset(
+            &txn,
+            id,
+            Some(RecordsChange {
+                name: &name,
+                schema,
+                last_position: Some(position),
+                username: Some(username),
+            }),
+        )
+        .await?;
         txn.commit().await?;
         Ok((inserted, updated))
     }
 
     /// A page of the dataset's records in the order they were added, from
-    /// after `after` (the number of the last one read).
+    /// after `after` (the number of the last one read): at most `limit`,
+    /// and fewer when they would carry more than [`MAX_PAGE_BYTES`] (always
+    /// one). The page's end is found from the records' sizes before any is
+    /// read whole.
     pub async fn dataset_records(
         &self,
         id: &str,
@@ -848,30 +899,52 @@ impl Store {
         after: Option<i64>,
     ) -> Result<RecordPage, StoreError> {
         self.dataset_row(self.connection(), id).await?;
+        let after = after.unwrap_or(0);
         let mut sql = self.sql();
-        sql.push("SELECT * FROM evaluation_dataset_records WHERE dataset_id = ")
-            .bind(id.to_owned());
-        if let Some(after) = after {
-            sql.push(" AND position > ").bind(after);
-        }
-        sql.push(" ORDER BY position LIMIT ").bind(limit as i64 + 1);
-        let rows = self.connection().query_all_raw(sql.build()).await?;
-        let mut records = Vec::new();
-        let mut chars = 0;
-        let mut more = rows.len() as u64 > limit;
+        sql.push("SELECT position, bytes FROM evaluation_dataset_records WHERE dataset_id = ")
+            .bind(id.to_owned())
+            .push(" AND position > ")
+            .bind(after)
+            .push(" ORDER BY position LIMIT ")
+            .bind(limit as i64 + 1);
+        let sizes = self.connection().query_all_raw(sql.build()).await?;
+        let mut more = sizes.len() as u64 > limit;
         let mut last = None;
-        for row in rows.iter().take(limit as usize) {
-            let record_chars: i64 = get(row, "chars")?;
-            if !records.is_empty() && chars + record_chars > MAX_PAGE_CHARS {
+        let mut bytes = 0;
+        for row in sizes.iter().take(limit as usize) {
+            let record_bytes: i64 = get(row, "bytes")?;
+            if last.is_some() && bytes + record_bytes > MAX_PAGE_BYTES {
                 more = true;
                 break;
             }
-            chars += record_chars;
-            records.push(record_from(row)?);
+            bytes += record_bytes;
             last = Some(get::<i64>(row, "position")?);
         }
-        let next = if more { last } else { None };
-        Ok(RecordPage { records, next })
+        let Some(last) = last else {
+            return Ok(RecordPage {
+                records: Vec::new(),
+                next: None,
+            });
+        };
+        let mut sql = self.sql();
+        sql.push("SELECT * FROM evaluation_dataset_records WHERE dataset_id = ")
+            .bind(id.to_owned())
+            .push(" AND position > ")
+            .bind(after)
+            .push(" AND position <= ")
+            .bind(last)
+            .push(" ORDER BY position");
+        let records = self
+            .connection()
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(record_from)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(RecordPage {
+            records,
+            next: more.then_some(last),
+        })
     }
 
     /// Deletes records of the dataset by id; answers how many went.
@@ -882,6 +955,7 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
+        lock_records(&txn, id).await?;
         let (_, name) = self.dataset_row(&txn, id).await?;
         let mut deleted = 0;
         for chunk in record_ids.chunks(IN_CHUNK) {
@@ -893,12 +967,29 @@ impl Store {
             deleted += txn.execute_raw(sql.build()).await?.rows_affected();
         }
         if deleted > 0 {
-            self.touch_dataset(&txn, id, Some((&name, None, None)))
-                .await?;
+            self.touch_dataset(
+                &txn,
+                id,
+                Some(RecordsChange {
+                    name: &name,
+                    schema: None,
+                    last_position: None,
+                    username: None,
+                }),
+            )
+            .await?;
         }
         txn.commit().await?;
         Ok(deleted)
     }
+}
+
+/// What a change of records sets on its dataset besides the counts.
+struct RecordsChange<'a> {
+    name: &'a str,
+    schema: Option<String>,
+    last_position: Option<i64>,
+    username: Option<&'a str>,
 }
 
 #[cfg(test)]
@@ -970,10 +1061,9 @@ mod tests {
     }
 
     #[test]
-    fn digests_change_with_time() {
-        assert_eq!(digest("qa", 1).len(), 8);
-        assert_ne!(digest("qa", 1), digest("qa", 2));
-        // MLflow's own: sha256("qa:1")[:8].
-        assert_eq!(digest("qa", 1), hex(&Sha256::digest(b"qa:1"))[..8]);
+    fn digests_change_with_time_and_with_each_change() {
+        assert_eq!(digest("qa", 1, 0).len(), 8);
+        assert_ne!(digest("qa", 1, 0), digest("qa", 2, 0));
+        assert_ne!(digest("qa", 1, 0), digest("qa", 1, 1));
     }
 }

@@ -6,7 +6,7 @@ use trainyard_domain::identity::User;
 use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
 use trainyard_test_db::TestDb;
 
-use crate::eval_datasets::{MAX_DATASET_RECORDS, NewRecord};
+use crate::eval_datasets::{MAX_DATASET_RECORDS, MAX_RECORD_BYTES, NewRecord};
 use crate::{Access, SignIn, Store, StoreError, Viewer};
 
 async fn store() -> (TestDb, Store) {
@@ -126,7 +126,7 @@ async fn records_merge_by_their_inputs_and_page_in_order() {
     assert_eq!(merged.source_id.as_deref(), Some("tr-1"));
     assert_eq!(merged.created_by.as_deref(), Some("ana"));
     assert_eq!(merged.last_updated_by.as_deref(), Some("ben"));
-    // A new record without outputs has empty ones, as in MLflow.
+    // The record that came with outputs keeps them.
     let plain = &page.records[1];
     assert_eq!(parse(&plain.outputs), json!("Paris"));
 
@@ -287,6 +287,8 @@ async fn search_finds_what_the_viewer_may_see_by_name_tag_and_experiment() {
         ("qa-large", &ana, "final"),
         ("speech", &eve, "final"),
     ] {
+        // Newest first needs times apart: ties go by random ids.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
         let exps = if owner.id == ana.id && name == "qa-small" {
             vec![experiment]
         } else {
@@ -373,6 +375,90 @@ async fn search_finds_what_the_viewer_may_see_by_name_tag_and_experiment() {
         store.dataset_as(&eve, &ids[0], Access::Read).await,
         Err(StoreError::NotFound(_))
     ));
+}
+
+#[tokio::test]
+async fn records_keep_their_numbers_and_grow_only_to_their_bound() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let id = store
+        .create_dataset("numbered", &[], &[], ana.as_owner(), "ana")
+        .await
+        .unwrap()
+        .dataset_id;
+    // A new record without outputs has empty ones, as in MLflow.
+    let three: Vec<NewRecord> = (0..3)
+        .map(|i| record(json!({"inputs": {"i": i}})))
+        .collect();
+    store
+        .upsert_dataset_records(&id, &three, "ana")
+        .await
+        .unwrap();
+    let page = store.dataset_records(&id, 2, None).await.unwrap();
+    assert_eq!(parse(&page.records[0].outputs), json!({}));
+    let token = page.next.unwrap();
+    // The last record deleted and one added: the newcomer does not take its
+    // number, so a reader holding a token after it still finds it.
+    let all = store.dataset_records(&id, 10, None).await.unwrap();
+    store
+        .delete_dataset_records(&id, &[all.records[2].dataset_record_id.clone()])
+        .await
+        .unwrap();
+    let after_token = store
+        .dataset_records(&id, 10, Some(token + 1))
+        .await
+        .unwrap();
+    assert!(after_token.records.is_empty());
+    store
+        .upsert_dataset_records(&id, &[record(json!({"inputs": {"i": 9}}))], "ana")
+        .await
+        .unwrap();
+    let later = store
+        .dataset_records(&id, 10, Some(token + 1))
+        .await
+        .unwrap();
+    assert_eq!(later.records.len(), 1);
+    assert_eq!(
+        parse(&Some(later.records[0].inputs.clone())),
+        json!({"i": 9})
+    );
+    // Each change gives a new digest, however fast they come.
+    let mut digests = vec![store.get_dataset(&id).await.unwrap().digest];
+    for n in 0..3 {
+        store
+            .upsert_dataset_records(
+                &id,
+                &[record(json!({"inputs": {"i": 0}, "tags": {"n": n}}))],
+                "ana",
+            )
+            .await
+            .unwrap();
+        digests.push(store.get_dataset(&id).await.unwrap().digest);
+    }
+    digests.dedup();
+    assert_eq!(digests.len(), 4, "{digests:?}");
+
+    // Expectations merged into one record grow it; past 1 MiB the merge is
+    // refused whole, and the record stays as it was.
+    let half = "x".repeat((MAX_RECORD_BYTES / 2) as usize);
+    let with = |key: &str| record(json!({"inputs": {"i": 1}, "expectations": {key: half}}));
+    store
+        .upsert_dataset_records(&id, &[with("a")], "ana")
+        .await
+        .unwrap();
+    let refused = store.upsert_dataset_records(&id, &[with("b")], "ana").await;
+    match refused {
+        Err(StoreError::Rejected(message)) => assert!(message.contains("records[0]"), "{message}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let kept = store.dataset_records(&id, 10, None).await.unwrap();
+    let one = kept
+        .records
+        .iter()
+        .find(|r| parse(&Some(r.inputs.clone())) == json!({"i": 1}))
+        .unwrap();
+    let expectations = parse(&one.expectations);
+    assert!(expectations.get("a").is_some() && expectations.get("b").is_none());
 }
 
 #[tokio::test]

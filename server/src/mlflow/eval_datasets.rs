@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use trainyard_domain::identity::{Principal, Via};
 use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
 use trainyard_domain::tracking::{DatasetRecord, EvaluationDataset};
-use trainyard_store::eval_datasets::{MAX_DATASET_RECORDS, NewRecord};
+use trainyard_store::eval_datasets::{MAX_DATASET_RECORDS, MAX_RECORD_BYTES, NewRecord};
 use trainyard_store::{Access, StoreError, Viewer};
 
 use super::request::{Req, lenient_json};
@@ -29,9 +29,9 @@ use crate::auth::Caller;
 /// once, and an evaluation set of a few thousand questions with their
 /// retrieved contexts is several megabytes.
 pub const MAX_RECORDS_BODY: usize = 32 << 20;
-/// Largest record, in bytes of its JSON (inputs, outputs, expectations,
-/// tags and source together).
-const MAX_RECORD_BYTES: usize = 1 << 20;
+/// Merges read at once: each may hold a few hundred megabytes while its
+/// records are read and checked.
+static MERGES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 /// Most records one page carries; the page's token goes on.
 const MAX_RECORDS_PAGE: i64 = 1000;
 /// Most tags one request sets.
@@ -190,7 +190,7 @@ fn tags_of(text: Option<&str>, field: &str) -> Result<Vec<(String, String)>, Api
 }
 
 /// Experiment ids as the client sends them (strings), each one the caller
-/// may see.
+/// may add to (their own, or Default), as for runs.
 async fn experiments(
     state: &AppState,
     principal: &Principal,
@@ -209,10 +209,7 @@ async fn experiments(
         // An admin passes the access check unread: the experiment must
         // still be there.
         state.store.experiment_owner(id).await?;
-        state
-            .store
-            .experiment_as(&principal.user, id, Access::Read)
-            .await?;
+        state.store.may_add_runs(&principal.user, id).await?;
         if !out.contains(&id) {
             out.push(id);
         }
@@ -317,7 +314,7 @@ pub async fn search(
     Caller(principal): Caller,
     Req(req): Req<Search>,
 ) -> ApiResult {
-    let limit = wire::max_results(req.max_results, 1000, 50_000)?;
+    let limit = wire::max_results(req.max_results, 1000, 1000)?;
     let offset = wire::parse_page_token(req.page_token.as_deref())?;
     let filter = parse_filter(
         req.filter_string.as_deref().unwrap_or(""),
@@ -338,11 +335,19 @@ pub async fn search(
             req.experiment_ids.len()
         )));
     }
-    let experiment_ids = req
+    let viewer = Viewer::of(&principal.user);
+    let named = req
         .experiment_ids
         .iter()
         .map(|id| wire::parse_experiment_id(id))
         .collect::<Result<Vec<_>, _>>()?;
+    // An experiment the caller may not read shows them nothing, not
+    // whether a dataset of theirs is shown there.
+    let readable = state.store.readable_experiments(&named, &viewer).await?;
+    let experiment_ids: Vec<i64> = named.into_iter().filter(|e| readable.contains(e)).collect();
+    if !req.experiment_ids.is_empty() && experiment_ids.is_empty() {
+        return Ok(Json(json!({})));
+    }
     let found = state
         .store
         .search_eval_datasets(
@@ -351,7 +356,7 @@ pub async fn search(
             &order,
             limit + 1,
             offset,
-            &Viewer::of(&principal.user),
+            &viewer,
         )
         .await?;
     Ok(Json(wire::page(found, limit, offset, "datasets", |d| {
@@ -392,6 +397,7 @@ pub async fn delete_tag(
 ) -> ApiResult {
     not_a_job(&principal)?;
     dataset_id(&id)?;
+    no_nul(&key, "key")?;
     state
         .store
         .dataset_as(&principal.user, &id, Access::Change)
@@ -483,22 +489,73 @@ pub struct Upsert {
     records: Option<String>,
 }
 
+/// Does a JSON value hold a NUL character, in a string or a key?
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
+}
+
+/// A merge's list of records, read one by one: refused at the first that
+/// is not an object, and past [`MAX_DATASET_RECORDS`], before the rest is
+/// read (a list of millions of tiny values would otherwise fill memory).
+#[derive(Debug)]
+struct RecordList(Vec<Map<String, Value>>);
+
+impl<'de> serde::Deserialize<'de> for RecordList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RecordList;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON list of record objects")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<RecordList, A::Error> {
+                let mut out = Vec::new();
+                loop {
+                    if out.len() as i64 == MAX_DATASET_RECORDS {
+                        if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                            return Err(serde::de::Error::custom(format!(
+                                "it holds more than {MAX_DATASET_RECORDS} records, all one dataset may hold"
+                            )));
+                        }
+                        break;
+                    }
+                    match seq.next_element::<Value>()? {
+                        Some(Value::Object(map)) => out.push(map),
+                        Some(_) => {
+                            return Err(serde::de::Error::custom(format!(
+                                "records[{}] must be a JSON object with 'inputs' and optionally 'outputs', 'expectations', 'tags' and 'source'",
+                                out.len()
+                            )));
+                        }
+                        None => break,
+                    }
+                }
+                Ok(RecordList(out))
+            }
+        }
+        d.deserialize_seq(Visit)
+    }
+}
+
 /// One record of a merge, checked: what is wrong is named with the
 /// record's place in the list.
-fn new_record(i: usize, value: Value) -> Result<NewRecord, ApiError> {
+fn new_record(i: usize, mut fields: Map<String, Value>) -> Result<NewRecord, ApiError> {
     let at = |field: &str| format!("records[{i}].{field}");
-    let Value::Object(mut fields) = value else {
-        return Err(ApiError::invalid(format!(
-            "records[{i}] must be a JSON object with 'inputs' and optionally 'outputs', 'expectations', 'tags' and 'source'"
-        )));
-    };
-    let size = Value::Object(fields.clone()).to_string().len();
+    let size = Value::Object(fields.clone()).to_string().len() as i64;
     if size > MAX_RECORD_BYTES {
         return Err(ApiError::invalid(format!(
             "records[{i}] is {size} bytes of JSON, more than the {MAX_RECORD_BYTES} one record may hold; keep long documents in artifacts and refer to them"
         )));
     }
-    if fields.values().any(|v| v.to_string().contains("\\u0000")) {
+    if fields.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)) {
         return Err(ApiError::invalid(format!(
             "records[{i}] holds a NUL character, which cannot be stored; remove it"
         )));
@@ -589,34 +646,38 @@ pub async fn upsert_records(
     not_a_job(&principal)?;
     dataset_id(&id)?;
     let text = required(req.records, "records")?;
-    let list = match lenient_json(text.as_bytes()) {
-        Ok(Value::Array(list)) => list,
-        Ok(_) => {
-            return Err(ApiError::invalid(
-                "'records' must be a JSON list of records, e.g. [{\"inputs\": {\"question\": \"...\"}}]",
-            ));
+    state
+        .store
+        .dataset_as(&principal.user, &id, Access::Change)
+        .await?;
+    let _turn = MERGES
+        .acquire()
+        .await
+        .map_err(|e| ApiError::internal(format!("the merge queue is closed: {e}")))?;
+    let parsed = serde_json::from_str::<RecordList>(&text).or_else(|first| {
+        // Python's json writes NaN and Infinity bare (a DataFrame's empty
+        // cells): read them as MLflow's string forms, as for other bodies.
+        super::request::quote_non_finite(text.as_bytes())
+            .and_then(|fixed| serde_json::from_slice::<RecordList>(&fixed).ok())
+            .ok_or(first)
+    });
+    let list = match parsed {
+        Ok(RecordList(list)) => list,
+        Err(e) if e.is_data() => {
+            return Err(ApiError::invalid(format!("'records': {e}")));
         }
         Err(e) => {
             return Err(ApiError::invalid(format!(
-                "'records' is not valid JSON: {e}"
+                "'records' is not valid JSON: {e}; send a JSON list of records, e.g. [{{\"inputs\": {{\"question\": \"...\"}}}}]"
             )));
         }
     };
-    if list.len() as i64 > MAX_DATASET_RECORDS {
-        return Err(ApiError::invalid(format!(
-            "'records' holds {} records; one dataset holds at most {MAX_DATASET_RECORDS}",
-            list.len()
-        )));
-    }
+    drop(text);
     let records = list
         .into_iter()
         .enumerate()
         .map(|(i, v)| new_record(i, v))
         .collect::<Result<Vec<_>, _>>()?;
-    state
-        .store
-        .dataset_as(&principal.user, &id, Access::Change)
-        .await?;
     let (inserted, updated) = state
         .store
         .upsert_dataset_records(&id, &records, &principal.user.username)
@@ -691,6 +752,18 @@ pub async fn delete_records(
             req.dataset_record_ids.len()
         )));
     }
+    if let Some(bad) = req.dataset_record_ids.iter().find(|r| {
+        r.is_empty()
+            || r.len() > 64
+            || !r
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    }) {
+        return Err(ApiError::invalid(format!(
+            "'dataset_record_ids' holds `{}`, which is not a record id (dr- and hex digits)",
+            bad.chars().take(80).collect::<String>()
+        )));
+    }
     state
         .store
         .dataset_as(&principal.user, &id, Access::Change)
@@ -708,14 +781,15 @@ mod tests {
 
     #[test]
     fn records_are_checked_field_by_field() {
+        let object = |v: Value| v.as_object().cloned().unwrap();
         let ok = new_record(
             0,
-            json!({"inputs": {"q": "?"}, "outputs": "a", "source": {"source_type": "trace", "source_data": {"trace_id": "tr-1"}}}),
+            object(json!({"inputs": {"q": "?"}, "outputs": "a", "source": {"source_type": "trace", "source_data": {"trace_id": "tr-1"}}})),
         )
         .unwrap();
         assert_eq!(ok.source.unwrap()["source_type"], "TRACE");
         assert_eq!(ok.outputs, Some(json!("a")));
-        let err = |v: Value| new_record(3, v).unwrap_err().message;
+        let err = |v: Value| new_record(3, object(v)).unwrap_err().message;
         assert!(err(json!({"outputs": 1})).contains("records[3].inputs"));
         assert!(err(json!({"inputs": [1]})).contains("records[3].inputs"));
         assert!(err(json!({"inputs": {}, "expectations": "x"})).contains("expectations"));
@@ -724,9 +798,20 @@ mod tests {
             err(json!({"inputs": {}, "source": {"source_type": "CODE", "x": 1}})).contains("`x`")
         );
         assert!(err(json!({"inputs": {"q": "a\u{0}b"}})).contains("NUL"));
-        assert!(err(json!(5)).contains("records[3]"));
-        let big = "x".repeat(MAX_RECORD_BYTES);
+        assert!(err(json!({"inputs": {"a\u{0}": 1}})).contains("NUL"));
+        // A backslash and u0000 written out is text, not a NUL.
+        assert!(new_record(0, object(json!({"inputs": {"code": "\\u0000"}}))).is_ok());
+        let big = "x".repeat(MAX_RECORD_BYTES as usize);
         assert!(err(json!({"inputs": {"q": big}})).contains("bytes"));
+    }
+
+    #[test]
+    fn record_lists_stop_at_the_first_that_is_not_an_object() {
+        let read = |t: &str| serde_json::from_str::<RecordList>(t);
+        assert_eq!(read(r#"[{"inputs": {}}, {}]"#).unwrap().0.len(), 2);
+        let err = read(r#"[{"inputs": {}}, 0, 0]"#).unwrap_err().to_string();
+        assert!(err.contains("records[1]"), "{err}");
+        assert!(read("{}").is_err());
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod wire;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::handler::Handler;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
@@ -312,9 +313,11 @@ fn v3_routes() -> Router<AppState> {
         .route(
             "/datasets/{dataset_id}/records",
             get(eval_datasets::records)
-                .post(eval_datasets::upsert_records)
-                .delete(eval_datasets::delete_records)
-                .layer(DefaultBodyLimit::max(eval_datasets::MAX_RECORDS_BODY)),
+                .post(
+                    eval_datasets::upsert_records
+                        .layer(DefaultBodyLimit::max(eval_datasets::MAX_RECORDS_BODY)),
+                )
+                .delete(eval_datasets::delete_records),
         )
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(wrong_method)

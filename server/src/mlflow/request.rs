@@ -76,7 +76,7 @@ pub fn lenient_json(bytes: &[u8]) -> Result<Value, serde_json::Error> {
 
 /// Quotes bare `NaN`, `Infinity` and `-Infinity` outside strings; None if
 /// there are none.
-fn quote_non_finite(bytes: &[u8]) -> Option<Vec<u8>> {
+pub(super) fn quote_non_finite(bytes: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(bytes.len() + 16);
     let mut in_string = false;
     let mut escaped = false;

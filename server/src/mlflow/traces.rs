@@ -598,13 +598,13 @@ pub async fn link_prompts(
                 "'prompt_versions[{i}].name' `{name}` is not a prompt's name: at most 256 characters, no '/'"
             )));
         }
-        if version.is_empty() || !version.chars().all(|c| c.is_ascii_digit()) || version.len() > 10
-        {
+        // Versions are numbers: `02` is version 2, as search writes it.
+        let Some(number) = version.trim().parse::<u32>().ok().filter(|v| *v > 0) else {
             return Err(ApiError::invalid(format!(
                 "'prompt_versions[{i}].version' `{version}` is not a version number"
             )));
-        }
-        prompts.push(format!("{name}/{version}"));
+        };
+        prompts.push(format!("{name}/{number}"));
     }
     state
         .store

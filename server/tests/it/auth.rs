@@ -1855,6 +1855,41 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
     )
     .await;
     assert_eq!(added.status, 200, "{}", added.body);
+    // Searching by carol's experiment tells alice nothing of it.
+    let by_carols = call(
+        &server,
+        "POST",
+        "/api/3.0/mlflow/datasets/search",
+        Some(&alice),
+        &json!({"experiment_ids": [carols]}),
+    )
+    .await;
+    assert_eq!(by_carols.status, 200, "{}", by_carols.body);
+    assert!(
+        !by_carols.body.contains("matrix questions"),
+        "{}",
+        by_carols.body
+    );
+    // A dataset is shown only in experiments its shower may add runs to:
+    // not in a teammate's.
+    let bobs = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/experiments/create",
+        Some(&bob),
+        &json!({"name": "bob's questions"}),
+    )
+    .await;
+    let bobs = bobs.json()["experiment_id"].as_str().unwrap().to_owned();
+    let refused = call(
+        &server,
+        "POST",
+        &format!("{dataset}/add-experiments"),
+        Some(&alice),
+        &json!({"experiment_ids": [bobs]}),
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
     for (who, shown) in [(&alice, json!([exp])), (&admin, json!([exp, carols]))] {
         let answer = call(
             &server,

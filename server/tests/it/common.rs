@@ -45,14 +45,17 @@ pub fn workspace_root() -> PathBuf {
 /// uids (a job's end stops every process of its uid), and tests run many
 /// servers at once, in this process and in test binaries before it whose
 /// jobs may still be ending: each server gets 20 of its own, after this
-/// process's ID. As the server does, only root runs jobs as other users.
+/// process's ID, for up to 500 servers a process. (With room for 50, the
+/// 76th server of this binary could take the uids of the 26th, and one's
+/// job ending would kill the other's: a job was once killed at its start.) As the server does, only root
+/// runs jobs as other users.
 pub fn job_uids() -> String {
     static SERVERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     if !trainyard_jobs::users::is_root() {
         return "none".to_owned();
     }
-    let server = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 50;
-    let first = 1_000_000 + (std::process::id() % 10_000) * 1_000 + server * 20;
+    let server = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 500;
+    let first = 1_000_000 + (std::process::id() % 10_000) * 10_000 + server * 20;
     format!("{first}-{}", first + 19)
 }
 
