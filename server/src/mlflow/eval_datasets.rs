@@ -36,7 +36,7 @@ static MERGES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 const MAX_RECORDS_PAGE: i64 = 1000;
 /// Most tags one request sets.
 const MAX_TAGS: usize = 100;
-/// Most experiments or record ids one request names.
+/// Most experiments one request names.
 const MAX_IDS: usize = 1000;
 const SOURCE_TYPES: [&str; 5] = ["TRACE", "HUMAN", "DOCUMENT", "CODE", "UNSPECIFIED"];
 
