@@ -171,6 +171,18 @@ impl LazyRoute for DatasetRoute {
     }
 }
 
+pub struct ScorersRoute;
+
+#[lazy_route]
+impl LazyRoute for ScorersRoute {
+    fn data() -> Self {
+        Self
+    }
+    fn view(_this: Self) -> AnyView {
+        view! { <explorer::scorers::ScorersPage/> }.into_any()
+    }
+}
+
 pub struct TraceRoute;
 
 #[lazy_route]

@@ -71,6 +71,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("traces"), ParamSegment("trace")) view={Lazy::<TraceRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("datasets")) view={Lazy::<DatasetsRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("datasets"), ParamSegment("dataset")) view={Lazy::<DatasetRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("experiments"), ParamSegment("experiment"), StaticSegment("scorers")) view={Lazy::<ScorersRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("models") view={Lazy::<ModelsRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("compare") view={Lazy::<CompareRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("jobs") view=jobs::JobsPage ssr=SsrMode::InOrder/>

@@ -2,8 +2,9 @@
 (pandas, from S3), two logged models with a metric each (the first
 registered, with an alias), and a trace of two nested spans with a judge's
 feedback, a person's that overrides it, and an expectation; and an
-evaluation dataset of two records, one of them made from the trace; and, in
-an experiment of its own, a trace that loaded a registered prompt. Prints
+evaluation dataset of two records, one of them made from the trace; two
+registered scorers, one in two versions; and, in an experiment of its own,
+a trace that loaded a registered prompt. Prints
 the ids as JSON. Usage: seed_mlflow3.py URL EXPERIMENT"""
 
 import json
@@ -12,6 +13,8 @@ import sys
 import mlflow
 import pandas as pd
 from mlflow.entities import AssessmentSource, LoggedModelStatus
+from mlflow.genai.judges import make_judge
+from mlflow.genai.scorers import Guidelines
 
 url, experiment = sys.argv[1], sys.argv[2]
 mlflow.set_tracking_uri(url)
@@ -62,6 +65,18 @@ questions.merge_records([mlflow.get_trace(trace_id)])
 questions.merge_records([
     {"inputs": {"width": 0.2}, "expectations": {"label": 0, "why": "narrow"}, "tags": {"checked": "yes"}},
 ])
+# Judges registered in the experiment: guidelines in two versions, and an
+# LLM judge.
+Guidelines(name="polite", guidelines=["Answer politely"]).register(experiment_id=experiment_id)
+Guidelines(name="polite", guidelines=["Answer politely", "Answer in one sentence"]).register(
+    experiment_id=experiment_id
+)
+make_judge(
+    name="width check",
+    instructions="Does {{ outputs }} match the width in {{ inputs }}?",
+    model="openai:/gpt-4o-mini",
+    feedback_value_type=bool,
+).register(experiment_id=experiment_id)
 prompt = f"greeting-{experiment}"
 mlflow.genai.register_prompt(name=prompt, template="Hello {{who}}")
 mlflow.set_experiment(f"{experiment}-prompted")

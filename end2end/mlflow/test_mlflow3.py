@@ -471,6 +471,60 @@ def test_traces_are_found_by_the_prompt_versions_they_used(tracking, unique):
         who_used(f'prompt != "{name}/2"')
 
 
+def test_judges_are_registered_in_versions_and_loaded_back(tracking, unique):
+    from mlflow.genai.judges import make_judge
+    from mlflow.genai.scorers import (
+        Guidelines,
+        ScorerSamplingConfig,
+        delete_scorer,
+        get_scorer,
+        list_scorers,
+        scorer,
+    )
+    from mlflow.genai.scorers.registry import list_scorer_versions
+
+    experiment_id = mlflow.set_experiment(f"judges-{unique}").experiment_id
+    Guidelines(name="polite", guidelines=["Be polite"]).register()
+    polite = Guidelines(name="polite", guidelines=["Be polite", "Be brief"]).register()
+    make_judge(
+        name="tone",
+        instructions="Is {{ outputs }} polite?",
+        model="openai:/gpt-4o-mini",
+        feedback_value_type=bool,
+    ).register()
+
+    assert sorted((s.name, type(s).__name__) for s in list_scorers()) == [
+        ("polite", "Guidelines"),
+        ("tone", "InstructionsJudge"),
+    ]
+    assert get_scorer(name="polite").guidelines == ["Be polite", "Be brief"]
+    assert get_scorer(name="polite", version=1).guidelines == ["Be polite"]
+    assert get_scorer(name="tone").instructions == "Is {{ outputs }} polite?"
+    assert [v for _, v in list_scorer_versions(name="polite")] == [1, 2]
+    # Another experiment has its own.
+    assert list_scorers(experiment_id=mlflow.create_experiment(f"no-judges-{unique}")) == []
+
+    # Online scoring needs an AI gateway model; neither server scores a
+    # provider's model as traces come.
+    with pytest.raises(MlflowException, match="gateway"):
+        polite.start(sampling_config=ScorerSamplingConfig(sample_rate=0.5))
+
+    # Custom code is not registered: whoever loads a scorer would run it.
+    @scorer
+    def exact(outputs, expectations):
+        return outputs == expectations["x"]
+
+    with pytest.raises(MlflowException, match="@scorer"):
+        exact.register(name="exact")
+
+    delete_scorer(name="polite", version=2)
+    assert get_scorer(name="polite").guidelines == ["Be polite"]
+    delete_scorer(name="polite", version="all")
+    assert [s.name for s in list_scorers(experiment_id=experiment_id)] == ["tone"]
+    with pytest.raises(MlflowException, match="not found"):
+        get_scorer(name="polite")
+
+
 def test_evaluation_datasets_merge_records_by_their_inputs(tracking, unique):
     from mlflow.genai import datasets
 

@@ -3,7 +3,8 @@
 // registered model, its version and alias, and an experiment's logged
 // models sorted by a metric; an experiment's traces and one trace's span
 // tree with a span's inputs and outputs, and its assessments; an
-// experiment's evaluation datasets and one dataset's records.
+// experiment's evaluation datasets and one dataset's records; its
+// registered scorers.
 import { expect, test } from '@playwright/test';
 import { execFileSync } from 'node:child_process';
 import { homedir } from 'node:os';
@@ -141,4 +142,32 @@ test("an experiment's evaluation datasets open to their records", async ({ page,
   await records.nth(0).getByTestId('record-source').getByRole('link', { name: 'trace' }).click();
   await expect(page).toHaveURL(new RegExp(`/traces/${seeded.trace_id}$`));
   await expect(page.getByTestId('trace-name')).toHaveText('predict');
+});
+
+test("an experiment's registered scorers show what they check and their earlier versions", async ({ page, baseURL }) => {
+  const seeded = seed(baseURL!);
+  await page.goto(`/experiments/${seeded.experiment_id}`);
+  await page.getByRole('link', { name: 'Scorers' }).click();
+  await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}/scorers$`));
+  const listed = page.locator('[data-testid="scorer-list"] tbody tr');
+  await expect(listed).toHaveCount(2);
+  const polite = listed.nth(0);
+  await expect(polite).toHaveAttribute('data-scorer', 'polite');
+  await expect(polite.getByTestId('scorer-version')).toHaveText('2');
+  await expect(polite.getByTestId('scorer-checks')).toContainText('Guidelines');
+  await expect(polite.locator('p.checks').first()).toHaveText('Answer politely · Answer in one sentence');
+  const earlier = polite.getByTestId('scorer-earlier');
+  await expect(earlier.locator('li')).not.toBeVisible();
+  await earlier.getByText('1 earlier').click();
+  await expect(earlier.locator('li')).toHaveCount(1);
+  await expect(earlier.locator('li')).toContainText('v1');
+  await expect(earlier.locator('li p.checks')).toHaveText('Answer politely');
+  const judge = listed.nth(1);
+  await expect(judge).toHaveAttribute('data-scorer', 'width check');
+  await expect(judge.getByTestId('scorer-version')).toHaveText('1');
+  await expect(judge.getByTestId('scorer-checks')).toContainText('make_judge');
+  await expect(judge.getByTestId('scorer-checks')).toContainText('openai:/gpt-4o-mini');
+  await expect(judge.getByTestId('scorer-checks')).toContainText('Does {{ outputs }} match the width');
+  await expect(judge.getByTestId('scorer-earlier')).toHaveCount(0);
+  await page.screenshot({ path: test.info().outputPath('scorers.png'), fullPage: true });
 });

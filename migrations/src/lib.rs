@@ -22,6 +22,7 @@ mod m20261204_000017_job_gpu_devices;
 mod m20261205_000018_trace_assessments;
 mod m20261205_000019_evaluation_datasets;
 mod m20261205_000020_trace_prompts;
+mod m20261205_000021_scorers;
 
 pub struct Migrator;
 
@@ -49,6 +50,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000018_trace_assessments::Migration),
             Box::new(m20261205_000019_evaluation_datasets::Migration),
             Box::new(m20261205_000020_trace_prompts::Migration),
+            Box::new(m20261205_000021_scorers::Migration),
         ]
     }
 }

@@ -8,6 +8,7 @@ mod compare;
 pub mod datasets;
 pub mod models;
 mod run;
+pub mod scorers;
 mod table;
 
 pub use chart::{ChartOptions, Groups, build_chart};

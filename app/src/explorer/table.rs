@@ -203,6 +203,7 @@ fn ExperimentHead(
             <span class="muted" data-testid="experiment-runs">{summary.runs} " runs"</span>
             <a href=format!("/experiments/{}/traces", summary.id)>"Traces"</a>
             <a href=format!("/experiments/{}/datasets", summary.id)>"Datasets"</a>
+            <a href=format!("/experiments/{}/scorers", summary.id)>"Scorers"</a>
             <a href=format!("/models?experiment={}", summary.id)>"Logged models"</a>
         </section>
         <Form method="GET" action="" attr:class="query-box" attr:role="search">

@@ -750,6 +750,36 @@ pub mod tracking {
         pub last_updated_by: Option<String>,
     }
 
+    /// One registered version of a scorer (MLflow 3's `Scorer.register`):
+    /// an LLM judge or built-in scorer kept by name in an experiment.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct ScorerVersion {
+        /// A UUID, the same for every version of the scorer.
+        pub scorer_id: String,
+        pub experiment_id: i64,
+        pub name: String,
+        /// 1, 2, … in the order they were registered.
+        pub version: i32,
+        /// The scorer as MLflow's client serializes it: a JSON object.
+        pub serialized: String,
+        /// In ms since the epoch.
+        pub creation_time: i64,
+    }
+
+    /// How a registered scorer judges new traces as they come (MLflow 3's
+    /// `scorer.start(sampling_config=…)`): the share of traces it samples
+    /// and which traces it looks at.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct OnlineScoringConfig {
+        /// 32 hex digits.
+        pub config_id: String,
+        pub scorer_id: String,
+        pub experiment_id: i64,
+        /// From 0 (stopped) to 1.
+        pub sample_rate: f64,
+        pub filter_string: Option<String>,
+    }
+
     /// Run statuses of MLflow.
     pub const RUN_STATUSES: [&str; 5] = ["RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"];
 

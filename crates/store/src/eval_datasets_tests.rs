@@ -2,33 +2,11 @@
 //! PostgreSQL: merging records, paging, search, owners and bounds.
 
 use serde_json::{Value, json};
-use trainyard_domain::identity::User;
 use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
-use trainyard_test_db::TestDb;
 
 use crate::eval_datasets::{MAX_DATASET_RECORDS, MAX_RECORD_BYTES, NewRecord};
-use crate::{Access, SignIn, Store, StoreError, Viewer};
-
-async fn store() -> (TestDb, Store) {
-    let db = TestDb::new().await;
-    let store = Store::connect(&db.url, 4).await.unwrap();
-    store.migrate().await.unwrap();
-    (db, store)
-}
-
-async fn person(store: &Store, name: &str, groups: &[&str]) -> User {
-    store
-        .sign_in(SignIn {
-            subject: format!("sub-{name}"),
-            username: name.to_owned(),
-            display_name: String::new(),
-            email: None,
-            is_admin: false,
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        })
-        .await
-        .unwrap()
-}
+use crate::test_support::{person, store};
+use crate::{Access, StoreError, Viewer};
 
 fn record(value: Value) -> NewRecord {
     let get = |k: &str| value.get(k).cloned();

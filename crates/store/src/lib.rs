@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod models;
 mod nodes;
 pub mod registry;
+pub mod scorers;
 pub mod series;
 mod sql;
 pub mod telemetry;
@@ -502,6 +503,8 @@ impl Store {
 }
 
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]
@@ -510,6 +513,8 @@ mod eval_datasets_tests;
 mod identity_tests;
 #[cfg(test)]
 mod models_tests;
+#[cfg(test)]
+mod scorers_tests;
 #[cfg(test)]
 mod series_tests;
 #[cfg(test)]

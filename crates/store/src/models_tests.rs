@@ -1,35 +1,11 @@
 //! Logged models, datasets and run inputs/outputs, on SQLite and (with
 //! TEST_DATABASE_URL) PostgreSQL.
 
-use crate::{
-    ModelFilter, ModelMetricIn, ModelOrder, NewModel, NewRun, SignIn, Store, StoreError, Viewer,
-};
-use trainyard_domain::identity::{Owner, User};
+use crate::test_support::{person, store};
+use crate::{ModelFilter, ModelMetricIn, ModelOrder, NewModel, NewRun, Store, StoreError, Viewer};
+use trainyard_domain::identity::Owner;
 use trainyard_domain::query::{Attribute, Field, Scope, parse_filter};
 use trainyard_domain::tracking::{Dataset, DatasetInput, Point};
-use trainyard_test_db::TestDb;
-
-async fn store() -> (TestDb, Store) {
-    let db = TestDb::new().await;
-    let store = Store::connect(&db.url, 4).await.unwrap();
-    store.migrate().await.unwrap();
-    (db, store)
-}
-
-/// Someone signed in, in the given groups (teams).
-async fn person(store: &Store, name: &str, groups: &[&str]) -> User {
-    store
-        .sign_in(SignIn {
-            subject: format!("sub-{name}"),
-            username: name.to_owned(),
-            display_name: String::new(),
-            email: None,
-            is_admin: false,
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        })
-        .await
-        .unwrap()
-}
 
 fn kv(k: &str, v: &str) -> (String, String) {
     (k.to_owned(), v.to_owned())

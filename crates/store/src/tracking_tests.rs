@@ -1,17 +1,10 @@
 //! Tracking store tests, on SQLite and (with TEST_DATABASE_URL) PostgreSQL.
 
+use crate::test_support::store;
 use crate::{MetricIn, NewRun, Store, StoreError, Viewer};
 use trainyard_domain::identity::Owner;
 use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
 use trainyard_domain::tracking::{Point, ViewType};
-use trainyard_test_db::TestDb;
-
-async fn store() -> (TestDb, Store) {
-    let db = TestDb::new().await;
-    let store = Store::connect(&db.url, 4).await.unwrap();
-    store.migrate().await.unwrap();
-    (db, store)
-}
 
 fn metric(key: &str, step: i64, timestamp: i64, value: f64) -> MetricIn {
     MetricIn {

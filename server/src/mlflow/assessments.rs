@@ -16,6 +16,7 @@ use trainyard_store::assessments::{AssessmentChange, NewAssessment};
 
 use super::request::Req;
 use super::traces::{format_time, pairs_of};
+use super::validate::no_nul;
 use super::wire::required;
 use super::{ApiError, ApiResult};
 use crate::AppState;
@@ -110,16 +111,6 @@ fn id(text: &str, what: &str) -> Result<(), ApiError> {
             "Invalid {what} `{text}`: letters, digits, - and _, at most 64"
         )))
     }
-}
-
-/// PostgreSQL keeps no NUL character in text.
-fn no_nul(text: &str, field: &str) -> Result<(), ApiError> {
-    if text.contains('\0') {
-        return Err(ApiError::invalid(format!(
-            "'{field}' holds a NUL character, which cannot be stored; remove it"
-        )));
-    }
-    Ok(())
 }
 
 fn name(text: Option<String>) -> Result<String, ApiError> {

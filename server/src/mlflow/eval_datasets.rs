@@ -19,7 +19,7 @@ use trainyard_store::eval_datasets::{MAX_DATASET_RECORDS, MAX_RECORD_BYTES, NewR
 use trainyard_store::{Access, StoreError, Viewer};
 
 use super::request::{Req, lenient_json};
-use super::validate::MAX_TAG_VALUE_LEN;
+use super::validate::{MAX_TAG_VALUE_LEN, no_nul};
 use super::wire::{self, opt_i64, required};
 use super::{ApiError, ApiResult};
 use crate::AppState;
@@ -117,16 +117,6 @@ fn not_a_job(principal: &Principal) -> Result<(), ApiError> {
         return Err(crate::auth::permission_denied(
             "a job's token reads evaluation datasets but does not change them; change them with your own token",
         ));
-    }
-    Ok(())
-}
-
-/// PostgreSQL keeps no NUL character in text.
-fn no_nul(text: &str, field: &str) -> Result<(), ApiError> {
-    if text.contains('\0') {
-        return Err(ApiError::invalid(format!(
-            "'{field}' holds a NUL character, which cannot be stored; remove it"
-        )));
     }
     Ok(())
 }

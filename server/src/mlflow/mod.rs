@@ -2,8 +2,8 @@
 //! inputs), the model registry, and the mlflow-artifacts proxy, so that scripts using the official
 //! `mlflow` client work unchanged. Served under `/api/2.0/mlflow/` and
 //! `/ajax-api/2.0/mlflow/` (the MLflow UI's prefix); `/api/3.0/mlflow/`
-//! answers `server-info`, traces and their assessments, and evaluation
-//! datasets; every unknown path under these answers
+//! answers `server-info`, traces and their assessments, evaluation
+//! datasets and registered scorers; every unknown path under these answers
 //! MLflow's JSON error.
 
 mod artifacts;
@@ -16,6 +16,7 @@ mod multipart;
 mod registry;
 pub mod request;
 mod runs;
+mod scorers;
 mod traces;
 mod validate;
 pub mod wire;
@@ -25,7 +26,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::handler::Handler;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, patch, post};
+use axum::routing::{delete, get, patch, post, put};
 use serde_json::json;
 use trainyard_store::StoreError;
 
@@ -319,6 +320,13 @@ fn v3_routes() -> Router<AppState> {
                 )
                 .delete(eval_datasets::delete_records),
         )
+        .route("/scorers/register", post(scorers::register))
+        .route("/scorers/list", get(scorers::list))
+        .route("/scorers/versions", get(scorers::versions))
+        .route("/scorers/get", get(scorers::get))
+        .route("/scorers/delete", delete(scorers::delete))
+        .route("/scorers/online-configs", get(scorers::online_configs))
+        .route("/scorers/online-config", put(scorers::upsert_online_config))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))

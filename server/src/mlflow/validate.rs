@@ -102,6 +102,16 @@ pub fn batch_limits(metrics: usize, params: usize, tags: usize) -> Result<(), Ap
     Ok(())
 }
 
+/// PostgreSQL keeps no NUL character in text.
+pub fn no_nul(text: &str, field: &str) -> Result<(), ApiError> {
+    if text.contains('\0') {
+        return Err(ApiError::invalid(format!(
+            "'{field}' holds a NUL character, which cannot be stored; remove it"
+        )));
+    }
+    Ok(())
+}
+
 pub fn run_id(id: &str) -> Result<(), ApiError> {
     let ok = !id.is_empty()
         && id.len() <= 256

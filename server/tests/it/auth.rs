@@ -751,6 +751,10 @@ print("dataset-create", send("/api/3.0/mlflow/datasets/create", {"name": "x"})[0
 print("dataset-merge", send(ds + "/records", {"records": "[{\"inputs\": {\"q\": 1}}]"})[0])
 print("dataset-tag", send(ds + "/tags", {"tags": "{}"}, "PATCH")[0])
 print("dataset-delete", send(ds, {}, "DELETE")[0])
+# Registered scorers: read (an evaluation loads its judges), not changed.
+print("scorer-list", get("/api/3.0/mlflow/scorers/list?experiment_id=" + exp))
+print("scorer-register", send("/api/3.0/mlflow/scorers/register", {"experiment_id": exp, "name": "x", "serialized_scorer": "{}"})[0])
+print("scorer-delete", send("/api/3.0/mlflow/scorers/delete", {"experiment_id": exp, "name": "x"}, "DELETE")[0])
 "#;
     let other_model = call(
         &server,
@@ -879,6 +883,9 @@ print("dataset-delete", send(ds, {}, "DELETE")[0])
         "dataset-merge 403",
         "dataset-tag 403",
         "dataset-delete 403",
+        "scorer-list 200",
+        "scorer-register 403",
+        "scorer-delete 403",
     ] {
         assert!(log.body.contains(line), "{line}: {}", log.body);
     }
@@ -1341,6 +1348,156 @@ impl Probe {
 }
 
 #[tokio::test]
+async fn scorers_are_read_by_the_experiments_readers_and_in_default_stay_their_makers() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let (alice, bob, carol, admin) = (
+        p.alice.bearer(),
+        p.bob.bearer(),
+        p.carol.bearer(),
+        p.admin.bearer(),
+    );
+    let judge = |words: &str| {
+        json!({"name": "j", "builtin_scorer_class": "Guidelines",
+               "builtin_scorer_pydantic_data": {"name": "j", "guidelines": [words]}})
+        .to_string()
+    };
+    let register = |who: String, exp: &str, name: &str, words: &str| {
+        let body = json!({"experiment_id": exp, "name": name, "serialized_scorer": judge(words)});
+        let server = &server;
+        async move {
+            call(
+                server,
+                "POST",
+                "/api/3.0/mlflow/scorers/register",
+                Some(&who),
+                &body,
+            )
+            .await
+        }
+    };
+    let made = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/experiments/create",
+        Some(&alice),
+        &json!({"name": "judged"}),
+    )
+    .await;
+    let exp = made.json()["experiment_id"].as_str().unwrap().to_owned();
+    let mine = register(alice.clone(), &exp, "tone", "kind").await;
+    assert_eq!(mine.status, 200, "{}", mine.body);
+    let scorer_id = mine.json()["scorer_id"].as_str().unwrap().to_owned();
+    let config = call(
+        &server,
+        "PUT",
+        "/api/3.0/mlflow/scorers/online-config",
+        Some(&alice),
+        &json!({"experiment_id": exp, "name": "tone", "sample_rate": 0, "filter_string": "status = 'OK'"}),
+    )
+    .await;
+    assert_eq!(config.status, 200, "{}", config.body);
+    assert_eq!(config.json()["config"]["filter_string"], "status = 'OK'");
+
+    // The configuration is shown to whoever reads the experiment only.
+    let configs =
+        format!("/api/3.0/mlflow/scorers/online-configs?scorer_ids={scorer_id}&scorer_ids=other");
+    for (who, seen) in [(&alice, 1), (&bob, 1), (&carol, 0), (&admin, 1)] {
+        let got = call(&server, "GET", &configs, Some(who), &Value::Null).await;
+        assert_eq!(got.status, 200, "{}", got.body);
+        assert_eq!(
+            got.json()["configs"].as_array().unwrap().len(),
+            seen,
+            "{who}"
+        );
+    }
+    // Listing every experiment's scorers shows only those one may read.
+    for (who, seen) in [(&bob, 1), (&carol, 0)] {
+        let got = call(
+            &server,
+            "GET",
+            "/api/3.0/mlflow/scorers/list",
+            Some(who),
+            &Value::Null,
+        )
+        .await;
+        assert_eq!(
+            got.json()["scorers"].as_array().unwrap().len(),
+            seen,
+            "{}",
+            got.body
+        );
+        let named = call(
+            &server,
+            "GET",
+            &format!("/api/3.0/mlflow/scorers/list?experiment_ids={exp}&experiment_ids=0"),
+            Some(who),
+            &Value::Null,
+        )
+        .await;
+        assert_eq!(
+            named.json()["scorers"].as_array().unwrap().len(),
+            seen,
+            "{}",
+            named.body
+        );
+    }
+
+    // In the shared Default experiment anyone registers a new name, and a
+    // scorer stays its maker's: another may not add versions, configure or
+    // delete it; an admin may.
+    let bobs = register(bob.clone(), "0", "shared", "bob's").await;
+    assert_eq!(bobs.status, 200, "{}", bobs.body);
+    let again = register(bob.clone(), "0", "shared", "bob's too").await;
+    assert_eq!(again.json()["version"], 2, "{}", again.body);
+    let taken = register(carol.clone(), "0", "shared", "carol's").await;
+    assert_eq!(taken.status, 403, "{}", taken.body);
+    assert!(taken.body.contains("another name"), "{}", taken.body);
+    for (method, path, body) in [
+        (
+            "PUT",
+            "/api/3.0/mlflow/scorers/online-config",
+            json!({"experiment_id": "0", "name": "shared", "sample_rate": 0}),
+        ),
+        (
+            "DELETE",
+            "/api/3.0/mlflow/scorers/delete",
+            json!({"experiment_id": "0", "name": "shared", "version": 1}),
+        ),
+    ] {
+        let refused = call(&server, method, path, Some(&carol), &body).await;
+        assert_eq!(refused.status, 403, "{method} {path}: {}", refused.body);
+    }
+    let read = call(
+        &server,
+        "GET",
+        "/api/3.0/mlflow/scorers/get?experiment_id=0&name=shared",
+        Some(&carol),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(read.status, 200, "everyone reads Default: {}", read.body);
+    assert_eq!(read.json()["scorer"]["scorer_version"], 2);
+    let carols = register(carol.clone(), "0", "carol's own", "hers").await;
+    assert_eq!(carols.status, 200, "{}", carols.body);
+    let removed = call(
+        &server,
+        "DELETE",
+        "/api/3.0/mlflow/scorers/delete",
+        Some(&admin),
+        &json!({"experiment_id": "0", "name": "shared"}),
+    )
+    .await;
+    assert_eq!(removed.status, 200, "{}", removed.body);
+
+    // Another's experiment takes no scorer from a teammate.
+    let teammate = register(bob.clone(), &exp, "bob's", "x").await;
+    assert_eq!(teammate.status, 403, "{}", teammate.body);
+    let stranger = register(carol.clone(), &exp, "carol's", "x").await;
+    assert_eq!(stranger.status, 404, "{}", stranger.body);
+}
+
+#[tokio::test]
 async fn every_mlflow_endpoint_answers_the_matrix() {
     let server = sso_server().await;
     let p = people(&server).await;
@@ -1450,9 +1607,63 @@ async fn every_mlflow_endpoint_answers_the_matrix() {
         "/api/3.0/mlflow/datasets/{}",
         dataset.json()["dataset"]["dataset_id"].as_str().unwrap()
     );
+    let judge = json!({"name": "j", "instructions_judge_pydantic_data": {"instructions": "Is {{ outputs }} right?", "model": "openai:/gpt-4o"}}).to_string();
+    let registered = call(
+        &server,
+        "POST",
+        "/api/3.0/mlflow/scorers/register",
+        Some(&alice),
+        &json!({"experiment_id": exp, "name": "matrix judge", "serialized_scorer": judge}),
+    )
+    .await;
+    assert_eq!(registered.status, 200, "{}", registered.body);
+    let scorers = "/api/3.0/mlflow/scorers";
+    let judged_by = format!("experiment_id={exp}&name=matrix%20judge");
     // Each person runs the whole list in this order, so deletes are undone
     // and writes are repeatable.
     let probes = vec![
+        Probe::json(
+            "POST",
+            &format!("{scorers}/register"),
+            json!({"experiment_id": exp, "name": "matrix judge", "serialized_scorer": judge}),
+            true,
+        ),
+        Probe::json(
+            "GET",
+            &format!("{scorers}/list?experiment_id={exp}"),
+            Value::Null,
+            false,
+        ),
+        Probe::json(
+            "GET",
+            &format!("{scorers}/get?{judged_by}"),
+            Value::Null,
+            false,
+        ),
+        Probe::json(
+            "GET",
+            &format!("{scorers}/versions?{judged_by}"),
+            Value::Null,
+            false,
+        ),
+        Probe::json(
+            "PUT",
+            &format!("{scorers}/online-config"),
+            json!({"experiment_id": exp, "name": "matrix judge", "sample_rate": 0}),
+            true,
+        ),
+        Probe::json(
+            "POST",
+            &format!("{scorers}/register"),
+            json!({"experiment_id": exp, "name": "gone", "serialized_scorer": judge}),
+            true,
+        ),
+        Probe::json(
+            "DELETE",
+            &format!("{scorers}/delete"),
+            json!({"experiment_id": exp, "name": "gone"}),
+            true,
+        ),
         Probe::json("GET", &dataset, Value::Null, false),
         Probe::json("GET", &format!("{dataset}/records"), Value::Null, false),
         Probe::json(

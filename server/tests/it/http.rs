@@ -424,6 +424,175 @@ async fn bad_prompt_links_are_refused_naming_the_field() {
     );
 }
 
+/// Registered scorers: what is wrong is named, and what would run in the
+/// process of whoever loads a scorer (custom code, a judge's requests sent
+/// to a host of the writer's choosing) is refused as MLflow refuses it.
+#[tokio::test]
+async fn bad_scorers_are_refused_naming_what_is_wrong() {
+    use serde_json::json;
+    let server = TestServer::start().await;
+    let register = "/api/3.0/mlflow/scorers/register";
+    let judge = |data: serde_json::Value| json!({"experiment_id": "0", "name": "j", "serialized_scorer": data.to_string()});
+    for (body, says) in [
+        (
+            json!({"name": "j", "serialized_scorer": "{}"}),
+            "'experiment_id'",
+        ),
+        (
+            json!({"experiment_id": "0", "serialized_scorer": "{}"}),
+            "'name'",
+        ),
+        (
+            json!({"experiment_id": "0", "name": "j"}),
+            "'serialized_scorer'",
+        ),
+        (
+            json!({"experiment_id": "0", "name": " ", "serialized_scorer": "{}"}),
+            "Scorer name cannot be empty",
+        ),
+        (
+            json!({"experiment_id": "0", "name": "j".repeat(257), "serialized_scorer": "{}"}),
+            "longer than 256",
+        ),
+        (
+            json!({"experiment_id": "zero", "name": "j", "serialized_scorer": "{}"}),
+            "Invalid experiment ID 'zero'",
+        ),
+        (
+            json!({"experiment_id": "0", "name": "j", "serialized_scorer": "{"}),
+            "serialized_scorer must be valid JSON",
+        ),
+        (
+            json!({"experiment_id": "0", "name": "j", "serialized_scorer": "[1]"}),
+            "must be a JSON object",
+        ),
+        (
+            json!({"experiment_id": "0", "name": "j", "serialized_scorer": "x".repeat(300_000)}),
+            "at most 256 KiB",
+        ),
+        (
+            judge(json!({"name": "j", "call_source": "import os"})),
+            "@scorer",
+        ),
+        (
+            judge(json!({"ensemble_scorer_data": {"scorers": [{"call_source": "1"}]}})),
+            "@scorer",
+        ),
+        (
+            judge(
+                json!({"third_party_scorer_data": {"model": "openai:/gpt-4o",
+                "kwargs": {"completion_kwargs": [["api_base", "http://evil"]]}}}),
+            ),
+            "must not contain 'api_base'",
+        ),
+        (
+            judge(json!({"third_party_scorer_data": {"kwargs": [1]}})),
+            "kwargs must be a JSON object",
+        ),
+        (
+            judge(json!({"instructions_judge_pydantic_data": {"model": "gateway:/chat"}})),
+            "no AI gateway",
+        ),
+        (
+            judge(json!({"builtin_scorer_pydantic_data": {"model": 3}})),
+            "Scorer model must be a string",
+        ),
+    ] {
+        let refused = common::post_json(server.addr, register, &body).await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert_eq!(refused.json()["error_code"], "INVALID_PARAMETER_VALUE");
+        assert!(refused.body.contains(says), "{says}: {}", refused.body);
+    }
+    let list = common::request(
+        server.addr,
+        "GET",
+        "/api/3.0/mlflow/scorers/list?experiment_id=0",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(
+        list.json()["scorers"],
+        json!([]),
+        "nothing refused was kept"
+    );
+    let unknown = common::post_json(
+        server.addr,
+        register,
+        &json!({"experiment_id": "4242", "name": "j", "serialized_scorer": "{}"}),
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+
+    let made = common::post_json(server.addr, register, &judge(json!({"name": "j"}))).await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let config = "/api/3.0/mlflow/scorers/online-config";
+    for (body, says) in [
+        (json!({"experiment_id": "0", "name": "j"}), "'sample_rate'"),
+        (
+            json!({"experiment_id": "0", "name": "j", "sample_rate": 1.5}),
+            "between 0.0 and 1.0, got 1.5",
+        ),
+        (
+            json!({"experiment_id": "0", "name": "j", "sample_rate": "often"}),
+            "sample_rate must be a number",
+        ),
+        (
+            json!({"experiment_id": "0", "name": "j", "sample_rate": 0, "filter_string": 3}),
+            "'filter_string'",
+        ),
+        (
+            json!({"experiment_id": "0", "name": "j", "sample_rate": 0, "filter_string": "colour = 'red'"}),
+            "Invalid filter_string",
+        ),
+        (
+            json!({"experiment_id": "0", "name": "j", "sample_rate": 0.5}),
+            "no AI gateway",
+        ),
+    ] {
+        let refused = common::request(
+            server.addr,
+            "PUT",
+            config,
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert!(refused.body.contains(says), "{says}: {}", refused.body);
+    }
+    let stopped = common::request(
+        server.addr,
+        "PUT",
+        config,
+        &[("Content-Type", "application/json")],
+        json!({"experiment_id": "0", "name": "j", "sample_rate": "0"})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(stopped.status, 200, "{}", stopped.body);
+    assert_eq!(stopped.json()["config"]["sample_rate"], 0.0);
+    for path in [
+        "/api/3.0/mlflow/scorers/get?experiment_id=0&name=j&version=0",
+        "/api/3.0/mlflow/scorers/get?experiment_id=0&name=j&version=two",
+        "/api/3.0/mlflow/scorers/online-configs",
+    ] {
+        let refused = common::request(server.addr, "GET", path, &[], b"").await;
+        assert_eq!(refused.status, 400, "{path}: {}", refused.body);
+    }
+    let missing = common::request(
+        server.addr,
+        "GET",
+        "/api/3.0/mlflow/scorers/get?experiment_id=0&name=j&version=9",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(missing.status, 404, "{}", missing.body);
+    assert!(missing.body.contains("version 9"), "{}", missing.body);
+}
+
 /// Evaluation datasets: what is wrong with a request is named (the field,
 /// the record's place), nothing of a refused merge is kept, and a merge may
 /// be larger than other MLflow requests, up to its own bound.

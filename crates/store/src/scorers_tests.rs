@@ -1,0 +1,332 @@
+//! MLflow 3's registered scorers on SQLite and (with TEST_DATABASE_URL)
+//! PostgreSQL: versions, listing, deletes, online configurations, who sees
+//! what, and the bounds.
+
+use sea_orm::ConnectionTrait;
+use trainyard_domain::identity::User;
+
+use crate::scorers::{MAX_EXPERIMENT_SCORER_BYTES, MAX_EXPERIMENT_SCORERS, MAX_SCORER_VERSIONS};
+use crate::test_support::{person, store};
+use crate::{Store, StoreError, Viewer};
+
+fn judge(instructions: &str) -> String {
+    serde_json::json!({
+        "name": "judge",
+        "instructions_judge_pydantic_data": {"instructions": instructions, "model": "openai:/gpt-4o-mini"},
+    })
+    .to_string()
+}
+
+async fn exec(store: &Store, sql: &str) {
+    store
+        .connection()
+        .execute_unprepared(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+#[tokio::test]
+async fn versions_count_up_and_the_latest_is_what_is_read() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &["nlp"]).await;
+    let exp = store
+        .create_experiment_with("judges", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let one = store
+        .register_scorer(exp, "tone", &judge("v1"), Some(ana.id))
+        .await
+        .unwrap();
+    let two = store
+        .register_scorer(exp, "tone", &judge("v2"), Some(ana.id))
+        .await
+        .unwrap();
+    let other = store
+        .register_scorer(exp, "brevity", &judge("short"), Some(ana.id))
+        .await
+        .unwrap();
+    assert_eq!((one.version, two.version, other.version), (1, 2, 1));
+    assert_eq!(one.scorer_id, two.scorer_id, "one scorer, two versions");
+    assert_ne!(one.scorer_id, other.scorer_id);
+
+    let latest = store.get_scorer(exp, "tone", None).await.unwrap();
+    assert_eq!((latest.version, latest.serialized), (2, judge("v2")));
+    let first = store.get_scorer(exp, "tone", Some(1)).await.unwrap();
+    assert_eq!(first.serialized, judge("v1"));
+    let all = store.scorer_versions(exp, "tone").await.unwrap();
+    assert_eq!(all.iter().map(|s| s.version).collect::<Vec<_>>(), [1, 2]);
+
+    let listed = store
+        .latest_scorers(Some(&[exp]), &Viewer::of(&ana))
+        .await
+        .unwrap();
+    let names: Vec<(&str, i32)> = listed
+        .iter()
+        .map(|s| (s.name.as_str(), s.version))
+        .collect();
+    assert_eq!(names, [("brevity", 1), ("tone", 2)]);
+    let every = store.experiment_scorer_versions(exp, 100).await.unwrap();
+    let every: Vec<(&str, i32)> = every.iter().map(|s| (s.name.as_str(), s.version)).collect();
+    assert_eq!(every, [("brevity", 1), ("tone", 2), ("tone", 1)]);
+    assert_eq!(
+        store
+            .experiment_scorer_versions(exp, 2)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // The same name in another experiment is another scorer.
+    let elsewhere = store
+        .create_experiment_with("more judges", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let there = store
+        .register_scorer(elsewhere, "tone", &judge("x"), Some(ana.id))
+        .await
+        .unwrap();
+    assert_eq!(there.version, 1);
+    assert_eq!(
+        store
+            .latest_scorers(None, &Viewer::of(&ana))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+
+    match store.get_scorer(exp, "tone", Some(7)).await {
+        Err(StoreError::NotFound(m)) => assert!(m.contains("version 7"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        store.scorer_versions(exp, "nothing").await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn deleting_versions_keeps_numbers_and_the_last_one_takes_the_scorer() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("judges", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    for text in ["a", "b", "c"] {
+        store
+            .register_scorer(exp, "tone", &judge(text), Some(ana.id))
+            .await
+            .unwrap();
+    }
+    store
+        .upsert_online_config(exp, "tone", 0.0, Some("status = 'OK'"))
+        .await
+        .unwrap();
+
+    // The latest goes: the one before is read, and the next version is 4,
+    // not 3 again.
+    store.delete_scorer(exp, "tone", Some(3)).await.unwrap();
+    let latest = store.get_scorer(exp, "tone", None).await.unwrap();
+    assert_eq!((latest.version, latest.serialized), (2, judge("b")));
+    let next = store
+        .register_scorer(exp, "tone", &judge("d"), Some(ana.id))
+        .await
+        .unwrap();
+    assert_eq!(next.version, 4);
+    assert!(matches!(
+        store.delete_scorer(exp, "tone", Some(3)).await,
+        Err(StoreError::NotFound(_))
+    ));
+
+    // Every version gone one by one: the scorer goes with its config.
+    for v in [1, 2, 4] {
+        store.delete_scorer(exp, "tone", Some(v)).await.unwrap();
+    }
+    assert!(matches!(
+        store.get_scorer(exp, "tone", None).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(
+        store
+            .online_configs(std::slice::from_ref(&next.scorer_id), &Viewer::Everyone)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Registered again, it starts over.
+    let again = store
+        .register_scorer(exp, "tone", &judge("e"), Some(ana.id))
+        .await
+        .unwrap();
+    assert_eq!(again.version, 1);
+    assert_ne!(again.scorer_id, next.scorer_id);
+
+    // Deleting without a version takes every version.
+    store
+        .register_scorer(exp, "tone", &judge("f"), Some(ana.id))
+        .await
+        .unwrap();
+    store.delete_scorer(exp, "tone", None).await.unwrap();
+    assert!(matches!(
+        store.delete_scorer(exp, "tone", None).await,
+        Err(StoreError::NotFound(_))
+    ));
+    let mut held = store.sql();
+    held.push("SELECT COUNT(*) AS n FROM scorer_versions");
+    let row = store
+        .connection()
+        .query_one_raw(held.build())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.try_get::<i64>("", "n").unwrap(), 0);
+}
+
+#[tokio::test]
+async fn online_configs_are_replaced_and_shown_to_readers_only() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &["nlp"]).await;
+    let ben = person(&store, "ben", &["nlp"]).await;
+    let eve = person(&store, "eve", &["vision"]).await;
+    let exp = store
+        .create_experiment_with("judges", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let made = store
+        .register_scorer(exp, "tone", &judge("a"), Some(ana.id))
+        .await
+        .unwrap();
+    let first = store
+        .upsert_online_config(exp, "tone", 0.0, Some("status = 'OK'"))
+        .await
+        .unwrap();
+    let second = store
+        .upsert_online_config(exp, "tone", 0.0, None)
+        .await
+        .unwrap();
+    assert_eq!(first.config_id, second.config_id, "one config a scorer");
+    assert_eq!(second.filter_string, None);
+    assert_eq!(second.experiment_id, exp);
+
+    let ids = [made.scorer_id.clone(), "no-such-scorer".to_owned()];
+    let seen = |user: &User| {
+        let store = store.clone();
+        let ids = ids.clone();
+        let viewer = Viewer::of(user);
+        async move { store.online_configs(&ids, &viewer).await.unwrap().len() }
+    };
+    assert_eq!(seen(&ana).await, 1);
+    assert_eq!(seen(&ben).await, 1, "the team reads the experiment");
+    assert_eq!(seen(&eve).await, 0, "another team does not");
+    assert_eq!(
+        store
+            .latest_scorers(None, &Viewer::of(&eve))
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
+    assert!(matches!(
+        store.upsert_online_config(exp, "nothing", 0.0, None).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn the_bounds_of_a_scorer_and_an_experiment_refuse_before_writing() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("judges", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let made = store
+        .register_scorer(exp, "tone", &judge("a"), Some(ana.id))
+        .await
+        .unwrap();
+
+    // A scorer given its last version number takes no more.
+    exec(
+        &store,
+        &format!(
+            "UPDATE scorers SET given = {MAX_SCORER_VERSIONS} WHERE id = '{}'",
+            made.scorer_id
+        ),
+    )
+    .await;
+    match store
+        .register_scorer(exp, "tone", &judge("b"), Some(ana.id))
+        .await
+    {
+        Err(StoreError::Rejected(m)) => assert!(m.contains("new name"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.scorer_versions(exp, "tone").await.unwrap().len(), 1);
+
+    // The experiment's bytes: a version that would pass them is refused.
+    exec(
+        &store,
+        &format!(
+            "UPDATE scorers SET bytes = {} WHERE id = '{}'",
+            MAX_EXPERIMENT_SCORER_BYTES - 10,
+            made.scorer_id
+        ),
+    )
+    .await;
+    match store
+        .register_scorer(exp, "other", &judge("long enough"), Some(ana.id))
+        .await
+    {
+        Err(StoreError::Rejected(m)) => assert!(m.contains("delete old versions"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(store.scorer_maker(exp, "other").await.unwrap().is_none());
+    exec(
+        &store,
+        &format!(
+            "UPDATE scorers SET bytes = 0 WHERE id = '{}'",
+            made.scorer_id
+        ),
+    )
+    .await;
+
+    // The experiment's count of scorers.
+    let rows: Vec<String> = (1..MAX_EXPERIMENT_SCORERS)
+        .map(|i| format!("('id-{i}', {exp}, 'filler-{i}', 1, 1, 0, NULL)"))
+        .collect();
+    exec(
+        &store,
+        &format!(
+            "INSERT INTO scorers (id, experiment_id, name, latest, given, bytes, user_id) VALUES {}",
+            rows.join(", ")
+        ),
+    )
+    .await;
+    match store
+        .register_scorer(exp, "one more", &judge("x"), Some(ana.id))
+        .await
+    {
+        Err(StoreError::Rejected(m)) => assert!(m.contains("scorers, the most"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // A new version of a scorer that is there is no new scorer.
+    exec(
+        &store,
+        &format!(
+            "UPDATE scorers SET given = 1 WHERE id = '{}'",
+            made.scorer_id
+        ),
+    )
+    .await;
+    let next = store
+        .register_scorer(exp, "tone", &judge("b"), Some(ana.id))
+        .await
+        .unwrap();
+    assert_eq!(next.version, 2);
+    assert_eq!(
+        store.scorer_maker(exp, "tone").await.unwrap(),
+        Some(Some(ana.id))
+    );
+}
