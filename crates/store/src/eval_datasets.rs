@@ -15,7 +15,7 @@ use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Attribute, Expr, Field, OrderBy, Scope};
 use trainyard_domain::tracking::{DatasetRecord, EvaluationDataset};
 
-use crate::sql::{filter, lock_owner, upsert_pairs};
+use crate::sql::{filter, held_rows, lock_owner, upsert_pairs};
 use crate::tracking::get;
 use crate::{Store, StoreError, Viewer, now_millis};
 
@@ -628,14 +628,12 @@ impl Store {
             sql.push(" ON CONFLICT (dataset_id, experiment_id) DO NOTHING");
             conn.execute_raw(sql.build()).await?;
         }
-        let mut count = self.sql();
-        count
-            .push("SELECT COUNT(*) AS n FROM evaluation_dataset_experiments WHERE dataset_id = ")
-            .bind(id.to_owned());
-        let held: i64 = match conn.query_one_raw(count.build()).await? {
-            Some(row) => get(&row, "n")?,
-            None => 0,
-        };
+        let held = held_rows(
+            conn,
+            "evaluation_dataset_experiments",
+            &[("dataset_id", id.into())],
+        )
+        .await?;
         if held > MAX_DATASET_EXPERIMENTS {
             return Err(StoreError::Rejected(format!(
                 "An evaluation dataset is shown in at most {MAX_DATASET_EXPERIMENTS} experiments; this would make it {held}: remove it from some first"

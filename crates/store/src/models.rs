@@ -215,15 +215,7 @@ impl Store {
         table: &str,
         run_id: &str,
     ) -> Result<i32, StoreError> {
-        let mut sql = self.sql();
-        sql.push(&format!(
-            "SELECT COUNT(*) AS n FROM {table} WHERE run_id = "
-        ))
-        .bind(run_id.to_owned());
-        let n: i64 = match conn.query_one_raw(sql.build()).await? {
-            Some(row) => get(&row, "n")?,
-            None => 0,
-        };
+        let n = crate::sql::held_rows(conn, table, &[("run_id", run_id.into())]).await?;
         Ok(i32::try_from(n).unwrap_or(i32::MAX))
     }
 

@@ -695,13 +695,12 @@ impl Store {
             ") ON CONFLICT (registered_model_id, alias) DO UPDATE SET version = excluded.version",
         );
         txn.execute_raw(sql.build()).await?;
-        let mut sql = self.sql();
-        sql.push("SELECT COUNT(*) AS n FROM registered_model_aliases WHERE registered_model_id = ")
-            .bind(id);
-        let held: i64 = match txn.query_one_raw(sql.build()).await? {
-            Some(row) => get(&row, "n")?,
-            None => 0,
-        };
+        let held = crate::sql::held_rows(
+            &txn,
+            "registered_model_aliases",
+            &[("registered_model_id", id.into())],
+        )
+        .await?;
         if held as usize > MAX_KEYS_HELD {
             return Err(StoreError::Rejected(too_many(
                 "registered_model_aliases",

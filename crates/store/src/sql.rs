@@ -123,7 +123,22 @@ pub(crate) async fn upsert_pairs(
         " ON CONFLICT ({columns}, key) DO UPDATE SET value = excluded.value"
     ));
     conn.execute_raw(sql.build()).await?;
-    let mut count = Sql::new(backend);
+    let held = held_rows(conn, table, owner).await?;
+    if held as usize > MAX_KEYS_HELD {
+        return Err(crate::StoreError::Rejected(too_many(table, held)));
+    }
+    Ok(())
+}
+
+/// How many rows of `table` one owner holds (`owner`: its columns and
+/// values), counted inside the writer's transaction after it inserted, so
+/// that a write past a bound is refused and rolled back whole.
+pub(crate) async fn held_rows(
+    conn: &impl sea_orm::ConnectionTrait,
+    table: &str,
+    owner: &[(&str, Value)],
+) -> Result<i64, crate::StoreError> {
+    let mut count = Sql::new(conn.get_database_backend());
     count.push(&format!("SELECT COUNT(*) AS n FROM {table} WHERE "));
     for (i, (column, v)) in owner.iter().enumerate() {
         if i > 0 {
@@ -131,14 +146,10 @@ pub(crate) async fn upsert_pairs(
         }
         count.push(&format!("{column} = ")).bind(v.clone());
     }
-    let held: i64 = match conn.query_one_raw(count.build()).await? {
+    Ok(match conn.query_one_raw(count.build()).await? {
         Some(row) => row.try_get("", "n")?,
         None => 0,
-    };
-    if held as usize > MAX_KEYS_HELD {
-        return Err(crate::StoreError::Rejected(too_many(table, held)));
-    }
-    Ok(())
+    })
 }
 
 /// On PostgreSQL, holds a lock named `name` (one owner's rows of a table)

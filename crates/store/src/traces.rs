@@ -481,14 +481,8 @@ impl Store {
         }
         sql.push(" ON CONFLICT (trace_id, prompt) DO NOTHING");
         txn.execute_raw(sql.build()).await?;
-        let mut count = self.sql();
-        count
-            .push("SELECT COUNT(*) AS n FROM trace_prompts WHERE trace_id = ")
-            .bind(trace_id.to_owned());
-        let held: i64 = match txn.query_one_raw(count.build()).await? {
-            Some(row) => get(&row, "n")?,
-            None => 0,
-        };
+        let held =
+            crate::sql::held_rows(&txn, "trace_prompts", &[("trace_id", trace_id.into())]).await?;
         if held > MAX_PROMPTS_PER_TRACE {
             return Err(StoreError::Rejected(format!(
                 "Trace '{trace_id}' would be linked to {held} prompt versions, more than the {MAX_PROMPTS_PER_TRACE} one trace may be"
