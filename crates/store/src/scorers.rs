@@ -8,7 +8,7 @@ use sea_orm::{ConnectionTrait, QueryResult, TransactionTrait};
 use trainyard_domain::tracking::{OnlineScoringConfig, ScorerVersion};
 
 use crate::sql::lock_owner;
-use crate::tracking::get;
+use crate::tracking::{DEFAULT_EXPERIMENT, get};
 use crate::{Store, StoreError, Viewer, now_millis};
 
 /// Most versions one scorer keeps: delete old ones to register more.
@@ -17,8 +17,26 @@ pub const MAX_SCORER_VERSIONS: i32 = 1000;
 pub const MAX_EXPERIMENT_SCORERS: i64 = 1000;
 /// Most bytes the versions of one experiment's scorers hold together.
 pub const MAX_EXPERIMENT_SCORER_BYTES: i64 = 64 << 20;
-/// Most scorers one listing answers (across experiments).
+/// Most scorers one listing answers (across experiments), and most bytes
+/// their versions hold together.
 pub const MAX_LISTED_SCORERS: i64 = 10_000;
+pub const MAX_LISTED_BYTES: i64 = 64 << 20;
+
+/// Who may change an existing scorer, checked in the writer's transaction
+/// (so that two people registering one new name at once cannot both pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Changer {
+    /// Whoever may change the experiment: the caller checked that.
+    Experiment,
+    /// Only the scorer's maker, this user (the shared Default experiment).
+    Maker(i64),
+}
+
+fn not_makers(name: &str) -> StoreError {
+    StoreError::Forbidden(format!(
+        "scorer '{name}' of the Default experiment was registered by someone else: only they or an admin change it. Register yours under another name."
+    ))
+}
 
 fn not_found(experiment_id: i64, name: &str, version: Option<i32>) -> StoreError {
     StoreError::NotFound(match version {
@@ -70,6 +88,15 @@ struct Scorer {
     user_id: Option<i64>,
 }
 
+impl Scorer {
+    fn may_change(&self, who: Changer, name: &str) -> Result<(), StoreError> {
+        match who {
+            Changer::Maker(user) if self.user_id != Some(user) => Err(not_makers(name)),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Store {
     async fn scorer_row(
         &self,
@@ -106,13 +133,16 @@ impl Store {
     }
 
     /// Registers `serialized` as the scorer's next version (1 for a new
-    /// name), refusing past the bounds of the scorer and the experiment.
+    /// name, made by `maker`), refusing past the bounds of the scorer and
+    /// the experiment. In the shared Default experiment the bounds are each
+    /// maker's, so that no one fills it for everyone.
     pub async fn register_scorer(
         &self,
         experiment_id: i64,
         name: &str,
         serialized: &str,
         maker: Option<i64>,
+        who: Changer,
     ) -> Result<ScorerVersion, StoreError> {
         let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
@@ -125,16 +155,33 @@ impl Store {
             "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM scorers WHERE experiment_id = ",
         )
         .bind(experiment_id);
+        let whose = if experiment_id == DEFAULT_EXPERIMENT {
+            match maker {
+                Some(maker) => {
+                    held.push(" AND user_id = ").bind(maker);
+                }
+                None => {
+                    held.push(" AND user_id IS NULL");
+                }
+            }
+            "Your scorers in the Default experiment"
+        } else {
+            "The scorers of this experiment"
+        };
         let (count, held_bytes): (i64, i64) = match txn.query_one_raw(held.build()).await? {
             Some(row) => (get(&row, "n")?, get(&row, "bytes")?),
             None => (0, 0),
         };
         if held_bytes + bytes > MAX_EXPERIMENT_SCORER_BYTES {
             return Err(StoreError::Rejected(format!(
-                "The scorers of experiment {experiment_id} hold {held_bytes} bytes, and this version would take them past {MAX_EXPERIMENT_SCORER_BYTES}: delete old versions first (delete_scorer with a version)."
+                "{whose} hold {held_bytes} bytes, and this version would take them past {MAX_EXPERIMENT_SCORER_BYTES}: delete old versions first (delete_scorer with a version)."
             )));
         }
-        let scorer = match self.scorer_row(&txn, experiment_id, name).await? {
+        let found = self.scorer_row(&txn, experiment_id, name).await?;
+        if let Some(s) = &found {
+            s.may_change(who, name)?;
+        }
+        let scorer = match found {
             Some(s) if s.given >= MAX_SCORER_VERSIONS => {
                 return Err(StoreError::Rejected(format!(
                     "Scorer '{name}' has been given {MAX_SCORER_VERSIONS} versions, the most one scorer is given: register it under a new name, or delete it and register it again."
@@ -143,7 +190,7 @@ impl Store {
             Some(s) => s,
             None if count >= MAX_EXPERIMENT_SCORERS => {
                 return Err(StoreError::Rejected(format!(
-                    "Experiment {experiment_id} holds {count} scorers, the most one experiment holds: delete some first."
+                    "{whose} are {count}, the most there may be: delete some first."
                 )));
             }
             None => {
@@ -215,26 +262,37 @@ impl Store {
         if experiment_ids.is_some_and(<[i64]>::is_empty) {
             return Ok(Vec::new());
         }
-        let mut sql = self.sql();
-        sql.push(&format!(
-            "SELECT {VERSION_COLUMNS} FROM scorers s \
-             JOIN scorer_versions v ON v.scorer_id = s.id AND v.version = s.latest \
-             JOIN experiments e ON e.id = s.experiment_id \
-             WHERE e.lifecycle_stage = 'active'"
-        ));
-        if let Some(ids) = experiment_ids {
-            sql.push(" AND s.experiment_id IN ")
-                .bind_list(ids.iter().copied());
-        }
-        viewer.restrict(&mut sql, "e.owner_id", "e.team_id", Some("e.id = 0"));
-        sql.push(" ORDER BY s.experiment_id, s.name LIMIT ")
-            .bind(MAX_LISTED_SCORERS + 1);
-        let rows = self.connection().query_all_raw(sql.build()).await?;
-        if rows.len() as i64 > MAX_LISTED_SCORERS {
+        let listing = |columns: &str| {
+            let mut sql = self.sql();
+            sql.push(&format!(
+                "SELECT {columns} FROM scorers s \
+                 JOIN scorer_versions v ON v.scorer_id = s.id AND v.version = s.latest \
+                 JOIN experiments e ON e.id = s.experiment_id \
+                 WHERE e.lifecycle_stage = 'active'"
+            ));
+            if let Some(ids) = experiment_ids {
+                sql.push(" AND s.experiment_id IN ")
+                    .bind_list(ids.iter().copied());
+            }
+            viewer.restrict(&mut sql, "e.owner_id", "e.team_id", Some("e.id = 0"));
+            sql
+        };
+        // What the listing would hold is counted before any of it is read.
+        let size = listing("COUNT(*) AS n, CAST(COALESCE(SUM(v.bytes), 0) AS BIGINT) AS bytes");
+        let (count, bytes): (i64, i64) = match self.connection().query_one_raw(size.build()).await?
+        {
+            Some(row) => (get(&row, "n")?, get(&row, "bytes")?),
+            None => (0, 0),
+        };
+        if count > MAX_LISTED_SCORERS || bytes > MAX_LISTED_BYTES {
             return Err(StoreError::Rejected(format!(
-                "More than {MAX_LISTED_SCORERS} scorers would be listed: name the experiments to list the scorers of."
+                "The scorers to list are {count} holding {bytes} bytes, more than one listing carries ({MAX_LISTED_SCORERS} scorers, {MAX_LISTED_BYTES} bytes): name fewer experiments."
             )));
         }
+        let mut sql = listing(VERSION_COLUMNS);
+        sql.push(" ORDER BY s.experiment_id, s.name LIMIT ")
+            .bind(MAX_LISTED_SCORERS);
+        let rows = self.connection().query_all_raw(sql.build()).await?;
         rows.iter().map(version_of).collect()
     }
 
@@ -317,6 +375,7 @@ impl Store {
         experiment_id: i64,
         name: &str,
         version: Option<i32>,
+        who: Changer,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
@@ -325,6 +384,7 @@ impl Store {
             .scorer_row(&txn, experiment_id, name)
             .await?
             .ok_or_else(|| not_found(experiment_id, name, None))?;
+        scorer.may_change(who, name)?;
         let mut remove = self.sql();
         remove
             .push("DELETE FROM scorers WHERE id = ")
@@ -375,13 +435,16 @@ impl Store {
         name: &str,
         sample_rate: f64,
         filter_string: Option<&str>,
+        who: Changer,
     ) -> Result<OnlineScoringConfig, StoreError> {
         let _turn = self.write_turn().await;
         let txn = self.connection().begin().await?;
+        lock_scorers(&txn, experiment_id).await?;
         let scorer = self
             .scorer_row(&txn, experiment_id, name)
             .await?
             .ok_or_else(|| not_found(experiment_id, name, None))?;
+        scorer.may_change(who, name)?;
         let mut sql = self.sql();
         sql.push(
             "INSERT INTO scorer_online_configs (id, scorer_id, sample_rate, filter_string) VALUES (",

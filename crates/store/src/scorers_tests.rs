@@ -5,7 +5,10 @@
 use sea_orm::ConnectionTrait;
 use trainyard_domain::identity::User;
 
-use crate::scorers::{MAX_EXPERIMENT_SCORER_BYTES, MAX_EXPERIMENT_SCORERS, MAX_SCORER_VERSIONS};
+use crate::scorers::{
+    Changer, MAX_EXPERIMENT_SCORER_BYTES, MAX_EXPERIMENT_SCORERS, MAX_LISTED_BYTES,
+    MAX_SCORER_VERSIONS,
+};
 use crate::test_support::{person, store};
 use crate::{Store, StoreError, Viewer};
 
@@ -34,15 +37,21 @@ async fn versions_count_up_and_the_latest_is_what_is_read() {
         .await
         .unwrap();
     let one = store
-        .register_scorer(exp, "tone", &judge("v1"), Some(ana.id))
+        .register_scorer(exp, "tone", &judge("v1"), Some(ana.id), Changer::Experiment)
         .await
         .unwrap();
     let two = store
-        .register_scorer(exp, "tone", &judge("v2"), Some(ana.id))
+        .register_scorer(exp, "tone", &judge("v2"), Some(ana.id), Changer::Experiment)
         .await
         .unwrap();
     let other = store
-        .register_scorer(exp, "brevity", &judge("short"), Some(ana.id))
+        .register_scorer(
+            exp,
+            "brevity",
+            &judge("short"),
+            Some(ana.id),
+            Changer::Experiment,
+        )
         .await
         .unwrap();
     assert_eq!((one.version, two.version, other.version), (1, 2, 1));
@@ -83,7 +92,13 @@ async fn versions_count_up_and_the_latest_is_what_is_read() {
         .await
         .unwrap();
     let there = store
-        .register_scorer(elsewhere, "tone", &judge("x"), Some(ana.id))
+        .register_scorer(
+            elsewhere,
+            "tone",
+            &judge("x"),
+            Some(ana.id),
+            Changer::Experiment,
+        )
         .await
         .unwrap();
     assert_eq!(there.version, 1);
@@ -116,33 +131,41 @@ async fn deleting_versions_keeps_numbers_and_the_last_one_takes_the_scorer() {
         .unwrap();
     for text in ["a", "b", "c"] {
         store
-            .register_scorer(exp, "tone", &judge(text), Some(ana.id))
+            .register_scorer(exp, "tone", &judge(text), Some(ana.id), Changer::Experiment)
             .await
             .unwrap();
     }
     store
-        .upsert_online_config(exp, "tone", 0.0, Some("status = 'OK'"))
+        .upsert_online_config(exp, "tone", 0.0, Some("status = 'OK'"), Changer::Experiment)
         .await
         .unwrap();
 
     // The latest goes: the one before is read, and the next version is 4,
     // not 3 again.
-    store.delete_scorer(exp, "tone", Some(3)).await.unwrap();
+    store
+        .delete_scorer(exp, "tone", Some(3), Changer::Experiment)
+        .await
+        .unwrap();
     let latest = store.get_scorer(exp, "tone", None).await.unwrap();
     assert_eq!((latest.version, latest.serialized), (2, judge("b")));
     let next = store
-        .register_scorer(exp, "tone", &judge("d"), Some(ana.id))
+        .register_scorer(exp, "tone", &judge("d"), Some(ana.id), Changer::Experiment)
         .await
         .unwrap();
     assert_eq!(next.version, 4);
     assert!(matches!(
-        store.delete_scorer(exp, "tone", Some(3)).await,
+        store
+            .delete_scorer(exp, "tone", Some(3), Changer::Experiment)
+            .await,
         Err(StoreError::NotFound(_))
     ));
 
     // Every version gone one by one: the scorer goes with its config.
     for v in [1, 2, 4] {
-        store.delete_scorer(exp, "tone", Some(v)).await.unwrap();
+        store
+            .delete_scorer(exp, "tone", Some(v), Changer::Experiment)
+            .await
+            .unwrap();
     }
     assert!(matches!(
         store.get_scorer(exp, "tone", None).await,
@@ -157,7 +180,7 @@ async fn deleting_versions_keeps_numbers_and_the_last_one_takes_the_scorer() {
     );
     // Registered again, it starts over.
     let again = store
-        .register_scorer(exp, "tone", &judge("e"), Some(ana.id))
+        .register_scorer(exp, "tone", &judge("e"), Some(ana.id), Changer::Experiment)
         .await
         .unwrap();
     assert_eq!(again.version, 1);
@@ -165,12 +188,17 @@ async fn deleting_versions_keeps_numbers_and_the_last_one_takes_the_scorer() {
 
     // Deleting without a version takes every version.
     store
-        .register_scorer(exp, "tone", &judge("f"), Some(ana.id))
+        .register_scorer(exp, "tone", &judge("f"), Some(ana.id), Changer::Experiment)
         .await
         .unwrap();
-    store.delete_scorer(exp, "tone", None).await.unwrap();
+    store
+        .delete_scorer(exp, "tone", None, Changer::Experiment)
+        .await
+        .unwrap();
     assert!(matches!(
-        store.delete_scorer(exp, "tone", None).await,
+        store
+            .delete_scorer(exp, "tone", None, Changer::Experiment)
+            .await,
         Err(StoreError::NotFound(_))
     ));
     let mut held = store.sql();
@@ -195,15 +223,15 @@ async fn online_configs_are_replaced_and_shown_to_readers_only() {
         .await
         .unwrap();
     let made = store
-        .register_scorer(exp, "tone", &judge("a"), Some(ana.id))
+        .register_scorer(exp, "tone", &judge("a"), Some(ana.id), Changer::Experiment)
         .await
         .unwrap();
     let first = store
-        .upsert_online_config(exp, "tone", 0.0, Some("status = 'OK'"))
+        .upsert_online_config(exp, "tone", 0.0, Some("status = 'OK'"), Changer::Experiment)
         .await
         .unwrap();
     let second = store
-        .upsert_online_config(exp, "tone", 0.0, None)
+        .upsert_online_config(exp, "tone", 0.0, None, Changer::Experiment)
         .await
         .unwrap();
     assert_eq!(first.config_id, second.config_id, "one config a scorer");
@@ -229,7 +257,9 @@ async fn online_configs_are_replaced_and_shown_to_readers_only() {
         0
     );
     assert!(matches!(
-        store.upsert_online_config(exp, "nothing", 0.0, None).await,
+        store
+            .upsert_online_config(exp, "nothing", 0.0, None, Changer::Experiment)
+            .await,
         Err(StoreError::NotFound(_))
     ));
 }
@@ -243,7 +273,7 @@ async fn the_bounds_of_a_scorer_and_an_experiment_refuse_before_writing() {
         .await
         .unwrap();
     let made = store
-        .register_scorer(exp, "tone", &judge("a"), Some(ana.id))
+        .register_scorer(exp, "tone", &judge("a"), Some(ana.id), Changer::Experiment)
         .await
         .unwrap();
 
@@ -257,7 +287,7 @@ async fn the_bounds_of_a_scorer_and_an_experiment_refuse_before_writing() {
     )
     .await;
     match store
-        .register_scorer(exp, "tone", &judge("b"), Some(ana.id))
+        .register_scorer(exp, "tone", &judge("b"), Some(ana.id), Changer::Experiment)
         .await
     {
         Err(StoreError::Rejected(m)) => assert!(m.contains("new name"), "{m}"),
@@ -276,7 +306,13 @@ async fn the_bounds_of_a_scorer_and_an_experiment_refuse_before_writing() {
     )
     .await;
     match store
-        .register_scorer(exp, "other", &judge("long enough"), Some(ana.id))
+        .register_scorer(
+            exp,
+            "other",
+            &judge("long enough"),
+            Some(ana.id),
+            Changer::Experiment,
+        )
         .await
     {
         Err(StoreError::Rejected(m)) => assert!(m.contains("delete old versions"), "{m}"),
@@ -305,10 +341,16 @@ async fn the_bounds_of_a_scorer_and_an_experiment_refuse_before_writing() {
     )
     .await;
     match store
-        .register_scorer(exp, "one more", &judge("x"), Some(ana.id))
+        .register_scorer(
+            exp,
+            "one more",
+            &judge("x"),
+            Some(ana.id),
+            Changer::Experiment,
+        )
         .await
     {
-        Err(StoreError::Rejected(m)) => assert!(m.contains("scorers, the most"), "{m}"),
+        Err(StoreError::Rejected(m)) => assert!(m.contains("are 1000, the most"), "{m}"),
         other => panic!("{other:?}"),
     }
     // A new version of a scorer that is there is no new scorer.
@@ -321,7 +363,7 @@ async fn the_bounds_of_a_scorer_and_an_experiment_refuse_before_writing() {
     )
     .await;
     let next = store
-        .register_scorer(exp, "tone", &judge("b"), Some(ana.id))
+        .register_scorer(exp, "tone", &judge("b"), Some(ana.id), Changer::Experiment)
         .await
         .unwrap();
     assert_eq!(next.version, 2);
@@ -329,4 +371,123 @@ async fn the_bounds_of_a_scorer_and_an_experiment_refuse_before_writing() {
         store.scorer_maker(exp, "tone").await.unwrap(),
         Some(Some(ana.id))
     );
+}
+
+async fn bytes_held(store: &Store, exp: i64, name: &str) -> i64 {
+    let mut sql = store.sql();
+    sql.push("SELECT bytes FROM scorers WHERE experiment_id = ")
+        .bind(exp)
+        .push(" AND name = ")
+        .bind(name.to_owned());
+    let row = store
+        .connection()
+        .query_one_raw(sql.build())
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get::<i64>("", "bytes").unwrap()
+}
+
+#[tokio::test]
+async fn in_default_a_scorer_is_its_makers_and_the_bounds_are_each_makers() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let ben = person(&store, "ben", &[]).await;
+    let as_ana = Changer::Maker(ana.id);
+    let as_ben = Changer::Maker(ben.id);
+    store
+        .register_scorer(0, "tone", &judge("a"), Some(ana.id), as_ana)
+        .await
+        .unwrap();
+    // Checked in the writer's transaction: ben adds no version, config or
+    // delete to ana's scorer, and nothing of his is written.
+    let refused = [
+        store
+            .register_scorer(0, "tone", &judge("b"), Some(ben.id), as_ben)
+            .await
+            .map(|_| ()),
+        store.delete_scorer(0, "tone", None, as_ben).await,
+        store.delete_scorer(0, "tone", Some(1), as_ben).await,
+        store
+            .upsert_online_config(0, "tone", 0.0, None, as_ben)
+            .await
+            .map(|_| ()),
+    ];
+    for r in refused {
+        match r {
+            Err(StoreError::Forbidden(m)) => assert!(m.contains("another name"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(store.scorer_versions(0, "tone").await.unwrap().len(), 1);
+    let next = store
+        .register_scorer(0, "tone", &judge("c"), Some(ana.id), as_ana)
+        .await
+        .unwrap();
+    assert_eq!(next.version, 2);
+
+    // A single version deleted gives back its bytes.
+    let before = bytes_held(&store, 0, "tone").await;
+    assert_eq!(before, (judge("a").len() + judge("c").len()) as i64);
+    store
+        .delete_scorer(0, "tone", Some(1), as_ana)
+        .await
+        .unwrap();
+    assert_eq!(bytes_held(&store, 0, "tone").await, judge("c").len() as i64);
+
+    // Ana's bytes in Default are hers to fill: she is refused, ben is not.
+    exec(
+        &store,
+        &format!(
+            "UPDATE scorers SET bytes = {} WHERE id = '{}'",
+            MAX_EXPERIMENT_SCORER_BYTES - 10,
+            next.scorer_id
+        ),
+    )
+    .await;
+    match store
+        .register_scorer(0, "brevity", &judge("short"), Some(ana.id), as_ana)
+        .await
+    {
+        Err(StoreError::Rejected(m)) => assert!(m.contains("Your scorers in the Default"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    store
+        .register_scorer(0, "brevity", &judge("short"), Some(ben.id), as_ben)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_listing_past_its_bytes_is_refused_before_it_is_read() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("judges", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let made = store
+        .register_scorer(exp, "tone", &judge("a"), Some(ana.id), Changer::Experiment)
+        .await
+        .unwrap();
+    let viewer = Viewer::of(&ana);
+    assert_eq!(store.latest_scorers(None, &viewer).await.unwrap().len(), 1);
+    exec(
+        &store,
+        &format!(
+            "UPDATE scorer_versions SET bytes = {} WHERE scorer_id = '{}'",
+            MAX_LISTED_BYTES + 1,
+            made.scorer_id
+        ),
+    )
+    .await;
+    for listed in [
+        store.latest_scorers(None, &viewer).await,
+        store.latest_scorers(Some(&[exp]), &viewer).await,
+    ] {
+        match listed {
+            Err(StoreError::Rejected(m)) => assert!(m.contains("name fewer experiments"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

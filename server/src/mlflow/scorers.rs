@@ -6,9 +6,11 @@
 //! A scorer is a serialized judge (a built-in scorer, a `make_judge` judge,
 //! guidelines) kept by name in an experiment; whoever may read the
 //! experiment reads its scorers, and loading one builds the judge in the
-//! reader's process. So what could run there is refused as MLflow's server
-//! refuses it: custom `@scorer` code, and options that would send a judge's
-//! requests (and its API key) to a host of the writer's choosing.
+//! reader's process. So what could run there is refused, as MLflow's server
+//! refuses custom `@scorer` code, and further than it: a built-in scorer
+//! class that is not one of MLflow's scorers, and options anywhere in the
+//! scorer that would send a judge's requests (and the reader's API key) to
+//! a host of the writer's choosing.
 //!
 //! Who changes a scorer: whoever may add runs to the experiment (its owner,
 //! admins); in the shared Default experiment, anyone registers a new name
@@ -27,6 +29,7 @@ use serde_json::{Value, json};
 use trainyard_domain::identity::Principal;
 use trainyard_domain::query::{Scope, parse_filter};
 use trainyard_domain::tracking::{OnlineScoringConfig, ScorerVersion};
+use trainyard_store::scorers::Changer;
 use trainyard_store::tracking::DEFAULT_EXPERIMENT;
 use trainyard_store::{Access, Viewer};
 
@@ -44,14 +47,51 @@ const MAX_NAME_CHARS: usize = 256;
 /// Most experiments or scorer ids one request names.
 const MAX_IDS: usize = 1000;
 const MAX_FILTER_CHARS: usize = 4096;
-/// Options of a third-party scorer's LLM client that choose where its
-/// requests go (MLflow's `GATEWAY_DESTINATION_KEYS`).
-const DESTINATION_KEYS: [&str; 5] = [
+/// Options of a judge's LLM client that choose where its requests go, or
+/// what credentials and headers they carry (MLflow's
+/// `GATEWAY_DESTINATION_KEYS`, and the client's own): a scorer loaded by
+/// someone else would send their API key there. Refused as keys anywhere
+/// in a scorer: third-party kwargs, a judge's `inference_params`, a
+/// built-in scorer's fields.
+const DESTINATION_KEYS: [&str; 9] = [
     "api_base",
     "base_url",
     "model_list",
     "fallbacks",
     "custom_llm_provider",
+    "api_key",
+    "extra_headers",
+    "headers",
+    "api_version",
+];
+/// MLflow 3.17's built-in scorer classes: the client builds
+/// `builtin_scorers.<class>(**fields)` when it loads one, so any other name
+/// (a function of that module, say) is refused.
+const BUILTIN_SCORERS: [&str; 24] = [
+    "Completeness",
+    "ConversationCompleteness",
+    "ConversationalGuidelines",
+    "ConversationalRoleAdherence",
+    "ConversationalSafety",
+    "ConversationalToolCallEfficiency",
+    "Correctness",
+    "Equivalence",
+    "ExpectationsGuidelines",
+    "Fluency",
+    "Guidelines",
+    "KnowledgeRetention",
+    "PIIDetection",
+    "RegexMatch",
+    "RelevanceToQuery",
+    "ResponseLength",
+    "RetrievalGroundedness",
+    "RetrievalRelevance",
+    "RetrievalSufficiency",
+    "Safety",
+    "Summarization",
+    "ToolCallCorrectness",
+    "ToolCallEfficiency",
+    "UserFrustration",
 ];
 
 fn scorer_json(s: &ScorerVersion) -> Value {
@@ -118,8 +158,10 @@ fn has_code(value: &Value) -> bool {
     }
 }
 
-/// The destination options anywhere under `value`, as MLflow finds them
-/// (keys of objects, and `[key, value]` pairs in lists).
+/// The destination options set anywhere under `value` (not null), as
+/// MLflow finds them in third-party kwargs: keys of objects, and
+/// `[key, value]` pairs in lists. Built-in scorers write `extra_headers:
+/// null` themselves.
 fn destination_keys(value: &Value, found: &mut Vec<&'static str>) {
     fn note(key: &str, found: &mut Vec<&'static str>) {
         if let Some(k) = DESTINATION_KEYS.iter().find(|k| **k == key)
@@ -131,13 +173,17 @@ fn destination_keys(value: &Value, found: &mut Vec<&'static str>) {
     match value {
         Value::Object(map) => {
             for (key, nested) in map {
-                note(key, found);
+                if !nested.is_null() {
+                    note(key, found);
+                }
                 destination_keys(nested, found);
             }
         }
         Value::Array(items) => {
             for nested in items {
-                if let Some([Value::String(key), _]) = nested.as_array().map(Vec::as_slice) {
+                if let Some([Value::String(key), value]) = nested.as_array().map(Vec::as_slice)
+                    && !value.is_null()
+                {
                     note(key, found);
                 }
                 destination_keys(nested, found);
@@ -163,6 +209,26 @@ fn third_party_kwargs<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
         }
         Value::Array(items) => items.iter().for_each(|v| third_party_kwargs(v, out)),
         _ => {}
+    }
+}
+
+/// A built-in scorer class at any depth that is not one of MLflow's.
+fn unknown_builtin(value: &Value) -> Option<String> {
+    match value {
+        Value::Object(map) => {
+            if let Some(class) = map.get("builtin_scorer_class").filter(|c| !c.is_null()) {
+                let known = class.as_str().is_some_and(|c| BUILTIN_SCORERS.contains(&c));
+                if !known {
+                    return Some(match class {
+                        Value::String(c) => c.clone(),
+                        other => other.to_string(),
+                    });
+                }
+            }
+            map.values().find_map(unknown_builtin)
+        }
+        Value::Array(items) => items.iter().find_map(unknown_builtin),
+        _ => None,
     }
 }
 
@@ -218,24 +284,29 @@ fn check_serialized(text: &str) -> Result<(), ApiError> {
              register.",
         ));
     }
+    if let Some(class) = unknown_builtin(&value) {
+        return Err(ApiError::invalid(format!(
+            "builtin_scorer_class '{class}' is not one of MLflow's built-in scorers ({})",
+            BUILTIN_SCORERS.join(", ")
+        )));
+    }
     let mut kwargs = Vec::new();
     third_party_kwargs(&value, &mut kwargs);
-    let mut found = Vec::new();
-    for kwargs in kwargs {
-        if !kwargs.is_object() {
-            return Err(ApiError::invalid(
-                "third_party_scorer_data.kwargs must be a JSON object",
-            ));
-        }
-        destination_keys(kwargs, &mut found);
+    if kwargs.iter().any(|k| !k.is_object()) {
+        return Err(ApiError::invalid(
+            "third_party_scorer_data.kwargs must be a JSON object",
+        ));
     }
+    let mut found = Vec::new();
+    destination_keys(&value, &mut found);
     if !found.is_empty() {
         found.sort_unstable();
         let keys: Vec<String> = found.iter().map(|k| format!("'{k}'")).collect();
         return Err(ApiError::invalid(format!(
-            "third_party_scorer_data.kwargs must not contain {}: these options choose where the \
-             scorer's LLM client sends requests. Configure the judge's endpoint through the \
-             provider's environment variables where the scorer runs instead.",
+            "A scorer must not contain {}: these options choose where a judge's LLM client \
+             sends requests, or what they carry, in the process of whoever loads the scorer. \
+             Configure the judge's endpoint through the provider's environment variables where \
+             the scorer runs instead.",
             keys.join(", ")
         )));
     }
@@ -283,30 +354,17 @@ async fn active_experiment(
     Ok(())
 }
 
-/// May the caller change scorer `name` of experiment `id` (register a
-/// version, delete, configure)? Whoever may change the experiment may; in
-/// Default, anyone may make a new name, and a scorer is its maker's.
-async fn may_change(
-    state: &AppState,
-    principal: &Principal,
-    id: i64,
-    name: &str,
-) -> Result<(), ApiError> {
+/// Who may change the scorers of experiment `id` (register a version,
+/// delete, configure): whoever may change the experiment; in Default,
+/// anyone, each scorer its maker's (the store checks that in its
+/// transaction).
+async fn changer(state: &AppState, principal: &Principal, id: i64) -> Result<Changer, ApiError> {
     let user = &principal.user;
-    if id != DEFAULT_EXPERIMENT {
-        return Ok(state.store.may_add_runs(user, id).await?);
+    if id == DEFAULT_EXPERIMENT && !user.is_admin {
+        return Ok(Changer::Maker(user.id));
     }
-    if user.is_admin {
-        return Ok(());
-    }
-    match state.store.scorer_maker(id, name).await? {
-        None => Ok(()),
-        Some(Some(maker)) if maker == user.id => Ok(()),
-        Some(_) => Err(crate::auth::permission_denied(format!(
-            "scorer '{name}' of the Default experiment was registered by someone else: only they \
-             or an admin change it. Register yours under another name."
-        ))),
-    }
+    state.store.may_add_runs(user, id).await?;
+    Ok(Changer::Experiment)
 }
 
 #[derive(Deserialize)]
@@ -329,10 +387,10 @@ pub async fn register(
     check_serialized(&serialized)?;
     let id = wire::parse_experiment_id(&experiment)?;
     active_experiment(&state, &principal, id).await?;
-    may_change(&state, &principal, id, &name).await?;
+    let who = changer(&state, &principal, id).await?;
     let made = state
         .store
-        .register_scorer(id, &name, &serialized, Some(principal.user.id))
+        .register_scorer(id, &name, &serialized, Some(principal.user.id), who)
         .await?;
     Ok(Json(json!({
         "version": made.version,
@@ -376,10 +434,7 @@ pub async fn list(
         }
         (Some(one), None) => {
             let id = wire::parse_experiment_id(&one)?;
-            state
-                .store
-                .experiment_as(&principal.user, id, Access::Read)
-                .await?;
+            active_experiment(&state, &principal, id).await?;
             state.store.latest_scorers(Some(&[id]), &viewer).await?
         }
         (None, Some(items)) => {
@@ -422,7 +477,7 @@ pub struct Named {
     version: Option<i64>,
 }
 
-/// The experiment (readable) and name of a request.
+/// The experiment (readable, active) and name of a request.
 async fn named(
     state: &AppState,
     principal: &Principal,
@@ -432,10 +487,7 @@ async fn named(
     let name = scorer_name(req.name)?;
     let version = version_of(req.version)?;
     let id = wire::parse_experiment_id(&experiment)?;
-    state
-        .store
-        .experiment_as(&principal.user, id, Access::Read)
-        .await?;
+    active_experiment(state, principal, id).await?;
     Ok((id, name, version))
 }
 
@@ -470,9 +522,8 @@ pub async fn delete(
     Req(req): Req<Named>,
 ) -> ApiResult {
     let (id, name, version) = named(&state, &principal, req).await?;
-    active_experiment(&state, &principal, id).await?;
-    may_change(&state, &principal, id, &name).await?;
-    state.store.delete_scorer(id, &name, version).await?;
+    let who = changer(&state, &principal, id).await?;
+    state.store.delete_scorer(id, &name, version, who).await?;
     Ok(Json(json!({})))
 }
 
@@ -561,7 +612,7 @@ pub async fn upsert_online_config(
     }
     let id = wire::parse_experiment_id(&experiment)?;
     active_experiment(&state, &principal, id).await?;
-    may_change(&state, &principal, id, &name).await?;
+    let who = changer(&state, &principal, id).await?;
     // The scorer must be there before its configuration is judged.
     state.store.get_scorer(id, &name, None).await?;
     if rate > 0.0 {
@@ -573,7 +624,7 @@ pub async fn upsert_online_config(
     }
     let config = state
         .store
-        .upsert_online_config(id, &name, rate, filter.as_deref())
+        .upsert_online_config(id, &name, rate, filter.as_deref(), who)
         .await?;
     Ok(Json(json!({ "config": config_json(&config) })))
 }

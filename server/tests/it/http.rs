@@ -489,6 +489,32 @@ async fn bad_scorers_are_refused_naming_what_is_wrong() {
             judge(json!({"third_party_scorer_data": {"kwargs": [1]}})),
             "kwargs must be a JSON object",
         ),
+        // The client builds `builtin_scorers.<class>(**fields)` as it loads
+        // a scorer: a function of that module that takes a base URL would
+        // send the reader's API key to the writer's host.
+        (
+            judge(json!({"builtin_scorer_class": "invoke_judge_model",
+                "builtin_scorer_pydantic_data": {"model_uri": "openai:/gpt-4o-mini", "prompt": "hi",
+                    "assessment_name": "a"}})),
+            "'invoke_judge_model' is not one of MLflow's built-in scorers",
+        ),
+        (
+            judge(json!({"ensemble_scorer_data": {"scorers": [{"builtin_scorer_class": 7}]}})),
+            "'7' is not one of",
+        ),
+        (
+            judge(json!({"builtin_scorer_class": "Guidelines",
+                "builtin_scorer_pydantic_data": {"guidelines": ["x"], "base_url": "http://evil/v1",
+                    "extra_headers": {"Authorization": "Bearer writer"}, "api_key": null}})),
+            "must not contain 'base_url', 'extra_headers'",
+        ),
+        (
+            judge(
+                json!({"instructions_judge_pydantic_data": {"instructions": "ok?", "model": "openai:/gpt-4o",
+                "inference_params": {"api_base": "http://evil", "custom_llm_provider": "openai"}}}),
+            ),
+            "must not contain 'api_base', 'custom_llm_provider'",
+        ),
         (
             judge(json!({"instructions_judge_pydantic_data": {"model": "gateway:/chat"}})),
             "no AI gateway",
@@ -581,6 +607,38 @@ async fn bad_scorers_are_refused_naming_what_is_wrong() {
         let refused = common::request(server.addr, "GET", path, &[], b"").await;
         assert_eq!(refused.status, 400, "{path}: {}", refused.body);
     }
+    // Scorers of a deleted experiment are neither read nor written, as in
+    // MLflow.
+    let gone = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/experiments/create",
+        &json!({"name": "to delete"}),
+    )
+    .await;
+    let gone = gone.json()["experiment_id"].as_str().unwrap().to_owned();
+    let kept = common::post_json(
+        server.addr,
+        register,
+        &json!({"experiment_id": gone, "name": "j", "serialized_scorer": "{}"}),
+    )
+    .await;
+    assert_eq!(kept.status, 200, "{}", kept.body);
+    let deleted = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/experiments/delete",
+        &json!({"experiment_id": gone}),
+    )
+    .await;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    for path in [
+        format!("/api/3.0/mlflow/scorers/get?experiment_id={gone}&name=j"),
+        format!("/api/3.0/mlflow/scorers/list?experiment_id={gone}"),
+    ] {
+        let refused = common::request(server.addr, "GET", &path, &[], b"").await;
+        assert_eq!(refused.status, 400, "{path}: {}", refused.body);
+        assert!(refused.body.contains("'active' state"), "{}", refused.body);
+    }
+
     let missing = common::request(
         server.addr,
         "GET",
