@@ -17,8 +17,12 @@ pub const MAX_SCORER_VERSIONS: i32 = 1000;
 pub const MAX_EXPERIMENT_SCORERS: i64 = 1000;
 /// Most bytes the versions of one experiment's scorers hold together.
 pub const MAX_EXPERIMENT_SCORER_BYTES: i64 = 64 << 20;
+/// In the shared Default experiment, the most scorers and bytes one
+/// maker holds, so that no one fills it for everyone.
+pub const MAX_DEFAULT_SCORERS_EACH: i64 = 100;
+pub const MAX_DEFAULT_SCORER_BYTES_EACH: i64 = 8 << 20;
 /// Most scorers one listing answers (across experiments), and most bytes
-/// their versions hold together.
+/// their versions hold together: one experiment's always fit.
 pub const MAX_LISTED_SCORERS: i64 = 10_000;
 pub const MAX_LISTED_BYTES: i64 = 64 << 20;
 
@@ -134,8 +138,8 @@ impl Store {
 
     /// Registers `serialized` as the scorer's next version (1 for a new
     /// name, made by `maker`), refusing past the bounds of the scorer and
-    /// the experiment. In the shared Default experiment the bounds are each
-    /// maker's, so that no one fills it for everyone.
+    /// the experiment, and in the shared Default experiment past the share
+    /// of the scorer's maker, so that no one fills it for everyone.
     pub async fn register_scorer(
         &self,
         experiment_id: i64,
@@ -150,49 +154,64 @@ impl Store {
         // the experiment's bounds are read and written by one at a time.
         lock_scorers(&txn, experiment_id).await?;
         let bytes = serialized.len() as i64;
-        let mut held = self.sql();
-        held.push(
-            "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM scorers WHERE experiment_id = ",
-        )
-        .bind(experiment_id);
-        let whose = if experiment_id == DEFAULT_EXPERIMENT {
-            match maker {
-                Some(maker) => {
-                    held.push(" AND user_id = ").bind(maker);
-                }
-                None => {
-                    held.push(" AND user_id IS NULL");
-                }
-            }
-            "Your scorers in the Default experiment"
-        } else {
-            "The scorers of this experiment"
-        };
-        let (count, held_bytes): (i64, i64) = match txn.query_one_raw(held.build()).await? {
-            Some(row) => (get(&row, "n")?, get(&row, "bytes")?),
-            None => (0, 0),
-        };
-        if held_bytes + bytes > MAX_EXPERIMENT_SCORER_BYTES {
-            return Err(StoreError::Rejected(format!(
-                "{whose} hold {held_bytes} bytes, and this version would take them past {MAX_EXPERIMENT_SCORER_BYTES}: delete old versions first (delete_scorer with a version)."
-            )));
-        }
         let found = self.scorer_row(&txn, experiment_id, name).await?;
         if let Some(s) = &found {
             s.may_change(who, name)?;
-        }
-        let scorer = match found {
-            Some(s) if s.given >= MAX_SCORER_VERSIONS => {
+            if s.given >= MAX_SCORER_VERSIONS {
                 return Err(StoreError::Rejected(format!(
                     "Scorer '{name}' has been given {MAX_SCORER_VERSIONS} versions, the most one scorer is given: register it under a new name, or delete it and register it again."
                 )));
             }
-            Some(s) => s,
-            None if count >= MAX_EXPERIMENT_SCORERS => {
+        }
+        // The experiment's bounds, and in Default the share of the scorer's
+        // maker (the caller's, for a new name).
+        let mut bounds = vec![(
+            None,
+            "The scorers of this experiment",
+            MAX_EXPERIMENT_SCORERS,
+            MAX_EXPERIMENT_SCORER_BYTES,
+        )];
+        if experiment_id == DEFAULT_EXPERIMENT {
+            let whose = found.as_ref().map_or(maker, |s| s.user_id);
+            bounds.push((
+                Some(whose),
+                "The scorers of their maker in the Default experiment",
+                MAX_DEFAULT_SCORERS_EACH,
+                MAX_DEFAULT_SCORER_BYTES_EACH,
+            ));
+        }
+        for (whose, what, most, most_bytes) in bounds {
+            let mut held = self.sql();
+            held.push(
+                "SELECT COUNT(*) AS n, CAST(COALESCE(SUM(bytes), 0) AS BIGINT) AS bytes FROM scorers WHERE experiment_id = ",
+            )
+            .bind(experiment_id);
+            match whose {
+                Some(Some(user)) => {
+                    held.push(" AND user_id = ").bind(user);
+                }
+                Some(None) => {
+                    held.push(" AND user_id IS NULL");
+                }
+                None => {}
+            }
+            let (count, held_bytes): (i64, i64) = match txn.query_one_raw(held.build()).await? {
+                Some(row) => (get(&row, "n")?, get(&row, "bytes")?),
+                None => (0, 0),
+            };
+            if held_bytes + bytes > most_bytes {
                 return Err(StoreError::Rejected(format!(
-                    "{whose} are {count}, the most there may be: delete some first."
+                    "{what} hold {held_bytes} bytes, and this version would take them past {most_bytes}: delete old versions first (delete_scorer with a version)."
                 )));
             }
+            if found.is_none() && count >= most {
+                return Err(StoreError::Rejected(format!(
+                    "{what} are {count}, the most there may be: delete some first."
+                )));
+            }
+        }
+        let scorer = match found {
+            Some(s) => s,
             None => {
                 let id = uuid::Uuid::new_v4().to_string();
                 let mut sql = self.sql();

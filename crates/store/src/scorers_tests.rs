@@ -6,8 +6,8 @@ use sea_orm::ConnectionTrait;
 use trainyard_domain::identity::User;
 
 use crate::scorers::{
-    Changer, MAX_EXPERIMENT_SCORER_BYTES, MAX_EXPERIMENT_SCORERS, MAX_LISTED_BYTES,
-    MAX_SCORER_VERSIONS,
+    Changer, MAX_DEFAULT_SCORER_BYTES_EACH, MAX_DEFAULT_SCORERS_EACH, MAX_EXPERIMENT_SCORER_BYTES,
+    MAX_EXPERIMENT_SCORERS, MAX_LISTED_BYTES, MAX_SCORER_VERSIONS,
 };
 use crate::test_support::{person, store};
 use crate::{Store, StoreError, Viewer};
@@ -435,25 +435,89 @@ async fn in_default_a_scorer_is_its_makers_and_the_bounds_are_each_makers() {
         .unwrap();
     assert_eq!(bytes_held(&store, 0, "tone").await, judge("c").len() as i64);
 
-    // Ana's bytes in Default are hers to fill: she is refused, ben is not.
+    // Ana's share of Default's bytes is hers to fill: she is refused, and so
+    // is an admin adding a version to her scorer (its bytes are hers); ben
+    // is not.
     exec(
         &store,
         &format!(
             "UPDATE scorers SET bytes = {} WHERE id = '{}'",
-            MAX_EXPERIMENT_SCORER_BYTES - 10,
+            MAX_DEFAULT_SCORER_BYTES_EACH - 10,
             next.scorer_id
         ),
     )
     .await;
-    match store
-        .register_scorer(0, "brevity", &judge("short"), Some(ana.id), as_ana)
+    let admin = store
+        .sign_in(crate::SignIn {
+            subject: "sub-root".to_owned(),
+            username: "root".to_owned(),
+            display_name: String::new(),
+            email: None,
+            is_admin: true,
+            groups: Vec::new(),
+        })
         .await
-    {
-        Err(StoreError::Rejected(m)) => assert!(m.contains("Your scorers in the Default"), "{m}"),
-        other => panic!("{other:?}"),
+        .unwrap();
+    for refused in [
+        store
+            .register_scorer(0, "brevity", &judge("short"), Some(ana.id), as_ana)
+            .await,
+        store
+            .register_scorer(
+                0,
+                "tone",
+                &judge("long enough"),
+                Some(admin.id),
+                Changer::Experiment,
+            )
+            .await,
+    ] {
+        match refused {
+            Err(StoreError::Rejected(m)) => {
+                assert!(m.contains("their maker in the Default"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
     store
         .register_scorer(0, "brevity", &judge("short"), Some(ben.id), as_ben)
+        .await
+        .unwrap();
+
+    // And her share of Default's scorers.
+    exec(
+        &store,
+        &format!(
+            "UPDATE scorers SET bytes = 0 WHERE id = '{}'",
+            next.scorer_id
+        ),
+    )
+    .await;
+    let rows: Vec<String> = (1..MAX_DEFAULT_SCORERS_EACH)
+        .map(|i| format!("('filler-{i}', 0, 'filler-{i}', 1, 1, 0, {})", ana.id))
+        .collect();
+    exec(
+        &store,
+        &format!(
+            "INSERT INTO scorers (id, experiment_id, name, latest, given, bytes, user_id) VALUES {}",
+            rows.join(", ")
+        ),
+    )
+    .await;
+    match store
+        .register_scorer(0, "one more", &judge("x"), Some(ana.id), as_ana)
+        .await
+    {
+        Err(StoreError::Rejected(m)) => assert!(m.contains("are 100, the most"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    store
+        .register_scorer(0, "bens second", &judge("x"), Some(ben.id), as_ben)
+        .await
+        .unwrap();
+    // A new version of a scorer she has is no new scorer.
+    store
+        .register_scorer(0, "tone", &judge("d"), Some(ana.id), as_ana)
         .await
         .unwrap();
 }

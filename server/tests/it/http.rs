@@ -632,6 +632,7 @@ async fn bad_scorers_are_refused_naming_what_is_wrong() {
     assert_eq!(deleted.status, 200, "{}", deleted.body);
     for path in [
         format!("/api/3.0/mlflow/scorers/get?experiment_id={gone}&name=j"),
+        format!("/api/3.0/mlflow/scorers/versions?experiment_id={gone}&name=j"),
         format!("/api/3.0/mlflow/scorers/list?experiment_id={gone}"),
     ] {
         let refused = common::request(server.addr, "GET", &path, &[], b"").await;
