@@ -272,7 +272,8 @@ impl Store {
 
     /// The latest version of each scorer of `experiment_ids` (every
     /// experiment the viewer may see where None), active experiments only,
-    /// by experiment and name; refused past [`MAX_LISTED_SCORERS`].
+    /// by experiment and name; refused past [`MAX_LISTED_SCORERS`] or
+    /// [`MAX_LISTED_BYTES`], counted before any is read.
     pub async fn latest_scorers(
         &self,
         experiment_ids: Option<&[i64]>,
