@@ -11,6 +11,7 @@ use trainyard_domain::format_utc;
 use trainyard_domain::tracking::DatasetRecord;
 use trainyard_domain::tracking::EvaluationDataset;
 
+use super::experiment_param;
 use crate::error::AppError;
 use crate::pages::ErrorNote;
 
@@ -184,17 +185,6 @@ fn Fields(fields: Vec<(String, String)>) -> impl IntoView {
         </dl>
     }
     .into_any()
-}
-
-fn experiment_param() -> Memo<i64> {
-    let params = use_params_map();
-    Memo::new(move |_| {
-        params
-            .read()
-            .get("experiment")
-            .and_then(|e| e.parse::<i64>().ok())
-            .unwrap_or(-1)
-    })
 }
 
 /// `/experiments/:experiment/datasets`: the evaluation datasets shown in

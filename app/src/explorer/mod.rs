@@ -18,7 +18,7 @@ pub use table::ExperimentPage;
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_query_map;
+use leptos_router::hooks::{use_params_map, use_query_map};
 use trainyard_domain::format_utc;
 
 use crate::pages::ErrorNote;
@@ -58,6 +58,19 @@ pub(crate) fn toggled(mut list: Vec<String>, key: String) -> Vec<String> {
         None => list.push(key),
     }
     list
+}
+
+/// The `:experiment` of the route, or -1 (no experiment) when it is not a
+/// number.
+pub(crate) fn experiment_param() -> Memo<i64> {
+    let params = use_params_map();
+    Memo::new(move |_| {
+        params
+            .read()
+            .get("experiment")
+            .and_then(|e| e.parse::<i64>().ok())
+            .unwrap_or(-1)
+    })
 }
 
 /// The badge of a run status.

@@ -523,15 +523,8 @@ fn LoggedModels(models: Vec<LoggedModel>, runs: Vec<(String, i64)>, more: bool) 
 /// `/experiments/:id/traces`: its traces, newest first, a page at a time.
 #[component]
 pub fn TracesPage() -> impl IntoView {
-    let params = use_params_map();
     let query = use_query_map();
-    let experiment = Memo::new(move |_| {
-        params
-            .read()
-            .get("experiment")
-            .and_then(|e| e.parse::<i64>().ok())
-            .unwrap_or(-1)
-    });
+    let experiment = super::experiment_param();
     let offset = Memo::new(move |_| {
         query
             .read()

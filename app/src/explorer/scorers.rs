@@ -4,7 +4,6 @@
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_params_map;
 use serde::{Deserialize, Serialize};
 use trainyard_domain::format_utc;
 
@@ -151,14 +150,7 @@ fn Version(row: ScorerRow) -> impl IntoView {
 /// experiment.
 #[component]
 pub fn ScorersPage() -> impl IntoView {
-    let params = use_params_map();
-    let experiment = Memo::new(move |_| {
-        params
-            .read()
-            .get("experiment")
-            .and_then(|e| e.parse::<i64>().ok())
-            .unwrap_or(-1)
-    });
+    let experiment = super::experiment_param();
     let found = Resource::new(move || experiment.get(), experiment_scorers);
     view! {
         <Suspense fallback=|| view! { <p class="muted">"Loading scorers…"</p> }>
