@@ -7,7 +7,7 @@
 use sea_orm::{ConnectionTrait, QueryResult, TransactionTrait};
 use trainyard_domain::tracking::{OnlineScoringConfig, ScorerVersion};
 
-use crate::sql::lock_owner;
+use crate::sql::{Sql, lock_owner};
 use crate::tracking::{DEFAULT_EXPERIMENT, get};
 use crate::{Store, StoreError, Viewer, now_millis};
 
@@ -316,6 +316,19 @@ impl Store {
         rows.iter().map(version_of).collect()
     }
 
+    /// The start of a query for the versions of an experiment's scorers,
+    /// to which a caller adds its conditions and order.
+    fn versions_of_experiment(&self, experiment_id: i64) -> Sql {
+        let mut sql = self.sql();
+        sql.push(&format!(
+            "SELECT {VERSION_COLUMNS} FROM scorers s \
+             JOIN scorer_versions v ON v.scorer_id = s.id \
+             WHERE s.experiment_id = "
+        ))
+        .bind(experiment_id);
+        sql
+    }
+
     /// Every version of every scorer of an experiment, by name and newest
     /// version first, at most `limit` (for the explorer's page; the bytes
     /// an experiment's scorers hold are bounded).
@@ -324,15 +337,9 @@ impl Store {
         experiment_id: i64,
         limit: u64,
     ) -> Result<Vec<ScorerVersion>, StoreError> {
-        let mut sql = self.sql();
-        sql.push(&format!(
-            "SELECT {VERSION_COLUMNS} FROM scorers s \
-             JOIN scorer_versions v ON v.scorer_id = s.id \
-             WHERE s.experiment_id = "
-        ))
-        .bind(experiment_id)
-        .push(" ORDER BY s.name, v.version DESC LIMIT ")
-        .bind(limit as i64);
+        let mut sql = self.versions_of_experiment(experiment_id);
+        sql.push(" ORDER BY s.name, v.version DESC LIMIT ")
+            .bind(limit as i64);
         let rows = self.connection().query_all_raw(sql.build()).await?;
         rows.iter().map(version_of).collect()
     }
@@ -343,16 +350,10 @@ impl Store {
         experiment_id: i64,
         name: &str,
     ) -> Result<Vec<ScorerVersion>, StoreError> {
-        let mut sql = self.sql();
-        sql.push(&format!(
-            "SELECT {VERSION_COLUMNS} FROM scorers s \
-             JOIN scorer_versions v ON v.scorer_id = s.id \
-             WHERE s.experiment_id = "
-        ))
-        .bind(experiment_id)
-        .push(" AND s.name = ")
-        .bind(name.to_owned())
-        .push(" ORDER BY v.version");
+        let mut sql = self.versions_of_experiment(experiment_id);
+        sql.push(" AND s.name = ")
+            .bind(name.to_owned())
+            .push(" ORDER BY v.version");
         let rows = self.connection().query_all_raw(sql.build()).await?;
         if rows.is_empty() {
             return Err(not_found(experiment_id, name, None));
@@ -367,15 +368,8 @@ impl Store {
         name: &str,
         version: Option<i32>,
     ) -> Result<ScorerVersion, StoreError> {
-        let mut sql = self.sql();
-        sql.push(&format!(
-            "SELECT {VERSION_COLUMNS} FROM scorers s \
-             JOIN scorer_versions v ON v.scorer_id = s.id \
-             WHERE s.experiment_id = "
-        ))
-        .bind(experiment_id)
-        .push(" AND s.name = ")
-        .bind(name.to_owned());
+        let mut sql = self.versions_of_experiment(experiment_id);
+        sql.push(" AND s.name = ").bind(name.to_owned());
         match version {
             Some(v) => sql.push(" AND v.version = ").bind(v),
             None => sql.push(" AND v.version = s.latest"),
