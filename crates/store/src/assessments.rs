@@ -3,7 +3,7 @@
 //! (`mlflow.log_expectation`), with MLflow's overriding: an assessment that
 //! overrides another makes that one not valid, until it is deleted.
 
-use sea_orm::{ConnectionTrait, QueryResult, TransactionTrait};
+use sea_orm::{ConnectionTrait, QueryResult};
 use trainyard_domain::tracking::Assessment;
 
 use crate::tracking::get;
@@ -184,7 +184,7 @@ impl Store {
         let now = crate::now_millis();
         {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             let (count, chars) = held(self, &txn, &new.trace_id).await?;
             if count >= MAX_ASSESSMENTS_PER_TRACE {
                 return Err(StoreError::Rejected(format!(
@@ -277,7 +277,7 @@ impl Store {
     ) -> Result<Assessment, StoreError> {
         {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             let mut sql = self.sql();
             sql.push("SELECT * FROM trace_assessments WHERE trace_id = ")
                 .bind(trace_id.to_owned())
@@ -355,7 +355,7 @@ impl Store {
     /// one it overrode is valid again.
     pub async fn delete_assessment(&self, trace_id: &str, id: &str) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let mut sql = self.sql();
         sql.push("SELECT overrides FROM trace_assessments WHERE trace_id = ")
             .bind(trace_id.to_owned())

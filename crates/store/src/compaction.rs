@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use sea_orm::{ConnectionTrait, TransactionTrait};
+use sea_orm::ConnectionTrait;
 use trainyard_domain::tracking::Point;
 
 use crate::{Store, StoreError, chunks};
@@ -120,7 +120,7 @@ impl Store {
     /// merged away.
     pub async fn compact_series(&self, run_id: &str, key: &str) -> Result<usize, StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let mut sql = self.sql();
         sql.push("SELECT id, count FROM metric_chunks WHERE run_id = ")
             .bind(run_id.to_owned())

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, QueryResult, TransactionTrait};
+use sea_orm::{ConnectionTrait, QueryResult};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use trainyard_domain::identity::{Owner, User};
@@ -399,7 +399,7 @@ impl Store {
         let id = new_id("d-");
         {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             let now = now_millis();
             let mut sql = self.sql();
             sql.push("INSERT INTO evaluation_datasets (id, name, digest, created_time, last_update_time, created_by, last_updated_by, num_records, bytes, last_position, changes, user_id, team_id) VALUES (")
@@ -483,7 +483,7 @@ impl Store {
     /// Deletes the dataset with its records; one already gone is no error.
     pub async fn delete_dataset(&self, id: &str) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         lock_records(&txn, id).await?;
         let mut sql = self.sql();
         sql.push("DELETE FROM evaluation_datasets WHERE id = ")
@@ -554,7 +554,7 @@ impl Store {
         tags: &[(String, String)],
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         self.dataset_row(&txn, id).await?;
         upsert_pairs(
             &txn,
@@ -651,7 +651,7 @@ impl Store {
     ) -> Result<EvaluationDataset, StoreError> {
         {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             self.dataset_row(&txn, id).await?;
             self.link_experiments(&txn, id, experiment_ids).await?;
             self.touch_dataset(&txn, id, None).await?;
@@ -668,7 +668,7 @@ impl Store {
     ) -> Result<EvaluationDataset, StoreError> {
         {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             self.dataset_row(&txn, id).await?;
             for chunk in experiment_ids.chunks(IN_CHUNK) {
                 let mut sql = self.sql();
@@ -743,7 +743,7 @@ impl Store {
         username: &str,
     ) -> Result<(i64, i64), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         lock_records(&txn, id).await?;
         let (_, name) = self.dataset_row(&txn, id).await?;
         let mut sql = self.sql();
@@ -952,7 +952,7 @@ impl Store {
         record_ids: &[String],
     ) -> Result<u64, StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         lock_records(&txn, id).await?;
         let (_, name) = self.dataset_row(&txn, id).await?;
         let mut deleted = 0;

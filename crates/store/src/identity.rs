@@ -9,7 +9,6 @@ use base64::Engine as _;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
-    TransactionTrait,
 };
 use sha2::{Digest, Sha256};
 use trainyard_domain::identity::{
@@ -138,7 +137,7 @@ impl Store {
             ));
         }
         let _turn = self.write_turn().await;
-        let tx = self.connection().begin().await?;
+        let tx = self.begin_write().await?;
         let now = now_millis();
         let taken = user::Entity::find()
             .filter(user::Column::Username.eq(clip(&who.username, 250)))
@@ -654,7 +653,7 @@ impl Store {
     /// the same state, an unknown state or an old one gets None.
     pub async fn take_login(&self, state: &str) -> Result<Option<LoginAttempt>, StoreError> {
         let _turn = self.write_turn().await;
-        let tx = self.connection().begin().await?;
+        let tx = self.begin_write().await?;
         let Some(found) = login_attempt::Entity::find_by_id(state.to_owned())
             .one(&tx)
             .await?
@@ -762,7 +761,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let _turn = self.write_turn().await;
-        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let txn = self.begin_write().await?;
         let mut secrets = Vec::with_capacity(runs.len());
         for (user_id, run_id) in runs {
             let (model, secret) = new_token(

@@ -264,7 +264,7 @@ impl Store {
         let spec_json = serde_json::to_string(&new.spec)
             .map_err(|e| StoreError::Rejected(format!("the spec cannot be stored: {e}")))?;
         let experiment_id = new.run.experiment_id;
-        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let txn = self.begin_write().await?;
         let run_id = self.insert_run_in(&txn, new.run, "SCHEDULED").await?;
         if !new.params.is_empty() {
             self.insert_params(&txn, &run_id, &new.params).await?;
@@ -531,7 +531,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let _turn = self.write_turn().await;
-        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let txn = self.begin_write().await?;
         let mut moved = Vec::with_capacity(moves.len());
         let mut ids = Vec::with_capacity(moves.len());
         for (id, from, to, change) in moves {
@@ -671,7 +671,7 @@ impl Store {
             return Ok(());
         }
         let _turn = self.write_turn().await;
-        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let txn = self.begin_write().await?;
         for (id, position, reason) in positions {
             job::Entity::update_many()
                 .col_expr(job::Column::QueuePosition, Expr::value(*position as i32))
@@ -707,7 +707,7 @@ impl Store {
         }
         {
             let _turn = self.write_turn().await;
-            let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+            let txn = self.begin_write().await?;
             let moved = job::Entity::update_many()
                 .col_expr(job::Column::TeamId, Expr::value(team_id))
                 .filter(job::Column::Id.eq(id))
@@ -768,7 +768,7 @@ impl Store {
         if !cancelled_in_queue {
             // Starting or running: the executor sees the mark and stops it.
             let _turn = self.write_turn().await;
-            let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+            let txn = self.begin_write().await?;
             let marked = job::Entity::update_many()
                 .col_expr(job::Column::CancelRequested, Expr::value(true))
                 .filter(job::Column::Id.eq(id))

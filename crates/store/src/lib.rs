@@ -41,8 +41,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sea_orm::sea_query::{Expr, Func};
 use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, Database, DatabaseConnection, DbErr, EntityTrait,
-    FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+    ColumnTrait, ConnectionTrait, Database, DatabaseConnection, DatabaseTransaction, DbErr,
+    EntityTrait, FromQueryResult, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect,
+    SqliteTransactionMode, TransactionOptions, TransactionTrait,
 };
 use trainyard_domain::{ExperimentSummary, FieldError, JobState, NodeSummary, Overview};
 use trainyard_migration::{Migrator, MigratorTrait};
@@ -233,6 +234,24 @@ impl Store {
             Engine::Sqlite => Some(self.write_lock.lock().await),
             Engine::Postgres => None,
         }
+    }
+
+    /// Begins a write transaction, under `write_turn` on SQLite. There it
+    /// takes the database's write lock at once (`BEGIN IMMEDIATE`), waiting
+    /// up to the busy timeout while another connection holds it. A deferred
+    /// transaction that read first would instead fail at its first write
+    /// with "database is locked", without waiting, whenever another
+    /// connection held the lock: as one does for a moment after an error
+    /// drops its transaction, since sqlx rolls that back on its own thread
+    /// after the drop has returned and the turn has passed on.
+    pub(crate) async fn begin_write(&self) -> Result<DatabaseTransaction, StoreError> {
+        Ok(self
+            .db
+            .begin_with_options(TransactionOptions {
+                sqlite_transaction_mode: Some(SqliteTransactionMode::Immediate),
+                ..Default::default()
+            })
+            .await?)
     }
 
     /// Follows run changes: each message is the id of a run that changed. A

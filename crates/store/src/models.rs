@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, EntityTrait, QueryResult, TransactionTrait};
+use sea_orm::{ConnectionTrait, EntityTrait, QueryResult};
 use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Attribute, Expr, Field};
 use trainyard_domain::tracking::{
@@ -95,7 +95,7 @@ impl Store {
         models: &[String],
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let experiment_id = self.active_run_experiment(&txn, run_id).await?;
         self.models_exist(&txn, models).await?;
         let mut position = self.count_of(&txn, "run_datasets", run_id).await?;
@@ -164,7 +164,7 @@ impl Store {
         models: &[(String, i64)],
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         self.active_run_experiment(&txn, run_id).await?;
         let ids: Vec<String> = models.iter().map(|(m, _)| m.clone()).collect();
         self.models_exist(&txn, &ids).await?;
@@ -358,7 +358,7 @@ impl Store {
     /// is filed under its experiment's team, as runs are.
     pub async fn create_logged_model(&self, new: NewModel) -> Result<LoggedModel, StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let experiment = crate::entity::experiment::Entity::find_by_id(new.experiment_id)
             .one(&txn)
             .await?
@@ -602,7 +602,7 @@ impl Store {
         tags: &[(String, String)],
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         self.touch_model(&txn, model_id, "", None).await?;
         upsert_pairs(
             &txn,
@@ -622,7 +622,7 @@ impl Store {
         key: &str,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         self.touch_model(&txn, model_id, "", None).await?;
         let mut sql = self.sql();
         sql.push("DELETE FROM logged_model_tags WHERE model_id = ")
@@ -646,7 +646,7 @@ impl Store {
         params: &[(String, String)],
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         self.touch_model(&txn, model_id, "", None).await?;
         let keys: Vec<String> = params.iter().map(|(k, _)| k.clone()).collect();
         if !keys.is_empty() {
@@ -689,7 +689,7 @@ impl Store {
             return Ok(());
         }
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let experiment_id = self.active_run_experiment(&txn, run_id).await?;
         let mut ids: Vec<String> = metrics.iter().map(|m| m.model_id.clone()).collect();
         ids.sort();

@@ -43,7 +43,7 @@ impl Store {
         move_from_other_nodes: bool,
     ) -> Result<i64, StoreError> {
         let _turn = self.write_turn().await;
-        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let txn = self.begin_write().await?;
         let now = now_millis();
         let existing = node::Entity::find()
             .filter(node::Column::Name.eq(name))
@@ -140,7 +140,7 @@ impl Store {
 
         use crate::entity::{api_token, job};
         let _turn = self.write_turn().await;
-        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let txn = self.begin_write().await?;
         let Some(found) = node::Entity::find()
             .filter(node::Column::Name.eq(name))
             .one(&txn)

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-use sea_orm::{ConnectionTrait, QueryResult, TransactionTrait};
+use sea_orm::{ConnectionTrait, QueryResult};
 use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Expr, OrderBy, Scope};
 use trainyard_domain::tracking::{MODEL_STAGES, ModelVersion, RegisteredModel};
@@ -91,7 +91,7 @@ impl Store {
     ) -> Result<RegisteredModel, StoreError> {
         {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             let now = now_millis();
             let mut sql = self.sql();
             sql.push("INSERT INTO registered_models (name, description, creation_time, last_update_time, user_id, team_id) VALUES (")
@@ -336,7 +336,7 @@ impl Store {
     ) -> Result<RegisteredModel, StoreError> {
         {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             let (id, _) = self.registered_model_row(&txn, name).await?;
             if self.registered_model_row(&txn, new_name).await.is_ok() {
                 return Err(StoreError::Conflict {
@@ -380,7 +380,7 @@ impl Store {
         value: &str,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let (id, _) = self.registered_model_row(&txn, name).await?;
         upsert_pairs(
             &txn,
@@ -445,7 +445,7 @@ impl Store {
     ) -> Result<ModelVersion, StoreError> {
         let version = {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             let (id, _) = self.registered_model_row(&txn, name).await?;
             let mut sql = self.sql();
             sql.push("SELECT COALESCE(MAX(version), 0) AS n FROM model_versions WHERE registered_model_id = ")
@@ -551,7 +551,7 @@ impl Store {
         value: String,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let id = self.live_version(&txn, name, version).await?;
         let mut sql = self.sql();
         sql.push(&format!("UPDATE model_versions SET {column} = "))
@@ -584,7 +584,7 @@ impl Store {
     pub async fn delete_model_version(&self, name: &str, version: i64) -> Result<(), StoreError> {
         {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             let id = self.live_version(&txn, name, version).await?;
             let mut sql = self.sql();
             sql.push("DELETE FROM registered_model_aliases WHERE registered_model_id = ")
@@ -634,7 +634,7 @@ impl Store {
         value: &str,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let id = self.live_version(&txn, name, version).await?;
         upsert_pairs(
             &txn,
@@ -678,7 +678,7 @@ impl Store {
         version: i64,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let id = self.live_version(&txn, name, version).await?;
         let backend = self.connection().get_database_backend();
         lock_owner(&txn, backend, &format!("registered_model_aliases:{id}")).await?;

@@ -4,7 +4,7 @@
 //! serialized scorers are checked by the caller; the store keeps the bounds
 //! that span requests (versions, scorers and bytes an experiment holds).
 
-use sea_orm::{ConnectionTrait, QueryResult, TransactionTrait};
+use sea_orm::{ConnectionTrait, QueryResult};
 use trainyard_domain::tracking::{OnlineScoringConfig, ScorerVersion};
 
 use crate::sql::{Sql, lock_owner};
@@ -149,7 +149,7 @@ impl Store {
         who: Changer,
     ) -> Result<ScorerVersion, StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         // Registrations in one experiment take turns: the next version and
         // the experiment's bounds are read and written by one at a time.
         lock_scorers(&txn, experiment_id).await?;
@@ -392,7 +392,7 @@ impl Store {
         who: Changer,
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         lock_scorers(&txn, experiment_id).await?;
         let scorer = self
             .scorer_row(&txn, experiment_id, name)
@@ -452,7 +452,7 @@ impl Store {
         who: Changer,
     ) -> Result<OnlineScoringConfig, StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         lock_scorers(&txn, experiment_id).await?;
         let scorer = self
             .scorer_row(&txn, experiment_id, name)

@@ -2,7 +2,7 @@
 //! PostgreSQL: versions, listing, deletes, online configurations, who sees
 //! what, and the bounds.
 
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, TransactionTrait};
 use trainyard_domain::identity::User;
 
 use crate::scorers::{
@@ -554,4 +554,43 @@ async fn a_listing_past_its_bytes_is_refused_before_it_is_read() {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// SQLite: a write that reads before it writes waits while another
+/// connection holds the write lock (as one does for a moment while sqlx
+/// rolls back a transaction that an error dropped), instead of failing at
+/// once with "database is locked".
+#[tokio::test]
+async fn a_write_waits_while_another_connection_holds_sqlites_lock() {
+    let (db, store) = store().await;
+    if db.is_postgres() {
+        return;
+    }
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("locks", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    store
+        .register_scorer(exp, "tone", &judge("a"), Some(ana.id), Changer::Experiment)
+        .await
+        .unwrap();
+    let other = Store::connect(&db.url, 1).await.unwrap();
+    let holder = other.connection().begin().await.unwrap();
+    holder
+        .execute_unprepared("UPDATE experiments SET name = name")
+        .await
+        .unwrap();
+    let (deleted, ()) = tokio::join!(
+        store.delete_scorer(exp, "tone", None, Changer::Experiment),
+        async {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            holder.rollback().await.unwrap();
+        }
+    );
+    deleted.unwrap();
+    assert!(matches!(
+        store.get_scorer(exp, "tone", None).await,
+        Err(StoreError::NotFound(_))
+    ));
 }

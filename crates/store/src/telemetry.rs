@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use sea_orm::{ConnectionTrait, TransactionTrait};
+use sea_orm::ConnectionTrait;
 use trainyard_domain::telemetry::{GpuPoint, GpuSample, Reading, XidEvent};
 
 use crate::sql::Sql;
@@ -330,7 +330,7 @@ impl Store {
         }
         let backend = self.connection().get_database_backend();
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         if kept > 0 {
             let mut sql = Sql::new(backend);
             sql.push("INSERT INTO gpu_fresh (node_id, t_ms, payload) VALUES (")
@@ -385,7 +385,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let backend = self.connection().get_database_backend();
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         // The oldest rows that fit the budget, by their sizes first.
         let mut sql = Sql::new(backend);
         sql.push(

@@ -27,7 +27,7 @@ impl Store {
         templates: &[(String, TemplateSpec)],
     ) -> Result<usize, StoreError> {
         let _turn = self.write_turn().await;
-        let txn = sea_orm::TransactionTrait::begin(self.connection()).await?;
+        let txn = self.begin_write().await?;
         let existing = template::Entity::find().all(&txn).await?;
         let now = now_millis();
         let mut changed = 0;

@@ -2,7 +2,7 @@
 //! deletion, and the run a trace belongs to. Spans are in each trace's
 //! `traces.json` artifact, which the client writes and reads itself.
 
-use sea_orm::{ConnectionTrait, EntityTrait, QueryResult, TransactionTrait};
+use sea_orm::{ConnectionTrait, EntityTrait, QueryResult};
 use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Expr, Field, OrderBy, Scope};
 use trainyard_domain::tracking::TraceInfo;
@@ -46,7 +46,7 @@ impl Store {
     ) -> Result<TraceInfo, StoreError> {
         {
             let _turn = self.write_turn().await;
-            let txn = self.connection().begin().await?;
+            let txn = self.begin_write().await?;
             let experiment = crate::entity::experiment::Entity::find_by_id(info.experiment_id)
                 .one(&txn)
                 .await?
@@ -336,7 +336,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
         self.trace_place(trace_id).await?;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         upsert_pairs(
             &txn,
             self.sql(),
@@ -460,7 +460,7 @@ impl Store {
             return Ok(());
         }
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         crate::sql::lock_owner(
             &txn,
             txn.get_database_backend(),

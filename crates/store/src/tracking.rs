@@ -4,9 +4,7 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, EntityTrait, QueryResult, TransactionTrait, Value,
-};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait, QueryResult, Value};
 use trainyard_domain::query::{Attribute, Expr, Field, OrderBy, Scope};
 use trainyard_domain::tracking::{Experiment, LatestMetric, Point, Run, RunInfo, ViewType};
 
@@ -122,7 +120,7 @@ impl Store {
     ) -> Result<i64, StoreError> {
         let _turn = self.write_turn().await;
         let now = now_millis();
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let mut sql = self.sql();
         sql.push("INSERT INTO experiments (name, artifact_location, owner_id, team_id, lifecycle_stage, creation_time, last_update_time) VALUES (")
             .bind(name.to_owned())
@@ -315,7 +313,7 @@ impl Store {
         if experiment.lifecycle_stage != from {
             return Err(not_found_experiment(id));
         }
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let mut sql = self.sql();
         sql.push("UPDATE experiments SET lifecycle_stage = ")
             .bind(to)
@@ -447,7 +445,7 @@ impl Store {
     /// waits for its start) and returns its id.
     pub async fn insert_run(&self, new: NewRun, status: &str) -> Result<String, StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         let run_id = self.insert_run_in(&txn, new, status).await?;
         txn.commit().await?;
         Ok(run_id)
@@ -661,7 +659,7 @@ impl Store {
         run_name: Option<&str>,
     ) -> Result<RunInfo, StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         self.require_active_run(&txn, run_id).await?;
         let mut sets: Vec<(&str, Value)> = Vec::new();
         if let Some(status) = status {
@@ -771,7 +769,7 @@ impl Store {
         tags: &[(String, String)],
     ) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let txn = self.connection().begin().await?;
+        let txn = self.begin_write().await?;
         self.require_active_run(&txn, run_id).await?;
         if !params.is_empty() {
             self.insert_params(&txn, run_id, params).await?;
