@@ -89,6 +89,10 @@ export default defineConfig({
         TRAINYARD_LISTEN: `127.0.0.1:${port}`,
         TRAINYARD_DATA_DIR: dataDir,
         TRAINYARD_JOB_UIDS: jobUids(61_000),
+        // The webhooks test sends to a closed port on loopback, not to the
+        // internet.
+        TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS: 'true',
+        TRAINYARD_WEBHOOK_SCHEMES: 'http,https',
       },
     },
     {

@@ -122,6 +122,32 @@ pub async fn end_sessions(user_id: i64) -> Result<u64, AppError> {
     Ok(store()?.end_sessions_of(user_id).await?)
 }
 
+/// The registry's webhooks, newest first (the first 100), each with its
+/// last deliveries; for admins.
+#[server(endpoint = "list_webhooks")]
+pub async fn list_webhooks() -> Result<
+    Vec<(
+        trainyard_domain::tracking::Webhook,
+        Vec<trainyard_domain::tracking::WebhookDelivery>,
+    )>,
+    AppError,
+> {
+    admin_only("see the registry's webhooks")?;
+    let store = store()?;
+    let (webhooks, _) = store.list_webhooks(0, 100).await?;
+    let mut out = Vec::with_capacity(webhooks.len());
+    for webhook in webhooks {
+        let deliveries = store
+            .webhook_deliveries(&webhook.webhook_id, WEBHOOK_DELIVERIES_SHOWN)
+            .await?;
+        out.push((webhook, deliveries));
+    }
+    Ok(out)
+}
+
+/// The deliveries shown for each webhook on the admin page.
+pub const WEBHOOK_DELIVERIES_SHOWN: u64 = 10;
+
 /// Every team with its guaranteed GPUs, weight, GPUs in use and decayed
 /// usage; for admins.
 #[server(endpoint = "list_teams")]

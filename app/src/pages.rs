@@ -6,7 +6,7 @@ use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
     CreateTeam, EndSessions, SetTeam, get_overview, get_recent, list_teams, list_template_specs,
-    list_users, node_use,
+    list_users, list_webhooks, node_use,
 };
 use crate::error::AppError;
 
@@ -290,6 +290,87 @@ pub fn AdminPage() -> impl IntoView {
         <Users/>
         <Teams/>
         <Nodes/>
+        <Webhooks/>
+    }
+}
+
+/// The registry's webhooks (made with MLflow's client) and what was sent to
+/// each: when, which event, whether the receiver took it and how it
+/// answered.
+#[component]
+fn Webhooks() -> impl IntoView {
+    let webhooks = Resource::new(|| (), |_| list_webhooks());
+    view! {
+        <h2>"Registry webhooks"</h2>
+        <p class="hint">
+            "Made with MLflow's client (" <code>"MlflowClient().create_webhook(…)"</code> "), a webhook is told of the registry's events it asked for, signed with its secret. "
+            "What its receiver does not take (no answer, 408, 429 or 5xx) is tried again after 1 s, 10 s, 1 min and 10 min; the last deliveries of each are shown."
+        </p>
+        <Suspense fallback=|| view! { <p class="muted">"Loading webhooks…"</p> }>
+            {move || Suspend::new(async move {
+                match webhooks.await {
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="empty" data-testid="webhooks-empty">"No webhooks."</p>
+                    }.into_any(),
+                    Ok(list) => view! {
+                        <div data-testid="webhooks">
+                            {list.into_iter().map(|(w, deliveries)| view! {
+                                <section class="card" data-webhook=w.name.clone()>
+                                    <p>
+                                        <strong>{w.name.clone()}</strong> " "
+                                        <span class={if w.status == "ACTIVE" { "badge badge-ok" } else { "badge badge-off" }}>{w.status.clone()}</span> " "
+                                        <code>{w.url.clone()}</code>
+                                        {(!w.has_secret).then(|| view! { <span class="hint">" · unsigned"</span> })}
+                                    </p>
+                                    {w.description.clone().map(|d| view! { <p class="hint">{d}</p> })}
+                                    <p class="hint">"Events: " {w.events.join(", ")}</p>
+                                    {if deliveries.is_empty() {
+                                        view! { <p class="muted">"Nothing sent yet."</p> }.into_any()
+                                    } else {
+                                        view! { <Deliveries deliveries/> }.into_any()
+                                    }}
+                                </section>
+                            }).collect_view()}
+                        </div>
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn Deliveries(deliveries: Vec<trainyard_domain::tracking::WebhookDelivery>) -> impl IntoView {
+    view! {
+        <table class="table" data-testid="deliveries">
+            <thead><tr>
+                <th>"Event"</th><th>"Raised"</th><th>"State"</th><th class="num">"Tries"</th><th>"Answer"</th>
+            </tr></thead>
+            <tbody>
+                {deliveries.into_iter().map(|d| {
+                    let class = match d.state.as_str() {
+                        "delivered" => "badge badge-ok",
+                        "failed" => "badge badge-bad",
+                        _ => "badge badge-wait",
+                    };
+                    let answer = match (d.response_status, d.error) {
+                        (_, Some(error)) => error,
+                        (Some(status), None) => format!("HTTP {status}"),
+                        (None, None) => String::new(),
+                    };
+                    view! {
+                        <tr data-delivery=d.delivery_id.clone()>
+                            <td><code>{d.event.clone()}</code></td>
+                            <td>{format_utc(d.created)}</td>
+                            <td><span class=class>{d.state.clone()}</span></td>
+                            <td class="num">{d.attempts}</td>
+                            <td class="muted">{answer}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
     }
 }
 

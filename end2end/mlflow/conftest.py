@@ -37,6 +37,9 @@ def server():
         TRAINYARD_DATA_DIR=data_dir,
         TRAINYARD_SITE_DIR=str(ROOT / "target" / "site"),
         TRAINYARD_LOG="warn",
+        # The webhook tests' receiver listens on loopback, without TLS.
+        TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS="true",
+        TRAINYARD_WEBHOOK_SCHEMES="http,https",
     )
     if os.environ.get("MLFLOW_TEST_DATABASE_URL"):
         env["TRAINYARD_DATABASE_URL"] = os.environ["MLFLOW_TEST_DATABASE_URL"]
@@ -71,7 +74,16 @@ def reference_server():
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        env={
+            **os.environ,
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            # The webhook tests' receiver listens on loopback, without TLS,
+            # and a webhook disabled is disabled at once (not after MLflow's
+            # 60 s cache).
+            "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true",
+            "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
+            "MLFLOW_WEBHOOK_CACHE_TTL": "0",
+        },
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120

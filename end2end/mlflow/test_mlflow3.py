@@ -669,3 +669,110 @@ def test_a_large_artifact_goes_up_in_parts_when_asked(
         assert len(parts) == 4 and all("/mpu/part/" in url for url in parts), parts
     else:
         assert parts == []
+
+
+def test_webhooks_tell_a_receiver_of_registry_events_signed(tracking, server, unique):
+    import base64
+    import hashlib
+    import hmac
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mlflow.entities.webhook import WebhookStatus
+
+    received = []
+    answers = []  # what the receiver answers next; then 200
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+            status = answers.pop(0) if answers else 200
+            # Header names are case-insensitive (Trainyard sends them in lower case).
+            received.append((status, {k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_response(status)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        client = MlflowClient()
+        hook = client.create_webhook(
+            name=f"ci-{unique}",
+            url=f"http://127.0.0.1:{httpd.server_port}/hook",
+            events=["model_version.created", "model_version_alias.created", "prompt_version.created"],
+            description="deploy on champion",
+            secret="s3cret",
+        )
+        assert hook.status == WebhookStatus.ACTIVE
+        got = client.get_webhook(hook.webhook_id)
+        assert (got.name, got.description) == (f"ci-{unique}", "deploy on champion")
+        assert sorted(str(e) for e in got.events) == [
+            "model_version.created",
+            "model_version_alias.created",
+            "prompt_version.created",
+        ]
+        assert hook.webhook_id in [w.webhook_id for w in client.list_webhooks(max_results=1000)]
+
+        # The test call sends MLflow's example payload, now.
+        tested = client.test_webhook(hook.webhook_id, event="model_version_alias.created")
+        assert (tested.success, tested.response_status, tested.response_body) == (True, 200, "ok")
+        example = json.loads(received[-1][2])
+        assert (example["entity"], example["action"]) == ("model_version_alias", "created")
+        assert example["data"] == {"name": "example_model", "alias": "example_alias", "version": "1"}
+        received.clear()
+        answers.append(503)  # busy once
+
+        mlflow.set_experiment(f"hooked-{unique}")
+        x, y = _frame(seed=5)
+        with mlflow.start_run() as run:
+            info = mlflow.sklearn.log_model(LogisticRegression().fit(x, y), name="model")
+        name = f"hooked-{unique}"
+        mlflow.register_model(info.model_uri, name)
+        client.set_registered_model_alias(name, "champion", "1")
+        client.set_model_version_tag(name, "1", "stage", "prod")  # not asked for
+        prompt = f"greeting-{unique}"
+        mlflow.genai.register_prompt(name=prompt, template="Hello {{who}}")
+
+        def delivered():
+            return [(json.loads(b), h) for s, h, b in received if s == 200]
+
+        deadline = time.monotonic() + 60
+        while len(delivered()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        events = {f'{p["entity"]}.{p["action"]}': (p, h) for p, h in delivered()}
+        assert sorted(events) == ["model_version.created", "model_version_alias.created", "prompt_version.created"]
+        version, headers = events["model_version.created"]
+        assert version["data"]["name"] == name and version["data"]["version"] == "1"
+        # MLflow's server sends the run only when the client named it;
+        # Trainyard sends the run that the model's source came from.
+        assert version["data"]["run_id"] == (run.info.run_id if tracking == server else None)
+        assert events["model_version_alias.created"][0]["data"] == {"name": name, "alias": "champion", "version": "1"}
+        template = events["prompt_version.created"][0]["data"]
+        assert (template["name"], template["version"], template["template"]) == (prompt, "1", "Hello {{who}}")
+        assert "mlflow.prompt.is_prompt" not in template["tags"]
+        for payload, headers in events.values():
+            delivery = headers["x-mlflow-delivery-id"]
+            body = next(b for s, h, b in received if h["x-mlflow-delivery-id"] == delivery and s == 200)
+            signed = f'{delivery}.{headers["x-mlflow-timestamp"]}.{body}'
+            mac = hmac.new(b"s3cret", signed.encode(), hashlib.sha256).digest()
+            assert headers["x-mlflow-signature"] == "v1," + base64.b64encode(mac).decode()
+        # The one the busy receiver refused was sent again.
+        assert [s for s, _, _ in received].count(503) == 1
+
+        # Disabled, it is told nothing; deleted, it is gone.
+        client.update_webhook(hook.webhook_id, status=WebhookStatus.DISABLED)
+        assert client.get_webhook(hook.webhook_id).status == WebhookStatus.DISABLED
+        count = len(received)
+        client.set_registered_model_alias(name, "challenger", "1")
+        time.sleep(1.5)
+        assert len(received) == count
+        client.delete_webhook(hook.webhook_id)
+        with pytest.raises(MlflowException, match="not found"):
+            client.get_webhook(hook.webhook_id)
+    finally:
+        httpd.shutdown()

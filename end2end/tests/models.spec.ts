@@ -4,7 +4,7 @@
 // models sorted by a metric; an experiment's traces and one trace's span
 // tree with a span's inputs and outputs, and its assessments; an
 // experiment's evaluation datasets and one dataset's records; its
-// registered scorers.
+// registered scorers; and the admin page's registry webhooks.
 import { expect, test } from '@playwright/test';
 import { execFileSync } from 'node:child_process';
 import { homedir } from 'node:os';
@@ -170,4 +170,38 @@ test("an experiment's registered scorers show what they check and their earlier 
   await expect(judge.getByTestId('scorer-checks')).toContainText('Does {{ outputs }} match the width');
   await expect(judge.getByTestId('scorer-earlier')).toHaveCount(0);
   await page.screenshot({ path: test.info().outputPath('scorers.png'), fullPage: true });
+});
+
+test("the admin page shows the registry's webhooks and what was sent to each", async ({ page, request }) => {
+  const name = `deployer-${Date.now()}`;
+  const made = await request.post('/api/2.0/mlflow/webhooks', {
+    data: {
+      name,
+      url: 'http://127.0.0.1:9/hooks/registry',
+      description: 'deploys the champion',
+      events: [{ entity: 'REGISTERED_MODEL', action: 'CREATED' }],
+      secret: 'k',
+    },
+  });
+  expect(made.ok(), await made.text()).toBeTruthy();
+  const id = (await made.json()).webhook.webhook_id;
+  const model = await request.post('/api/2.0/mlflow/registered-models/create', { data: { name } });
+  expect(model.ok(), await model.text()).toBeTruthy();
+  try {
+    await page.goto('/admin');
+    const card = page.locator(`[data-webhook="${name}"]`);
+    await expect(card).toContainText('http://127.0.0.1:9/hooks/registry');
+    await expect(card).toContainText('ACTIVE');
+    await expect(card).toContainText('deploys the champion');
+    await expect(card).toContainText('Events: registered_model.created');
+    // The event was queued as the model was made, and its first try found
+    // nothing listening: it waits to be tried again, saying why (listed with
+    // the events of models that other tests made meanwhile).
+    const delivery = card.getByTestId('deliveries').locator('tbody tr').last();
+    await expect(delivery).toContainText('registered_model.created');
+    await expect(delivery.locator('.badge')).toHaveText('pending');
+    await page.screenshot({ path: test.info().outputPath('webhooks.png'), fullPage: true });
+  } finally {
+    await request.delete(`/api/2.0/mlflow/webhooks/${id}`);
+  }
 });

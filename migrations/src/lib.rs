@@ -23,6 +23,7 @@ mod m20261205_000018_trace_assessments;
 mod m20261205_000019_evaluation_datasets;
 mod m20261205_000020_trace_prompts;
 mod m20261205_000021_scorers;
+mod m20261205_000022_webhooks;
 
 pub struct Migrator;
 
@@ -51,6 +52,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000019_evaluation_datasets::Migration),
             Box::new(m20261205_000020_trace_prompts::Migration),
             Box::new(m20261205_000021_scorers::Migration),
+            Box::new(m20261205_000022_webhooks::Migration),
         ]
     }
 }

@@ -314,6 +314,18 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "listen beyond loopback without sign-in, making everyone who can reach the server an admin (never on a shared network)",
     },
     SettingDoc {
+        key: "webhook_schemes",
+        env: "TRAINYARD_WEBHOOK_SCHEMES",
+        default: "https",
+        meaning: "the URL schemes registry webhooks may use, comma-separated: https, or http,https to let deliveries go unencrypted (as MLflow's MLFLOW_WEBHOOK_ALLOWED_SCHEMES)",
+    },
+    SettingDoc {
+        key: "webhook_allow_private_hosts",
+        env: "TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS",
+        default: "false",
+        meaning: "let registry webhooks reach loopback, private and link-local addresses (the cluster's services, the cloud's metadata); by default they go to public addresses only",
+    },
+    SettingDoc {
         key: "shutdown_grace_secs",
         env: "TRAINYARD_SHUTDOWN_GRACE_SECS",
         default: "20",
@@ -387,6 +399,8 @@ pub struct Settings {
     pub oidc_recheck_secs: u64,
     pub session_ttl_secs: u64,
     pub insecure_no_sign_in: bool,
+    pub webhook_schemes: String,
+    pub webhook_allow_private_hosts: bool,
     pub shutdown_grace_secs: u64,
 }
 
@@ -442,6 +456,8 @@ impl Default for Settings {
             oidc_recheck_secs: 900,
             session_ttl_secs: 12 * 3600,
             insecure_no_sign_in: false,
+            webhook_schemes: "https".to_owned(),
+            webhook_allow_private_hosts: false,
             shutdown_grace_secs: 20,
         }
     }
@@ -495,6 +511,10 @@ pub struct Config {
     /// Where jobs run: None on this machine, else on Kubernetes.
     pub kubernetes: Option<KubeOptions>,
     pub shutdown_grace: std::time::Duration,
+    /// The URL schemes registry webhooks may use (`https`, `http`).
+    pub webhook_schemes: Vec<String>,
+    /// Registry webhooks may reach addresses that are not public.
+    pub webhook_allow_private_hosts: bool,
     pub auth: AuthConfig,
 }
 
@@ -756,6 +776,22 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
     }
     tracing_subscriber::EnvFilter::try_new(&s.log)
         .map_err(|e| ConfigError(format!("log: `{}` is not a valid log filter: {e}", s.log)))?;
+    let webhook_schemes: Vec<String> = s
+        .webhook_schemes
+        .split(',')
+        .map(|scheme| scheme.trim().to_ascii_lowercase())
+        .filter(|scheme| !scheme.is_empty())
+        .collect();
+    if webhook_schemes.is_empty()
+        || webhook_schemes
+            .iter()
+            .any(|scheme| !matches!(scheme.as_str(), "http" | "https"))
+    {
+        return Err(ConfigError(format!(
+            "webhook_schemes: `{}` is not https, http or both, comma-separated",
+            s.webhook_schemes
+        )));
+    }
     let auth = auth_config(&s)?;
     let kubernetes = match s.executor.trim() {
         "local" => None,
@@ -820,6 +856,8 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         job_shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("trainyard")),
         kubernetes,
         shutdown_grace: std::time::Duration::from_secs(s.shutdown_grace_secs),
+        webhook_schemes,
+        webhook_allow_private_hosts: s.webhook_allow_private_hosts,
         auth,
     })
 }

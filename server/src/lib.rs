@@ -20,6 +20,7 @@ pub mod series;
 mod teams_api;
 pub mod telemetry;
 mod tokens_api;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -78,6 +79,8 @@ pub struct AppState {
     pub jobs: trainyard_jobs::Jobs,
     pub auth: auth::Auth,
     pub telemetry: telemetry::Telemetry,
+    /// Registry webhooks' sending side.
+    pub webhooks: webhooks::Webhooks,
 }
 
 impl FromRef<AppState> for auth::Auth {
@@ -139,7 +142,14 @@ impl AppState {
             agents: None,
         };
         let telemetry = telemetry::Telemetry::new(store.clone(), config.telemetry);
+        let sender = webhooks::Sender::new(
+            config.webhook_schemes.clone(),
+            config.webhook_allow_private_hosts,
+        )
+        .map_err(|e| ServerError::Config(config::ConfigError(e)))?;
+        let webhooks = webhooks::Webhooks::new(store.clone(), sender);
         Ok(AppState {
+            webhooks,
             leptos_options,
             auth,
             jobs,
@@ -618,6 +628,7 @@ impl Server {
         // Stopped with the server, also when `run` itself is dropped.
         let compactor = Background(tokio::spawn(compact_forever(store.clone())));
         let supervisor = Background(tokio::spawn(self.state.jobs.clone().run_forever()));
+        let deliverer = Background(tokio::spawn(self.state.webhooks.clone().deliver_forever()));
         let telemetry = Background(tokio::spawn(
             self.state.telemetry.clone().maintain_forever(),
         ));
@@ -659,6 +670,7 @@ impl Server {
         // keep running under their shims; the next start finds them.
         drop(compactor);
         drop(supervisor);
+        drop(deliverer);
         drop(sampler);
         drop(telemetry);
         drop(rechecker);

@@ -780,6 +780,65 @@ pub mod tracking {
         pub filter_string: Option<String>,
     }
 
+    /// A registry webhook (MLflow 3's `create_webhook`): the registry events
+    /// that are POSTed to a URL. Its secret, which signs them, is never
+    /// shown again once set.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct Webhook {
+        /// A UUID.
+        pub webhook_id: String,
+        pub name: String,
+        pub description: Option<String>,
+        pub url: String,
+        /// `entity.action`, as in [`WEBHOOK_EVENTS`].
+        pub events: Vec<String>,
+        /// `ACTIVE` or `DISABLED`.
+        pub status: String,
+        pub has_secret: bool,
+        /// In ms since the epoch.
+        pub creation_timestamp: i64,
+        pub last_updated_timestamp: i64,
+    }
+
+    /// One event sent (or being sent) to a webhook.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    pub struct WebhookDelivery {
+        /// A UUID, sent as `X-MLflow-Delivery-Id`.
+        pub delivery_id: String,
+        pub webhook_id: String,
+        /// `entity.action`.
+        pub event: String,
+        /// In ms since the epoch.
+        pub created: i64,
+        pub attempts: i32,
+        /// `pending`, `delivered` or `failed`.
+        pub state: String,
+        /// The receiver's last HTTP status.
+        pub response_status: Option<i32>,
+        /// Why the last try failed, when it did.
+        pub error: Option<String>,
+        pub finished: Option<i64>,
+    }
+
+    /// The registry events a webhook may ask for: MLflow's, less its AI
+    /// gateway's budget alerts (Trainyard has no gateway).
+    pub const WEBHOOK_EVENTS: [&str; 14] = [
+        "registered_model.created",
+        "model_version.created",
+        "model_version_tag.set",
+        "model_version_tag.deleted",
+        "model_version_alias.created",
+        "model_version_alias.deleted",
+        "prompt.created",
+        "prompt_version.created",
+        "prompt_tag.set",
+        "prompt_tag.deleted",
+        "prompt_version_tag.set",
+        "prompt_version_tag.deleted",
+        "prompt_alias.created",
+        "prompt_alias.deleted",
+    ];
+
     /// Run statuses of MLflow.
     pub const RUN_STATUSES: [&str; 5] = ["RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"];
 

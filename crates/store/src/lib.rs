@@ -20,6 +20,7 @@ mod templates;
 pub mod traces;
 pub mod tracking;
 mod uploads;
+pub mod webhooks;
 
 pub use fair_share::{DayUsage, GpuSpan};
 pub use identity::{DueSession, LoginAttempt, NewSession, SessionUser, SignIn, TokenUser};
@@ -540,3 +541,5 @@ mod series_tests;
 mod telemetry_tests;
 #[cfg(test)]
 mod tracking_tests;
+#[cfg(test)]
+mod webhooks_tests;

@@ -19,6 +19,7 @@ mod runs;
 mod scorers;
 mod traces;
 mod validate;
+mod webhooks;
 pub mod wire;
 
 use axum::Router;
@@ -195,6 +196,14 @@ fn tracking_routes() -> Router<AppState> {
             get(metrics::get_history_bulk_interval),
         )
         .route("/logged-models/search", post(models::search))
+        .route("/webhooks", post(webhooks::create).get(webhooks::list))
+        .route(
+            "/webhooks/{webhook_id}",
+            get(webhooks::get)
+                .patch(webhooks::update)
+                .delete(webhooks::delete),
+        )
+        .route("/webhooks/{webhook_id}/test", post(webhooks::test))
         .route("/registered-models/create", post(registry::create))
         .route("/registered-models/get", get(registry::get))
         .route("/registered-models/update", patch(registry::update))

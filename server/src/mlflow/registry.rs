@@ -81,6 +81,88 @@ fn tag_pairs(items: Vec<KeyValue>) -> Result<Vec<(String, String)>, ApiError> {
     super::experiments::key_values(items, "tags", MAX_TAG_VALUE_LEN)
 }
 
+/// MLflow's prompts are registered models with this tag set to `true`;
+/// their events are told to webhooks as prompts' events.
+const IS_PROMPT: &str = "mlflow.prompt.is_prompt";
+const PROMPT_TYPE: &str = "_mlflow_prompt_type";
+const PROMPT_TEXT: &str = "mlflow.prompt.text";
+
+fn says_prompt(tags: &[(String, String)]) -> bool {
+    tags.iter()
+        .rev()
+        .find(|(k, _)| k == IS_PROMPT)
+        .is_some_and(|(_, v)| v.eq_ignore_ascii_case("true"))
+}
+
+async fn is_prompt(state: &AppState, name: &str) -> bool {
+    state
+        .store
+        .get_registered_model(name)
+        .await
+        .is_ok_and(|m| says_prompt(&m.tags))
+}
+
+/// Tags as a webhook's payload has them, less MLflow's own prompt keys.
+fn tag_object(tags: &[(String, String)], prompt: bool) -> serde_json::Value {
+    let own = [IS_PROMPT, PROMPT_TYPE, PROMPT_TEXT];
+    serde_json::Value::Object(
+        tags.iter()
+            .filter(|(k, _)| !prompt || !own.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect(),
+    )
+}
+
+/// Tells webhooks of a tag set (to `value`) or deleted, on a version or on
+/// a prompt; MLflow tells no one of a model's own tags.
+async fn tag_event(
+    state: &AppState,
+    name: &str,
+    version: Option<i64>,
+    key: &str,
+    value: Option<&str>,
+) {
+    let entity = match (version.is_some(), is_prompt(state, name).await) {
+        (true, true) => "prompt_version_tag",
+        (true, false) => "model_version_tag",
+        (false, true) => "prompt_tag",
+        (false, false) => return,
+    };
+    let action = if value.is_some() { "set" } else { "deleted" };
+    let mut data = json!({ "name": name, "key": key });
+    if let Some(v) = version {
+        data["version"] = json!(v.to_string());
+    }
+    if let Some(value) = value {
+        data["value"] = json!(value);
+    }
+    state
+        .webhooks
+        .emit(&format!("{entity}.{action}"), data)
+        .await;
+}
+
+/// Tells webhooks of an alias set (to `version`) or deleted.
+async fn alias_event(state: &AppState, name: &str, alias: &str, version: Option<i64>) {
+    let entity = if is_prompt(state, name).await {
+        "prompt_alias"
+    } else {
+        "model_version_alias"
+    };
+    let mut data = json!({ "name": name, "alias": alias });
+    let action = match version {
+        Some(v) => {
+            data["version"] = json!(v.to_string());
+            "created"
+        }
+        None => "deleted",
+    };
+    state
+        .webhooks
+        .emit(&format!("{entity}.{action}"), data)
+        .await;
+}
+
 async fn may(
     state: &AppState,
     principal: &Principal,
@@ -124,6 +206,18 @@ pub async fn create(
             principal.user.as_owner(),
         )
         .await?;
+    let prompt = says_prompt(&tags);
+    let event = if prompt {
+        "prompt.created"
+    } else {
+        "registered_model.created"
+    };
+    let data = json!({
+        "name": name,
+        "tags": tag_object(&tags, prompt),
+        "description": req.description.unwrap_or_default(),
+    });
+    state.webhooks.emit(event, data).await;
     Ok(Json(
         json!({ "registered_model": wire::registered_model(&model) }),
     ))
@@ -213,9 +307,9 @@ async fn set_tag_of(state: AppState, principal: Principal, req: Named) -> ApiRes
     let value = req.value.unwrap_or_default();
     validate::value(&value, MAX_TAG_VALUE_LEN, "Tag", &key)?;
     may(&state, &principal, &name, Access::Change).await?;
-    match req.version {
+    let version = req.version.map(|v| version_number(Some(v))).transpose()?;
+    match version {
         Some(version) => {
-            let version = version_number(Some(version))?;
             state
                 .store
                 .set_model_version_tag(&name, version, &key, &value)
@@ -228,6 +322,7 @@ async fn set_tag_of(state: AppState, principal: Principal, req: Named) -> ApiRes
                 .await?
         }
     }
+    tag_event(&state, &name, version, &key, Some(&value)).await;
     Ok(Json(json!({})))
 }
 
@@ -253,9 +348,9 @@ async fn delete_tag_of(state: AppState, principal: Principal, req: Named) -> Api
     let name = model_name(req.name)?;
     let key = required(req.key, "key")?;
     may(&state, &principal, &name, Access::Change).await?;
-    match req.version {
+    let version = req.version.map(|v| version_number(Some(v))).transpose()?;
+    match version {
         Some(version) => {
-            let version = version_number(Some(version))?;
             state
                 .store
                 .delete_model_version_tag(&name, version, &key)
@@ -263,6 +358,7 @@ async fn delete_tag_of(state: AppState, principal: Principal, req: Named) -> Api
         }
         None => state.store.delete_registered_model_tag(&name, &key).await?,
     }
+    tag_event(&state, &name, version, &key, None).await;
     Ok(Json(json!({})))
 }
 
@@ -279,6 +375,7 @@ pub async fn set_alias(
         .store
         .set_registered_model_alias(&name, &alias, version)
         .await?;
+    alias_event(&state, &name, &alias, Some(version)).await;
     Ok(Json(json!({})))
 }
 
@@ -294,6 +391,7 @@ pub async fn delete_alias(
         .store
         .delete_registered_model_alias(&name, &alias)
         .await?;
+    alias_event(&state, &name, &alias, None).await;
     Ok(Json(json!({})))
 }
 
@@ -501,6 +599,7 @@ pub async fn create_version(
         ));
     }
     let tags = tag_pairs(req.tags)?;
+    let prompt = says_prompt(&tags);
     if let Some(run) = &req.run_id {
         validate::run_id(run)?;
         state
@@ -522,17 +621,35 @@ pub async fn create_version(
         .create_model_version(
             &name,
             NewVersion {
-                source,
+                source: source.clone(),
                 storage_location,
-                run_id,
+                run_id: run_id.clone(),
                 run_link: req.run_link.unwrap_or_default(),
-                description: req.description.unwrap_or_default(),
+                description: req.description.clone().unwrap_or_default(),
                 user_name: principal.user.username.clone(),
                 model_id,
-                tags,
+                tags: tags.clone(),
             },
         )
         .await?;
+    let description = req.description.filter(|d| !d.is_empty());
+    let number = version.version.to_string();
+    let (event, data) = if prompt {
+        let template = tags.iter().rev().find(|(k, _)| k == PROMPT_TEXT);
+        let data = json!({
+            "name": name, "version": number,
+            "template": template.map(|(_, v)| v),
+            "tags": tag_object(&tags, true), "description": description,
+        });
+        ("prompt_version.created", data)
+    } else {
+        let data = json!({
+            "name": name, "version": number, "source": source, "run_id": run_id,
+            "tags": tag_object(&tags, false), "description": description,
+        });
+        ("model_version.created", data)
+    };
+    state.webhooks.emit(event, data).await;
     Ok(Json(
         json!({ "model_version": wire::model_version(&version) }),
     ))

@@ -2332,3 +2332,37 @@ async fn the_models_page_links_only_runs_the_viewer_may_read() {
         json!(all)
     );
 }
+
+#[tokio::test]
+async fn webhooks_are_the_admins_alone() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let (alice, admin) = (p.alice.bearer(), p.admin.bearer());
+    let hooks = "/api/2.0/mlflow/webhooks";
+    let body = json!({"name": "ci", "url": "https://8.8.8.8/hook",
+                      "events": [{"entity": "MODEL_VERSION", "action": "CREATED"}]});
+    let made = call(&server, "POST", hooks, Some(&admin), &body).await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let id = made.json()["webhook"]["webhook_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let one = format!("{hooks}/{id}");
+    for (method, path, body) in [
+        ("POST", hooks.to_owned(), body.clone()),
+        ("GET", hooks.to_owned(), Value::Null),
+        ("GET", one.clone(), Value::Null),
+        ("PATCH", one.clone(), json!({"status": "DISABLED"})),
+        ("POST", format!("{one}/test"), json!({})),
+        ("DELETE", one.clone(), Value::Null),
+    ] {
+        let refused = call(&server, method, &path, Some(&alice), &body).await;
+        assert_eq!(refused.status, 403, "{method} {path}: {}", refused.body);
+        assert!(refused.body.contains("only admins"), "{}", refused.body);
+        let anonymous = call(&server, method, &path, None, &body).await;
+        assert_eq!(anonymous.status, 401, "{method} {path}: {}", anonymous.body);
+    }
+    let listed = call(&server, "GET", hooks, Some(&admin), &Value::Null).await;
+    assert_eq!(listed.json()["webhooks"][0]["webhook_id"], json!(id));
+    assert_eq!(listed.json()["webhooks"][0]["status"], "ACTIVE");
+}

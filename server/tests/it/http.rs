@@ -996,3 +996,219 @@ async fn nul_characters_in_traces_and_assessments_are_refused() {
         serialized
     );
 }
+
+#[tokio::test]
+async fn bad_webhooks_are_refused_naming_what_is_wrong() {
+    use serde_json::json;
+    let server = TestServer::start().await;
+    let hooks = "/api/2.0/mlflow/webhooks";
+    let event = json!([{"entity": "MODEL_VERSION", "action": "CREATED"}]);
+    let with = |changes: serde_json::Value| {
+        let mut body = json!({"name": "ci", "url": "https://8.8.8.8/hook", "events": event});
+        for (k, v) in changes.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    for (body, says) in [
+        (
+            json!({"url": "https://8.8.8.8/", "events": event}),
+            "'name'",
+        ),
+        (
+            with(json!({"name": "-ci"})),
+            "Webhook name '-ci' is invalid",
+        ),
+        (with(json!({"name": "c".repeat(64)})), "is invalid"),
+        (json!({"name": "ci", "events": event}), "'url'"),
+        (with(json!({"url": "ftp://8.8.8.8/x"})), "scheme: 'ftp'"),
+        (
+            with(json!({"url": "http://8.8.8.8/x"})),
+            "scheme: 'http'. Allowed schemes are: https",
+        ),
+        (
+            with(json!({"url": "https://localhost:9/x"})),
+            "not a public address",
+        ),
+        (
+            with(json!({"url": "https://10.0.0.7/x"})),
+            "10.0.0.7, which is not a public address",
+        ),
+        (
+            with(json!({"url": "https://[::1]:9/x"})),
+            "not a public address",
+        ),
+        (
+            with(json!({"url": "https://ci:pw@8.8.8.8/"})),
+            "user name or password",
+        ),
+        (with(json!({"events": []})), "non-empty"),
+        (
+            with(json!({"events": [{"entity": "MODEL_VERSION", "action": "DELETED"}]})),
+            "Invalid webhook event 'model_version.deleted'",
+        ),
+        (
+            with(json!({"events": [{"entity": "BUDGET_POLICY", "action": "EXCEEDED"}]})),
+            "AI gateway",
+        ),
+        (
+            with(json!({"events": [{"entity": "MODEL_VERSION"}]})),
+            "'events.action'",
+        ),
+        (with(json!({"status": "PAUSED"})), "ACTIVE or DISABLED"),
+        (
+            with(json!({"description": "d".repeat(5_001)})),
+            "limit of 5000",
+        ),
+        (with(json!({"secret": "s".repeat(1_025)})), "limit of 1024"),
+        (with(json!({"secret": "a\u{0}b"})), "'secret'"),
+    ] {
+        let refused = common::post_json(server.addr, hooks, &body).await;
+        assert_eq!(refused.status, 400, "{body}: {}", refused.body);
+        assert_eq!(refused.json()["error_code"], "INVALID_PARAMETER_VALUE");
+        assert!(refused.body.contains(says), "{says}: {}", refused.body);
+    }
+    let list = common::request(server.addr, "GET", hooks, &[], b"").await;
+    assert_eq!(list.json(), json!({"webhooks": []}), "nothing was made");
+
+    // Events by number, as an older client may send them; doubles kept once.
+    let made = common::post_json(
+        server.addr,
+        hooks,
+        &with(json!({"events": [{"entity": 2, "action": 1}, {"entity": "model_version", "action": "created"}],
+                     "secret": "k", "status": "DISABLED"})),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let hook = made.json()["webhook"].clone();
+    assert_eq!(hook["events"], event);
+    assert_eq!(hook["status"], "DISABLED");
+    assert!(
+        hook.get("secret").is_none(),
+        "a secret is never shown: {hook}"
+    );
+    let id = hook["webhook_id"].as_str().unwrap();
+    let one = format!("{hooks}/{id}");
+
+    let refused = common::request(
+        server.addr,
+        "PATCH",
+        &one,
+        &[("Content-Type", "application/json")],
+        json!({"url": "https://169.254.169.254/latest/meta-data"})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("not a public address"),
+        "{}",
+        refused.body
+    );
+    let kept = common::request(server.addr, "GET", &one, &[], b"").await;
+    assert_eq!(kept.json()["webhook"]["url"], "https://8.8.8.8/hook");
+
+    let changed = common::request(
+        server.addr,
+        "PATCH",
+        &one,
+        &[("Content-Type", "application/json")],
+        json!({"status": "ACTIVE", "description": "deploys"})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(changed.status, 200, "{}", changed.body);
+    assert_eq!(
+        (
+            &changed.json()["webhook"]["status"],
+            &changed.json()["webhook"]["description"]
+        ),
+        (&json!("ACTIVE"), &json!("deploys"))
+    );
+
+    for path in [
+        format!("{hooks}/nope"),
+        format!("{hooks}/{}", "x".repeat(100)),
+    ] {
+        let missing = common::request(server.addr, "GET", &path, &[], b"").await;
+        assert_eq!(missing.status, 404, "{}", missing.body);
+        assert_eq!(missing.json()["error_code"], "RESOURCE_DOES_NOT_EXIST");
+    }
+    let gone = common::request(server.addr, "DELETE", &one, &[], b"").await;
+    assert_eq!(gone.status, 200, "{}", gone.body);
+    let again = common::request(server.addr, "DELETE", &one, &[], b"").await;
+    assert_eq!(again.status, 404, "{}", again.body);
+}
+
+/// A receiver away when the event happens gets it once it is back, though
+/// the server was killed in between: deliveries wait in the database.
+#[tokio::test]
+async fn a_webhook_event_waits_for_its_receiver_across_a_crash() {
+    use serde_json::json;
+    use std::sync::{Arc, Mutex};
+    let allow = [
+        ("TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS", "true"),
+        ("TRAINYARD_WEBHOOK_SCHEMES", "http,https"),
+    ];
+    let server = TestServer::start_with(&allow).await;
+    // A port with nothing listening on it yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let made = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/webhooks",
+        &json!({"name": "deployer", "url": format!("http://127.0.0.1:{port}/hook"),
+                "events": [{"entity": "REGISTERED_MODEL", "action": "CREATED"}], "secret": "k"}),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let model = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/registered-models/create",
+        &json!({"name": "churn", "description": "v2", "tags": [{"key": "team", "value": "nlp"}]}),
+    )
+    .await;
+    assert_eq!(model.status, 200, "{}", model.body);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (db, data_dir) = server.crash().await;
+
+    let got: Arc<Mutex<Vec<(String, String)>>> = Default::default();
+    let kept = got.clone();
+    let receiver = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
+            let kept = kept.clone();
+            async move {
+                let id = headers["x-mlflow-delivery-id"].to_str().unwrap().to_owned();
+                kept.lock().unwrap().push((id, body));
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::spawn(async move { axum::serve(listener, receiver).await.unwrap() });
+    let _server = TestServer::start_in(db, data_dir, &allow).await;
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while got.lock().unwrap().is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let got = got.lock().unwrap();
+    assert_eq!(got.len(), 1, "delivered once: {got:?}");
+    let body: serde_json::Value = serde_json::from_str(&got[0].1).unwrap();
+    assert_eq!(
+        (&body["entity"], &body["action"]),
+        (&json!("registered_model"), &json!("created"))
+    );
+    assert_eq!(
+        body["data"],
+        json!({"name": "churn", "tags": {"team": "nlp"}, "description": "v2"})
+    );
+}
