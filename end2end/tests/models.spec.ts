@@ -199,6 +199,10 @@ test("the admin page shows the registry's webhooks and what was sent to each", a
     // the events of models that other tests made meanwhile).
     const delivery = card.getByTestId('deliveries').locator('tbody tr').last();
     await expect(delivery).toContainText('registered_model.created');
+    await expect(async () => {
+      await page.reload();
+      await expect(delivery).toContainText('Connection refused', { timeout: 1_000 });
+    }).toPass({ timeout: 20_000 });
     await expect(delivery.locator('.badge')).toHaveText('pending');
     await page.screenshot({ path: test.info().outputPath('webhooks.png'), fullPage: true });
   } finally {

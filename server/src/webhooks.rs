@@ -35,8 +35,13 @@ const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 const BACKOFF_SECS: [i64; 4] = [1, 10, 60, 600];
 /// The longest `Retry-After` honoured.
 const MAX_RETRY_AFTER_SECS: i64 = 3_600;
-/// Deliveries sent at once.
+/// Deliveries sent at once, and claimed at once: one wave of them ends
+/// within `TIMEOUT`, well inside the store's claim.
 const PARALLEL: usize = 8;
+/// The largest event sent; past it, long texts are cut (see `bounded`).
+const MAX_EVENT_BYTES: usize = 64 * 1024;
+/// What a text of an event keeps when the event is too large.
+const CUT_CHARS: usize = 2_048;
 
 /// Whether an address is one the public internet routes: not loopback,
 /// private, link-local, shared (CGNAT), multicast, documentation or
@@ -200,11 +205,17 @@ impl Sender {
         let addresses: Vec<IpAddr> = match host {
             url::Host::Ipv4(ip) => vec![IpAddr::V4(ip)],
             url::Host::Ipv6(ip) => vec![IpAddr::V6(ip)],
-            url::Host::Domain(name) => tokio::net::lookup_host((name.as_str(), 0))
-                .await
-                .map_err(|e| format!("The webhook URL's host '{name}' does not resolve: {e}"))?
-                .map(|a| a.ip())
-                .collect(),
+            url::Host::Domain(name) => {
+                let lookup = tokio::net::lookup_host((name.as_str(), 0));
+                tokio::time::timeout(Duration::from_secs(10), lookup)
+                    .await
+                    .map_err(|_| {
+                        format!("The webhook URL's host '{name}' did not resolve within 10 s")
+                    })?
+                    .map_err(|e| format!("The webhook URL's host '{name}' does not resolve: {e}"))?
+                    .map(|a| a.ip())
+                    .collect()
+            }
         };
         match addresses.iter().find(|ip| !is_public(**ip)) {
             Some(ip) => Err(format!(
@@ -305,11 +316,8 @@ impl Webhooks {
     /// wakes the deliverer. A failure is logged: the registry change that
     /// raised the event has been made and stands.
     pub async fn emit(&self, event: &str, data: Value) {
-        match self
-            .store
-            .enqueue_webhook_event(event, &body(event, data))
-            .await
-        {
+        let body = body(event, bounded(data));
+        match self.store.enqueue_webhook_event(event, &body).await {
             Ok(0) => {}
             Ok(_) => self.wake.notify_one(),
             Err(e) => tracing::error!(event, error = %e, "could not queue a webhook event"),
@@ -319,23 +327,28 @@ impl Webhooks {
     /// Sends what is due until nothing is, then waits for an event or the
     /// next retry.
     pub async fn deliver_forever(self) {
+        let mut failing = Duration::ZERO;
         loop {
-            match self
-                .store
-                .claim_webhook_deliveries(4 * PARALLEL as u64)
-                .await
-            {
+            match self.store.claim_webhook_deliveries(PARALLEL as u64).await {
                 Ok(due) if !due.is_empty() => {
+                    failing = Duration::ZERO;
                     futures::stream::iter(due)
                         .for_each_concurrent(PARALLEL, |d| self.deliver(d))
                         .await;
                     continue;
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "could not read the webhooks' deliveries"),
+                Ok(_) => failing = Duration::ZERO,
+                Err(e) => {
+                    // The database is away or refuses writes: wait longer
+                    // each time, up to 30 s, rather than ask again at once.
+                    failing = (failing * 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+                    tracing::warn!(error = %e, retry_secs = failing.as_secs(), "could not claim the webhooks' deliveries");
+                    tokio::time::sleep(failing).await;
+                    continue;
+                }
             }
             let wait = match self.store.next_webhook_delivery().await {
-                Ok(Some(at)) => (at - trainyard_store::now_millis()).clamp(0, 30_000),
+                Ok(Some(at)) => (at - trainyard_store::now_millis()).clamp(100, 30_000),
                 _ => 30_000,
             };
             tokio::select! {
@@ -397,6 +410,47 @@ pub fn outcome(sent: &Sent, attempts_before: i32, now_ms: i64) -> Attempt {
 fn backoff(attempts_before: i32) -> i64 {
     let i = (attempts_before.max(0) as usize).min(BACKOFF_SECS.len() - 1);
     BACKOFF_SECS[i]
+}
+
+/// An event's data within `MAX_EVENT_BYTES`: when larger (a long
+/// description, many or long tags, a long prompt template), each text is
+/// cut to `CUT_CHARS` and the tags to those that fit, and `truncated` says
+/// so; names, versions and aliases are short already.
+fn bounded(mut data: Value) -> Value {
+    if data.to_string().len() <= MAX_EVENT_BYTES {
+        return data;
+    }
+    let cut = |text: &str| -> String {
+        if text.chars().count() <= CUT_CHARS {
+            text.to_owned()
+        } else {
+            text.chars().take(CUT_CHARS).chain(['…']).collect()
+        }
+    };
+    if let Value::Object(fields) = &mut data {
+        for value in fields.values_mut() {
+            match value {
+                Value::String(text) => *text = cut(text),
+                Value::Object(tags) => {
+                    let mut room = MAX_EVENT_BYTES / 2;
+                    tags.retain(|key, value| {
+                        if let Value::String(text) = value {
+                            *text = cut(text);
+                        }
+                        let size = key.len() + value.to_string().len() + 4;
+                        let keep = size <= room;
+                        if keep {
+                            room -= size;
+                        }
+                        keep
+                    });
+                }
+                _ => {}
+            }
+        }
+        fields.insert("truncated".to_owned(), Value::Bool(true));
+    }
+    data
 }
 
 /// `v1,` and the base64 HMAC-SHA256 of `id.timestamp.body` (MLflow's
@@ -712,6 +766,30 @@ mod tests {
             envelope["timestamp"].as_str().unwrap().ends_with("+00:00"),
             "{envelope}"
         );
+    }
+
+    #[test]
+    fn a_large_event_is_cut_to_fit_and_says_so() {
+        let small = json!({"name": "m", "version": "1", "tags": {"a": "b"}});
+        assert_eq!(bounded(small.clone()), small);
+        let tags: serde_json::Map<String, Value> = (0..1_000)
+            .map(|i| (format!("tag-{i}"), json!("v".repeat(5_000))))
+            .collect();
+        let big = json!({"name": "m", "description": "d".repeat(100_000), "tags": tags});
+        let cut = bounded(big);
+        assert!(
+            cut.to_string().len() <= MAX_EVENT_BYTES,
+            "{}",
+            cut.to_string().len()
+        );
+        assert_eq!(cut["truncated"], true);
+        assert_eq!(cut["name"], "m");
+        assert_eq!(
+            cut["description"].as_str().unwrap().chars().count(),
+            CUT_CHARS + 1
+        );
+        let kept = cut["tags"].as_object().unwrap();
+        assert!(!kept.is_empty() && kept.len() < 1_000, "{}", kept.len());
     }
 
     #[test]

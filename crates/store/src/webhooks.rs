@@ -7,9 +7,10 @@
 //! `KEPT_FINISHED_EACH` finished rows of a webhook stay for its admins to
 //! read. What the URL may be and what is sent is the server's business.
 
-use sea_orm::{ConnectionTrait, QueryResult};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult};
 use trainyard_domain::tracking::{Webhook, WebhookDelivery};
 
+use crate::sql::{Sql, lock_owner};
 use crate::tracking::get;
 use crate::{Store, StoreError, now_millis};
 
@@ -62,6 +63,9 @@ pub struct DueDelivery {
     pub body: String,
     /// Tries made before this one.
     pub attempts: i32,
+    /// The claim's end (ms since the epoch); a try is recorded only while
+    /// it holds.
+    pub claimed_until: i64,
 }
 
 /// How one try went.
@@ -120,6 +124,29 @@ fn delivery_of(row: &QueryResult) -> Result<WebhookDelivery, StoreError> {
     })
 }
 
+/// On PostgreSQL, what changes one webhook's deliveries takes turns (a
+/// disable and an event queued at once, two events and the queue's bound).
+async fn lock_webhook(txn: &DatabaseTransaction, id: &str) -> Result<(), StoreError> {
+    lock_owner(txn, txn.get_database_backend(), &format!("webhook:{id}")).await
+}
+
+/// Keeps a webhook's last `KEPT_FINISHED_EACH` finished deliveries.
+async fn prune(txn: &DatabaseTransaction, webhook_id: &str) -> Result<(), StoreError> {
+    let mut sql = Sql::new(txn.get_database_backend());
+    sql.push("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND webhook_id = ")
+        .bind(webhook_id.to_owned())
+        .push(
+            " AND id NOT IN (SELECT id FROM webhook_deliveries \
+             WHERE state <> 'pending' AND webhook_id = ",
+        )
+        .bind(webhook_id.to_owned())
+        .push(" ORDER BY finished DESC, created DESC LIMIT ")
+        .bind(KEPT_FINISHED_EACH)
+        .push(")");
+    txn.execute_raw(sql.build()).await?;
+    Ok(())
+}
+
 fn not_found(id: &str) -> StoreError {
     StoreError::NotFound(format!("Webhook with ID {id} not found."))
 }
@@ -137,7 +164,7 @@ impl Store {
     ) -> Result<Webhook, StoreError> {
         let _turn = self.write_turn().await;
         let txn = self.begin_write().await?;
-        crate::sql::lock_owner(&txn, txn.get_database_backend(), "webhooks").await?;
+        lock_owner(&txn, txn.get_database_backend(), "webhooks").await?;
         let row = txn
             .query_one_raw(self.plain("SELECT COUNT(*) AS n FROM webhooks"))
             .await?;
@@ -266,15 +293,17 @@ impl Store {
             return Err(not_found(id));
         }
         if disabled {
+            lock_webhook(&txn, id).await?;
             let mut sql = self.sql();
             sql.push(
-                "UPDATE webhook_deliveries SET state = 'failed', \
+                "UPDATE webhook_deliveries SET state = 'failed', body = '', \
                  error = 'the webhook was disabled before this was delivered', finished = ",
             )
             .bind(now_millis())
             .push(" WHERE state = 'pending' AND webhook_id = ")
             .bind(id.to_owned());
             txn.execute_raw(sql.build()).await?;
+            prune(&txn, id).await?;
         }
         txn.commit().await?;
         self.get_webhook(id).await
@@ -321,6 +350,7 @@ impl Store {
         let now = now_millis();
         let mut queued = 0;
         for webhook_id in wanted {
+            lock_webhook(&txn, &webhook_id).await?;
             let mut sql = self.sql();
             sql.push("SELECT COUNT(*) AS n FROM webhook_deliveries WHERE state = 'pending' AND webhook_id = ")
                 .bind(webhook_id.clone());
@@ -328,32 +358,49 @@ impl Store {
                 Some(row) => get(&row, "n")?,
                 None => 0,
             };
-            if pending >= MAX_PENDING_EACH {
+            let dropped = pending >= MAX_PENDING_EACH;
+            if dropped {
                 tracing::warn!(
                     webhook = %webhook_id,
                     event,
                     pending,
                     "a webhook's receiver has {pending} deliveries waiting; this event is not queued for it"
                 );
-                continue;
             }
             let mut sql = self.sql();
             sql.push(
-                "INSERT INTO webhook_deliveries (id, webhook_id, event, body, created, attempts, next_attempt, state) \
+                "INSERT INTO webhook_deliveries \
+                 (id, webhook_id, event, body, created, attempts, next_attempt, state, error, finished) \
                  SELECT ",
             )
             .bind(uuid::Uuid::new_v4().to_string())
             .push(", id, ")
             .bind(event.to_owned())
             .push(", ")
-            .bind(body.to_owned())
+            // A dropped event is listed as failed, without its body.
+            .bind(if dropped { String::new() } else { body.to_owned() })
             .push(", ")
             .bind(now)
             .push(", 0, ")
-            .bind(now)
-            .push(", 'pending' FROM webhooks WHERE status = 'ACTIVE' AND id = ")
-            .bind(webhook_id);
-            queued += txn.execute_raw(sql.build()).await?.rows_affected();
+            .bind(now);
+            if dropped {
+                sql.push(", 'failed', ")
+                    .bind(format!(
+                        "not queued: {pending} deliveries were waiting for this receiver"
+                    ))
+                    .push(", ")
+                    .bind(now);
+            } else {
+                sql.push(", 'pending', NULL, NULL");
+            }
+            sql.push(" FROM webhooks WHERE status = 'ACTIVE' AND id = ")
+                .bind(webhook_id.clone());
+            let written = txn.execute_raw(sql.build()).await?.rows_affected();
+            if dropped {
+                prune(&txn, &webhook_id).await?;
+            } else {
+                queued += written;
+            }
         }
         txn.commit().await?;
         Ok(queued)
@@ -380,9 +427,10 @@ impl Store {
         for row in &rows {
             let id: String = get(row, "id")?;
             let due: i64 = get(row, "next_attempt")?;
+            let claimed_until = now + CLAIM_MILLIS;
             let mut sql = self.sql();
             sql.push("UPDATE webhook_deliveries SET next_attempt = ")
-                .bind(now + CLAIM_MILLIS)
+                .bind(claimed_until)
                 .push(" WHERE state = 'pending' AND id = ")
                 .bind(id.clone())
                 .push(" AND next_attempt = ")
@@ -400,6 +448,7 @@ impl Store {
                     event: get(row, "event")?,
                     body: get(row, "body")?,
                     attempts: get(row, "attempts")?,
+                    claimed_until,
                 });
             }
         }
@@ -437,7 +486,7 @@ impl Store {
             .bind(tries);
         let finished = match attempt {
             Attempt::Delivered { status } => {
-                sql.push(", state = 'delivered', error = NULL, response_status = ")
+                sql.push(", state = 'delivered', body = '', error = NULL, response_status = ")
                     .bind(status)
                     .push(", finished = ")
                     .bind(now);
@@ -458,30 +507,23 @@ impl Store {
                         false
                     }
                     None => {
-                        sql.push(", state = 'failed', finished = ").bind(now);
+                        sql.push(", state = 'failed', body = '', finished = ")
+                            .bind(now);
                         true
                     }
                 }
             }
         };
+        // Only while the claim holds: past it, another claimer may have it.
         sql.push(" WHERE state = 'pending' AND id = ")
-            .bind(delivery.delivery_id.clone());
+            .bind(delivery.delivery_id.clone())
+            .push(" AND next_attempt = ")
+            .bind(delivery.claimed_until);
         let _turn = self.write_turn().await;
         let txn = self.begin_write().await?;
-        txn.execute_raw(sql.build()).await?;
-        if finished {
-            let mut sql = self.sql();
-            sql.push("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND webhook_id = ")
-                .bind(delivery.webhook_id.clone())
-                .push(
-                    " AND id NOT IN (SELECT id FROM webhook_deliveries \
-                 WHERE state <> 'pending' AND webhook_id = ",
-                )
-                .bind(delivery.webhook_id.clone())
-                .push(" ORDER BY finished DESC, created DESC LIMIT ")
-                .bind(KEPT_FINISHED_EACH)
-                .push(")");
-            txn.execute_raw(sql.build()).await?;
+        let recorded = txn.execute_raw(sql.build()).await?.rows_affected() == 1;
+        if recorded && finished {
+            prune(&txn, &delivery.webhook_id).await?;
         }
         txn.commit().await?;
         Ok(())

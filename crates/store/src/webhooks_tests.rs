@@ -132,6 +132,21 @@ async fn an_event_is_queued_for_the_active_webhooks_that_asked_for_it() {
     assert_eq!(due[0].attempts, 0);
     // Claimed: nobody else takes it meanwhile.
     assert!(store.claim_webhook_deliveries(10).await.unwrap().is_empty());
+    // A try is recorded only while its claim holds.
+    let mut lapsed = due[0].clone();
+    lapsed.claimed_until -= 1;
+    store
+        .record_webhook_attempt(&lapsed, Attempt::Delivered { status: 200 })
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .webhook_deliveries(&versions.webhook_id, 1)
+            .await
+            .unwrap()[0]
+            .state,
+        "pending"
+    );
 
     store
         .record_webhook_attempt(&due[0], Attempt::Delivered { status: 204 })
@@ -284,6 +299,15 @@ async fn a_webhook_keeps_its_last_finished_deliveries_and_a_bounded_queue() {
             .await
             .unwrap(),
         0
+    );
+    // The event that was not queued is listed, failed, saying why.
+    let newest = &store.webhook_deliveries(&hook.webhook_id, 1).await.unwrap()[0];
+    assert_eq!(newest.state, "failed");
+    assert!(
+        newest.error.as_deref().unwrap().contains(&format!(
+            "not queued: {MAX_PENDING_EACH} deliveries were waiting"
+        )),
+        "{newest:?}"
     );
 
     // And so is the number of webhooks.

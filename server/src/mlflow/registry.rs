@@ -102,12 +102,12 @@ async fn is_prompt(state: &AppState, name: &str) -> bool {
         .is_ok_and(|m| says_prompt(&m.tags))
 }
 
-/// Tags as a webhook's payload has them, less MLflow's own prompt keys.
-fn tag_object(tags: &[(String, String)], prompt: bool) -> serde_json::Value {
-    let own = [IS_PROMPT, PROMPT_TYPE, PROMPT_TEXT];
+/// Tags as a webhook's payload has them, less those `left_out` (MLflow's
+/// own prompt keys).
+fn tag_object(tags: &[(String, String)], left_out: &[&str]) -> serde_json::Value {
     serde_json::Value::Object(
         tags.iter()
-            .filter(|(k, _)| !prompt || !own.contains(&k.as_str()))
+            .filter(|(k, _)| !left_out.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), json!(v)))
             .collect(),
     )
@@ -214,7 +214,7 @@ pub async fn create(
     };
     let data = json!({
         "name": name,
-        "tags": tag_object(&tags, prompt),
+        "tags": tag_object(&tags, if prompt { &[IS_PROMPT, PROMPT_TYPE] } else { &[] }),
         "description": req.description.unwrap_or_default(),
     });
     state.webhooks.emit(event, data).await;
@@ -639,13 +639,14 @@ pub async fn create_version(
         let data = json!({
             "name": name, "version": number,
             "template": template.map(|(_, v)| v),
-            "tags": tag_object(&tags, true), "description": description,
+            "tags": tag_object(&tags, &[IS_PROMPT, PROMPT_TYPE, PROMPT_TEXT]),
+            "description": description,
         });
         ("prompt_version.created", data)
     } else {
         let data = json!({
             "name": name, "version": number, "source": source, "run_id": run_id,
-            "tags": tag_object(&tags, false), "description": description,
+            "tags": tag_object(&tags, &[]), "description": description,
         });
         ("model_version.created", data)
     };

@@ -48,7 +48,8 @@ fn name(name: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::invalid(format!(
-            "Webhook name '{name}' is invalid. It must start and end with a letter or digit, be less than 63 characters long, and contain only letters, digits, dots (.), underscores (_), and hyphens (-)."
+            "Webhook name '{}' is invalid. It must start and end with a letter or digit, be less than 63 characters long, and contain only letters, digits, dots (.), underscores (_), and hyphens (-).",
+            shown(name)
         )))
     }
 }
@@ -62,16 +63,29 @@ pub struct EventRef {
 
 /// An enum as the client sends it: its name, or its number in MLflow's
 /// protocol.
+/// A value as an error message shows it: its start only.
+fn shown(text: &str) -> String {
+    if text.chars().count() <= 100 {
+        text.to_owned()
+    } else {
+        text.chars().take(100).chain(['…']).collect()
+    }
+}
+
 fn enum_name(value: Option<&Value>, names: &[&str], field: &str) -> Result<String, ApiError> {
     match value {
         Some(Value::String(s)) => Ok(s.to_ascii_lowercase()),
+        Some(Value::Null) | None => Err(ApiError::invalid(format!(
+            "Missing value for required parameter '{field}'."
+        ))),
         Some(Value::Number(n)) => n
             .as_u64()
             .and_then(|i| names.get(i as usize))
             .map(|s| s.to_string())
             .ok_or_else(|| ApiError::invalid(format!("'{field}' {n} is not one MLflow knows"))),
-        _ => Err(ApiError::invalid(format!(
-            "Missing value for required parameter '{field}'."
+        Some(other) => Err(ApiError::invalid(format!(
+            "'{field}' must be one of MLflow's names for it, not {}",
+            shown(&other.to_string())
         ))),
     }
 }
@@ -110,7 +124,8 @@ fn event(e: &EventRef) -> Result<String, ApiError> {
         ));
     }
     Err(ApiError::invalid(format!(
-        "Invalid webhook event '{event}'. Valid events are: {}.",
+        "Invalid webhook event '{}'. Valid events are: {}.",
+        shown(&event),
         WEBHOOK_EVENTS.join(", ")
     )))
 }
@@ -132,14 +147,16 @@ fn events(items: &[EventRef]) -> Result<Vec<String>, ApiError> {
 }
 
 fn status(value: Option<&Value>) -> Result<Option<String>, ApiError> {
-    if value.is_none_or(Value::is_null) {
+    // MLflow reads an empty status as none given.
+    if value.is_none_or(|v| v.is_null() || v.as_str() == Some("")) {
         return Ok(None);
     }
     let status = enum_name(value, &["", "active", "disabled"], "status")?;
     match status.as_str() {
         "active" | "disabled" => Ok(Some(status.to_ascii_uppercase())),
         _ => Err(ApiError::invalid(format!(
-            "Invalid webhook status '{status}'; use ACTIVE or DISABLED"
+            "Invalid webhook status '{}'; use ACTIVE or DISABLED",
+            shown(&status)
         ))),
     }
 }
