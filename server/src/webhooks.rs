@@ -183,9 +183,10 @@ impl Sender {
         })
     }
 
-    /// Checks a webhook's URL as it is set: http or https, a host, and
-    /// (unless private hosts are allowed) a public address now. The same
-    /// check is made again at each connection.
+    /// Checks a webhook's URL as it is set: a scheme the settings allow,
+    /// no credentials, a host, and (unless private hosts are allowed) only
+    /// public addresses now. The same check is made again at each
+    /// connection.
     pub async fn check_url(&self, text: &str) -> Result<(), String> {
         let url = url::Url::parse(text.trim())
             .map_err(|e| format!("Invalid webhook URL '{text}': {e}"))?;

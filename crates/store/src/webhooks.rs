@@ -16,8 +16,9 @@ use crate::{Store, StoreError, now_millis};
 
 /// Webhooks in all.
 pub const MAX_WEBHOOKS: i64 = 1_000;
-/// Deliveries that wait for one webhook; past it, new events are not
-/// queued for that webhook (its receiver has long been away).
+/// Deliveries that wait for one webhook; past it, a new event is not
+/// queued for that webhook (its receiver has long been away) but listed as
+/// failed, saying so.
 pub const MAX_PENDING_EACH: i64 = 1_000;
 /// Finished deliveries kept for each webhook, newest first.
 pub const KEPT_FINISHED_EACH: i64 = 100;
@@ -73,8 +74,8 @@ pub enum Attempt {
     Delivered {
         status: i32,
     },
-    /// Failed, to be tried again at `next_attempt` (ms since the epoch)
-    /// unless that was the last try.
+    /// Failed, to be tried again at `retry_at` (ms since the epoch; None:
+    /// never) unless that was the last try.
     Failed {
         status: Option<i32>,
         error: String,
@@ -328,8 +329,8 @@ impl Store {
     }
 
     /// Queues `body` for every active webhook that asked for `event` and
-    /// has fewer than `MAX_PENDING_EACH` deliveries waiting; returns how
-    /// many were queued.
+    /// has fewer than `MAX_PENDING_EACH` deliveries waiting (for the others
+    /// the event is listed as not queued); returns how many were queued.
     pub async fn enqueue_webhook_event(&self, event: &str, body: &str) -> Result<u64, StoreError> {
         let rows = self
             .connection()
