@@ -145,6 +145,24 @@ pub async fn list_webhooks() -> Result<
     Ok(out)
 }
 
+/// Turns a webhook on or off (off, what waited for it fails, saying so);
+/// for admins.
+#[server(endpoint = "set_webhook_active")]
+pub async fn set_webhook_active(webhook_id: String, active: bool) -> Result<(), AppError> {
+    admin_only("turn webhooks on or off")?;
+    let status = if active { "ACTIVE" } else { "DISABLED" };
+    store()?
+        .update_webhook(
+            &webhook_id,
+            trainyard_store::webhooks::WebhookChange {
+                status: Some(status.to_owned()),
+                ..Default::default()
+            },
+        )
+        .await?;
+    Ok(())
+}
+
 /// The deliveries shown for each webhook on the admin page.
 pub const WEBHOOK_DELIVERIES_SHOWN: u64 = 10;
 

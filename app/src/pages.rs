@@ -5,8 +5,8 @@ use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
-    CreateTeam, EndSessions, SetTeam, get_overview, get_recent, list_teams, list_template_specs,
-    list_users, list_webhooks, node_use,
+    CreateTeam, EndSessions, SetTeam, SetWebhookActive, get_overview, get_recent, list_teams,
+    list_template_specs, list_users, list_webhooks, node_use,
 };
 use crate::error::AppError;
 
@@ -299,13 +299,17 @@ pub fn AdminPage() -> impl IntoView {
 /// answered.
 #[component]
 fn Webhooks() -> impl IntoView {
-    let webhooks = Resource::new(|| (), |_| list_webhooks());
+    let switch = ServerAction::<SetWebhookActive>::new();
+    let webhooks = Resource::new(move || switch.version().get(), |_| list_webhooks());
+    let error = Signal::derive(move || switch.value().get().and_then(Result::err));
     view! {
         <h2>"Registry webhooks"</h2>
         <p class="hint">
             "Made with MLflow's client (" <code>"MlflowClient().create_webhook(…)"</code> "), a webhook is told of the registry's events it asked for, signed with its secret. "
-            "What its receiver does not take (no answer, 408, 429 or 5xx) is tried again after 1 s, 10 s, 1 min and 10 min; the last deliveries of each are shown."
+            "What its receiver does not take (no answer, 408, 429 or 5xx) is tried again after 1 s, 10 s, 1 min and 10 min; the last deliveries of each are shown. "
+            "Turned off, a webhook is sent nothing, and what waited for it fails."
         </p>
+        {move || error.get().map(|e| view! { <ErrorNote error=e/> })}
         <Suspense fallback=|| view! { <p class="muted">"Loading webhooks…"</p> }>
             {move || Suspend::new(async move {
                 match webhooks.await {
@@ -322,6 +326,13 @@ fn Webhooks() -> impl IntoView {
                                         <code>{w.url.clone()}</code>
                                         {(!w.has_secret).then(|| view! { <span class="hint">" · unsigned"</span> })}
                                     </p>
+                                    <ActionForm action=switch attr:class="inline-form">
+                                        <input type="hidden" name="webhook_id" value=w.webhook_id.clone()/>
+                                        <input type="hidden" name="active" value=(w.status != "ACTIVE").to_string()/>
+                                        <button type="submit" class="secondary" data-testid="switch-webhook">
+                                            {if w.status == "ACTIVE" { "Turn off" } else { "Turn on" }}
+                                        </button>
+                                    </ActionForm>
                                     {w.description.clone().map(|d| view! { <p class="hint">{d}</p> })}
                                     <p class="hint">"Events: " {w.events.join(", ")}</p>
                                     {if deliveries.is_empty() {

@@ -205,6 +205,16 @@ test("the admin page shows the registry's webhooks and what was sent to each", a
     }).toPass({ timeout: 20_000 });
     await expect(delivery.locator('.badge')).toHaveText('pending');
     await page.screenshot({ path: test.info().outputPath('webhooks.png'), fullPage: true });
+    // Turned off, what waited for it fails, saying why; turned on again.
+    await card.getByTestId('switch-webhook').click();
+    await expect(card).toContainText('DISABLED');
+    await expect(delivery.locator('.badge')).toHaveText('failed');
+    await expect(delivery).toContainText('the webhook was disabled before this was delivered');
+    await expect(card.getByTestId('switch-webhook')).toHaveText('Turn on');
+    await card.getByTestId('switch-webhook').click();
+    await expect(card).toContainText('ACTIVE');
+    const api = await request.get(`/api/2.0/mlflow/webhooks/${id}`);
+    expect((await api.json()).webhook.status).toBe('ACTIVE');
   } finally {
     await request.delete(`/api/2.0/mlflow/webhooks/${id}`);
   }
