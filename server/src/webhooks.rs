@@ -313,6 +313,23 @@ impl Webhooks {
         &self.sender
     }
 
+    /// Which of `events` some active webhook asked for. Asked before an
+    /// event that costs a lookup to build; a failure is logged and counts
+    /// as none, as it would fail queueing too.
+    pub async fn wanted(&self, events: &[&str]) -> Vec<String> {
+        match self.store.webhook_events_wanted().await {
+            Ok(wanted) => events
+                .iter()
+                .filter(|e| wanted.contains(**e))
+                .map(|e| (*e).to_owned())
+                .collect(),
+            Err(e) => {
+                tracing::error!(error = %e, "could not read which events webhooks want");
+                Vec::new()
+            }
+        }
+    }
+
     /// Queues an event's `data` for the webhooks that asked for it, and
     /// wakes the deliverer. A failure is logged: the registry change that
     /// raised the event has been made and stands.

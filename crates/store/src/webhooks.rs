@@ -7,6 +7,8 @@
 //! `KEPT_FINISHED_EACH` finished rows of a webhook stay for its admins to
 //! read. What the URL may be and what is sent is the server's business.
 
+use std::collections::BTreeSet;
+
 use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult};
 use trainyard_domain::tracking::{Webhook, WebhookDelivery};
 
@@ -328,21 +330,39 @@ impl Store {
         Ok(())
     }
 
-    /// Queues `body` for every active webhook that asked for `event` and
-    /// has fewer than `MAX_PENDING_EACH` deliveries waiting (for the others
-    /// the event is listed as not queued); returns how many were queued.
-    pub async fn enqueue_webhook_event(&self, event: &str, body: &str) -> Result<u64, StoreError> {
+    /// The active webhooks, each with the events it asked for.
+    async fn active_webhooks(&self) -> Result<Vec<(String, Vec<String>)>, StoreError> {
         let rows = self
             .connection()
             .query_all_raw(self.plain("SELECT id, events FROM webhooks WHERE status = 'ACTIVE'"))
             .await?;
-        let mut wanted = Vec::new();
-        for row in &rows {
-            let events: String = get(row, "events")?;
-            if events_of(&events).iter().any(|e| e == event) {
-                wanted.push(get::<String>(row, "id")?);
-            }
-        }
+        rows.iter()
+            .map(|row| Ok((get(row, "id")?, events_of(&get::<String>(row, "events")?))))
+            .collect()
+    }
+
+    /// The events that some active webhook asked for, so that a caller
+    /// need not build an event that no one is told of.
+    pub async fn webhook_events_wanted(&self) -> Result<BTreeSet<String>, StoreError> {
+        Ok(self
+            .active_webhooks()
+            .await?
+            .into_iter()
+            .flat_map(|(_, events)| events)
+            .collect())
+    }
+
+    /// Queues `body` for every active webhook that asked for `event` and
+    /// has fewer than `MAX_PENDING_EACH` deliveries waiting (for the others
+    /// the event is listed as not queued); returns how many were queued.
+    pub async fn enqueue_webhook_event(&self, event: &str, body: &str) -> Result<u64, StoreError> {
+        let wanted: Vec<String> = self
+            .active_webhooks()
+            .await?
+            .into_iter()
+            .filter(|(_, events)| events.iter().any(|e| e == event))
+            .map(|(id, _)| id)
+            .collect();
         if wanted.is_empty() {
             return Ok(0);
         }

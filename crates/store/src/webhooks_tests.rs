@@ -38,6 +38,19 @@ async fn webhook(store: &Store, name: &str, events: &[&str], secret: Option<&str
     try_webhook(store, name, events, secret).await.unwrap()
 }
 
+async fn disable(store: &Store, hook: &Webhook) {
+    store
+        .update_webhook(
+            &hook.webhook_id,
+            WebhookChange {
+                status: Some("DISABLED".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn webhooks_keep_their_fields_and_page_newest_first() {
     let (_db, store) = store().await;
@@ -99,17 +112,21 @@ async fn an_event_is_queued_for_the_active_webhooks_that_asked_for_it() {
     let (_db, store) = store().await;
     let versions = webhook(&store, "versions", &["model_version.created"], Some("k")).await;
     let models = webhook(&store, "models", &["registered_model.created"], None).await;
-    let off = webhook(&store, "off", &["model_version.created"], None).await;
-    store
-        .update_webhook(
-            &off.webhook_id,
-            WebhookChange {
-                status: Some("DISABLED".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let off = webhook(
+        &store,
+        "off",
+        &["model_version.created", "model_version_alias.created"],
+        None,
+    )
+    .await;
+    disable(&store, &off).await;
+    // What only the disabled webhook asked for is wanted by no one.
+    assert_eq!(
+        store.webhook_events_wanted().await.unwrap(),
+        ["model_version.created", "registered_model.created"]
+            .map(String::from)
+            .into()
+    );
 
     let queued = store
         .enqueue_webhook_event("model_version.created", r#"{"data":1}"#)
@@ -234,16 +251,7 @@ async fn a_failed_try_is_retried_until_the_last_and_disabling_ends_the_wait() {
         .unwrap();
     assert!(store.claim_webhook_deliveries(10).await.unwrap().is_empty());
     assert_eq!(store.next_webhook_delivery().await.unwrap(), Some(later));
-    store
-        .update_webhook(
-            &hook.webhook_id,
-            WebhookChange {
-                status: Some("DISABLED".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    disable(&store, &hook).await;
     let seen = store
         .webhook_deliveries(&hook.webhook_id, 10)
         .await

@@ -113,6 +113,31 @@ fn tag_object(tags: &[(String, String)], left_out: &[&str]) -> serde_json::Value
     )
 }
 
+/// The event to tell of `name`: `prompt_event` when it is a prompt,
+/// `model_event` when not, or none when no active webhook asked for it.
+/// The model is looked up only when some webhook wants one of the two.
+async fn event_for(
+    state: &AppState,
+    name: &str,
+    prompt_event: &str,
+    model_event: Option<&str>,
+) -> Option<String> {
+    let candidates: Vec<&str> = [Some(prompt_event), model_event]
+        .into_iter()
+        .flatten()
+        .collect();
+    let wanted = state.webhooks.wanted(&candidates).await;
+    if wanted.is_empty() {
+        return None;
+    }
+    let event = if is_prompt(state, name).await {
+        prompt_event
+    } else {
+        model_event?
+    };
+    wanted.into_iter().find(|e| e == event)
+}
+
 /// Tells webhooks of a tag set (to `value`) or deleted, on a version or on
 /// a prompt; MLflow tells no one of a model's own tags.
 async fn tag_event(
@@ -122,13 +147,17 @@ async fn tag_event(
     key: &str,
     value: Option<&str>,
 ) {
-    let entity = match (version.is_some(), is_prompt(state, name).await) {
-        (true, true) => "prompt_version_tag",
-        (true, false) => "model_version_tag",
-        (false, true) => "prompt_tag",
-        (false, false) => return,
-    };
     let action = if value.is_some() { "set" } else { "deleted" };
+    let (prompt_event, model_event) = match version {
+        Some(_) => (
+            format!("prompt_version_tag.{action}"),
+            Some(format!("model_version_tag.{action}")),
+        ),
+        None => (format!("prompt_tag.{action}"), None),
+    };
+    let Some(event) = event_for(state, name, &prompt_event, model_event.as_deref()).await else {
+        return;
+    };
     let mut data = json!({ "name": name, "key": key });
     if let Some(v) = version {
         data["version"] = json!(v.to_string());
@@ -136,31 +165,26 @@ async fn tag_event(
     if let Some(value) = value {
         data["value"] = json!(value);
     }
-    state
-        .webhooks
-        .emit(&format!("{entity}.{action}"), data)
-        .await;
+    state.webhooks.emit(&event, data).await;
 }
 
 /// Tells webhooks of an alias set (to `version`) or deleted.
 async fn alias_event(state: &AppState, name: &str, alias: &str, version: Option<i64>) {
-    let entity = if is_prompt(state, name).await {
-        "prompt_alias"
+    let action = if version.is_some() {
+        "created"
     } else {
-        "model_version_alias"
+        "deleted"
+    };
+    let prompt_event = format!("prompt_alias.{action}");
+    let model_event = format!("model_version_alias.{action}");
+    let Some(event) = event_for(state, name, &prompt_event, Some(&model_event)).await else {
+        return;
     };
     let mut data = json!({ "name": name, "alias": alias });
-    let action = match version {
-        Some(v) => {
-            data["version"] = json!(v.to_string());
-            "created"
-        }
-        None => "deleted",
-    };
-    state
-        .webhooks
-        .emit(&format!("{entity}.{action}"), data)
-        .await;
+    if let Some(v) = version {
+        data["version"] = json!(v.to_string());
+    }
+    state.webhooks.emit(&event, data).await;
 }
 
 async fn may(
