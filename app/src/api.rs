@@ -125,25 +125,33 @@ pub async fn end_sessions(user_id: i64) -> Result<u64, AppError> {
 /// The registry's webhooks, newest first (the first 100), each with its
 /// last deliveries; for admins.
 #[server(endpoint = "list_webhooks")]
-pub async fn list_webhooks() -> Result<
-    Vec<(
-        trainyard_domain::tracking::Webhook,
-        Vec<trainyard_domain::tracking::WebhookDelivery>,
-    )>,
-    AppError,
-> {
+pub async fn list_webhooks() -> Result<WebhooksShown, AppError> {
     admin_only("see the registry's webhooks")?;
     let store = store()?;
-    let (webhooks, _) = store.list_webhooks(0, 100).await?;
-    let mut out = Vec::with_capacity(webhooks.len());
+    let (webhooks, more) = store.list_webhooks(0, WEBHOOKS_SHOWN).await?;
+    let mut shown = Vec::with_capacity(webhooks.len());
     for webhook in webhooks {
         let deliveries = store
             .webhook_deliveries(&webhook.webhook_id, WEBHOOK_DELIVERIES_SHOWN)
             .await?;
-        out.push((webhook, deliveries));
+        shown.push((webhook, deliveries));
     }
-    Ok(out)
+    Ok(WebhooksShown { shown, more })
 }
+
+/// The newest webhooks, each with its last deliveries, and whether there
+/// are more than were shown.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct WebhooksShown {
+    pub shown: Vec<(
+        trainyard_domain::tracking::Webhook,
+        Vec<trainyard_domain::tracking::WebhookDelivery>,
+    )>,
+    pub more: bool,
+}
+
+/// The webhooks shown on the admin page, newest first.
+pub const WEBHOOKS_SHOWN: u64 = 100;
 
 /// Turns a webhook on or off (off, what waited for it fails, saying so);
 /// for admins.

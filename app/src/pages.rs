@@ -5,8 +5,8 @@ use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
-    CreateTeam, EndSessions, SetTeam, SetWebhookActive, get_overview, get_recent, list_teams,
-    list_template_specs, list_users, list_webhooks, node_use,
+    CreateTeam, EndSessions, SetTeam, SetWebhookActive, WEBHOOKS_SHOWN, get_overview, get_recent,
+    list_teams, list_template_specs, list_users, list_webhooks, node_use,
 };
 use crate::error::AppError;
 
@@ -313,12 +313,18 @@ fn Webhooks() -> impl IntoView {
         <Suspense fallback=|| view! { <p class="muted">"Loading webhooks…"</p> }>
             {move || Suspend::new(async move {
                 match webhooks.await {
-                    Ok(list) if list.is_empty() => view! {
+                    Ok(list) if list.shown.is_empty() => view! {
                         <p class="empty" data-testid="webhooks-empty">"No webhooks."</p>
                     }.into_any(),
                     Ok(list) => view! {
                         <div data-testid="webhooks">
-                            {list.into_iter().map(|(w, deliveries)| view! {
+                            {list.more.then(|| view! {
+                                <p class="hint" data-testid="webhooks-more">
+                                    "The newest " {WEBHOOKS_SHOWN} " webhooks are shown; "
+                                    <code>"MlflowClient().list_webhooks()"</code> " pages through them all."
+                                </p>
+                            })}
+                            {list.shown.into_iter().map(|(w, deliveries)| view! {
                                 <section class="card" data-webhook=w.name.clone()>
                                     <p>
                                         <strong>{w.name.clone()}</strong> " "
