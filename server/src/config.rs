@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
+use trainyard_store::seal::SealingKey;
 use trainyard_store::{Engine, redact};
 
 /// One setting as `--help` and the README document it.
@@ -326,6 +327,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "let registry webhooks reach loopback, private and link-local addresses (the cluster's services, the cloud's metadata); by default they go to public addresses only",
     },
     SettingDoc {
+        key: "secrets_key",
+        env: "TRAINYARD_SECRETS_KEY",
+        default: "<data_dir>/secrets.key (made at first start)",
+        meaning: "the key that webhooks' secrets and the provider's refresh tokens are sealed with in the database: 64 hexadecimal digits or base64 of 32 bytes (`openssl rand -hex 32`); best given as a file with TRAINYARD_SECRETS_KEY_FILE. Every server of one database needs the same key; keep it apart from database backups. Lost, webhooks must be given their secrets again and people sign in again",
+    },
+    SettingDoc {
         key: "shutdown_grace_secs",
         env: "TRAINYARD_SHUTDOWN_GRACE_SECS",
         default: "20",
@@ -401,6 +408,8 @@ pub struct Settings {
     pub insecure_no_sign_in: bool,
     pub webhook_schemes: String,
     pub webhook_allow_private_hosts: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_key: Option<String>,
     pub shutdown_grace_secs: u64,
 }
 
@@ -458,6 +467,7 @@ impl Default for Settings {
             insecure_no_sign_in: false,
             webhook_schemes: "https".to_owned(),
             webhook_allow_private_hosts: false,
+            secrets_key: None,
             shutdown_grace_secs: 20,
         }
     }
@@ -515,7 +525,26 @@ pub struct Config {
     pub webhook_schemes: Vec<String>,
     /// Registry webhooks may reach addresses that are not public.
     pub webhook_allow_private_hosts: bool,
+    pub secrets_key: SecretsKey,
     pub auth: AuthConfig,
+}
+
+/// Where the key that seals secrets at rest comes from.
+#[derive(Clone)]
+pub enum SecretsKey {
+    /// Given in the settings (checked).
+    Given(std::sync::Arc<str>),
+    /// A file in the data folder, made at first start.
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for SecretsKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretsKey::Given(_) => f.write_str("Given(…)"),
+            SecretsKey::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
 }
 
 pub use trainyard_jobs::machine::{JobLimits, JobUids};
@@ -636,7 +665,10 @@ pub fn load_from(
     }
     figment = figment.merge(Serialized::defaults(overrides));
 
-    let settings: Settings = figment.extract().map_err(describe_figment_error)?;
+    // Numbers and switches are read from text where a setting needs one
+    // (environment variables are all text); text stays text, so a key or
+    // secret of digits alone is not taken for a number.
+    let settings: Settings = figment.extract_lossy().map_err(describe_figment_error)?;
     resolve(settings)
 }
 
@@ -654,9 +686,10 @@ fn env_name_of(key: &str) -> String {
     format!("{ENV_PREFIX}{}_FILE", key.replace('.', "__").to_uppercase())
 }
 
-/// `TRAINYARD_*` variables as a figment provider: `__` separates nested keys,
-/// values are parsed like TOML scalars. Reads a given list, not the process,
-/// so tests stay independent of each other.
+/// `TRAINYARD_*` variables as a figment provider: `__` separates nested keys;
+/// values are text, read as numbers or switches where a setting is one.
+/// Reads a given list, not the process, so tests stay independent of each
+/// other.
 struct EnvVars(Vec<(String, String)>);
 
 impl figment::Provider for EnvVars {
@@ -684,10 +717,7 @@ impl figment::Provider for EnvVars {
                 continue;
             }
             let path: Vec<&str> = key.split("__").collect();
-            let parsed: figment::value::Value = value
-                .parse()
-                .unwrap_or_else(|_| figment::value::Value::from(value.clone()));
-            insert_path(&mut dict, &path, parsed);
+            insert_path(&mut dict, &path, value.clone().into());
         }
         Ok(figment::Profile::Default.collect(dict))
     }
@@ -811,6 +841,13 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         None => format!("sqlite://{}", s.data_dir.join("trainyard.db").display()),
     };
     let venv_dir = s.venv_dir.unwrap_or_else(|| s.data_dir.join("venvs"));
+    let secrets_key = match s.secrets_key.as_deref().map(str::trim) {
+        None | Some("") => SecretsKey::File(s.data_dir.join("secrets.key")),
+        Some(key) => {
+            SealingKey::parse(key).map_err(|e| ConfigError(format!("secrets_key: the key {e}")))?;
+            SecretsKey::Given(key.into())
+        }
+    };
     let job_uids = match s.job_uids.trim() {
         "auto" => JobUids::Auto,
         "none" => JobUids::ServerUser,
@@ -858,6 +895,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         shutdown_grace: std::time::Duration::from_secs(s.shutdown_grace_secs),
         webhook_schemes,
         webhook_allow_private_hosts: s.webhook_allow_private_hosts,
+        secrets_key,
         auth,
     })
 }
@@ -1083,6 +1121,54 @@ impl Config {
         Ok(())
     }
 
+    /// The key that seals secrets at rest: the one given, else the data
+    /// folder's `secrets.key`, made (owner-only) when there is none yet.
+    /// The file is never followed through a link.
+    pub fn sealing_key(&self) -> Result<SealingKey, ConfigError> {
+        use std::io::{Read as _, Write as _};
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = match &self.secrets_key {
+            SecretsKey::Given(key) => {
+                return SealingKey::parse(key)
+                    .map_err(|e| ConfigError(format!("secrets_key: the key {e}")));
+            }
+            SecretsKey::File(path) => path,
+        };
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            ConfigError(format!(
+                "secrets_key: cannot {what} {}: {e}; give the key with TRAINYARD_SECRETS_KEY_FILE, or let the server make the file in data_dir",
+                path.display()
+            ))
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+        {
+            Ok(mut file) => {
+                let key = SealingKey::generate();
+                file.write_all(format!("{key}\n").as_bytes())
+                    .and_then(|_| file.sync_all())
+                    .map_err(|e| fail("write", &e))?;
+                tracing::info!(path = %path.display(), "made the key that seals secrets at rest; keep it apart from database backups");
+                SealingKey::parse(&key).map_err(|e| fail("read", &e))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let mut text = String::new();
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(path)
+                    .and_then(|f| f.take(1024).read_to_string(&mut text))
+                    .map_err(|e| fail("read", &e))?;
+                SealingKey::parse(&text).map_err(|e| fail("use", &format!("the key {e}")))
+            }
+            Err(e) => Err(fail("make", &e)),
+        }
+    }
+
     /// The database URL with its password hidden, for logs.
     pub fn database_url_redacted(&self) -> String {
         redact(&self.database_url)
@@ -1161,6 +1247,65 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("/flag"), "flag beats env");
         assert_eq!(config.log, "debug", "file beats default");
         assert_eq!(config.database_url, "sqlite:///flag/trainyard.db");
+    }
+
+    #[test]
+    fn the_secrets_key_is_made_once_in_the_data_folder_or_given() {
+        use std::os::unix::fs::PermissionsExt as _;
+        use trainyard_store::seal::Purpose;
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().to_str().unwrap();
+        let config = load_env(&[("TRAINYARD_DATA_DIR", data)]).unwrap();
+        let made = config.sealing_key().unwrap();
+        let file = dir.path().join("secrets.key");
+        let meta = std::fs::metadata(&file).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.trim_end().len(), 64);
+        let sealed = made.seal(Purpose::WebhookSecret, "k");
+        let again = config.sealing_key().unwrap();
+        assert_eq!(
+            again.open(Purpose::WebhookSecret, &sealed).unwrap(),
+            "k",
+            "the next start reads the same key"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+
+        // Given, it is used and no file is made; a bad one stops the start.
+        let given = tempfile::tempdir().unwrap();
+        let config = load_env(&[
+            ("TRAINYARD_DATA_DIR", given.path().to_str().unwrap()),
+            ("TRAINYARD_SECRETS_KEY", text.trim_end()),
+        ])
+        .unwrap();
+        let opened = config.sealing_key().unwrap();
+        assert_eq!(opened.open(Purpose::WebhookSecret, &sealed).unwrap(), "k");
+        assert!(!given.path().join("secrets.key").exists());
+        let err = load_env(&[("TRAINYARD_SECRETS_KEY", "0123")]).unwrap_err();
+        assert!(
+            err.0.starts_with("secrets_key: the key is 3 bytes long"),
+            "{}",
+            err.0
+        );
+
+        // A link in its place is not followed; a damaged file is named.
+        let linked = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(&file, linked.path().join("secrets.key")).unwrap();
+        let config = load_env(&[("TRAINYARD_DATA_DIR", linked.path().to_str().unwrap())]).unwrap();
+        let err = config.sealing_key().unwrap_err();
+        assert!(
+            err.0.contains("cannot read") && err.0.contains("secrets.key"),
+            "{}",
+            err.0
+        );
+        std::fs::write(&file, "damaged\n").unwrap();
+        let config = load_env(&[("TRAINYARD_DATA_DIR", data)]).unwrap();
+        let err = config.sealing_key().unwrap_err();
+        assert!(
+            err.0.contains("cannot use") && err.0.contains("neither 64 hexadecimal digits"),
+            "{}",
+            err.0
+        );
     }
 
     #[test]

@@ -465,10 +465,17 @@ pub fn router(state: AppState) -> Router {
 /// Connects to the database, applies migrations and returns the store.
 pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
     config.prepare_folders()?;
-    let store = Store::connect(&config.database_url, config.database_max_connections).await?;
+    let key = config.sealing_key()?;
+    let store = Store::connect(&config.database_url, config.database_max_connections)
+        .await?
+        .with_sealing_key(key);
     let applied = store.migrate().await?;
     for name in &applied {
         tracing::info!(migration = %name, "applied migration");
+    }
+    let sealed = store.seal_plain_secrets().await?;
+    if sealed > 0 {
+        tracing::info!(sealed, "sealed secrets that were stored in the clear");
     }
     Ok(store)
 }

@@ -377,11 +377,23 @@ impl Webhooks {
     }
 
     async fn deliver(&self, due: DueDelivery) {
-        let sent = self
-            .sender
-            .send(&due.url, due.secret.as_deref(), &due.delivery_id, &due.body)
-            .await;
-        let attempt = outcome(&sent, due.attempts, trainyard_store::now_millis());
+        let now = trainyard_store::now_millis();
+        let attempt = match &due.secret {
+            Ok(secret) => {
+                let sent = self
+                    .sender
+                    .send(&due.url, secret.as_deref(), &due.delivery_id, &due.body)
+                    .await;
+                outcome(&sent, due.attempts, now)
+            }
+            // Nothing is sent unsigned in its place; the right key (or a
+            // new secret) lets a later try through.
+            Err(why) => Attempt::Failed {
+                status: None,
+                error: why.clone(),
+                retry_at: Some(now + backoff(due.attempts) * 1000),
+            },
+        };
         if let Attempt::Failed { error, .. } = &attempt {
             tracing::warn!(webhook = %due.webhook_id, delivery = %due.delivery_id, event = %due.event, %error, "a webhook delivery failed");
         }

@@ -17,6 +17,7 @@ use trainyard_domain::identity::{
 };
 
 use crate::entity::{api_token, login_attempt, membership, session, team, user};
+use crate::seal::Purpose;
 use crate::{Store, StoreError, now_millis};
 
 /// Who the identity provider says signed in.
@@ -65,6 +66,8 @@ pub struct DueSession {
     /// The provider's subject of the session's person.
     pub subject: String,
     pub refresh_token: String,
+    /// The token as stored (sealed), which a change must still find.
+    stored_token: String,
 }
 
 /// A live session and its user.
@@ -334,6 +337,9 @@ impl Store {
         id_token: Option<String>,
         refresh_token: Option<String>,
     ) -> Result<NewSession, StoreError> {
+        let refresh_token = refresh_token
+            .map(|t| self.seal(Purpose::RefreshToken, &t))
+            .transpose()?;
         let secret = random_secret();
         let csrf_token = random_secret();
         let now = now_millis();
@@ -451,14 +457,30 @@ impl Store {
                 claim = claim.col_expr(session::Column::RefreshToken, no_token());
             }
             let claimed = claim.exec(self.connection()).await?.rows_affected == 1;
-            if let (true, Some(subject), Some(refresh_token)) = (claimed, subject, s.refresh_token)
-            {
-                due.push(DueSession {
+            let (true, Some(subject), Some(stored_token)) = (claimed, subject, s.refresh_token)
+            else {
+                continue;
+            };
+            match self.open_sealed(Purpose::RefreshToken, &stored_token) {
+                Ok(refresh_token) => due.push(DueSession {
                     id: s.id,
                     user_id: s.user_id,
                     subject,
                     refresh_token,
-                });
+                    stored_token,
+                }),
+                Err(e) => {
+                    // Not checked, the session would keep its rights
+                    // unchecked until it expires: it ends instead, and its
+                    // person signs in again.
+                    tracing::warn!(user_id = s.user_id, error = %e, "a session's refresh token cannot be read; the session ends");
+                    session::Entity::update_many()
+                        .col_expr(session::Column::RevokedAt, Expr::value(now))
+                        .col_expr(session::Column::RefreshToken, no_token())
+                        .filter(session::Column::Id.eq(s.id))
+                        .exec(self.connection())
+                        .await?;
+                }
             }
         }
         Ok(due)
@@ -496,17 +518,18 @@ impl Store {
                 who.subject
             )));
         }
+        let stored_token = match refresh_token {
+            Some(token) => self.seal(Purpose::RefreshToken, &token)?,
+            None => due.stored_token.clone(),
+        };
         let now = now_millis();
         let still = {
             let _turn = self.write_turn().await;
             session::Entity::update_many()
-                .col_expr(
-                    session::Column::RefreshToken,
-                    Expr::value(refresh_token.unwrap_or_else(|| due.refresh_token.clone())),
-                )
+                .col_expr(session::Column::RefreshToken, Expr::value(stored_token))
                 .col_expr(session::Column::CheckedAt, Expr::value(now))
                 .filter(session::Column::Id.eq(due.id.clone()))
-                .filter(session::Column::RefreshToken.eq(due.refresh_token.clone()))
+                .filter(session::Column::RefreshToken.eq(due.stored_token.clone()))
                 .filter(session::Column::RevokedAt.is_null())
                 .filter(session::Column::ExpiresAt.gt(now))
                 .exec(self.connection())
@@ -531,7 +554,7 @@ impl Store {
             .col_expr(session::Column::RevokedAt, Expr::value(now_millis()))
             .col_expr(session::Column::RefreshToken, no_token())
             .filter(session::Column::Id.eq(due.id.clone()))
-            .filter(session::Column::RefreshToken.eq(due.refresh_token.clone()))
+            .filter(session::Column::RefreshToken.eq(due.stored_token.clone()))
             .filter(session::Column::RevokedAt.is_null())
             .exec(self.connection())
             .await?;

@@ -2,11 +2,16 @@
 
 use super::*;
 use crate::identity::{LOCAL_SUBJECT, secret_hash};
+use crate::test_support::new_key;
+use sea_orm::ConnectionTrait;
 use trainyard_domain::identity::User;
 use trainyard_test_db::TestDb;
 
 async fn migrated(db: &TestDb) -> Store {
-    let store = Store::connect(&db.url, 4).await.expect("connect");
+    let store = Store::connect(&db.url, 4)
+        .await
+        .expect("connect")
+        .with_sealing_key(new_key());
     store.migrate().await.expect("migrate");
     store
 }
@@ -502,6 +507,24 @@ async fn sessions_are_checked_again_with_the_provider_and_a_refusal_ends_one() {
         .create_provider_session(user.id, hour, None, Some("rt-b".into()))
         .await
         .unwrap();
+    let stored: Vec<String> = store
+        .connection()
+        .query_all_raw(sea_orm::Statement::from_string(
+            store.connection().get_database_backend(),
+            "SELECT refresh_token FROM sessions WHERE refresh_token IS NOT NULL",
+        ))
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.try_get("", "refresh_token").unwrap())
+        .collect();
+    assert_eq!(stored.len(), 2);
+    assert!(
+        stored
+            .iter()
+            .all(|t| t.starts_with("sealed.v1.") && !t.contains("rt-")),
+        "refresh tokens are sealed at rest: {stored:?}"
+    );
     let settle = || tokio::time::sleep(Duration::from_millis(20));
     // What is due a moment later (check times are in milliseconds).
     let due_now = || async {
@@ -595,4 +618,33 @@ async fn sessions_are_checked_again_with_the_provider_and_a_refusal_ends_one() {
         .unwrap();
     assert_eq!(store.forget_refresh_tokens(false).await.unwrap(), 1);
     assert!(due_now().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_session_whose_refresh_token_cannot_be_opened_ends_at_its_check() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let hour = Duration::from_secs(3600);
+    let user = store.sign_in(alice(&["vision"])).await.unwrap();
+    let session = store
+        .create_provider_session(user.id, hour, None, Some("rt-a".into()))
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    // The server comes back with another key (the old one lost).
+    let store = Store::connect(&db.url, 4)
+        .await
+        .unwrap()
+        .with_sealing_key(new_key());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let due = store
+        .claim_sessions_to_recheck(now_millis(), 10)
+        .await
+        .unwrap();
+    assert!(due.is_empty(), "nothing to send the provider");
+    assert!(
+        store.session(&session.secret).await.unwrap().is_none(),
+        "the session ends rather than keep its rights unchecked"
+    );
+    store.close().await.unwrap();
 }

@@ -13,6 +13,7 @@ pub mod models;
 mod nodes;
 pub mod registry;
 pub mod scorers;
+pub mod seal;
 pub mod series;
 mod sql;
 pub mod telemetry;
@@ -77,6 +78,9 @@ pub enum StoreError {
     Forbidden(String),
     #[error("database error: {0}")]
     Db(#[from] DbErr),
+    /// A secret could not be sealed or opened (see [`seal`]).
+    #[error("{0}")]
+    Sealed(String),
 }
 
 /// Which SQL engine is behind the pool.
@@ -141,6 +145,8 @@ pub struct Store {
     run_changes: tokio::sync::broadcast::Sender<std::sync::Arc<str>>,
     /// Who follows the writes of jobs (see [`Store::follow_jobs`]).
     job_writes: jobs::JobWrites,
+    /// The key that secrets are sealed with at rest (see [`seal`]).
+    sealing: Option<std::sync::Arc<seal::SealingKey>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -225,6 +231,7 @@ impl Store {
             dirty: Default::default(),
             run_changes: tokio::sync::broadcast::channel(RUN_CHANGES_BACKLOG).0,
             job_writes: Default::default(),
+            sealing: None,
         })
     }
 

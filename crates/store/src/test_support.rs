@@ -4,12 +4,21 @@
 use trainyard_domain::identity::User;
 use trainyard_test_db::TestDb;
 
+use crate::seal::SealingKey;
 use crate::{SignIn, Store};
+
+/// A new random key to seal secrets with.
+pub(crate) fn new_key() -> SealingKey {
+    SealingKey::parse(&SealingKey::generate()).unwrap()
+}
 
 /// A migrated store; the database lives as long as the `TestDb`.
 pub(crate) async fn store() -> (TestDb, Store) {
     let db = TestDb::new().await;
-    let store = Store::connect(&db.url, 4).await.unwrap();
+    let store = Store::connect(&db.url, 4)
+        .await
+        .unwrap()
+        .with_sealing_key(new_key());
     store.migrate().await.unwrap();
     (db, store)
 }

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult};
 use trainyard_domain::tracking::{Webhook, WebhookDelivery};
 
+use crate::seal::Purpose;
 use crate::sql::{Sql, lock_owner};
 use crate::tracking::get;
 use crate::{Store, StoreError, now_millis};
@@ -61,7 +62,8 @@ pub struct DueDelivery {
     pub delivery_id: String,
     pub webhook_id: String,
     pub url: String,
-    pub secret: Option<String>,
+    /// The secret to sign with (None: unsigned), or why it cannot be read.
+    pub secret: Result<Option<String>, String>,
     pub event: String,
     pub body: String,
     /// Tries made before this one.
@@ -165,6 +167,7 @@ impl Store {
         new: NewWebhook<'_>,
         user_id: Option<i64>,
     ) -> Result<Webhook, StoreError> {
+        let sealed = self.seal_secret(new.secret)?;
         let _turn = self.write_turn().await;
         let txn = self.begin_write().await?;
         lock_owner(&txn, txn.get_database_backend(), "webhooks").await?;
@@ -196,7 +199,7 @@ impl Store {
         .push(", ")
         .bind(events_text(new.events))
         .push(", ")
-        .bind(new.secret.filter(|s| !s.is_empty()).map(str::to_owned))
+        .bind(sealed)
         .push(", ")
         .bind(new.status.to_owned())
         .push(", ")
@@ -233,7 +236,23 @@ impl Store {
             .query_one_raw(sql.build())
             .await?
             .ok_or_else(|| not_found(id))?;
-        Ok(get::<Option<String>>(&row, "secret")?.filter(|s| !s.is_empty()))
+        self.open_secret(get(&row, "secret")?)
+    }
+
+    /// A stored secret, opened; None for none.
+    fn open_secret(&self, stored: Option<String>) -> Result<Option<String>, StoreError> {
+        stored
+            .filter(|s| !s.is_empty())
+            .map(|s| self.open_sealed(Purpose::WebhookSecret, &s))
+            .transpose()
+    }
+
+    /// A secret as stored: sealed, or None for none.
+    fn seal_secret(&self, secret: Option<&str>) -> Result<Option<String>, StoreError> {
+        secret
+            .filter(|s| !s.is_empty())
+            .map(|s| self.seal(Purpose::WebhookSecret, s))
+            .transpose()
     }
 
     /// Webhooks, newest first, from `offset`; true when more follow.
@@ -285,7 +304,7 @@ impl Store {
         }
         if let Some(secret) = change.secret {
             sql.push(", secret = ")
-                .bind(Some(secret).filter(|s| !s.is_empty()));
+                .bind(self.seal_secret(Some(&secret))?);
         }
         let disabled = change.status.as_deref() == Some("DISABLED");
         if let Some(status) = change.status {
@@ -465,7 +484,9 @@ impl Store {
                     delivery_id: id,
                     webhook_id: get(row, "webhook_id")?,
                     url: get(row, "url")?,
-                    secret: get::<Option<String>>(row, "secret")?.filter(|s| !s.is_empty()),
+                    secret: self
+                        .open_secret(get(row, "secret")?)
+                        .map_err(|e| e.to_string()),
                     event: get(row, "event")?,
                     body: get(row, "body")?,
                     attempts: get(row, "attempts")?,

@@ -144,7 +144,7 @@ async fn an_event_is_queued_for_the_active_webhooks_that_asked_for_it() {
     let due = store.claim_webhook_deliveries(10).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].webhook_id, versions.webhook_id);
-    assert_eq!(due[0].secret.as_deref(), Some("k"));
+    assert_eq!(due[0].secret, Ok(Some("k".to_owned())));
     assert_eq!(due[0].body, r#"{"data":1}"#);
     assert_eq!(due[0].attempts, 0);
     // Claimed: nobody else takes it meanwhile.
@@ -332,5 +332,71 @@ async fn a_webhook_keeps_its_last_finished_deliveries_and_a_bounded_queue() {
     assert!(
         matches!(&refused, Err(StoreError::Rejected(m)) if m.contains("delete one")),
         "{refused:?}"
+    );
+}
+
+#[tokio::test]
+async fn secrets_are_sealed_at_rest_and_the_clear_ones_of_before_are_sealed_at_start() {
+    let (db, store) = store().await;
+    let hook = webhook(&store, "sealed", &["model_version.created"], Some("k1")).await;
+    let stored = || async {
+        let mut sql = store.sql();
+        sql.push("SELECT secret FROM webhooks WHERE id = ")
+            .bind(hook.webhook_id.clone());
+        let row = store
+            .connection()
+            .query_one_raw(sql.build())
+            .await
+            .unwrap()
+            .unwrap();
+        crate::tracking::get::<String>(&row, "secret").unwrap()
+    };
+    let at_rest = stored().await;
+    assert!(at_rest.starts_with("sealed.v1.") && !at_rest.contains("k1"));
+    assert_eq!(
+        store.webhook_secret(&hook.webhook_id).await.unwrap(),
+        Some("k1".to_owned())
+    );
+
+    // A secret kept in the clear by an older server is sealed at start,
+    // and reads the same.
+    let mut sql = store.sql();
+    sql.push("UPDATE webhooks SET secret = 'plain' WHERE id = ")
+        .bind(hook.webhook_id.clone());
+    store.connection().execute_raw(sql.build()).await.unwrap();
+    assert_eq!(store.seal_plain_secrets().await.unwrap(), 1);
+    assert_eq!(store.seal_plain_secrets().await.unwrap(), 0);
+    assert!(stored().await.starts_with("sealed.v1."));
+    assert_eq!(
+        store.webhook_secret(&hook.webhook_id).await.unwrap(),
+        Some("plain".to_owned())
+    );
+
+    // Under another key the secret does not open: its deliveries say why
+    // instead of going unsigned.
+    store
+        .enqueue_webhook_event("model_version.created", "{}")
+        .await
+        .unwrap();
+    let other = Store::connect(&db.url, 1)
+        .await
+        .unwrap()
+        .with_sealing_key(crate::test_support::new_key());
+    let due = other.claim_webhook_deliveries(10).await.unwrap();
+    assert!(
+        due[0]
+            .secret
+            .as_ref()
+            .is_err_and(|e| e.contains("secrets_key")),
+        "{:?}",
+        due[0].secret
+    );
+    assert!(other.webhook_secret(&hook.webhook_id).await.is_err());
+    // A store without a key keeps no secret in the clear.
+    let keyless = Store::connect(&db.url, 1).await.unwrap();
+    assert!(
+        try_webhook(&keyless, "clear", &["model_version.created"], Some("k"))
+            .await
+            .is_err()
     );
 }

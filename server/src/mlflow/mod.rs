@@ -106,6 +106,14 @@ impl From<StoreError> for ApiError {
                 code: "RESOURCE_ALREADY_EXISTS",
                 message: format!("{what} already exists."),
             },
+            StoreError::Sealed(message) => {
+                tracing::error!(error = %message, "a sealed secret");
+                ApiError {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    code: "INTERNAL_ERROR",
+                    message,
+                }
+            }
             other => {
                 tracing::error!(error = %other, "tracking store error");
                 ApiError {

@@ -1,0 +1,269 @@
+//! Secrets the server has to read back, sealed at rest: webhooks' signing
+//! secrets and the provider's refresh tokens. A dump or backup of the
+//! database alone does not give them away.
+//!
+//! Each value is sealed with AES-256-GCM under the server's key (setting
+//! `secrets_key`), with a fresh random nonce, and bound to what it is (its
+//! purpose is the associated data), so a sealed value moved into another
+//! column does not open. Stored as `sealed.v1.` and the base64 of nonce,
+//! ciphertext and tag. A value stored before sealing began has no prefix:
+//! it is read as it is, and [`Store::seal_plain_secrets`] seals it at start.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD_NO_PAD;
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+
+use sea_orm::ConnectionTrait;
+
+use crate::tracking::get;
+use crate::{Store, StoreError};
+
+const PREFIX: &str = "sealed.v1.";
+
+/// What a sealed value is, bound into its seal.
+#[derive(Debug, Clone, Copy)]
+pub enum Purpose {
+    WebhookSecret,
+    RefreshToken,
+}
+
+impl Purpose {
+    fn aad(self) -> Aad<&'static [u8]> {
+        Aad::from(match self {
+            Purpose::WebhookSecret => b"trainyard webhook secret".as_slice(),
+            Purpose::RefreshToken => b"trainyard refresh token".as_slice(),
+        })
+    }
+}
+
+/// The server's key for secrets at rest.
+pub struct SealingKey(LessSafeKey);
+
+impl std::fmt::Debug for SealingKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SealingKey(…)")
+    }
+}
+
+impl SealingKey {
+    pub fn from_bytes(bytes: &[u8; 32]) -> SealingKey {
+        SealingKey(LessSafeKey::new(
+            UnboundKey::new(&AES_256_GCM, bytes).expect("a 32-byte key is an AES-256 key"),
+        ))
+    }
+
+    /// A new random key, as its text.
+    pub fn generate() -> String {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).expect("the operating system's random source failed");
+        hex(&bytes)
+    }
+
+    /// A key as written: 64 hexadecimal digits, or the base64 of 32 bytes
+    /// (what `openssl rand -base64 32` or Helm's `randBytes 32` give).
+    pub fn parse(text: &str) -> Result<SealingKey, String> {
+        let text = text.trim();
+        let bytes = if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            (0..32)
+                .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("checked hex"))
+                .collect()
+        } else {
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|_| "is neither 64 hexadecimal digits nor base64".to_owned())?
+        };
+        let bytes: [u8; 32] = bytes.try_into().map_err(|b: Vec<u8>| {
+            format!(
+                "is {} bytes long; a key is 32 bytes (make one with `openssl rand -hex 32`)",
+                b.len()
+            )
+        })?;
+        Ok(SealingKey::from_bytes(&bytes))
+    }
+
+    pub fn seal(&self, purpose: Purpose, plain: &str) -> String {
+        let mut nonce = [0u8; NONCE_LEN];
+        getrandom::fill(&mut nonce).expect("the operating system's random source failed");
+        let mut data = plain.as_bytes().to_vec();
+        self.0
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                purpose.aad(),
+                &mut data,
+            )
+            .expect("AES-GCM seals any value shorter than 64 GiB");
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&data);
+        format!("{PREFIX}{}", STANDARD_NO_PAD.encode(out))
+    }
+
+    /// The value of what `seal` stored, or the stored text itself when it
+    /// was stored before sealing began.
+    pub fn open(&self, purpose: Purpose, stored: &str) -> Result<String, StoreError> {
+        let Some(sealed) = stored.strip_prefix(PREFIX) else {
+            return Ok(stored.to_owned());
+        };
+        let unreadable = || {
+            StoreError::Sealed(format!(
+                "a stored {} cannot be opened with this server's secrets_key: \
+                 was the key changed or lost? Give the server the key it had, or set the secret again",
+                purpose.name()
+            ))
+        };
+        let bytes = STANDARD_NO_PAD.decode(sealed).map_err(|_| unreadable())?;
+        if bytes.len() < NONCE_LEN {
+            return Err(unreadable());
+        }
+        let (nonce, data) = bytes.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| unreadable())?;
+        let mut data = data.to_vec();
+        let plain = self
+            .0
+            .open_in_place(nonce, purpose.aad(), &mut data)
+            .map_err(|_| unreadable())?;
+        String::from_utf8(plain.to_vec()).map_err(|_| unreadable())
+    }
+}
+
+impl Purpose {
+    fn name(self) -> &'static str {
+        match self {
+            Purpose::WebhookSecret => "webhook secret",
+            Purpose::RefreshToken => "refresh token",
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Store {
+    /// Seals secrets from now on with `key`. A store without a key refuses
+    /// to keep or read a secret rather than keep it in the clear.
+    pub fn with_sealing_key(mut self, key: SealingKey) -> Store {
+        self.sealing = Some(std::sync::Arc::new(key));
+        self
+    }
+
+    fn sealing_key(&self) -> Result<&SealingKey, StoreError> {
+        self.sealing.as_deref().ok_or_else(|| {
+            StoreError::Sealed("this store was opened without a key to seal secrets with".into())
+        })
+    }
+
+    pub(crate) fn seal(&self, purpose: Purpose, plain: &str) -> Result<String, StoreError> {
+        Ok(self.sealing_key()?.seal(purpose, plain))
+    }
+
+    pub(crate) fn open_sealed(&self, purpose: Purpose, stored: &str) -> Result<String, StoreError> {
+        self.sealing_key()?.open(purpose, stored)
+    }
+
+    /// Seals what was stored in the clear before sealing began (webhooks'
+    /// secrets, sessions' refresh tokens); returns how many were sealed.
+    /// Run at start, after the migrations; a value is rewritten only if it
+    /// is still the one read.
+    pub async fn seal_plain_secrets(&self) -> Result<u64, StoreError> {
+        let mut sealed = 0;
+        for (table, column, purpose) in [
+            ("webhooks", "secret", Purpose::WebhookSecret),
+            ("sessions", "refresh_token", Purpose::RefreshToken),
+        ] {
+            let mut sql = self.sql();
+            sql.push(&format!(
+                "SELECT id, {column} AS value FROM {table} WHERE {column} IS NOT NULL AND {column} <> '' AND {column} NOT LIKE "
+            ))
+            .bind(format!("{PREFIX}%"));
+            let rows = self.connection().query_all_raw(sql.build()).await?;
+            for row in rows {
+                let id: String = get(&row, "id")?;
+                let plain: String = get(&row, "value")?;
+                let mut sql = self.sql();
+                sql.push(&format!("UPDATE {table} SET {column} = "))
+                    .bind(self.seal(purpose, &plain)?)
+                    .push(" WHERE id = ")
+                    .bind(id)
+                    .push(&format!(" AND {column} = "))
+                    .bind(plain);
+                let _turn = self.write_turn().await;
+                sealed += self
+                    .connection()
+                    .execute_raw(sql.build())
+                    .await?
+                    .rows_affected();
+            }
+        }
+        Ok(sealed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> SealingKey {
+        SealingKey::parse(&SealingKey::generate()).unwrap()
+    }
+
+    #[test]
+    fn a_sealed_value_opens_with_its_key_and_purpose_alone() {
+        let key = key();
+        let sealed = key.seal(Purpose::WebhookSecret, "s3cret");
+        assert!(sealed.starts_with(PREFIX) && !sealed.contains("s3cret"));
+        assert_ne!(
+            sealed,
+            key.seal(Purpose::WebhookSecret, "s3cret"),
+            "each seal has its own nonce"
+        );
+        assert_eq!(key.open(Purpose::WebhookSecret, &sealed).unwrap(), "s3cret");
+        let other = key.open(Purpose::RefreshToken, &sealed).unwrap_err();
+        assert!(
+            other.to_string().contains("refresh token cannot be opened"),
+            "{other}"
+        );
+        let lost = self::key()
+            .open(Purpose::WebhookSecret, &sealed)
+            .unwrap_err();
+        assert!(lost.to_string().contains("secrets_key"), "{lost}");
+        // A byte changed anywhere is found out.
+        let mut bytes = STANDARD_NO_PAD.decode(&sealed[PREFIX.len()..]).unwrap();
+        bytes[NONCE_LEN] ^= 1;
+        let tampered = format!("{PREFIX}{}", STANDARD_NO_PAD.encode(&bytes));
+        assert!(key.open(Purpose::WebhookSecret, &tampered).is_err());
+        assert!(key.open(Purpose::WebhookSecret, "sealed.v1.AAAA").is_err());
+        // What was stored before sealing began reads as it is.
+        assert_eq!(key.open(Purpose::WebhookSecret, "plain").unwrap(), "plain");
+    }
+
+    #[test]
+    fn a_key_is_32_bytes_in_hex_or_base64() {
+        let hex_key = SealingKey::generate();
+        assert_eq!(hex_key.len(), 64);
+        let sealed = SealingKey::parse(&hex_key)
+            .unwrap()
+            .seal(Purpose::RefreshToken, "t");
+        let bytes: Vec<u8> = (0..32)
+            .map(|i| u8::from_str_radix(&hex_key[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        assert_eq!(
+            SealingKey::parse(&format!(" {b64}\n"))
+                .unwrap()
+                .open(Purpose::RefreshToken, &sealed)
+                .unwrap(),
+            "t",
+            "the same key, written in base64"
+        );
+        let short = SealingKey::parse(&"ab".repeat(16)).unwrap_err();
+        assert!(
+            short.contains("is 24 bytes long; a key is 32 bytes"),
+            "{short}"
+        );
+        let junk = SealingKey::parse("not a key!").unwrap_err();
+        assert!(
+            junk.contains("neither 64 hexadecimal digits nor base64"),
+            "{junk}"
+        );
+    }
+}
