@@ -530,11 +530,17 @@ fn format_number(n: f64) -> String {
 fn compare(sql: &mut Sql, column: &str, predicate: &Predicate, numeric: bool) {
     match predicate {
         Predicate::Cmp(op, value) => {
-            sql.push(&format!("{column} {} ", op.sql()));
+            // A NaN latest value is stored as NULL; NaN != x holds in MLflow.
+            // In parentheses: the test sits among the key's own conditions.
+            let nan_differs = *op == CmpOp::Ne && column == "x.value" && numeric;
+            sql.push(&format!(
+                "{}{column} {} ",
+                if nan_differs { "(" } else { "" },
+                op.sql()
+            ));
             bind_literal(sql, value, numeric);
-            if *op == CmpOp::Ne && column == "x.value" && numeric {
-                // A NaN latest value is stored as NULL; NaN != x holds in MLflow.
-                sql.push(&format!(" OR {column} IS NULL"));
+            if nan_differs {
+                sql.push(&format!(" OR {column} IS NULL)"));
             }
         }
         Predicate::Between(low, high) => {

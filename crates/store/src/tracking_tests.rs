@@ -295,6 +295,15 @@ async fn search_runs_with_or_parentheses_ranges_and_order() {
     );
     assert_eq!(search("metrics.acc IS NULL", &[]).await, ["bare"]);
     assert_eq!(
+        search("metrics.acc != 0.85", &["run_name"]).await,
+        ["run-0", "run-2", "run-3"],
+        "NaN differs from any number; a run without the metric does not match"
+    );
+    assert_eq!(
+        search("metrics.acc != 0.85 AND tags.team = 'a'", &["run_name"]).await,
+        ["run-0", "run-2"]
+    );
+    assert_eq!(
         search("run_name LIKE 'run-%'", &["run_name DESC"]).await,
         ["run-3", "run-2", "run-1", "run-0"]
     );
