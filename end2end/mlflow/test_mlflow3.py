@@ -190,6 +190,13 @@ def test_logged_models_are_searched_ordered_tagged_and_deleted(tracking, server,
         mlflow.initialize_logged_model(name="bad/name")
     assert err.value.error_code == "INVALID_PARAMETER_VALUE"
 
+    # A model whose upload failed says so.
+    failed = mlflow.initialize_logged_model(name="broken")
+    assert client.finalize_logged_model(failed.model_id, LoggedModelStatus.FAILED).status == (
+        LoggedModelStatus.FAILED
+    )
+    assert client.get_logged_model(failed.model_id).status == LoggedModelStatus.FAILED
+
 
 def test_log_input_records_a_pandas_dataset_once(tracking, unique):
     experiment_id = mlflow.set_experiment(f"datasets-{unique}").experiment_id
@@ -234,6 +241,10 @@ def test_the_registry_registers_versions_aliases_and_loads_them(tracking, unique
 
     client.set_registered_model_alias(name, "champion", "1")
     assert client.get_model_version_by_alias(name, "champion").version == "1"
+    assert client.get_model_version_by_alias(name, "latest").version == "2", "the reserved alias"
+    with pytest.raises(MlflowException) as err:
+        client.set_registered_model_alias(name, "latest", "1")
+    assert err.value.error_code == "INVALID_PARAMETER_VALUE"
     for uri in [f"models:/{name}@champion", f"models:/{name}/1", f"models:/{name}/2"]:
         loaded = mlflow.sklearn.load_model(uri)
         assert list(loaded.predict(x)) == list(fitted.predict(x)), uri
@@ -450,6 +461,7 @@ def test_traces_are_found_by_the_prompt_versions_they_used(tracking, unique):
     name = f"greet-{unique}"
     mlflow.genai.register_prompt(name=name, template="Hello {{who}}")
     mlflow.genai.register_prompt(name=name, template="Hi {{who}}")
+    assert mlflow.genai.load_prompt(f"prompts:/{name}@latest").version == 2
 
     @mlflow.trace
     def greet(who, version):

@@ -445,6 +445,23 @@ async fn registry_versions_keep_their_numbers_and_aliases_follow_them() {
         fourth.version, 4,
         "a deleted version's number is not given again"
     );
+    for latest in ["latest", "LATEST"] {
+        assert_eq!(
+            store
+                .model_version_by_alias("shapes", latest)
+                .await
+                .unwrap()
+                .version,
+            4,
+            "`latest` is the newest version"
+        );
+    }
+    store
+        .create_registered_model("empty", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let none = store.model_version_by_alias("empty", "latest").await;
+    assert!(matches!(none, Err(StoreError::NotFound(_))), "{none:?}");
 
     store
         .transition_model_version_stage("shapes", 1, "Production", false)

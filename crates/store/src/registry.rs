@@ -733,6 +733,20 @@ impl Store {
         name: &str,
         alias: &str,
     ) -> Result<ModelVersion, StoreError> {
+        if alias.eq_ignore_ascii_case("latest") {
+            // MLflow's reserved alias: the newest version (no alias may be
+            // named so).
+            let newest = self
+                .latest_model_versions(name, &[])
+                .await?
+                .into_iter()
+                .map(|v| v.version)
+                .max()
+                .ok_or_else(|| {
+                    StoreError::NotFound(format!("Latest version not found for model {name}."))
+                })?;
+            return self.get_model_version(name, newest).await;
+        }
         let (id, _) = self.registered_model_row(self.connection(), name).await?;
         let mut sql = self.sql();
         sql.push("SELECT version FROM registered_model_aliases WHERE registered_model_id = ")

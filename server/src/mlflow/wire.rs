@@ -323,6 +323,15 @@ pub fn dataset_summary(d: &DatasetSummary) -> Value {
     out
 }
 
+/// A logged model's status as the proto names it (FAILED is
+/// `LOGGED_MODEL_UPLOAD_FAILED` there).
+fn logged_model_status(status: &str) -> String {
+    match status {
+        "FAILED" => "LOGGED_MODEL_UPLOAD_FAILED".to_owned(),
+        other => format!("LOGGED_MODEL_{other}"),
+    }
+}
+
 /// A logged model in MLflow 3's form: `info` (with tags) and `data`
 /// (params, metrics); the status as the proto's `LOGGED_MODEL_*` name.
 pub fn logged_model(m: &LoggedModel) -> Value {
@@ -333,7 +342,7 @@ pub fn logged_model(m: &LoggedModel) -> Value {
         "creation_timestamp_ms": m.creation_time,
         "last_updated_timestamp_ms": m.last_update_time,
         "artifact_uri": m.artifact_uri,
-        "status": format!("LOGGED_MODEL_{}", m.status),
+        "status": logged_model_status(&m.status),
         "model_type": m.model_type,
     });
     if let Some(run) = &m.source_run_id {
