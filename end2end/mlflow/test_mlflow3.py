@@ -462,6 +462,9 @@ def test_traces_are_found_by_the_prompt_versions_they_used(tracking, unique):
     mlflow.genai.register_prompt(name=name, template="Hello {{who}}")
     mlflow.genai.register_prompt(name=name, template="Hi {{who}}")
     assert mlflow.genai.load_prompt(f"prompts:/{name}@latest").version == 2
+    # As MLflow's server: a prompt's versions are not model versions.
+    assert MlflowClient().search_model_versions(f"name = '{name}'") == []
+    assert [v.version for v in MlflowClient().search_prompt_versions(name)] == [2, 1]
 
     @mlflow.trace
     def greet(who, version):

@@ -7,7 +7,9 @@ use axum::Json;
 use axum::extract::State;
 use serde::Deserialize;
 use serde_json::json;
-use trainyard_domain::query::{Scope, parse_filter, parse_order_by};
+use trainyard_domain::query::{
+    CmpOp, Expr, Field, Literal, Predicate, Scope, parse_filter, parse_order_by,
+};
 use trainyard_store::registry::canonical_stage;
 use trainyard_store::{Access, NewVersion, Viewer};
 
@@ -526,6 +528,42 @@ pub async fn search(
     )))
 }
 
+/// A version search as MLflow's server runs it: prompts' versions are left
+/// out unless the filter asks for prompts (`tags.mlflow.prompt.is_prompt =
+/// 'true'`, as the client's `search_prompt_versions` does).
+fn without_prompts(filter: Option<Expr>) -> Option<Expr> {
+    fn asks(expr: &Expr) -> bool {
+        match expr {
+            Expr::And(all) => all.iter().any(asks),
+            Expr::Test(Field::Tag(key), Predicate::Cmp(op, Literal::Str(value)))
+                if key == IS_PROMPT =>
+            {
+                matches!(
+                    (op, value.to_ascii_lowercase().as_str()),
+                    (CmpOp::Eq, "true") | (CmpOp::Ne, "false")
+                )
+            }
+            _ => false,
+        }
+    }
+    if filter.as_ref().is_some_and(asks) {
+        return filter;
+    }
+    // In the registry a version without the tag differs from 'true'.
+    let not_prompt = Expr::Test(
+        Field::Tag(IS_PROMPT.to_owned()),
+        Predicate::Cmp(CmpOp::Ne, Literal::Str("true".to_owned())),
+    );
+    Some(match filter {
+        Some(Expr::And(mut all)) => {
+            all.push(not_prompt);
+            Expr::And(all)
+        }
+        Some(other) => Expr::And(vec![other, not_prompt]),
+        None => not_prompt,
+    })
+}
+
 pub async fn search_versions(
     State(state): State<AppState>,
     Caller(principal): Caller,
@@ -533,6 +571,7 @@ pub async fn search_versions(
 ) -> ApiResult {
     let (filter, order, limit, offset) =
         parsed_search(&req, Scope::ModelVersions, 10_000, 200_000)?;
+    let filter = without_prompts(filter);
     let found = state
         .store
         .search_model_versions(
