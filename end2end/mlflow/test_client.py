@@ -254,6 +254,15 @@ def test_mlflow_errors_and_limits_over_rest(server, unique):
     response = requests.post(f"{api}/runs/log-parameter", json={"run_id": run_id, "key": "k" * 251, "value": "v"}, timeout=10)
     assert response.status_code == 400 and "250" in response.json()["message"]
 
+    # Artifacts are the server's to keep: a location of the client's own is
+    # refused, saying so, rather than taken and then failing every upload.
+    for location in ["s3://bucket/prefix", f"mlflow-artifacts:/custom/{unique}"]:
+        with pytest.raises(MlflowException) as err:
+            MlflowClient().create_experiment(f"located-{unique}", artifact_location=location)
+        assert err.value.error_code == "INVALID_PARAMETER_VALUE"
+        assert "leave artifact_location empty" in err.value.message
+    assert MlflowClient().get_experiment_by_name(f"located-{unique}") is None
+
     response = requests.post(f"{api}/runs/log-metric", data="{not json", headers={"Content-Type": "application/json"}, timeout=10)
     assert response.status_code == 400 and response.json()["error_code"] == "MALFORMED_REQUEST"
 

@@ -73,19 +73,19 @@ pub async fn create(
 ) -> ApiResult {
     let name = experiment_name(req.name, "name")?;
     let tags = key_values(req.tags, "tags", MAX_EXPERIMENT_TAG_VALUE_LEN)?;
-    let location = req.artifact_location.filter(|l| !l.is_empty());
-    if let Some(location) = &location
-        && !location.starts_with("mlflow-artifacts:")
-    {
-        // Artifacts live in the server's data folder; another location would
-        // send clients writing to places the server neither owns nor serves.
+    if let Some(location) = req.artifact_location.filter(|l| !l.is_empty()) {
+        // Artifacts live in the server's data folder, each experiment's at
+        // mlflow-artifacts:/<id>; another location would send clients
+        // writing to places the server neither owns nor serves.
         return Err(ApiError::invalid(format!(
-            "artifact_location `{location}` is not supported: Trainyard stores artifacts itself; leave it empty"
+            "artifact_location `{}` is not supported: Trainyard stores every experiment's artifacts itself \
+             (at mlflow-artifacts:/<experiment id>, served by this server); leave artifact_location empty",
+            validate::shown(&location)
         )));
     }
     let id = state
         .store
-        .create_experiment_with(&name, location.as_deref(), &tags, principal.user.as_owner())
+        .create_experiment_with(&name, None, &tags, principal.user.as_owner())
         .await?;
     Ok(Json(json!({ "experiment_id": id.to_string() })))
 }

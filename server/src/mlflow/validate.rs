@@ -126,6 +126,15 @@ pub fn run_id(id: &str) -> Result<(), ApiError> {
     }
 }
 
+/// A value as an error message shows it: its first 100 characters.
+pub(super) fn shown(text: &str) -> String {
+    if text.chars().count() <= 100 {
+        text.to_owned()
+    } else {
+        text.chars().take(100).chain(['…']).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ use trainyard_domain::tracking::{WEBHOOK_EVENTS, Webhook};
 use trainyard_store::webhooks::{NewWebhook, WebhookChange};
 
 use super::request::Req;
-use super::validate::no_nul;
+use super::validate::{no_nul, shown};
 use super::wire::{self, opt_i64, required};
 use super::{ApiError, ApiResult};
 use crate::AppState;
@@ -63,15 +63,6 @@ pub struct EventRef {
 
 /// An enum as the client sends it: its name, or its number in MLflow's
 /// protocol.
-/// A value as an error message shows it: its start only.
-fn shown(text: &str) -> String {
-    if text.chars().count() <= 100 {
-        text.to_owned()
-    } else {
-        text.chars().take(100).chain(['…']).collect()
-    }
-}
-
 fn enum_name(value: Option<&Value>, names: &[&str], field: &str) -> Result<String, ApiError> {
     match value {
         Some(Value::String(s)) => Ok(s.to_ascii_lowercase()),
