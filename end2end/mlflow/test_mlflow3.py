@@ -223,6 +223,21 @@ def test_log_input_records_a_pandas_dataset_once(tracking, unique):
     assert sorted((s["name"], s["context"]) for s in summaries) == [("shapes", "training"), ("shapes-eval", "eval")]
     assert all(s["experiment_id"] == experiment_id for s in summaries)
 
+    with mlflow.start_run() as other:
+        mlflow.log_input(mlflow.data.from_pandas(x.head(3), name="other"), context="training")
+
+    def found(filter_string):
+        runs = MlflowClient().search_runs([experiment_id], filter_string)
+        return sorted(r.info.run_id for r in runs)
+
+    both = sorted([run.info.run_id, other.info.run_id])
+    assert found("datasets.name = 'shapes'") == [run.info.run_id]
+    assert found(f"datasets.digest = '{dataset.digest}'") == [run.info.run_id]
+    assert found("datasets.context = 'training'") == both
+    assert found("datasets.context = 'eval'") == [run.info.run_id]
+    assert found("datasets.name IN ('other', 'none')") == [other.info.run_id]
+    assert found("datasets.name LIKE 'shapes%'") == [run.info.run_id]
+
 
 def test_the_registry_registers_versions_aliases_and_loads_them(tracking, unique):
     mlflow.set_experiment(f"registry-{unique}")

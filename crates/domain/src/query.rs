@@ -186,6 +186,28 @@ pub enum Field {
     /// A trace's valid (not overridden) feedback or expectation of this
     /// name: `feedback.relevance = 'true'`, `feedback.score > 0.5`.
     Assessment(AssessmentKind, String),
+    /// A run's input datasets: true when one of them matches
+    /// (`datasets.name = 'train'`, `datasets.context = 'eval'`).
+    Dataset(DatasetKey),
+}
+
+/// What of a run's input dataset a filter looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DatasetKey {
+    Name,
+    Digest,
+    /// The input's `mlflow.data.context` tag (`training`, `eval`…).
+    Context,
+}
+
+impl DatasetKey {
+    pub fn name(self) -> &'static str {
+        match self {
+            DatasetKey::Name => "name",
+            DatasetKey::Digest => "digest",
+            DatasetKey::Context => "context",
+        }
+    }
 }
 
 /// Which assessments of traces a filter looks at.
@@ -299,6 +321,12 @@ pub fn parse_order_by(input: &str, scope: Scope) -> Result<OrderBy, QueryError> 
     let tokens = lex(input)?;
     let mut p = Parser::new(tokens, scope, input);
     let field = p.field()?;
+    if let Field::Dataset(_) = field {
+        return Err(p.error_at(
+            0,
+            "runs cannot be ordered by their datasets; filter on them with datasets.name = '…'",
+        ));
+    }
     let mut ascending = true;
     if let Some(word) = p.peek_keyword() {
         match word.as_str() {
@@ -708,6 +736,21 @@ impl Parser {
             // Request metadata lives in a key-value table as params do.
             (Scope::Traces, Some("metadata" | "request_metadata")) => Field::Param(key),
             (Scope::Traces, Some("feedback")) => Field::Assessment(AssessmentKind::Feedback, key),
+            (Scope::Runs, Some("dataset" | "datasets")) => {
+                Field::Dataset(match key.to_ascii_lowercase().as_str() {
+                    "name" => DatasetKey::Name,
+                    "digest" => DatasetKey::Digest,
+                    "context" => DatasetKey::Context,
+                    _ => {
+                        return Err(self.error_at(
+                            key_pos,
+                            format!(
+                                "unknown dataset key `{key}`; use datasets.name, datasets.digest or datasets.context"
+                            ),
+                        ));
+                    }
+                })
+            }
             (Scope::Traces, Some("expectation")) => {
                 Field::Assessment(AssessmentKind::Expectation, key)
             }
@@ -739,7 +782,8 @@ impl Parser {
             }
             (_, Some(other)) => {
                 let valid = match self.scope {
-                    Scope::Runs | Scope::LoggedModels => "metrics, params, tags, attributes",
+                    Scope::Runs => "metrics, params, tags, datasets, attributes",
+                    Scope::LoggedModels => "metrics, params, tags, attributes",
                     Scope::Experiments
                     | Scope::RegisteredModels
                     | Scope::ModelVersions
@@ -929,7 +973,7 @@ fn key_is_empty(field: &Field) -> bool {
         Field::Metric(k) | Field::Param(k) | Field::Tag(k) | Field::Assessment(_, k) => {
             k.is_empty()
         }
-        Field::Attr(_) => false,
+        Field::Attr(_) | Field::Dataset(_) => false,
     }
 }
 
@@ -944,6 +988,9 @@ fn expected_operator(found: &str) -> String {
 fn check(field: &Field, predicate: &Predicate, position: usize) -> Result<(), QueryError> {
     if let Field::Assessment(..) = field {
         return check_assessment(field, predicate, position);
+    }
+    if let Field::Dataset(_) = field {
+        return check_dataset(field, predicate, position);
     }
     if *field == Field::Attr(Attribute::Prompt) {
         return match predicate {
@@ -1003,6 +1050,26 @@ fn check(field: &Field, predicate: &Predicate, position: usize) -> Result<(), Qu
     Ok(())
 }
 
+/// As MLflow: a dataset's name, digest or context is matched as text with
+/// =, !=, IN, NOT IN, LIKE and ILIKE.
+fn check_dataset(field: &Field, predicate: &Predicate, position: usize) -> Result<(), QueryError> {
+    let fail = |message: String| Err(QueryError { position, message });
+    let what = describe(field);
+    match predicate {
+        Predicate::Cmp(CmpOp::Eq | CmpOp::Ne, Literal::Str(_))
+        | Predicate::Like(_)
+        | Predicate::ILike(_) => Ok(()),
+        Predicate::In(values) if values.iter().all(|v| matches!(v, Literal::Str(_))) => Ok(()),
+        Predicate::Cmp(_, Literal::Num(n)) => {
+            fail(format!("{what} is text; quote the value, as in '{n}'"))
+        }
+        Predicate::In(_) => fail(format!("{what} is text; quote every value in the list")),
+        _ => fail(format!(
+            "{what} takes =, !=, IN, NOT IN, LIKE or ILIKE and a quoted value"
+        )),
+    }
+}
+
 /// As MLflow: an assessment's value is matched as text with = and !=
 /// (`feedback.correct = 'true'`), and compared as a number with <, <=, >
 /// and >= (`feedback.score >= 0.5`).
@@ -1034,6 +1101,7 @@ fn describe(field: &Field) -> String {
         Field::Tag(k) => format!("tags.{k}"),
         Field::Attr(a) => a.name().to_owned(),
         Field::Assessment(kind, k) => format!("{}.{k}", kind.name()),
+        Field::Dataset(key) => format!("datasets.{}", key.name()),
     }
 }
 
@@ -1123,6 +1191,37 @@ mod tests {
             metric("system/gpu_0_util", CmpOp::Gt, 50.0)
         );
         assert!(parse_filter("   ", Scope::Runs).unwrap().is_none());
+    }
+
+    #[test]
+    fn runs_are_filtered_by_their_datasets_as_text_alone() {
+        assert_eq!(
+            runs("datasets.name = 'train'"),
+            Expr::Test(
+                Field::Dataset(DatasetKey::Name),
+                Predicate::Cmp(CmpOp::Eq, Literal::Str("train".into()))
+            )
+        );
+        assert!(matches!(
+            runs("dataset.context IN ('eval')"),
+            Expr::Test(Field::Dataset(DatasetKey::Context), Predicate::In(_))
+        ));
+        assert!(
+            err("datasets.size = 'x'")
+                .message
+                .contains("unknown dataset key `size`")
+        );
+        assert!(err("datasets.name = 3").message.contains("quote the value"));
+        assert!(err("datasets.digest > 'a'").message.contains("takes =, !="));
+        assert!(err("datasets.name IS NULL").message.contains("takes =, !="));
+        let order = parse_order_by("datasets.name", Scope::Runs).unwrap_err();
+        assert!(
+            order
+                .message
+                .contains("cannot be ordered by their datasets")
+        );
+        let models = parse_filter("datasets.name = 'a'", Scope::LoggedModels).unwrap_err();
+        assert!(models.message.contains("unknown entity `datasets`"));
     }
 
     #[test]

@@ -41,6 +41,83 @@ fn input(name: &str, digest: &str, context: &str) -> DatasetInput {
 }
 
 #[tokio::test]
+async fn runs_are_found_by_the_datasets_they_read() {
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("shapes", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let trained = run_of(&store, exp, ana.id, None).await;
+    let evaluated = run_of(&store, exp, ana.id, None).await;
+    let _bare = run_of(&store, exp, ana.id, None).await;
+    store
+        .log_run_inputs(
+            &trained,
+            &[
+                input("train", "aa", "training"),
+                input("holdout", "bb", "eval"),
+            ],
+            &[],
+        )
+        .await
+        .unwrap();
+    store
+        .log_run_inputs(&evaluated, &[input("holdout", "bb", "eval")], &[])
+        .await
+        .unwrap();
+    let found = |filter: &'static str| {
+        let store = store.clone();
+        async move {
+            let expr = parse_filter(filter, Scope::Runs).unwrap();
+            let mut ids: Vec<String> = store
+                .search_runs(
+                    &[exp],
+                    expr.as_ref(),
+                    &[],
+                    trainyard_domain::tracking::ViewType::ActiveOnly,
+                    10,
+                    0,
+                    &Viewer::Everyone,
+                )
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.info.run_id)
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    let sorted = |mut ids: Vec<&String>| {
+        ids.sort();
+        ids.into_iter().cloned().collect::<Vec<String>>()
+    };
+    let both = sorted(vec![&trained, &evaluated]);
+    let trained_only = vec![trained.clone()];
+    assert_eq!(found("datasets.name = 'train'").await, trained_only);
+    assert_eq!(found("dataset.digest = 'aa'").await, trained_only);
+    assert_eq!(found("datasets.context = 'eval'").await, both);
+    assert_eq!(found("datasets.context = 'training'").await, trained_only);
+    assert_eq!(
+        found("datasets.name IN ('train', 'nope')").await,
+        trained_only
+    );
+    assert_eq!(found("datasets.name LIKE 'hold%'").await, both);
+    assert_eq!(found("datasets.name ILIKE 'TRAIN'").await, trained_only);
+    assert_eq!(
+        found("datasets.name != 'train'").await,
+        both,
+        "as MLflow: one of the run's datasets is named otherwise"
+    );
+    assert_eq!(
+        found("datasets.context = 'eval' AND datasets.name = 'train'").await,
+        trained_only
+    );
+    assert!(found("datasets.context = 'tuning'").await.is_empty());
+}
+
+#[tokio::test]
 async fn datasets_are_kept_once_and_listed_in_the_order_logged() {
     let (_db, store) = store().await;
     let ana = person(&store, "ana", &[]).await;

@@ -4,7 +4,7 @@
 
 use sea_orm::{DatabaseBackend, Statement, Value};
 use trainyard_domain::query::{
-    AssessmentKind, Attribute, CmpOp, Expr, Field, Literal, Predicate, Scope,
+    AssessmentKind, Attribute, CmpOp, DatasetKey, Expr, Field, Literal, Predicate, Scope,
 };
 
 /// A statement under construction with its bound values.
@@ -267,7 +267,7 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
         (Field::Param(k), _) => Some(("params", k)),
         (Field::Tag(k), Scope::Runs) => Some(("tags", k)),
         (Field::Tag(k), Scope::Experiments) => Some(("experiment_tags", k)),
-        (Field::Attr(_) | Field::Assessment(..), _) => None,
+        (Field::Attr(_) | Field::Assessment(..) | Field::Dataset(_), _) => None,
     }
 }
 
@@ -362,6 +362,10 @@ fn test(
         assessment_test(sql, *kind, name, predicate);
         return;
     }
+    if let Field::Dataset(key) = field {
+        dataset_test(sql, *key, predicate);
+        return;
+    }
     // The parser lets `prompt` through only as `= 'name/version'`.
     if let (Field::Attr(Attribute::Prompt), Predicate::Cmp(_, Literal::Str(prompt))) =
         (field, predicate)
@@ -439,6 +443,41 @@ fn test(
             compare(sql, numeric, predicate, true);
         }
         _ => compare(sql, "x.value", predicate, false),
+    }
+    sql.push(")");
+}
+
+/// A run's input datasets, as MLflow searches them: true when one of them
+/// matches (so `!=` is "one dataset named otherwise"). The context is the
+/// input's `mlflow.data.context` tag, kept in its JSON list of pairs.
+fn dataset_test(sql: &mut Sql, key: DatasetKey, predicate: &Predicate) {
+    sql.push(
+        "EXISTS (SELECT 1 FROM run_datasets x JOIN datasets xd ON xd.id = x.dataset_id \
+         WHERE x.run_id = r.id AND ",
+    );
+    match key {
+        DatasetKey::Name => compare(sql, "xd.name", predicate, false),
+        DatasetKey::Digest => compare(sql, "xd.digest", predicate, false),
+        DatasetKey::Context => {
+            let (pairs, tag_key, tag_value) = if sql.is_postgres() {
+                (
+                    "jsonb_array_elements(x.tags::jsonb) AS j(value)",
+                    "(j.value->>0)",
+                    "(j.value->>1)",
+                )
+            } else {
+                (
+                    "json_each(x.tags) j",
+                    "json_extract(j.value, '$[0]')",
+                    "json_extract(j.value, '$[1]')",
+                )
+            };
+            sql.push(&format!("EXISTS (SELECT 1 FROM {pairs} WHERE {tag_key} = "))
+                .bind("mlflow.data.context".to_owned())
+                .push(" AND ");
+            compare(sql, tag_value, predicate, false);
+            sql.push(")");
+        }
     }
     sql.push(")");
 }

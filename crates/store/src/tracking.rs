@@ -985,8 +985,9 @@ impl Store {
                 Field::Metric(_) => "latest_metrics",
                 Field::Param(_) => "params",
                 Field::Tag(_) => "tags",
-                // Only traces have assessments; the parser gives none for runs.
-                Field::Assessment(..) => {
+                // Only traces have assessments; the parser gives none for
+                // runs, nor an order by datasets.
+                Field::Assessment(..) | Field::Dataset(_) => {
                     return Err(StoreError::Rejected(
                         "Invalid order_by: runs have no assessments".to_owned(),
                     ));
