@@ -307,11 +307,12 @@ def test_the_registry_registers_versions_aliases_and_loads_them(tracking, unique
     assert err.value.error_code == "RESOURCE_DOES_NOT_EXIST"
 
 
-def test_traced_functions_are_found_with_their_spans(tracking, unique):
+def test_traced_functions_are_found_with_their_spans(tracking, server, unique):
     experiment_id = mlflow.set_experiment(f"traces-{unique}").experiment_id
 
     @mlflow.trace
     def answer(question):
+        mlflow.update_current_trace(client_request_id=f"{question}-{unique}")
         return retrieve(question) + "!"
 
     @mlflow.trace(span_type="RETRIEVER")
@@ -336,6 +337,18 @@ def test_traced_functions_are_found_with_their_spans(tracking, unique):
 
     by_run = mlflow.search_traces(experiment_ids=[experiment_id], run_id=run.info.run_id, return_type="list")
     assert [t.info.trace_id for t in by_run] == [newest.info.trace_id]
+
+    def found(filter_string):
+        hits = mlflow.search_traces(experiment_ids=[experiment_id], filter_string=filter_string, return_type="list")
+        return [t.info.trace_id for t in hits]
+
+    assert found(f"trace.client_request_id = 'how-{unique}'") == [newest.info.trace_id]
+    assert newest.info.client_request_id == f"how-{unique}"
+    assert found("trace.end_time_ms > 0") == [t.info.trace_id for t in traces]
+    if tracking == server:
+        # MLflow 3.17's own server answers 500 here (SqlTraceInfo has no end_time_ms).
+        oldest_first = mlflow.search_traces(experiment_ids=[experiment_id], order_by=["end_time_ms ASC"], return_type="list")
+        assert [t.info.trace_id for t in oldest_first] == [traces[1].info.trace_id, newest.info.trace_id]
 
     client = MlflowClient()
     client.set_trace_tag(newest.info.trace_id, "reviewed", "yes")

@@ -61,6 +61,8 @@ pub enum Attribute {
     LastUpdatedBy,
     /// A prompt version a trace used: `prompt = "name/version"`.
     Prompt,
+    /// The id a trace's caller gave its request.
+    ClientRequestId,
 }
 
 impl Attribute {
@@ -99,6 +101,7 @@ impl Attribute {
             Attribute::CreatedBy => "created_by",
             Attribute::LastUpdatedBy => "last_updated_by",
             Attribute::Prompt => "prompt",
+            Attribute::ClientRequestId => "client_request_id",
         }
     }
 
@@ -144,6 +147,8 @@ impl Attribute {
             (Scope::Traces, "name") => Attribute::Name,
             (Scope::Traces, "run_id") => Attribute::RunId,
             (Scope::Traces, "prompt") => Attribute::Prompt,
+            (Scope::Traces, "end_time_ms" | "end_time") => Attribute::EndTime,
+            (Scope::Traces, "client_request_id") => Attribute::ClientRequestId,
             (Scope::EvaluationDatasets, "name") => Attribute::Name,
             (Scope::EvaluationDatasets, "created_time") => Attribute::CreationTime,
             (Scope::EvaluationDatasets, "last_update_time") => Attribute::LastUpdateTime,
@@ -166,7 +171,7 @@ impl Attribute {
                 "name, run_id, source_path, version_number, creation_timestamp, last_updated_timestamp"
             }
             Scope::Traces => {
-                "trace_id, name, status, timestamp_ms, execution_time_ms, run_id, prompt"
+                "trace_id, name, status, timestamp_ms, execution_time_ms, end_time_ms, client_request_id, run_id, prompt"
             }
             Scope::EvaluationDatasets => {
                 "name, created_time, last_update_time, created_by, last_updated_by"

@@ -4,7 +4,7 @@
 use crate::test_support::{person, store};
 use crate::{ModelFilter, ModelMetricIn, ModelOrder, NewModel, NewRun, Store, StoreError, Viewer};
 use trainyard_domain::identity::Owner;
-use trainyard_domain::query::{Attribute, Field, Scope, parse_filter};
+use trainyard_domain::query::{Attribute, Field, Scope, parse_filter, parse_order_by};
 use trainyard_domain::tracking::{Dataset, DatasetInput, Point};
 
 fn kv(k: &str, v: &str) -> (String, String) {
@@ -717,11 +717,11 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
                     trace_id: id.into(),
                     experiment_id: exp,
                     request_time: 1_000 * (i as i64 + 1),
-                    execution_time: Some(5),
+                    execution_time: (i < 2).then_some(5 * (i as i64 + 1)),
                     state: if i == 2 { "ERROR" } else { "OK" }.into(),
                     request_preview: "{}".into(),
                     response_preview: String::new(),
-                    client_request_id: None,
+                    client_request_id: Some(format!("req-{i}")),
                     metadata,
                     tags: vec![kv("mlflow.traceName", &format!("step{i}"))],
                     assessments: Vec::new(),
@@ -760,6 +760,32 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
         .await,
         ["tr-c", "tr-b"]
     );
+    assert_eq!(
+        traces_matching(&store, exp, "trace.client_request_id = 'req-1'").await,
+        ["tr-b"]
+    );
+    // Ended at 1,005 and 2,010; tr-c is still under way.
+    assert_eq!(
+        traces_matching(&store, exp, "trace.end_time_ms > 1005").await,
+        ["tr-b"]
+    );
+    assert_eq!(
+        traces_matching(&store, exp, "end_time >= 1005").await,
+        ["tr-b", "tr-a"]
+    );
+    let by_end = store
+        .search_traces(
+            &[exp],
+            None,
+            &[parse_order_by("end_time_ms ASC", Scope::Traces).unwrap()],
+            10,
+            0,
+            &Viewer::Everyone,
+        )
+        .await
+        .unwrap();
+    let ids: Vec<&str> = by_end.traces.iter().map(|t| t.trace_id.as_str()).collect();
+    assert_eq!(ids, ["tr-a", "tr-b", "tr-c"], "under way: last");
     let again = store.get_trace_info("tr-a").await.unwrap();
     assert!(matches!(
         store.start_trace(again, ana.as_owner()).await,

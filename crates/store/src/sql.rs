@@ -271,14 +271,17 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
     }
 }
 
-fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
+pub(crate) fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
     if scope == Scope::Traces {
         return match attr {
             Attribute::TraceId => "t.id",
             Attribute::CreationTime => "t.request_time",
             Attribute::ExecutionTime => "t.execution_time",
+            // None while the trace is in progress.
+            Attribute::EndTime => "(t.request_time + t.execution_time)",
             Attribute::Status => "t.state",
             Attribute::RunId => "t.run_id",
+            Attribute::ClientRequestId => "t.client_request_id",
             _ => "t.name",
         };
     }
@@ -326,7 +329,7 @@ fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
         Attribute::Name => "e.name",
         Attribute::CreationTime => "e.creation_time",
         Attribute::LastUpdateTime => "e.last_update_time",
-        // Only the logged models' scope has these (above).
+        // Only the other scopes have these (above).
         Attribute::ModelId
         | Attribute::ModelType
         | Attribute::SourceRunId
@@ -336,7 +339,8 @@ fn attr_column(attr: Attribute, scope: Scope) -> &'static str {
         | Attribute::ExecutionTime
         | Attribute::CreatedBy
         | Attribute::LastUpdatedBy
-        | Attribute::Prompt => "NULL",
+        | Attribute::Prompt
+        | Attribute::ClientRequestId => "NULL",
     }
 }
 

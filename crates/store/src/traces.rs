@@ -7,7 +7,7 @@ use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Expr, Field, OrderBy, Scope};
 use trainyard_domain::tracking::TraceInfo;
 
-use crate::sql::{filter, upsert_pairs};
+use crate::sql::{attr_column, filter, upsert_pairs};
 use crate::tracking::get;
 use crate::{Store, StoreError, Viewer};
 
@@ -273,19 +273,16 @@ impl Store {
         for o in order {
             let Field::Attr(attr) = &o.field else {
                 return Err(StoreError::Rejected(
-                    "Invalid order_by: traces are ordered by timestamp_ms, execution_time_ms, status or name".to_owned(),
+                    "Invalid order_by: traces are ordered by timestamp_ms, execution_time_ms, end_time_ms, status or name".to_owned(),
                 ));
             };
-            let column = match attr.name() {
-                "creation_time" => "t.request_time",
-                "execution_time_ms" => "t.execution_time",
-                "status" => "t.state",
-                "trace_id" => "t.id",
-                "run_id" => "t.run_id",
-                _ => "t.name",
-            };
+            let column = attr_column(*attr, Scope::Traces);
             let dir = if o.ascending { "ASC" } else { "DESC" };
-            terms.push(format!("{column} {dir}"));
+            // Unset (a trace under way has no execution or end time) last
+            // either way, on both engines.
+            terms.push(format!(
+                "CASE WHEN {column} IS NULL THEN 1 ELSE 0 END, {column} {dir}"
+            ));
         }
         terms.push("t.request_time DESC, t.id ASC".to_owned());
         sql.push(&format!(" ORDER BY {} LIMIT ", terms.join(", ")))
