@@ -78,9 +78,17 @@ pub fn trace_info_json(t: &TraceInfo) -> Value {
         "state": t.state,
         "trace_metadata": map(&t.metadata),
         "tags": map(&t.tags),
-        "request_preview": t.request_preview,
-        "response_preview": t.response_preview,
     });
+    // As MLflow's protocol writes them: an empty preview is left out, and
+    // the client reads None.
+    for (field, text) in [
+        ("request_preview", &t.request_preview),
+        ("response_preview", &t.response_preview),
+    ] {
+        if !text.is_empty() {
+            out[field] = json!(text);
+        }
+    }
     if let Some(ms) = t.execution_time {
         out["execution_duration"] = json!(format!("{}s", ms as f64 / 1000.0));
     }

@@ -370,6 +370,13 @@ async fn bad_prompt_links_are_refused_naming_the_field() {
     )
     .await;
     assert_eq!(trace.status, 200, "{}", trace.body);
+    // No previews given: none written, as MLflow writes none (the client
+    // reads None, not '').
+    let info = &trace.json()["trace"]["trace_info"];
+    assert!(
+        info.get("request_preview").is_none() && info.get("response_preview").is_none(),
+        "{info}"
+    );
     let path = "/api/2.0/mlflow/traces/link-prompts";
     let link = |versions: serde_json::Value| json!({"trace_id": "tr-prompted", "prompt_versions": versions});
     let many: Vec<_> = (0..101)
