@@ -330,7 +330,7 @@ pub const SETTINGS: &[SettingDoc] = &[
         key: "secrets_key",
         env: "TRAINYARD_SECRETS_KEY",
         default: "<data_dir>/secrets.key (made at first start)",
-        meaning: "the key that webhooks' secrets and the provider's refresh tokens are sealed with in the database: 64 hexadecimal digits or base64 of 32 bytes (`openssl rand -hex 32`); best given as a file with TRAINYARD_SECRETS_KEY_FILE. Every server of one database needs the same key; keep it apart from database backups. Lost, webhooks must be given their secrets again and people sign in again",
+        meaning: "the key that webhooks' secrets and the provider's refresh tokens are sealed with in the database: 64 hexadecimal digits or base64 of 32 bytes (`openssl rand -hex 32`); best given as a file with TRAINYARD_SECRETS_KEY_FILE. Every server of one database needs the same key; keep it apart from database backups. A server started with another key refuses to start; if the key is lost for good, `trainyard forget-secrets` drops what it sealed",
     },
     SettingDoc {
         key: "shutdown_grace_secs",
@@ -717,7 +717,13 @@ impl figment::Provider for EnvVars {
                 continue;
             }
             let path: Vec<&str> = key.split("__").collect();
-            insert_path(&mut dict, &path, value.clone().into());
+            // As an env file may write it: spaces around, or in quotes.
+            let value = value.trim();
+            let value = value
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(value);
+            insert_path(&mut dict, &path, value.to_owned().into());
         }
         Ok(figment::Profile::Default.collect(dict))
     }
@@ -1140,18 +1146,29 @@ impl Config {
                 path.display()
             ))
         };
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-        {
-            Ok(mut file) => {
-                let key = SealingKey::generate();
-                file.write_all(format!("{key}\n").as_bytes())
-                    .and_then(|_| file.sync_all())
-                    .map_err(|e| fail("write", &e))?;
+        // Written whole to a file of its own, then linked into place: a
+        // crash or a second server starting leaves the key whole or absent.
+        let made = if path.exists() || path.is_symlink() {
+            Err(std::io::ErrorKind::AlreadyExists.into())
+        } else {
+            let key = SealingKey::generate();
+            let draft = path.with_extension(format!("key.{}.new", std::process::id()));
+            let written = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&draft)
+                .and_then(|mut file| {
+                    file.write_all(format!("{key}\n").as_bytes())?;
+                    file.sync_all()
+                })
+                .and_then(|_| std::fs::hard_link(&draft, path));
+            let _ = std::fs::remove_file(&draft);
+            written.map(|_| key)
+        };
+        match made {
+            Ok(key) => {
                 tracing::info!(path = %path.display(), "made the key that seals secrets at rest; keep it apart from database backups");
                 SealingKey::parse(&key).map_err(|e| fail("read", &e))
             }
@@ -1166,6 +1183,14 @@ impl Config {
                 SealingKey::parse(&text).map_err(|e| fail("use", &format!("the key {e}")))
             }
             Err(e) => Err(fail("make", &e)),
+        }
+    }
+
+    /// Where the key comes from, for messages.
+    pub fn secrets_key_source(&self) -> String {
+        match &self.secrets_key {
+            SecretsKey::Given(_) => "given in the settings".to_owned(),
+            SecretsKey::File(path) => format!("made in {}", path.display()),
         }
     }
 
@@ -1262,10 +1287,10 @@ mod tests {
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
         let text = std::fs::read_to_string(&file).unwrap();
         assert_eq!(text.trim_end().len(), 64);
-        let sealed = made.seal(Purpose::WebhookSecret, "k");
+        let sealed = made.seal(Purpose::WebhookSecret, "w1", "k");
         let again = config.sealing_key().unwrap();
         assert_eq!(
-            again.open(Purpose::WebhookSecret, &sealed).unwrap(),
+            again.open(Purpose::WebhookSecret, "w1", &sealed).unwrap(),
             "k",
             "the next start reads the same key"
         );
@@ -1279,7 +1304,10 @@ mod tests {
         ])
         .unwrap();
         let opened = config.sealing_key().unwrap();
-        assert_eq!(opened.open(Purpose::WebhookSecret, &sealed).unwrap(), "k");
+        assert_eq!(
+            opened.open(Purpose::WebhookSecret, "w1", &sealed).unwrap(),
+            "k"
+        );
         assert!(!given.path().join("secrets.key").exists());
         let err = load_env(&[("TRAINYARD_SECRETS_KEY", "0123")]).unwrap_err();
         assert!(
@@ -1306,6 +1334,29 @@ mod tests {
             "{}",
             err.0
         );
+    }
+
+    #[test]
+    fn environment_values_are_text_read_as_each_setting_needs() {
+        let config = load_env(&[
+            ("TRAINYARD_SHUTDOWN_GRACE_SECS", " 7 "),
+            ("TRAINYARD_DATABASE_URL", "\"sqlite:///srv/ty.db\""),
+            ("TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS", "true"),
+            ("TRAINYARD_SECRETS_KEY", &"0123456789".repeat(7)[..64]),
+        ])
+        .unwrap();
+        assert_eq!(config.shutdown_grace, std::time::Duration::from_secs(7));
+        assert_eq!(
+            config.database_url, "sqlite:///srv/ty.db",
+            "quotes as an env file writes them"
+        );
+        assert!(config.webhook_allow_private_hosts);
+        assert!(
+            config.sealing_key().is_ok(),
+            "a key of digits alone is text, not a number"
+        );
+        let err = load_env(&[("TRAINYARD_SHUTDOWN_GRACE_SECS", "soon")]).unwrap_err();
+        assert!(err.0.contains("shutdown_grace_secs"), "{}", err.0);
     }
 
     #[test]

@@ -477,6 +477,25 @@ pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
     if sealed > 0 {
         tracing::info!(sealed, "sealed secrets that were stored in the clear");
     }
+    match store.check_sealed_secrets().await? {
+        // Not one opens: another key sealed them. Serving would end every
+        // session and fail every signed webhook, or fight a server that
+        // has the right key.
+        (0, failed) if failed > 0 => {
+            return Err(config::ConfigError(format!(
+                "secrets_key: this key ({}) does not open the secrets sealed in the database; start with the key that sealed them. \
+                 If it is lost for good, run `trainyard forget-secrets` once: webhooks with a secret are turned off until given a new one, and people sign in again",
+                config.secrets_key_source()
+            ))
+            .into());
+        }
+        (_, 0) => {}
+        (opened, failed) => tracing::warn!(
+            opened,
+            failed,
+            "some sealed secrets do not open with this secrets_key; run `trainyard forget-secrets` to drop them"
+        ),
+    }
     Ok(store)
 }
 

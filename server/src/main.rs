@@ -36,6 +36,10 @@ enum Command {
         #[arg(long)]
         status: bool,
     },
+    /// After the secrets_key is lost for good: drop the sealed secrets it
+    /// cannot open. Webhooks with a secret are turned off until an admin
+    /// gives them a new one; sessions end and people sign in again.
+    ForgetSecrets,
     /// Print the version and the database schema this build expects.
     Version,
     /// Submit a job spec (YAML, or JSON by its extension) to a server.
@@ -235,6 +239,7 @@ fn main() -> ExitCode {
         match command {
             Command::Serve => serve(config).await,
             Command::Migrate { status } => migrate(config, status).await,
+            Command::ForgetSecrets => forget_secrets(config).await,
             _ => Ok(()),
         }
     });
@@ -311,6 +316,18 @@ async fn serve(config: trainyard::Config) -> Result<(), ServerError> {
     tracing::info!("listening on http://{addr}");
     println!("Trainyard is running at http://{addr}");
     server.run().await
+}
+
+async fn forget_secrets(config: trainyard::Config) -> Result<(), ServerError> {
+    config.prepare_folders()?;
+    let store = Store::connect(&config.database_url, 1)
+        .await?
+        .with_sealing_key(config.sealing_key()?);
+    let (webhooks, sessions) = store.forget_unopened_secrets().await?;
+    println!(
+        "dropped the secrets of {webhooks} webhook(s), now off until given a new secret, and the refresh tokens of {sessions} session(s), now ended"
+    );
+    Ok(())
 }
 
 async fn migrate(config: trainyard::Config, status: bool) -> Result<(), ServerError> {

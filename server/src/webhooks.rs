@@ -377,21 +377,20 @@ impl Webhooks {
     }
 
     async fn deliver(&self, due: DueDelivery) {
-        let now = trainyard_store::now_millis();
         let attempt = match &due.secret {
             Ok(secret) => {
                 let sent = self
                     .sender
                     .send(&due.url, secret.as_deref(), &due.delivery_id, &due.body)
                     .await;
-                outcome(&sent, due.attempts, now)
+                outcome(&sent, due.attempts, trainyard_store::now_millis())
             }
             // Nothing is sent unsigned in its place; the right key (or a
             // new secret) lets a later try through.
             Err(why) => Attempt::Failed {
                 status: None,
                 error: why.clone(),
-                retry_at: Some(now + backoff(due.attempts) * 1000),
+                retry_at: Some(trainyard_store::now_millis() + backoff(due.attempts) * 1000),
             },
         };
         if let Attempt::Failed { error, .. } = &attempt {

@@ -337,10 +337,10 @@ impl Store {
         id_token: Option<String>,
         refresh_token: Option<String>,
     ) -> Result<NewSession, StoreError> {
-        let refresh_token = refresh_token
-            .map(|t| self.seal(Purpose::RefreshToken, &t))
-            .transpose()?;
         let secret = random_secret();
+        let refresh_token = refresh_token
+            .map(|t| self.seal(Purpose::RefreshToken, &secret_hash(&secret), &t))
+            .transpose()?;
         let csrf_token = random_secret();
         let now = now_millis();
         let expires_at = now.saturating_add(ttl.as_millis() as i64);
@@ -461,7 +461,7 @@ impl Store {
             else {
                 continue;
             };
-            match self.open_sealed(Purpose::RefreshToken, &stored_token) {
+            match self.open_sealed(Purpose::RefreshToken, &s.id, &stored_token) {
                 Ok(refresh_token) => due.push(DueSession {
                     id: s.id,
                     user_id: s.user_id,
@@ -519,7 +519,7 @@ impl Store {
             )));
         }
         let stored_token = match refresh_token {
-            Some(token) => self.seal(Purpose::RefreshToken, &token)?,
+            Some(token) => self.seal(Purpose::RefreshToken, &due.id, &token)?,
             None => due.stored_token.clone(),
         };
         let now = now_millis();

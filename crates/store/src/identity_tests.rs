@@ -636,6 +636,7 @@ async fn a_session_whose_refresh_token_cannot_be_opened_ends_at_its_check() {
         .await
         .unwrap()
         .with_sealing_key(new_key());
+    assert_eq!(store.check_sealed_secrets().await.unwrap(), (0, 1));
     tokio::time::sleep(Duration::from_millis(20)).await;
     let due = store
         .claim_sessions_to_recheck(now_millis(), 10)

@@ -786,6 +786,19 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
         .unwrap();
     let ids: Vec<&str> = by_end.traces.iter().map(|t| t.trace_id.as_str()).collect();
     assert_eq!(ids, ["tr-a", "tr-b", "tr-c"], "under way: last");
+    let by_end = store
+        .search_traces(
+            &[exp],
+            None,
+            &[parse_order_by("end_time_ms DESC", Scope::Traces).unwrap()],
+            10,
+            0,
+            &Viewer::Everyone,
+        )
+        .await
+        .unwrap();
+    let ids: Vec<&str> = by_end.traces.iter().map(|t| t.trace_id.as_str()).collect();
+    assert_eq!(ids, ["tr-b", "tr-a", "tr-c"], "under way: last either way");
     let again = store.get_trace_info("tr-a").await.unwrap();
     assert!(matches!(
         store.start_trace(again, ana.as_owner()).await,

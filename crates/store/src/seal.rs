@@ -3,9 +3,9 @@
 //! database alone does not give them away.
 //!
 //! Each value is sealed with AES-256-GCM under the server's key (setting
-//! `secrets_key`), with a fresh random nonce, and bound to what it is (its
-//! purpose is the associated data), so a sealed value moved into another
-//! column does not open. Stored as `sealed.v1.` and the base64 of nonce,
+//! `secrets_key`), with a fresh random nonce, and bound to what it is and
+//! whose it is (purpose and row id are the associated data), so a sealed
+//! value moved into another column or row does not open. Stored as `sealed.v1.` and the base64 of nonce,
 //! ciphertext and tag. A value stored before sealing began has no prefix:
 //! it is read as it is, and [`Store::seal_plain_secrets`] seals it at start.
 
@@ -16,7 +16,7 @@ use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use sea_orm::ConnectionTrait;
 
 use crate::tracking::get;
-use crate::{Store, StoreError};
+use crate::{Store, StoreError, now_millis};
 
 const PREFIX: &str = "sealed.v1.";
 
@@ -28,11 +28,9 @@ pub enum Purpose {
 }
 
 impl Purpose {
-    fn aad(self) -> Aad<&'static [u8]> {
-        Aad::from(match self {
-            Purpose::WebhookSecret => b"trainyard webhook secret".as_slice(),
-            Purpose::RefreshToken => b"trainyard refresh token".as_slice(),
-        })
+    /// What a value of this purpose, held by row `owner`, is bound to.
+    fn aad(self, owner: &str) -> Aad<Vec<u8>> {
+        Aad::from(format!("trainyard {}\0{owner}", self.name()).into_bytes())
     }
 }
 
@@ -81,14 +79,15 @@ impl SealingKey {
         Ok(SealingKey::from_bytes(&bytes))
     }
 
-    pub fn seal(&self, purpose: Purpose, plain: &str) -> String {
+    /// `plain` sealed for row `owner` (a webhook's or session's id).
+    pub fn seal(&self, purpose: Purpose, owner: &str, plain: &str) -> String {
         let mut nonce = [0u8; NONCE_LEN];
         getrandom::fill(&mut nonce).expect("the operating system's random source failed");
         let mut data = plain.as_bytes().to_vec();
         self.0
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                purpose.aad(),
+                purpose.aad(owner),
                 &mut data,
             )
             .expect("AES-GCM seals any value shorter than 64 GiB");
@@ -99,7 +98,7 @@ impl SealingKey {
 
     /// The value of what `seal` stored, or the stored text itself when it
     /// was stored before sealing began.
-    pub fn open(&self, purpose: Purpose, stored: &str) -> Result<String, StoreError> {
+    pub fn open(&self, purpose: Purpose, owner: &str, stored: &str) -> Result<String, StoreError> {
         let Some(sealed) = stored.strip_prefix(PREFIX) else {
             return Ok(stored.to_owned());
         };
@@ -119,7 +118,7 @@ impl SealingKey {
         let mut data = data.to_vec();
         let plain = self
             .0
-            .open_in_place(nonce, purpose.aad(), &mut data)
+            .open_in_place(nonce, purpose.aad(owner), &mut data)
             .map_err(|_| unreadable())?;
         String::from_utf8(plain.to_vec()).map_err(|_| unreadable())
     }
@@ -152,12 +151,22 @@ impl Store {
         })
     }
 
-    pub(crate) fn seal(&self, purpose: Purpose, plain: &str) -> Result<String, StoreError> {
-        Ok(self.sealing_key()?.seal(purpose, plain))
+    pub(crate) fn seal(
+        &self,
+        purpose: Purpose,
+        owner: &str,
+        plain: &str,
+    ) -> Result<String, StoreError> {
+        Ok(self.sealing_key()?.seal(purpose, owner, plain))
     }
 
-    pub(crate) fn open_sealed(&self, purpose: Purpose, stored: &str) -> Result<String, StoreError> {
-        self.sealing_key()?.open(purpose, stored)
+    pub(crate) fn open_sealed(
+        &self,
+        purpose: Purpose,
+        owner: &str,
+        stored: &str,
+    ) -> Result<String, StoreError> {
+        self.sealing_key()?.open(purpose, owner, stored)
     }
 
     /// Seals what was stored in the clear before sealing began (webhooks'
@@ -166,22 +175,20 @@ impl Store {
     /// is still the one read.
     pub async fn seal_plain_secrets(&self) -> Result<u64, StoreError> {
         let mut sealed = 0;
-        for (table, column, purpose) in [
-            ("webhooks", "secret", Purpose::WebhookSecret),
-            ("sessions", "refresh_token", Purpose::RefreshToken),
-        ] {
+        for (table, column, purpose) in SEALED {
             let mut sql = self.sql();
             sql.push(&format!(
-                "SELECT id, {column} AS value FROM {table} WHERE {column} IS NOT NULL AND {column} <> '' AND {column} NOT LIKE "
+                "SELECT id, {column} AS value FROM {table} WHERE {column} IS NOT NULL AND {column} <> '' AND substr({column}, 1, {}) <> ",
+                PREFIX.len()
             ))
-            .bind(format!("{PREFIX}%"));
+            .bind(PREFIX.to_owned());
             let rows = self.connection().query_all_raw(sql.build()).await?;
             for row in rows {
                 let id: String = get(&row, "id")?;
                 let plain: String = get(&row, "value")?;
                 let mut sql = self.sql();
                 sql.push(&format!("UPDATE {table} SET {column} = "))
-                    .bind(self.seal(purpose, &plain)?)
+                    .bind(self.seal(purpose, &id, &plain)?)
                     .push(" WHERE id = ")
                     .bind(id)
                     .push(&format!(" AND {column} = "))
@@ -196,7 +203,89 @@ impl Store {
         }
         Ok(sealed)
     }
+
+    /// The sealed secrets this store's key opens and those it does not
+    /// (up to `SAMPLE` of each kind): none opening while some are stored
+    /// means the key is not the one that sealed them.
+    pub async fn check_sealed_secrets(&self) -> Result<(u64, u64), StoreError> {
+        const SAMPLE: i64 = 100;
+        let (mut opened, mut failed) = (0, 0);
+        for (table, column, purpose) in SEALED {
+            let mut sql = self.sql();
+            sql.push(&format!(
+                "SELECT id, {column} AS value FROM {table} WHERE substr({column}, 1, {}) = ",
+                PREFIX.len()
+            ))
+            .bind(PREFIX.to_owned())
+            .push(" LIMIT ")
+            .bind(SAMPLE);
+            for row in self.connection().query_all_raw(sql.build()).await? {
+                let id: String = get(&row, "id")?;
+                let stored: String = get(&row, "value")?;
+                match self.open_sealed(purpose, &id, &stored) {
+                    Ok(_) => opened += 1,
+                    Err(_) => failed += 1,
+                }
+            }
+        }
+        Ok((opened, failed))
+    }
+
+    /// After a lost key: drops every secret this key cannot open. Those
+    /// webhooks lose their secret and are turned off (an admin gives them
+    /// a new one and turns them on); those sessions end, and their people
+    /// sign in again. Returns how many webhooks and sessions.
+    pub async fn forget_unopened_secrets(&self) -> Result<(u64, u64), StoreError> {
+        let mut dropped = [0u64; 2];
+        for (n, (table, column, purpose)) in SEALED.into_iter().enumerate() {
+            let mut sql = self.sql();
+            sql.push(&format!(
+                "SELECT id, {column} AS value FROM {table} WHERE substr({column}, 1, {}) = ",
+                PREFIX.len()
+            ))
+            .bind(PREFIX.to_owned());
+            for row in self.connection().query_all_raw(sql.build()).await? {
+                let id: String = get(&row, "id")?;
+                let stored: String = get(&row, "value")?;
+                if self.open_sealed(purpose, &id, &stored).is_ok() {
+                    continue;
+                }
+                let mut sql = self.sql();
+                sql.push(&format!("UPDATE {table} SET {column} = NULL"));
+                if let Purpose::RefreshToken = purpose {
+                    sql.push(", revoked_at = ").bind(now_millis());
+                }
+                sql.push(" WHERE id = ")
+                    .bind(id.clone())
+                    .push(&format!(" AND {column} = "))
+                    .bind(stored);
+                let done = {
+                    let _turn = self.write_turn().await;
+                    self.connection()
+                        .execute_raw(sql.build())
+                        .await?
+                        .rows_affected()
+                };
+                if done > 0 && matches!(purpose, Purpose::WebhookSecret) {
+                    // Off, as an admin turns it off: what waited fails.
+                    let off = crate::webhooks::WebhookChange {
+                        status: Some("DISABLED".to_owned()),
+                        ..Default::default()
+                    };
+                    self.update_webhook(&id, off).await?;
+                }
+                dropped[n] += done;
+            }
+        }
+        Ok((dropped[0], dropped[1]))
+    }
 }
+
+/// Where sealed secrets are kept: table, column, purpose.
+const SEALED: [(&str, &str, Purpose); 2] = [
+    ("webhooks", "secret", Purpose::WebhookSecret),
+    ("sessions", "refresh_token", Purpose::RefreshToken),
+];
 
 #[cfg(test)]
 mod tests {
@@ -209,31 +298,44 @@ mod tests {
     #[test]
     fn a_sealed_value_opens_with_its_key_and_purpose_alone() {
         let key = key();
-        let sealed = key.seal(Purpose::WebhookSecret, "s3cret");
+        let sealed = key.seal(Purpose::WebhookSecret, "w1", "s3cret");
         assert!(sealed.starts_with(PREFIX) && !sealed.contains("s3cret"));
         assert_ne!(
             sealed,
-            key.seal(Purpose::WebhookSecret, "s3cret"),
+            key.seal(Purpose::WebhookSecret, "w1", "s3cret"),
             "each seal has its own nonce"
         );
-        assert_eq!(key.open(Purpose::WebhookSecret, &sealed).unwrap(), "s3cret");
-        let other = key.open(Purpose::RefreshToken, &sealed).unwrap_err();
+        assert_eq!(
+            key.open(Purpose::WebhookSecret, "w1", &sealed).unwrap(),
+            "s3cret"
+        );
+        let other = key.open(Purpose::RefreshToken, "w1", &sealed).unwrap_err();
+        assert!(
+            key.open(Purpose::WebhookSecret, "w2", &sealed).is_err(),
+            "another webhook's row does not open it"
+        );
         assert!(
             other.to_string().contains("refresh token cannot be opened"),
             "{other}"
         );
         let lost = self::key()
-            .open(Purpose::WebhookSecret, &sealed)
+            .open(Purpose::WebhookSecret, "w1", &sealed)
             .unwrap_err();
         assert!(lost.to_string().contains("secrets_key"), "{lost}");
         // A byte changed anywhere is found out.
         let mut bytes = STANDARD_NO_PAD.decode(&sealed[PREFIX.len()..]).unwrap();
         bytes[NONCE_LEN] ^= 1;
         let tampered = format!("{PREFIX}{}", STANDARD_NO_PAD.encode(&bytes));
-        assert!(key.open(Purpose::WebhookSecret, &tampered).is_err());
-        assert!(key.open(Purpose::WebhookSecret, "sealed.v1.AAAA").is_err());
+        assert!(key.open(Purpose::WebhookSecret, "w1", &tampered).is_err());
+        assert!(
+            key.open(Purpose::WebhookSecret, "w1", "sealed.v1.AAAA")
+                .is_err()
+        );
         // What was stored before sealing began reads as it is.
-        assert_eq!(key.open(Purpose::WebhookSecret, "plain").unwrap(), "plain");
+        assert_eq!(
+            key.open(Purpose::WebhookSecret, "w1", "plain").unwrap(),
+            "plain"
+        );
     }
 
     #[test]
@@ -242,7 +344,7 @@ mod tests {
         assert_eq!(hex_key.len(), 64);
         let sealed = SealingKey::parse(&hex_key)
             .unwrap()
-            .seal(Purpose::RefreshToken, "t");
+            .seal(Purpose::RefreshToken, "s1", "t");
         let bytes: Vec<u8> = (0..32)
             .map(|i| u8::from_str_radix(&hex_key[2 * i..2 * i + 2], 16).unwrap())
             .collect();
@@ -250,7 +352,7 @@ mod tests {
         assert_eq!(
             SealingKey::parse(&format!(" {b64}\n"))
                 .unwrap()
-                .open(Purpose::RefreshToken, &sealed)
+                .open(Purpose::RefreshToken, "s1", &sealed)
                 .unwrap(),
             "t",
             "the same key, written in base64"

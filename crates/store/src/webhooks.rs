@@ -167,7 +167,8 @@ impl Store {
         new: NewWebhook<'_>,
         user_id: Option<i64>,
     ) -> Result<Webhook, StoreError> {
-        let sealed = self.seal_secret(new.secret)?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let sealed = self.seal_secret(&id, new.secret)?;
         let _turn = self.write_turn().await;
         let txn = self.begin_write().await?;
         lock_owner(&txn, txn.get_database_backend(), "webhooks").await?;
@@ -183,7 +184,6 @@ impl Store {
                 "There are already {held} webhooks, the most this server keeps; delete one first"
             )));
         }
-        let id = uuid::Uuid::new_v4().to_string();
         let now = now_millis();
         let mut sql = self.sql();
         sql.push(&format!(
@@ -236,22 +236,22 @@ impl Store {
             .query_one_raw(sql.build())
             .await?
             .ok_or_else(|| not_found(id))?;
-        self.open_secret(get(&row, "secret")?)
+        self.open_secret(id, get(&row, "secret")?)
     }
 
     /// A stored secret, opened; None for none.
-    fn open_secret(&self, stored: Option<String>) -> Result<Option<String>, StoreError> {
+    fn open_secret(&self, id: &str, stored: Option<String>) -> Result<Option<String>, StoreError> {
         stored
             .filter(|s| !s.is_empty())
-            .map(|s| self.open_sealed(Purpose::WebhookSecret, &s))
+            .map(|s| self.open_sealed(Purpose::WebhookSecret, id, &s))
             .transpose()
     }
 
     /// A secret as stored: sealed, or None for none.
-    fn seal_secret(&self, secret: Option<&str>) -> Result<Option<String>, StoreError> {
+    fn seal_secret(&self, id: &str, secret: Option<&str>) -> Result<Option<String>, StoreError> {
         secret
             .filter(|s| !s.is_empty())
-            .map(|s| self.seal(Purpose::WebhookSecret, s))
+            .map(|s| self.seal(Purpose::WebhookSecret, id, s))
             .transpose()
     }
 
@@ -304,7 +304,7 @@ impl Store {
         }
         if let Some(secret) = change.secret {
             sql.push(", secret = ")
-                .bind(self.seal_secret(Some(&secret))?);
+                .bind(self.seal_secret(id, Some(&secret))?);
         }
         let disabled = change.status.as_deref() == Some("DISABLED");
         if let Some(status) = change.status {
@@ -480,13 +480,14 @@ impl Store {
                 self.connection().execute_raw(sql.build()).await?
             };
             if taken.rows_affected() == 1 {
+                let webhook_id: String = get(row, "webhook_id")?;
                 claimed.push(DueDelivery {
                     delivery_id: id,
-                    webhook_id: get(row, "webhook_id")?,
-                    url: get(row, "url")?,
                     secret: self
-                        .open_secret(get(row, "secret")?)
+                        .open_secret(&webhook_id, get(row, "secret")?)
                         .map_err(|e| e.to_string()),
+                    webhook_id,
+                    url: get(row, "url")?,
                     event: get(row, "event")?,
                     body: get(row, "body")?,
                     attempts: get(row, "attempts")?,

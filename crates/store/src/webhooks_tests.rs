@@ -392,6 +392,19 @@ async fn secrets_are_sealed_at_rest_and_the_clear_ones_of_before_are_sealed_at_s
         due[0].secret
     );
     assert!(other.webhook_secret(&hook.webhook_id).await.is_err());
+    assert_eq!(store.check_sealed_secrets().await.unwrap(), (1, 0));
+    assert_eq!(other.check_sealed_secrets().await.unwrap(), (0, 1));
+    // The key lost for good: the secret is dropped and the webhook turned
+    // off, never left to send unsigned.
+    assert_eq!(other.forget_unopened_secrets().await.unwrap(), (1, 0));
+    let forgotten = other.get_webhook(&hook.webhook_id).await.unwrap();
+    assert!(!forgotten.has_secret && forgotten.status == "DISABLED");
+    let waited = other
+        .webhook_deliveries(&hook.webhook_id, 10)
+        .await
+        .unwrap();
+    assert_eq!(waited[0].state, "failed", "what waited fails, saying so");
+    assert_eq!(other.check_sealed_secrets().await.unwrap(), (0, 0));
     // A store without a key keeps no secret in the clear.
     let keyless = Store::connect(&db.url, 1).await.unwrap();
     assert!(

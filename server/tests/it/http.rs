@@ -1229,3 +1229,70 @@ async fn a_webhook_event_waits_for_its_receiver_across_a_crash() {
         json!({"name": "churn", "tags": {"team": "nlp"}, "description": "v2"})
     );
 }
+
+/// A server that comes back without the key that sealed its secrets (a
+/// data folder that did not survive) refuses to start, saying what to do,
+/// rather than end every session and fail every signed webhook; after
+/// `trainyard forget-secrets` it starts, the webhook turned off.
+#[tokio::test]
+async fn a_server_without_the_key_that_sealed_its_secrets_refuses_to_start() {
+    use serde_json::json;
+    let allow = [
+        ("TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS", "true"),
+        ("TRAINYARD_WEBHOOK_SCHEMES", "http,https"),
+    ];
+    let server = TestServer::start_with(&allow).await;
+    let made = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/webhooks",
+        &json!({"name": "deployer", "url": "http://127.0.0.1:9/hook",
+                "events": [{"entity": "REGISTERED_MODEL", "action": "CREATED"}], "secret": "k"}),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let id = made.json()["webhook"]["webhook_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (db, data_dir) = server.crash().await;
+    std::fs::remove_file(data_dir.path().join("secrets.key")).unwrap();
+
+    let vars = vec![
+        ("TRAINYARD_LISTEN".to_owned(), "127.0.0.1:0".to_owned()),
+        ("TRAINYARD_DATABASE_URL".to_owned(), db.url.clone()),
+        (
+            "TRAINYARD_DATA_DIR".to_owned(),
+            data_dir.path().display().to_string(),
+        ),
+        ("TRAINYARD_JOB_UIDS".to_owned(), common::job_uids()),
+    ];
+    let config = trainyard::config::load_from(None, &Default::default(), &vars).unwrap();
+    let refused = trainyard::Server::bind(&config).await.err().unwrap();
+    let says = refused.to_string();
+    assert!(
+        says.contains("does not open the secrets sealed in the database")
+            && says.contains("trainyard forget-secrets"),
+        "{says}"
+    );
+
+    let forgot = std::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .arg("forget-secrets")
+        .env_clear()
+        .envs(vars.iter().cloned())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&forgot.stdout);
+    assert!(
+        forgot.status.success(),
+        "{out} {}",
+        String::from_utf8_lossy(&forgot.stderr)
+    );
+    assert!(out.contains("secrets of 1 webhook(s)"), "{out}");
+
+    let server = TestServer::start_in(db, data_dir, &allow).await;
+    let hook = server
+        .get(&format!("/api/2.0/mlflow/webhooks/{id}"))
+        .await
+        .json();
+    assert_eq!(hook["webhook"]["status"], "DISABLED", "{hook}");
+}
