@@ -5,9 +5,10 @@
 //! Each value is sealed with AES-256-GCM under the server's key (setting
 //! `secrets_key`), with a fresh random nonce, and bound to what it is and
 //! whose it is (purpose and row id are the associated data), so a sealed
-//! value moved into another column or row does not open. Stored as `sealed.v1.` and the base64 of nonce,
-//! ciphertext and tag. A value stored before sealing began has no prefix:
-//! it is read as it is, and [`Store::seal_plain_secrets`] seals it at start.
+//! value moved into another column or row does not open. Stored as
+//! `sealed.v1.` and the base64 of nonce, ciphertext and tag. A value stored
+//! before sealing began has no prefix: it is read as it is, and
+//! [`Store::seal_plain_secrets`] seals it at start.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
@@ -31,6 +32,13 @@ impl Purpose {
     /// What a value of this purpose, held by row `owner`, is bound to.
     fn aad(self, owner: &str) -> Aad<Vec<u8>> {
         Aad::from(format!("trainyard {}\0{owner}", self.name()).into_bytes())
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Purpose::WebhookSecret => "webhook secret",
+            Purpose::RefreshToken => "refresh token",
+        }
     }
 }
 
@@ -121,15 +129,6 @@ impl SealingKey {
             .open_in_place(nonce, purpose.aad(owner), &mut data)
             .map_err(|_| unreadable())?;
         String::from_utf8(plain.to_vec()).map_err(|_| unreadable())
-    }
-}
-
-impl Purpose {
-    fn name(self) -> &'static str {
-        match self {
-            Purpose::WebhookSecret => "webhook secret",
-            Purpose::RefreshToken => "refresh token",
-        }
     }
 }
 
