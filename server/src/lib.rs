@@ -473,10 +473,7 @@ pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
     for name in &applied {
         tracing::info!(migration = %name, "applied migration");
     }
-    let sealed = store.seal_plain_secrets().await?;
-    if sealed > 0 {
-        tracing::info!(sealed, "sealed secrets that were stored in the clear");
-    }
+    // The key is checked before anything is sealed with it.
     match store.check_sealed_secrets().await? {
         // Not one opens: another key sealed them. Serving would end every
         // session and fail every signed webhook, or fight a server that
@@ -495,6 +492,10 @@ pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
             failed,
             "some sealed secrets do not open with this secrets_key; run `trainyard forget-secrets` to drop them"
         ),
+    }
+    let sealed = store.seal_plain_secrets().await?;
+    if sealed > 0 {
+        tracing::info!(sealed, "sealed secrets that were stored in the clear");
     }
     Ok(store)
 }
