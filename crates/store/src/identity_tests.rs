@@ -649,3 +649,46 @@ async fn a_session_whose_refresh_token_cannot_be_opened_ends_at_its_check() {
     );
     store.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn sealing_and_forgetting_go_through_every_page_of_secrets() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let hour = Duration::from_secs(3600);
+    let user = store.sign_in(alice(&["vision"])).await.unwrap();
+    // More sessions than two pages of the sweeps (500 each).
+    const MANY: u64 = 1_201;
+    for n in 0..MANY {
+        store
+            .create_provider_session(user.id, hour, None, Some(format!("rt-{n}")))
+            .await
+            .unwrap();
+    }
+    // As an older server left them: every token in the clear.
+    store
+        .connection()
+        .execute_unprepared("UPDATE sessions SET refresh_token = 'rt-' || id")
+        .await
+        .unwrap();
+    assert_eq!(store.seal_plain_secrets().await.unwrap(), MANY);
+    assert_eq!(store.seal_plain_secrets().await.unwrap(), 0);
+    store.close().await.unwrap();
+
+    let other = Store::connect(&db.url, 4)
+        .await
+        .unwrap()
+        .with_sealing_key(new_key());
+    assert_eq!(other.forget_unopened_secrets().await.unwrap(), (0, MANY));
+    assert_eq!(other.forget_unopened_secrets().await.unwrap(), (0, 0));
+    let live = other
+        .connection()
+        .query_one_raw(sea_orm::Statement::from_string(
+            other.connection().get_database_backend(),
+            "SELECT COUNT(*) AS n FROM sessions WHERE revoked_at IS NULL OR refresh_token IS NOT NULL",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(live.try_get::<i64>("", "n").unwrap(), 0);
+    other.close().await.unwrap();
+}

@@ -168,6 +168,62 @@ impl Store {
         self.sealing_key()?.open(purpose, owner, stored)
     }
 
+    /// One page of the values kept in `table.column`, sealed or still in
+    /// the clear, in id order after `after`: (id, stored value).
+    async fn secret_rows(
+        &self,
+        (table, column): (&str, &str),
+        sealed: bool,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let mut sql = self.sql();
+        sql.push(&format!(
+            "SELECT id, {column} AS value FROM {table} WHERE {column} IS NOT NULL AND {column} <> '' AND substr({column}, 1, {}) {} ",
+            PREFIX.len(),
+            if sealed { "=" } else { "<>" }
+        ))
+        .bind(PREFIX.to_owned())
+        .push(" AND id > ")
+        .bind(after.to_owned())
+        .push(" ORDER BY id LIMIT ")
+        .bind(limit);
+        let rows = self.connection().query_all_raw(sql.build()).await?;
+        rows.iter()
+            .map(|row| Ok((get(row, "id")?, get(row, "value")?)))
+            .collect()
+    }
+
+    /// Hands every value kept in `table.column`, sealed or in the clear,
+    /// to `each`, a page at a time; returns the sum of what `each` counted
+    /// and stops at its first error.
+    async fn each_secret<F, Fut>(
+        &self,
+        place: (&str, &str),
+        sealed: bool,
+        each: F,
+    ) -> Result<u64, StoreError>
+    where
+        F: Fn(String, String) -> Fut,
+        Fut: std::future::Future<Output = Result<u64, StoreError>>,
+    {
+        const PAGE: i64 = 500;
+        let (mut after, mut counted) = (String::new(), 0);
+        loop {
+            let rows = self.secret_rows(place, sealed, &after, PAGE).await?;
+            let full = rows.len() as i64 == PAGE;
+            if let Some((last, _)) = rows.last() {
+                after = last.clone();
+            }
+            for (id, value) in rows {
+                counted += each(id, value).await?;
+            }
+            if !full {
+                return Ok(counted);
+            }
+        }
+    }
+
     /// Seals what was stored in the clear before sealing began (webhooks'
     /// secrets, sessions' refresh tokens); returns how many were sealed.
     /// Run at start, after the migrations; a value is rewritten only if it
@@ -175,30 +231,23 @@ impl Store {
     pub async fn seal_plain_secrets(&self) -> Result<u64, StoreError> {
         let mut sealed = 0;
         for (table, column, purpose) in SEALED {
-            let mut sql = self.sql();
-            sql.push(&format!(
-                "SELECT id, {column} AS value FROM {table} WHERE {column} IS NOT NULL AND {column} <> '' AND substr({column}, 1, {}) <> ",
-                PREFIX.len()
-            ))
-            .bind(PREFIX.to_owned());
-            let rows = self.connection().query_all_raw(sql.build()).await?;
-            for row in rows {
-                let id: String = get(&row, "id")?;
-                let plain: String = get(&row, "value")?;
-                let mut sql = self.sql();
-                sql.push(&format!("UPDATE {table} SET {column} = "))
-                    .bind(self.seal(purpose, &id, &plain)?)
-                    .push(" WHERE id = ")
-                    .bind(id)
-                    .push(&format!(" AND {column} = "))
-                    .bind(plain);
-                let _turn = self.write_turn().await;
-                sealed += self
-                    .connection()
-                    .execute_raw(sql.build())
-                    .await?
-                    .rows_affected();
-            }
+            sealed += self
+                .each_secret((table, column), false, |id, plain| async move {
+                    let mut sql = self.sql();
+                    sql.push(&format!("UPDATE {table} SET {column} = "))
+                        .bind(self.seal(purpose, &id, &plain)?)
+                        .push(" WHERE id = ")
+                        .bind(id)
+                        .push(&format!(" AND {column} = "))
+                        .bind(plain);
+                    let _turn = self.write_turn().await;
+                    Ok(self
+                        .connection()
+                        .execute_raw(sql.build())
+                        .await?
+                        .rows_affected())
+                })
+                .await?;
         }
         Ok(sealed)
     }
@@ -210,17 +259,7 @@ impl Store {
         const SAMPLE: i64 = 100;
         let (mut opened, mut failed) = (0, 0);
         for (table, column, purpose) in SEALED {
-            let mut sql = self.sql();
-            sql.push(&format!(
-                "SELECT id, {column} AS value FROM {table} WHERE substr({column}, 1, {}) = ",
-                PREFIX.len()
-            ))
-            .bind(PREFIX.to_owned())
-            .push(" LIMIT ")
-            .bind(SAMPLE);
-            for row in self.connection().query_all_raw(sql.build()).await? {
-                let id: String = get(&row, "id")?;
-                let stored: String = get(&row, "value")?;
+            for (id, stored) in self.secret_rows((table, column), true, "", SAMPLE).await? {
                 match self.open_sealed(purpose, &id, &stored) {
                     Ok(_) => opened += 1,
                     Err(_) => failed += 1,
@@ -237,44 +276,38 @@ impl Store {
     pub async fn forget_unopened_secrets(&self) -> Result<(u64, u64), StoreError> {
         let mut dropped = [0u64; 2];
         for (n, (table, column, purpose)) in SEALED.into_iter().enumerate() {
-            let mut sql = self.sql();
-            sql.push(&format!(
-                "SELECT id, {column} AS value FROM {table} WHERE substr({column}, 1, {}) = ",
-                PREFIX.len()
-            ))
-            .bind(PREFIX.to_owned());
-            for row in self.connection().query_all_raw(sql.build()).await? {
-                let id: String = get(&row, "id")?;
-                let stored: String = get(&row, "value")?;
-                if self.open_sealed(purpose, &id, &stored).is_ok() {
-                    continue;
-                }
-                let mut sql = self.sql();
-                sql.push(&format!("UPDATE {table} SET {column} = NULL"));
-                if let Purpose::RefreshToken = purpose {
-                    sql.push(", revoked_at = ").bind(now_millis());
-                }
-                sql.push(" WHERE id = ")
-                    .bind(id.clone())
-                    .push(&format!(" AND {column} = "))
-                    .bind(stored);
-                let done = {
-                    let _turn = self.write_turn().await;
-                    self.connection()
-                        .execute_raw(sql.build())
-                        .await?
-                        .rows_affected()
-                };
-                if done > 0 && matches!(purpose, Purpose::WebhookSecret) {
-                    // Off, as an admin turns it off: what waited fails.
-                    let off = crate::webhooks::WebhookChange {
-                        status: Some("DISABLED".to_owned()),
-                        ..Default::default()
+            dropped[n] = self
+                .each_secret((table, column), true, |id, stored| async move {
+                    if self.open_sealed(purpose, &id, &stored).is_ok() {
+                        return Ok(0);
+                    }
+                    let mut sql = self.sql();
+                    sql.push(&format!("UPDATE {table} SET {column} = NULL"));
+                    if let Purpose::RefreshToken = purpose {
+                        sql.push(", revoked_at = ").bind(now_millis());
+                    }
+                    sql.push(" WHERE id = ")
+                        .bind(id.clone())
+                        .push(&format!(" AND {column} = "))
+                        .bind(stored);
+                    let done = {
+                        let _turn = self.write_turn().await;
+                        self.connection()
+                            .execute_raw(sql.build())
+                            .await?
+                            .rows_affected()
                     };
-                    self.update_webhook(&id, off).await?;
-                }
-                dropped[n] += done;
-            }
+                    if done > 0 && matches!(purpose, Purpose::WebhookSecret) {
+                        // Off, as an admin turns it off: what waited fails.
+                        let off = crate::webhooks::WebhookChange {
+                            status: Some("DISABLED".to_owned()),
+                            ..Default::default()
+                        };
+                        self.update_webhook(&id, off).await?;
+                    }
+                    Ok(done)
+                })
+                .await?;
         }
         Ok((dropped[0], dropped[1]))
     }
