@@ -366,6 +366,52 @@ def test_traced_functions_are_found_with_their_spans(tracking, server, unique):
     assert [t.info.trace_id for t in left] == [newest.info.trace_id]
 
 
+def test_traces_are_found_by_their_spans(tracking, unique):
+    experiment_id = mlflow.set_experiment(f"span-search-{unique}").experiment_id
+
+    @mlflow.trace(span_type="AGENT")
+    def agent(question):
+        return search_web(question) + look_up(question)
+
+    @mlflow.trace(span_type="TOOL")
+    def search_web(question):
+        mlflow.get_current_active_span().set_attribute("engine", "duck")
+        return question.upper()
+
+    @mlflow.trace(span_type="TOOL")
+    def look_up(question):
+        if question == "fail":
+            raise ValueError("no such page")
+        return "!"
+
+    agent("why")
+    with pytest.raises(ValueError):
+        agent("fail")
+    mlflow.flush_trace_async_logging()
+    traces = mlflow.search_traces(experiment_ids=[experiment_id], return_type="list")
+    assert len(traces) == 2
+    failed = next(t.info.trace_id for t in traces if t.info.state.value == "ERROR")
+    ok = next(t.info.trace_id for t in traces if t.info.state.value == "OK")
+
+    def found(filter_string):
+        hits = mlflow.search_traces(experiment_ids=[experiment_id], filter_string=filter_string, return_type="list")
+        return sorted(t.info.trace_id for t in hits)
+
+    assert found("span.type = 'TOOL'") == sorted([ok, failed])
+    assert found("span.name = 'search_web'") == sorted([ok, failed])
+    # Comparisons of spans joined by AND hold for one and the same span.
+    assert found("span.name = 'look_up' AND span.status = 'ERROR'") == [failed]
+    assert found("span.name = 'search_web' AND span.status = 'ERROR'") == []
+    assert found("span.type = 'AGENT' AND span.status = 'OK'") == [ok]
+    assert found("span.type IN ('AGENT', 'LLM') AND span.status = 'ERROR'") == [failed]
+    assert found("span.type NOT IN ('TOOL', 'AGENT')") == []
+    assert found("span.attributes.engine LIKE '%duck%'") == sorted([ok, failed])
+    assert found("span.content LIKE '%no such page%'") == [failed]
+    assert found("trace.text ILIKE '%NO SUCH PAGE%'") == [failed]
+    with pytest.raises(MlflowException):
+        found("span.duration = '1'")
+
+
 def test_feedback_and_expectations_on_traces_are_kept_overridden_and_deleted(tracking, unique):
     from mlflow.entities import AssessmentError, AssessmentSource, Feedback
 

@@ -24,6 +24,7 @@ mod m20261205_000019_evaluation_datasets;
 mod m20261205_000020_trace_prompts;
 mod m20261205_000021_scorers;
 mod m20261205_000022_webhooks;
+mod m20261206_000023_trace_spans;
 
 pub struct Migrator;
 
@@ -53,6 +54,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000020_trace_prompts::Migration),
             Box::new(m20261205_000021_scorers::Migration),
             Box::new(m20261205_000022_webhooks::Migration),
+            Box::new(m20261206_000023_trace_spans::Migration),
         ]
     }
 }

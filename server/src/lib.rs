@@ -656,6 +656,10 @@ impl Server {
         let compactor = Background(tokio::spawn(compact_forever(store.clone())));
         let supervisor = Background(tokio::spawn(self.state.jobs.clone().run_forever()));
         let deliverer = Background(tokio::spawn(self.state.webhooks.clone().deliver_forever()));
+        let span_reader = Background(tokio::spawn(mlflow::traces::index_unread_spans(
+            store.clone(),
+            self.state.artifact_root.clone(),
+        )));
         let telemetry = Background(tokio::spawn(
             self.state.telemetry.clone().maintain_forever(),
         ));
@@ -698,6 +702,7 @@ impl Server {
         drop(compactor);
         drop(supervisor);
         drop(deliverer);
+        drop(span_reader);
         drop(sampler);
         drop(telemetry);
         drop(rechecker);

@@ -142,14 +142,7 @@ pub async fn get_trace(trace_id: String) -> Result<TraceView, AppError> {
     let info = store.get_trace_info(&trace_id).await?;
     let root = use_context::<super::api::ArtifactRoot>()
         .ok_or_else(|| AppError::Internal("the artifact folder is not wired in".to_owned()))?;
-    let file = root
-        .0
-        .join(info.experiment_id.to_string())
-        .join("traces")
-        .join(&info.trace_id)
-        .join("artifacts")
-        .join("traces.json");
-    let read = read_nofollow(&file, MAX_TRACE_FILE).await;
+    let read = read_trace_file(&root.0, info.experiment_id, &info.trace_id).await;
     let (spans, truncated, note) = match read {
         Ok(Some(bytes)) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Ok(json) => {
@@ -187,6 +180,25 @@ pub async fn get_trace(trace_id: String) -> Result<TraceView, AppError> {
         truncated,
         prompts,
     })
+}
+
+/// The bytes of a trace's `traces.json` under the artifact folder `root`,
+/// or None when it is larger than [`MAX_TRACE_FILE`]; missing, a link or
+/// anything but a plain file is an error.
+#[cfg(feature = "ssr")]
+pub async fn read_trace_file(
+    root: &std::path::Path,
+    experiment_id: i64,
+    trace_id: &str,
+) -> std::io::Result<Option<Vec<u8>>> {
+    use trainyard_domain::explorer::MAX_TRACE_FILE;
+    let file = root
+        .join(experiment_id.to_string())
+        .join("traces")
+        .join(trace_id)
+        .join("artifacts")
+        .join("traces.json");
+    read_nofollow(&file, MAX_TRACE_FILE).await
 }
 
 /// A file's bytes, or None when it is larger than `max`; a link or
@@ -246,7 +258,6 @@ fn raw_spans(json: &serde_json::Value) -> Vec<trainyard_domain::explorer::RawSpa
         .map(|span| {
             let attributes = span.get("attributes");
             let attribute = |key: &str| attributes.and_then(|a| a.get(key));
-            let span_type = text(attribute("mlflow.spanType"));
             let status = span.get("status");
             RawSpan {
                 id: text(span.get("span_id")),
@@ -260,12 +271,12 @@ fn raw_spans(json: &serde_json::Value) -> Vec<trainyard_domain::explorer::RawSpa
                 span: TraceSpan {
                     name: text(span.get("name")),
                     depth: 0,
-                    span_type: span_type.trim_matches('"').to_owned(),
+                    span_type: attribute("mlflow.spanType")
+                        .map(trainyard_store::spans::attribute_text)
+                        .unwrap_or_default(),
                     start_us: 0,
                     duration_us: 0,
-                    status: text(status.and_then(|s| s.get("code")))
-                        .trim_start_matches("STATUS_CODE_")
-                        .to_owned(),
+                    status: trainyard_store::spans::span_status(span),
                     status_message: text(status.and_then(|s| s.get("message"))),
                     inputs: text(attribute("mlflow.spanInputs")),
                     outputs: text(attribute("mlflow.spanOutputs")),

@@ -194,6 +194,40 @@ pub enum Field {
     /// A run's input datasets: true when one of them matches
     /// (`datasets.name = 'train'`, `datasets.context = 'eval'`).
     Dataset(DatasetKey),
+    /// A trace's spans, as MLflow searches them: true when one span
+    /// matches, and comparisons of spans joined by AND must hold for the
+    /// same span (`span.type = 'LLM' AND span.status = 'ERROR'`). The flag
+    /// is an inline `NOT IN` or `NOT LIKE`, which (as in MLflow) asks for
+    /// a span that is not so, where `NOT (span.… )` asks for no such span.
+    Span(SpanKey, bool),
+    /// Any of a trace's spans' text (`trace.text LIKE '%timeout%'`).
+    TraceText,
+}
+
+/// What of a trace's span a filter looks at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SpanKey {
+    Name,
+    /// LLM, CHAIN, TOOL, RETRIEVER… as the client typed it.
+    Type,
+    /// OK, ERROR or UNSET.
+    Status,
+    /// The span's JSON: name, type, attributes, inputs and outputs.
+    Content,
+    /// One attribute's value (`span.attributes.model = 'gpt-4'`).
+    Attribute(String),
+}
+
+impl SpanKey {
+    fn describe(&self) -> String {
+        match self {
+            SpanKey::Name => "span.name".to_owned(),
+            SpanKey::Type => "span.type".to_owned(),
+            SpanKey::Status => "span.status".to_owned(),
+            SpanKey::Content => "span.content".to_owned(),
+            SpanKey::Attribute(key) => format!("span.attributes.{key}"),
+        }
+    }
 }
 
 /// What of a run's input dataset a filter looks at.
@@ -326,11 +360,20 @@ pub fn parse_order_by(input: &str, scope: Scope) -> Result<OrderBy, QueryError> 
     let tokens = lex(input)?;
     let mut p = Parser::new(tokens, scope, input);
     let field = p.field()?;
-    if let Field::Dataset(_) = field {
-        return Err(p.error_at(
-            0,
-            "runs cannot be ordered by their datasets; filter on them with datasets.name = '…'",
-        ));
+    match field {
+        Field::Dataset(_) => {
+            return Err(p.error_at(
+                0,
+                "runs cannot be ordered by their datasets; filter on them with datasets.name = '…'",
+            ));
+        }
+        Field::Span(..) | Field::TraceText => {
+            return Err(p.error_at(
+                0,
+                "traces cannot be ordered by their spans; filter on them with span.name = '…'",
+            ));
+        }
+        _ => {}
     }
     let mut ascending = true;
     if let Some(word) = p.peek_keyword() {
@@ -712,11 +755,25 @@ impl Parser {
                         }
                     }
                 }
-                Some((prefix, key)) => (
-                    Some(prefix.to_owned()),
-                    key.to_owned(),
-                    tok.pos + prefix.chars().count() + 1,
-                ),
+                Some((prefix, key)) => {
+                    let mut key = key.to_owned();
+                    // span.attributes.`my key`: the rest of the key quoted.
+                    if key.ends_with('.')
+                        && let Some(Tok {
+                            kind: TokKind::Quoted { text, .. },
+                            pos,
+                        }) = self.peek().cloned()
+                        && pos == tok.pos + word.chars().count()
+                    {
+                        self.pos += 1;
+                        key.push_str(&text);
+                    }
+                    (
+                        Some(prefix.to_owned()),
+                        key,
+                        tok.pos + prefix.chars().count() + 1,
+                    )
+                }
                 None => (None, word, tok.pos),
             },
             TokKind::Quoted { text, .. } => (None, text, tok.pos),
@@ -759,6 +816,10 @@ impl Parser {
             (Scope::Traces, Some("expectation")) => {
                 Field::Assessment(AssessmentKind::Expectation, key)
             }
+            (Scope::Traces, Some("span" | "spans")) => {
+                Field::Span(self.span_key(&key, key_pos)?, false)
+            }
+            (Scope::Traces, Some("trace")) if key.eq_ignore_ascii_case("text") => Field::TraceText,
             (Scope::Traces, Some("trace")) => match Attribute::lookup(self.scope, &key) {
                 Some(attr) => Field::Attr(attr),
                 None => {
@@ -793,7 +854,9 @@ impl Parser {
                     | Scope::RegisteredModels
                     | Scope::ModelVersions
                     | Scope::EvaluationDatasets => "tags, attributes",
-                    Scope::Traces => "tags, metadata, feedback, expectation, attributes",
+                    Scope::Traces => {
+                        "tags, metadata, feedback, expectation, span, trace, attributes"
+                    }
                 };
                 return Err(self.error_at(
                     tok.pos,
@@ -805,6 +868,32 @@ impl Parser {
             return Err(self.error_at(key_pos, "empty key"));
         }
         Ok(field)
+    }
+
+    /// The key after `span.`: name, type, status, content or
+    /// `attributes.<key>` (a key with dots may follow as it is).
+    fn span_key(&self, key: &str, key_pos: usize) -> Result<SpanKey, QueryError> {
+        let (head, rest) = match key.split_once('.') {
+            Some((head, rest)) => (head, Some(rest)),
+            None => (key, None),
+        };
+        Ok(match (head.to_ascii_lowercase().as_str(), rest) {
+            ("name", None) => SpanKey::Name,
+            ("type", None) => SpanKey::Type,
+            ("status", None) => SpanKey::Status,
+            ("content", None) => SpanKey::Content,
+            ("attributes" | "attribute", Some(name)) if !name.is_empty() => {
+                SpanKey::Attribute(name.to_owned())
+            }
+            _ => {
+                return Err(self.error_at(
+                    key_pos,
+                    format!(
+                        "unknown span field `{key}`; use span.name, span.type, span.status, span.content or span.attributes.<key>"
+                    ),
+                ));
+            }
+        })
     }
 
     fn comparison(&mut self) -> Result<Expr, QueryError> {
@@ -891,6 +980,10 @@ impl Parser {
             _ => field,
         };
         check(&field, &predicate, op_pos)?;
+        // `span.type NOT IN (…)` is a span of another type, as in MLflow.
+        if let (Field::Span(key, false), true) = (&field, negated) {
+            return Ok(Expr::Test(Field::Span(key.clone(), true), predicate));
+        }
         let test = Expr::Test(field, predicate);
         Ok(if negated {
             Expr::Not(Box::new(test))
@@ -978,7 +1071,8 @@ fn key_is_empty(field: &Field) -> bool {
         Field::Metric(k) | Field::Param(k) | Field::Tag(k) | Field::Assessment(_, k) => {
             k.is_empty()
         }
-        Field::Attr(_) | Field::Dataset(_) => false,
+        Field::Span(SpanKey::Attribute(k), _) => k.is_empty(),
+        Field::Attr(_) | Field::Dataset(_) | Field::Span(..) | Field::TraceText => false,
     }
 }
 
@@ -996,6 +1090,9 @@ fn check(field: &Field, predicate: &Predicate, position: usize) -> Result<(), Qu
     }
     if let Field::Dataset(_) = field {
         return check_dataset(field, predicate, position);
+    }
+    if let Field::Span(..) | Field::TraceText = field {
+        return check_span(field, predicate, position);
     }
     if *field == Field::Attr(Attribute::Prompt) {
         return match predicate {
@@ -1075,6 +1172,25 @@ fn check_dataset(field: &Field, predicate: &Predicate, position: usize) -> Resul
     }
 }
 
+/// As MLflow: a span's name, type, status or attribute is matched as text
+/// with =, !=, IN, NOT IN, LIKE and ILIKE; its content and the trace's text
+/// with LIKE and ILIKE alone.
+fn check_span(field: &Field, predicate: &Predicate, position: usize) -> Result<(), QueryError> {
+    let what = describe(field);
+    if let Field::TraceText | Field::Span(SpanKey::Content, _) = field {
+        return match predicate {
+            Predicate::Like(_) | Predicate::ILike(_) => Ok(()),
+            _ => Err(QueryError {
+                position,
+                message: format!(
+                    "{what} takes LIKE or ILIKE and a quoted pattern, as in {what} LIKE '%timeout%'"
+                ),
+            }),
+        };
+    }
+    check_dataset(field, predicate, position)
+}
+
 /// As MLflow: an assessment's value is matched as text with = and !=
 /// (`feedback.correct = 'true'`), and compared as a number with <, <=, >
 /// and >= (`feedback.score >= 0.5`).
@@ -1107,6 +1223,8 @@ fn describe(field: &Field) -> String {
         Field::Attr(a) => a.name().to_owned(),
         Field::Assessment(kind, k) => format!("{}.{k}", kind.name()),
         Field::Dataset(key) => format!("datasets.{}", key.name()),
+        Field::Span(key, _) => key.describe(),
+        Field::TraceText => "trace.text".to_owned(),
     }
 }
 
@@ -1402,5 +1520,71 @@ mod tests {
         assert!(traces("prompt = 'greet'").is_err());
         assert!(traces("prompt LIKE 'greet/%'").is_err());
         assert!(parse_filter("prompt = 'greet/2'", Scope::Runs).is_err());
+    }
+    #[test]
+    fn traces_are_filtered_by_their_spans_as_mlflow_does() {
+        let traces = |q: &str| parse_filter(q, Scope::Traces);
+        let span = |key: SpanKey, not: bool, p: Predicate| Expr::Test(Field::Span(key, not), p);
+        let s = |v: &str| Literal::Str(v.into());
+        assert_eq!(
+            traces("span.name = 'retrieve'").unwrap().unwrap(),
+            span(
+                SpanKey::Name,
+                false,
+                Predicate::Cmp(CmpOp::Eq, s("retrieve"))
+            )
+        );
+        // An inline NOT asks for a span that is not so; NOT (…) for none.
+        assert_eq!(
+            traces("span.type NOT IN ('LLM', 'TOOL')").unwrap().unwrap(),
+            span(
+                SpanKey::Type,
+                true,
+                Predicate::In(vec![s("LLM"), s("TOOL")])
+            )
+        );
+        assert_eq!(
+            traces("NOT (span.status = 'ERROR')").unwrap().unwrap(),
+            Expr::Not(Box::new(span(
+                SpanKey::Status,
+                false,
+                Predicate::Cmp(CmpOp::Eq, s("ERROR"))
+            )))
+        );
+        // Attribute keys keep their dots, bare or quoted.
+        for q in [
+            "span.attributes.similarity.threshold LIKE '%0.8%'",
+            "span.attributes.`similarity.threshold` LIKE '%0.8%'",
+        ] {
+            assert_eq!(
+                traces(q).unwrap().unwrap(),
+                span(
+                    SpanKey::Attribute("similarity.threshold".into()),
+                    false,
+                    Predicate::Like("%0.8%".into())
+                ),
+                "{q}"
+            );
+        }
+        assert_eq!(
+            traces("trace.text ILIKE '%timeout%'").unwrap().unwrap(),
+            Expr::Test(Field::TraceText, Predicate::ILike("%timeout%".into()))
+        );
+        // What MLflow refuses, said with the fields there are.
+        let error = traces("span.duration = '1000'").unwrap_err();
+        assert!(error.message.contains("span.attributes.<key>"), "{error:?}");
+        assert!(traces("span.attributes. = 'x'").is_err());
+        assert!(
+            traces("span.content = 'x'")
+                .unwrap_err()
+                .message
+                .contains("LIKE")
+        );
+        assert!(traces("trace.text = 'x'").is_err());
+        assert!(traces("span.name > 'a'").is_err());
+        assert!(traces("span.name = 3").is_err());
+        assert!(traces("span.name IS NULL").is_err());
+        assert!(parse_filter("span.name = 'a'", Scope::Runs).is_err());
+        assert!(parse_order_by("span.name", Scope::Traces).is_err());
     }
 }

@@ -900,7 +900,12 @@ impl Store {
                         "CASE WHEN {column} IS NULL THEN 1 ELSE 0 END, {column} {dir}"
                     ));
                 }
-                Field::Param(_) | Field::Tag(_) | Field::Assessment(..) | Field::Dataset(_) => {
+                Field::Param(_)
+                | Field::Tag(_)
+                | Field::Assessment(..)
+                | Field::Dataset(_)
+                | Field::Span(..)
+                | Field::TraceText => {
                     return Err(StoreError::Rejected(
                         "Invalid order by field name: only metrics and attributes order logged models"
                             .to_owned(),

@@ -1287,3 +1287,272 @@ async fn what_one_model_holds_and_what_a_read_carries_are_bounded() {
     all.dedup();
     assert_eq!(all.len(), per_page + 1, "every model once");
 }
+
+/// A span as MLflow's client writes it in `traces.json`: attributes are
+/// JSON text.
+fn client_span(
+    id: &str,
+    name: &str,
+    kind: &str,
+    status: &str,
+    attributes: &[(&str, serde_json::Value)],
+) -> serde_json::Value {
+    let mut all = serde_json::Map::new();
+    all.insert(
+        "mlflow.spanType".into(),
+        serde_json::Value::String(serde_json::json!(kind).to_string()),
+    );
+    for (k, v) in attributes {
+        all.insert((*k).into(), serde_json::Value::String(v.to_string()));
+    }
+    serde_json::json!({
+        "name": name,
+        "span_id": id,
+        "parent_span_id": "",
+        "start_time_unix_nano": 1_000,
+        "end_time_unix_nano": 2_000,
+        "status": {"code": format!("STATUS_CODE_{status}"), "message": ""},
+        "attributes": all,
+    })
+}
+
+#[tokio::test]
+async fn traces_are_found_by_their_spans_one_span_holding_all_that_and_asks() {
+    use crate::spans::search_spans;
+    use serde_json::json;
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("spans", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    for id in ["tr-1", "tr-2", "tr-3", "tr-4"] {
+        let info = trainyard_domain::tracking::TraceInfo {
+            trace_id: id.into(),
+            experiment_id: exp,
+            request_time: 1_000,
+            execution_time: Some(5),
+            state: "OK".into(),
+            request_preview: "{}".into(),
+            response_preview: String::new(),
+            client_request_id: None,
+            metadata: Vec::new(),
+            tags: if id == "tr-2" {
+                vec![kv("reviewed", "yes")]
+            } else {
+                Vec::new()
+            },
+            assessments: Vec::new(),
+        };
+        store.start_trace(info, ana.as_owner()).await.unwrap();
+    }
+    let unread = store.traces_with_unread_spans("", 10).await.unwrap();
+    assert_eq!(
+        unread.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        ["tr-1", "tr-2", "tr-3", "tr-4"]
+    );
+    assert!(unread.iter().all(|(_, e)| *e == exp));
+    let files = [
+        (
+            "tr-1",
+            vec![
+                client_span(
+                    "a1",
+                    "search_web",
+                    "TOOL",
+                    "ERROR",
+                    &[
+                        ("query", json!("test")),
+                        ("model", json!("gpt-4")),
+                        ("mlflow.spanInputs", json!({"q": "what's MLflow?"})),
+                    ],
+                ),
+                client_span(
+                    "a2",
+                    "other_tool",
+                    "TOOL",
+                    "OK",
+                    &[("temperature", json!(0.7))],
+                ),
+            ],
+        ),
+        (
+            "tr-2",
+            vec![client_span(
+                "b1",
+                "search_web",
+                "TOOL",
+                "OK",
+                &[
+                    ("query", json!("test2")),
+                    ("similarity.threshold", json!(0.8)),
+                ],
+            )],
+        ),
+        (
+            "tr-3",
+            vec![client_span(
+                "c1",
+                "llm_call",
+                "LLM",
+                "OK",
+                &[
+                    ("model", json!("claude-3")),
+                    ("mlflow.spanInputs", json!("Tell me about machine learning")),
+                ],
+            )],
+        ),
+    ];
+    for (id, spans) in &files {
+        let kept = search_spans(&json!({ "spans": spans }));
+        assert!(!kept.cut);
+        assert!(
+            store
+                .index_trace_spans(id, &kept.spans, false)
+                .await
+                .unwrap()
+        );
+    }
+    let unread = store.traces_with_unread_spans("", 10).await.unwrap();
+    assert_eq!(unread, vec![("tr-4".to_owned(), exp)]);
+
+    let found = |q: &'static str| {
+        let store = store.clone();
+        async move { traces_matching(&store, exp, q).await }
+    };
+    assert_eq!(found("span.name = 'search_web'").await, ["tr-1", "tr-2"]);
+    // Comparisons of spans joined by AND hold for one span.
+    assert_eq!(
+        found("span.name = 'search_web' AND span.status = 'OK'").await,
+        ["tr-2"]
+    );
+    assert_eq!(
+        found("span.name = 'search_web' AND span.status = 'ERROR'").await,
+        ["tr-1"]
+    );
+    assert_eq!(
+        found("span.name = 'other_tool' AND span.status = 'OK'").await,
+        ["tr-1"]
+    );
+    assert!(
+        found("span.type = 'LLM' AND span.type = 'TOOL'")
+            .await
+            .is_empty()
+    );
+    // `!=` and an inline NOT IN ask for a span that is otherwise; NOT (…)
+    // for a trace without one.
+    assert_eq!(found("span.type != 'TOOL'").await, ["tr-3"]);
+    assert_eq!(found("span.type NOT IN ('TOOL', 'CHAIN')").await, ["tr-3"]);
+    assert_eq!(
+        found("span.status != 'ERROR'").await,
+        ["tr-1", "tr-2", "tr-3"]
+    );
+    assert_eq!(found("NOT (span.type = 'TOOL')").await, ["tr-3", "tr-4"]);
+    assert_eq!(found("span.type IN ('LLM', 'RETRIEVER')").await, ["tr-3"]);
+    assert_eq!(found("span.type ILIKE 'llm'").await, ["tr-3"]);
+    assert!(found("span.type LIKE 'llm'").await.is_empty());
+    assert_eq!(
+        found("span.name NOT LIKE 'search%'").await,
+        ["tr-1", "tr-3"]
+    );
+    // Attributes by their value's text, keys with dots as they are.
+    assert_eq!(found("span.attributes.model = 'gpt-4'").await, ["tr-1"]);
+    assert_eq!(found("span.attributes.temperature = '0.7'").await, ["tr-1"]);
+    assert_eq!(
+        found("span.attributes.similarity.threshold LIKE '%0.8%'").await,
+        ["tr-2"]
+    );
+    assert_eq!(
+        found("span.attributes.query IN ('test2', 'nothing')").await,
+        ["tr-2"]
+    );
+    assert_eq!(found("span.attributes.query != 'test'").await, ["tr-2"]);
+    assert!(
+        found("span.attributes.nonexistent LIKE '%'")
+            .await
+            .is_empty()
+    );
+    // The same span: tr-1's model is on search_web, not on other_tool.
+    assert!(
+        found("span.name = 'other_tool' AND span.attributes.model = 'gpt-4'")
+            .await
+            .is_empty()
+    );
+    // Content and the trace's text, LIKE case-sensitive and ILIKE not.
+    assert_eq!(found("span.content LIKE '%gpt-4%'").await, ["tr-1"]);
+    assert_eq!(
+        found("span.content ILIKE '%MACHINE LEARNING%'").await,
+        ["tr-3"]
+    );
+    assert!(
+        found("span.content LIKE '%MACHINE LEARNING%'")
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        found("trace.text LIKE \"%what's MLflow?%\"").await,
+        ["tr-1"]
+    );
+    assert_eq!(found("trace.text LIKE '%TOOL%'").await, ["tr-1", "tr-2"]);
+    // With the trace's own fields, and OR.
+    assert_eq!(
+        found("span.type = 'TOOL' AND tags.reviewed = 'yes'").await,
+        ["tr-2"]
+    );
+    assert_eq!(
+        found("span.type = 'LLM' OR span.status = 'ERROR'").await,
+        ["tr-1", "tr-3"]
+    );
+    assert_eq!(
+        found("trace.text LIKE '%test%' AND span.name = 'other_tool'").await,
+        ["tr-1"]
+    );
+
+    // A file written again replaces what was kept of the last one.
+    let again =
+        search_spans(&json!({ "spans": [client_span("c9", "rerank", "RERANKER", "OK", &[])] }));
+    assert!(
+        store
+            .index_trace_spans("tr-3", &again.spans, false)
+            .await
+            .unwrap()
+    );
+    // What reads the traces of before leaves a trace already read alone.
+    assert!(!store.index_trace_spans("tr-3", &[], true).await.unwrap());
+    assert!(found("span.type = 'LLM'").await.is_empty());
+    assert_eq!(found("span.type = 'RERANKER'").await, ["tr-3"]);
+    // A trace whose file holds no spans is read all the same.
+    assert!(store.index_trace_spans("tr-4", &[], true).await.unwrap());
+    assert!(
+        store
+            .traces_with_unread_spans("", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A trace deleted while its file was read: nothing is kept.
+    assert!(
+        !store
+            .index_trace_spans("tr-gone", &again.spans, false)
+            .await
+            .unwrap()
+    );
+    // Deleting traces takes their spans.
+    store
+        .delete_traces(&["tr-1".into(), "tr-2".into(), "tr-3".into()])
+        .await
+        .unwrap();
+    use sea_orm::ConnectionTrait;
+    for table in ["trace_spans", "trace_span_attributes"] {
+        let row = store
+            .connection()
+            .query_one_raw(sea_orm::Statement::from_string(
+                store.connection().get_database_backend(),
+                format!("SELECT COUNT(*) AS n FROM {table}"),
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(row.try_get::<i64>("", "n").unwrap(), 0, "{table}");
+    }
+}

@@ -4,7 +4,7 @@
 
 use sea_orm::{DatabaseBackend, Statement, Value};
 use trainyard_domain::query::{
-    AssessmentKind, Attribute, CmpOp, DatasetKey, Expr, Field, Literal, Predicate, Scope,
+    AssessmentKind, Attribute, CmpOp, DatasetKey, Expr, Field, Literal, Predicate, Scope, SpanKey,
 };
 
 /// A statement under construction with its bound values.
@@ -228,6 +228,18 @@ pub type DatasetRef = (String, Option<String>);
 /// logged on one of `datasets` (when any), as MLflow's `datasets` clause.
 pub fn filter_on(sql: &mut Sql, expr: &Expr, scope: Scope, datasets: &[DatasetRef]) {
     match expr {
+        // Comparisons of spans joined by AND hold for one span, as MLflow's.
+        Expr::And(parts) if parts.iter().any(is_span_test) => {
+            let (spans, others): (Vec<&Expr>, Vec<&Expr>) =
+                parts.iter().partition(|p| is_span_test(p));
+            sql.push("(");
+            span_tests(sql, &spans);
+            for part in others {
+                sql.push(" AND ");
+                filter_on(sql, part, scope, datasets);
+            }
+            sql.push(")");
+        }
         Expr::And(parts) | Expr::Or(parts) => {
             let joiner = if matches!(expr, Expr::And(_)) {
                 " AND "
@@ -252,6 +264,39 @@ pub fn filter_on(sql: &mut Sql, expr: &Expr, scope: Scope, datasets: &[DatasetRe
     }
 }
 
+fn is_span_test(expr: &Expr) -> bool {
+    matches!(expr, Expr::Test(Field::Span(..), _))
+}
+
+/// True when one of the trace's spans passes every one of `tests`.
+fn span_tests(sql: &mut Sql, tests: &[&Expr]) {
+    sql.push("EXISTS (SELECT 1 FROM trace_spans s WHERE s.trace_id = t.id");
+    for test in tests {
+        let Expr::Test(Field::Span(key, negated), predicate) = test else {
+            continue;
+        };
+        sql.push(if *negated { " AND NOT (" } else { " AND (" });
+        match key {
+            SpanKey::Name => compare(sql, "s.name", predicate, false),
+            SpanKey::Type => compare(sql, "s.span_type", predicate, false),
+            SpanKey::Status => compare(sql, "s.status", predicate, false),
+            SpanKey::Content => compare(sql, "s.content", predicate, false),
+            SpanKey::Attribute(name) => {
+                sql.push(
+                    "EXISTS (SELECT 1 FROM trace_span_attributes a WHERE a.trace_id = s.trace_id \
+                     AND a.span_id = s.span_id AND a.key = ",
+                )
+                .bind(name.clone())
+                .push(" AND ");
+                compare(sql, "a.value", predicate, false);
+                sql.push(")");
+            }
+        }
+        sql.push(")");
+    }
+    sql.push(")");
+}
+
 /// A key-value entity: its table and key.
 fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
     match (field, scope) {
@@ -267,7 +312,14 @@ fn kv_table(field: &Field, scope: Scope) -> Option<(&'static str, &str)> {
         (Field::Param(k), _) => Some(("params", k)),
         (Field::Tag(k), Scope::Runs) => Some(("tags", k)),
         (Field::Tag(k), Scope::Experiments) => Some(("experiment_tags", k)),
-        (Field::Attr(_) | Field::Assessment(..) | Field::Dataset(_), _) => None,
+        (
+            Field::Attr(_)
+            | Field::Assessment(..)
+            | Field::Dataset(_)
+            | Field::Span(..)
+            | Field::TraceText,
+            _,
+        ) => None,
     }
 }
 
@@ -368,6 +420,16 @@ fn test(
     }
     if let Field::Dataset(key) = field {
         dataset_test(sql, *key, predicate);
+        return;
+    }
+    if let Field::Span(..) = field {
+        span_tests(sql, &[&Expr::Test(field.clone(), predicate.clone())]);
+        return;
+    }
+    if let Field::TraceText = field {
+        sql.push("EXISTS (SELECT 1 FROM trace_spans s WHERE s.trace_id = t.id AND ");
+        compare(sql, "s.content", predicate, false);
+        sql.push(")");
         return;
     }
     // The parser lets `prompt` through only as `= 'name/version'`.

@@ -987,7 +987,7 @@ impl Store {
                 Field::Tag(_) => "tags",
                 // Only traces have assessments; the parser gives none for
                 // runs, nor an order by datasets.
-                Field::Assessment(..) | Field::Dataset(_) => {
+                Field::Assessment(..) | Field::Dataset(_) | Field::Span(..) | Field::TraceText => {
                     return Err(StoreError::Rejected(
                         "Invalid order_by: runs have no assessments".to_owned(),
                     ));

@@ -445,6 +445,21 @@ where
             .artifact_usage
             .add(owner, written as i64 - replaced as i64);
     }
+    // A trace's spans: kept for search as they are written.
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if let [experiment, "traces", trace_id, "artifacts", "traces.json"] = segments.as_slice()
+        && let Ok(experiment) = experiment.parse::<i64>()
+        && let Err(e) = super::traces::index_spans(
+            &state.store,
+            &state.artifact_root,
+            experiment,
+            trace_id,
+            false,
+        )
+        .await
+    {
+        tracing::warn!(trace = %trace_id, error = %e, "could not keep a trace's spans for search");
+    }
     Ok(written)
 }
 

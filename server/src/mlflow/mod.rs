@@ -17,7 +17,7 @@ mod registry;
 pub mod request;
 mod runs;
 mod scorers;
-mod traces;
+pub(crate) mod traces;
 mod validate;
 mod webhooks;
 pub mod wire;

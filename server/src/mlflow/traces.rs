@@ -626,6 +626,99 @@ pub async fn link_prompts(
     Ok(Json(json!({})))
 }
 
+/// Reads a trace's `traces.json` and keeps its spans for `search_traces`
+/// (`span.name = …`, `trace.text LIKE …`). A file too large or not JSON is
+/// kept as it is, and its spans are not searchable (said in the log); a
+/// missing file holds no spans until it is written. With `if_unread` (the
+/// traces kept before spans were searched), a trace already read is left
+/// as it is. Ok is whether there was a file.
+pub async fn index_spans(
+    store: &trainyard_store::Store,
+    artifact_root: &std::path::Path,
+    experiment_id: i64,
+    trace_id: &str,
+    if_unread: bool,
+) -> Result<bool, trainyard_store::StoreError> {
+    use trainyard_app::explorer::models::read_trace_file;
+    use trainyard_store::spans::{SearchSpans, search_spans};
+    let bytes = match read_trace_file(artifact_root, experiment_id, trace_id).await {
+        Ok(Some(bytes)) => Some(bytes),
+        Ok(None) => {
+            tracing::warn!(
+                trace = trace_id,
+                "a trace's traces.json is larger than {} MiB: its spans are kept but not searched",
+                trainyard_domain::explorer::MAX_TRACE_FILE >> 20
+            );
+            None
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            store.index_trace_spans(trace_id, &[], if_unread).await?;
+            return Ok(false);
+        }
+        Err(e) => {
+            tracing::warn!(trace = trace_id, error = %e, "could not read a trace's traces.json for search");
+            None
+        }
+    };
+    let read = match bytes {
+        // Parsed off the async threads: up to 16 MiB of the client's JSON.
+        Some(bytes) => {
+            tokio::task::spawn_blocking(move || match serde_json::from_slice::<Value>(&bytes) {
+                Ok(json) => search_spans(&json),
+                Err(_) => SearchSpans::default(),
+            })
+            .await
+            .unwrap_or_default()
+        }
+        None => SearchSpans::default(),
+    };
+    if read.cut {
+        tracing::info!(
+            trace = trace_id,
+            spans = read.spans.len(),
+            "a trace's spans are searched up to the bounds of trainyard_store::spans; the rest is in its traces.json"
+        );
+    }
+    store
+        .index_trace_spans(trace_id, &read.spans, if_unread)
+        .await?;
+    Ok(true)
+}
+
+/// Reads the spans of traces kept before the server searched spans: run
+/// once at start, in the background, a page at a time.
+pub async fn index_unread_spans(store: trainyard_store::Store, artifact_root: std::path::PathBuf) {
+    const PAGE: u64 = 200;
+    let (mut after, mut read) = (String::new(), 0u64);
+    loop {
+        let page = match store.traces_with_unread_spans(&after, PAGE).await {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not list the traces whose spans were never read for search");
+                return;
+            }
+        };
+        for (trace_id, experiment_id) in &page {
+            match index_spans(&store, &artifact_root, *experiment_id, trace_id, true).await {
+                Ok(found) => read += u64::from(found),
+                Err(e) => {
+                    tracing::warn!(trace = %trace_id, error = %e, "could not keep a trace's spans for search");
+                }
+            }
+        }
+        match page.last() {
+            Some((last, _)) if page.len() as u64 == PAGE => after = last.clone(),
+            _ => break,
+        }
+    }
+    if read > 0 {
+        tracing::info!(
+            traces = read,
+            "read the spans of traces kept before spans were searched"
+        );
+    }
+}
+
 /// `POST /v1/traces`: OTLP spans. The client reads this message, stops
 /// sending spans here and writes them into the trace's `traces.json`
 /// artifact instead. (A 404, not MLflow's 501: the access log would count

@@ -1296,3 +1296,126 @@ async fn a_server_without_the_key_that_sealed_its_secrets_refuses_to_start() {
         .json();
     assert_eq!(hook["webhook"]["status"], "DISABLED", "{hook}");
 }
+
+/// `search_traces` by spans: a `traces.json` written through the artifact
+/// API is searched at once; one kept before the server searched spans (here
+/// put in place behind its back) is read at the next start.
+#[tokio::test]
+async fn traces_are_found_by_their_spans_written_now_or_kept_from_before() {
+    use serde_json::json;
+    let server = TestServer::start().await;
+    let made = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/experiments/create",
+        &json!({"name": "span search"}),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let exp = made.json()["experiment_id"].as_str().unwrap().to_owned();
+    let spans = |name: &str, kind: &str| {
+        json!({"spans": [{
+            "name": name,
+            "span_id": "0123456789abcdef",
+            "parent_span_id": "",
+            "start_time_unix_nano": 1_000_000,
+            "end_time_unix_nano": 2_000_000,
+            "status": {"code": "STATUS_CODE_OK", "message": ""},
+            "attributes": {"mlflow.spanType": format!("\"{kind}\""), "mlflow.spanInputs": "{\"question\": \"why\"}"},
+        }]})
+        .to_string()
+    };
+    for id in ["tr-now", "tr-before"] {
+        let started = common::post_json(
+            server.addr,
+            "/api/3.0/mlflow/traces",
+            &json!({"trace": {"trace_info": {
+                "trace_id": id,
+                "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}},
+                "request_time": "2026-12-06T10:00:00.000Z",
+                "execution_duration": "0.5s",
+                "state": "OK",
+            }}}),
+        )
+        .await;
+        assert_eq!(started.status, 200, "{}", started.body);
+    }
+    let uploaded = common::request(
+        server.addr,
+        "PUT",
+        &format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/traces/tr-now/artifacts/traces.json"),
+        &[],
+        spans("retrieve", "RETRIEVER").as_bytes(),
+    )
+    .await;
+    assert_eq!(uploaded.status, 200, "{}", uploaded.body);
+    let (db, data_dir) = server.crash().await;
+    let before = data_dir
+        .path()
+        .join(format!("artifacts/{exp}/traces/tr-before/artifacts"));
+    std::fs::create_dir_all(&before).unwrap();
+    std::fs::write(before.join("traces.json"), spans("plan", "AGENT")).unwrap();
+
+    let search = |addr, filter: &'static str| {
+        let exp = exp.clone();
+        async move {
+            let found = common::post_json(
+                addr,
+                "/api/3.0/mlflow/traces/search",
+                &json!({"locations": [{"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}}], "filter": filter}),
+            )
+            .await;
+            assert_eq!(found.status, 200, "{filter}: {}", found.body);
+            let ids: Vec<String> = found.json()["traces"]
+                .as_array()
+                .map(|all| {
+                    all.iter()
+                        .map(|t| t["trace_id"].as_str().unwrap_or_default().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            ids
+        }
+    };
+    let server = TestServer::start_in(db, data_dir, &[]).await;
+    assert_eq!(
+        search(server.addr, "span.type = 'RETRIEVER'").await,
+        ["tr-now"]
+    );
+    assert_eq!(
+        search(server.addr, "span.name = 'retrieve' AND span.status = 'OK'").await,
+        ["tr-now"]
+    );
+    assert!(
+        search(
+            server.addr,
+            "span.name = 'retrieve' AND span.status = 'ERROR'"
+        )
+        .await
+        .is_empty()
+    );
+    // Read in the background at start: wait for it, within reason.
+    let mut found = Vec::new();
+    for _ in 0..300 {
+        found = search(server.addr, "span.type = 'AGENT'").await;
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(found, ["tr-before"]);
+    let mut both = search(server.addr, "trace.text LIKE '%why%'").await;
+    both.sort();
+    assert_eq!(both, ["tr-before", "tr-now"]);
+    let refused = common::post_json(
+        server.addr,
+        "/api/3.0/mlflow/traces/search",
+        &json!({"locations": [{"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}}], "filter": "span.duration = '1'"}),
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("span.attributes.<key>"),
+        "{}",
+        refused.body
+    );
+}
