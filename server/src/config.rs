@@ -333,6 +333,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "the key that webhooks' secrets and the provider's refresh tokens are sealed with in the database: 64 hexadecimal digits or base64 of 32 bytes (`openssl rand -hex 32`); best given as a file with TRAINYARD_SECRETS_KEY_FILE. Every server of one database needs the same key; keep it apart from database backups. A server started with another key refuses to start; if the key is lost for good, `trainyard forget-secrets` drops what it sealed",
     },
     SettingDoc {
+        key: "secrets_key_previous",
+        env: "TRAINYARD_SECRETS_KEY_PREVIOUS",
+        default: "(none)",
+        meaning: "to rotate secrets_key: the key it replaces, which opens what it sealed but seals nothing. At start every secret it sealed is sealed again with secrets_key; then remove this setting",
+    },
+    SettingDoc {
         key: "shutdown_grace_secs",
         env: "TRAINYARD_SHUTDOWN_GRACE_SECS",
         default: "20",
@@ -410,6 +416,8 @@ pub struct Settings {
     pub webhook_allow_private_hosts: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secrets_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_key_previous: Option<String>,
     pub shutdown_grace_secs: u64,
 }
 
@@ -468,6 +476,7 @@ impl Default for Settings {
             webhook_schemes: "https".to_owned(),
             webhook_allow_private_hosts: false,
             secrets_key: None,
+            secrets_key_previous: None,
             shutdown_grace_secs: 20,
         }
     }
@@ -526,6 +535,8 @@ pub struct Config {
     /// Registry webhooks may reach addresses that are not public.
     pub webhook_allow_private_hosts: bool,
     pub secrets_key: SecretsKey,
+    /// The key `secrets_key` replaces (while rotating): it opens, never seals.
+    pub secrets_key_previous: Option<SecretsKey>,
     pub auth: AuthConfig,
 }
 
@@ -854,6 +865,14 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
             SecretsKey::Given(key.into())
         }
     };
+    let secrets_key_previous = match s.secrets_key_previous.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(key) => {
+            SealingKey::parse(key)
+                .map_err(|e| ConfigError(format!("secrets_key_previous: the key {e}")))?;
+            Some(SecretsKey::Given(key.into()))
+        }
+    };
     let job_uids = match s.job_uids.trim() {
         "auto" => JobUids::Auto,
         "none" => JobUids::ServerUser,
@@ -902,6 +921,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         webhook_schemes,
         webhook_allow_private_hosts: s.webhook_allow_private_hosts,
         secrets_key,
+        secrets_key_previous,
         auth,
     })
 }
@@ -1186,6 +1206,16 @@ impl Config {
         }
     }
 
+    /// The key that `secrets_key` replaces, while rotating.
+    pub fn previous_sealing_key(&self) -> Result<Option<SealingKey>, ConfigError> {
+        match &self.secrets_key_previous {
+            Some(SecretsKey::Given(key)) => SealingKey::parse(key)
+                .map(Some)
+                .map_err(|e| ConfigError(format!("secrets_key_previous: the key {e}"))),
+            Some(SecretsKey::File(_)) | None => Ok(None),
+        }
+    }
+
     /// Where the key comes from, for messages.
     pub fn secrets_key_source(&self) -> String {
         match &self.secrets_key {
@@ -1334,6 +1364,35 @@ mod tests {
             "{}",
             err.0
         );
+
+        // Rotating: the key replaced opens what it sealed; a bad one stops
+        // the start, naming its setting.
+        let config = load_env(&[
+            ("TRAINYARD_DATA_DIR", given.path().to_str().unwrap()),
+            ("TRAINYARD_SECRETS_KEY", &"ab".repeat(32)),
+            ("TRAINYARD_SECRETS_KEY_PREVIOUS", text.trim_end()),
+        ])
+        .unwrap();
+        let previous = config.previous_sealing_key().unwrap().unwrap();
+        assert_eq!(
+            previous
+                .open(Purpose::WebhookSecret, "w1", &sealed)
+                .unwrap(),
+            "k"
+        );
+        assert!(
+            format!("{config:?}").contains("secrets_key_previous: Some(Given(…))"),
+            "the key stays out of the logs"
+        );
+        let err = load_env(&[("TRAINYARD_SECRETS_KEY_PREVIOUS", "0123")]).unwrap_err();
+        assert!(
+            err.0
+                .starts_with("secrets_key_previous: the key is 3 bytes long"),
+            "{}",
+            err.0
+        );
+        let none = load_env(&[("TRAINYARD_DATA_DIR", data)]).unwrap();
+        assert!(none.previous_sealing_key().unwrap().is_none());
     }
 
     #[test]

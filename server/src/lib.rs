@@ -466,9 +466,12 @@ pub fn router(state: AppState) -> Router {
 pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
     config.prepare_folders()?;
     let key = config.sealing_key()?;
-    let store = Store::connect(&config.database_url, config.database_max_connections)
+    let mut store = Store::connect(&config.database_url, config.database_max_connections)
         .await?
         .with_sealing_key(key);
+    if let Some(previous) = config.previous_sealing_key()? {
+        store = store.with_previous_sealing_key(previous);
+    }
     let applied = store.migrate().await?;
     for name in &applied {
         tracing::info!(migration = %name, "applied migration");
@@ -492,6 +495,13 @@ pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
             failed,
             "some sealed secrets do not open with this secrets_key; run `trainyard forget-secrets` to drop them"
         ),
+    }
+    if config.secrets_key_previous.is_some() {
+        let resealed = store.reseal_with_current_key().await?;
+        tracing::info!(
+            resealed,
+            "sealed again with secrets_key what secrets_key_previous had sealed; remove secrets_key_previous once every server runs with the new key"
+        );
     }
     let sealed = store.seal_plain_secrets().await?;
     if sealed > 0 {

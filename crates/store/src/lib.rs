@@ -148,6 +148,8 @@ pub struct Store {
     job_writes: jobs::JobWrites,
     /// The key that secrets are sealed with at rest (see [`seal`]).
     sealing: Option<std::sync::Arc<seal::SealingKey>>,
+    /// The key being rotated out: it opens, never seals.
+    sealing_previous: Option<std::sync::Arc<seal::SealingKey>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -233,6 +235,7 @@ impl Store {
             run_changes: tokio::sync::broadcast::channel(RUN_CHANGES_BACKLOG).0,
             job_writes: Default::default(),
             sealing: None,
+            sealing_previous: None,
         })
     }
 

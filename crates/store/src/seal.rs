@@ -144,6 +144,13 @@ impl Store {
         self
     }
 
+    /// While rotating: what `previous` sealed opens too, and
+    /// [`Store::reseal_with_current_key`] seals it again with the key.
+    pub fn with_previous_sealing_key(mut self, previous: SealingKey) -> Store {
+        self.sealing_previous = Some(std::sync::Arc::new(previous));
+        self
+    }
+
     fn sealing_key(&self) -> Result<&SealingKey, StoreError> {
         self.sealing.as_deref().ok_or_else(|| {
             StoreError::Sealed("this store was opened without a key to seal secrets with".into())
@@ -165,7 +172,51 @@ impl Store {
         owner: &str,
         stored: &str,
     ) -> Result<String, StoreError> {
-        self.sealing_key()?.open(purpose, owner, stored)
+        let opened = self.sealing_key()?.open(purpose, owner, stored);
+        match (&opened, &self.sealing_previous) {
+            (Err(_), Some(previous)) => previous.open(purpose, owner, stored).or(opened),
+            _ => opened,
+        }
+    }
+
+    /// While rotating: seals again with the key what only the previous key
+    /// opens; returns how many. A value is rewritten only if it is still
+    /// the one read.
+    pub async fn reseal_with_current_key(&self) -> Result<u64, StoreError> {
+        let Some(previous) = self.sealing_previous.clone() else {
+            return Ok(0);
+        };
+        let key = self.sealing_key()?;
+        let mut resealed = 0;
+        for (table, column, purpose) in SEALED {
+            resealed += self
+                .each_secret((table, column), true, |id, stored| {
+                    let previous = previous.clone();
+                    async move {
+                        if key.open(purpose, &id, &stored).is_ok() {
+                            return Ok(0);
+                        }
+                        let Ok(plain) = previous.open(purpose, &id, &stored) else {
+                            return Ok(0);
+                        };
+                        let mut sql = self.sql();
+                        sql.push(&format!("UPDATE {table} SET {column} = "))
+                            .bind(key.seal(purpose, &id, &plain))
+                            .push(" WHERE id = ")
+                            .bind(id)
+                            .push(&format!(" AND {column} = "))
+                            .bind(stored);
+                        let _turn = self.write_turn().await;
+                        Ok(self
+                            .connection()
+                            .execute_raw(sql.build())
+                            .await?
+                            .rows_affected())
+                    }
+                })
+                .await?;
+        }
+        Ok(resealed)
     }
 
     /// One page of the values kept in `table.column`, sealed or still in

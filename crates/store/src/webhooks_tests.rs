@@ -421,3 +421,49 @@ async fn secrets_are_sealed_at_rest_and_the_clear_ones_of_before_are_sealed_at_s
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn a_rotated_key_opens_with_the_one_it_replaces_and_seals_everything_again() {
+    use crate::seal::SealingKey;
+    let (old_key, new_key) = (SealingKey::generate(), SealingKey::generate());
+    let key = |text: &str| SealingKey::parse(text).unwrap();
+    let db = trainyard_test_db::TestDb::new().await;
+    let store = Store::connect(&db.url, 1)
+        .await
+        .unwrap()
+        .with_sealing_key(key(&old_key));
+    store.migrate().await.unwrap();
+    let hook = webhook(
+        &store,
+        "rotated",
+        &["model_version.created"],
+        Some("s3cret-k1"),
+    )
+    .await;
+    // The server comes back with a new key and the old one as previous.
+    let rotating = Store::connect(&db.url, 1)
+        .await
+        .unwrap()
+        .with_sealing_key(key(&new_key))
+        .with_previous_sealing_key(key(&old_key));
+    assert_eq!(rotating.check_sealed_secrets().await.unwrap(), (1, 0));
+    assert_eq!(
+        rotating.webhook_secret(&hook.webhook_id).await.unwrap(),
+        Some("s3cret-k1".to_owned()),
+        "what the old key sealed opens while rotating"
+    );
+    assert_eq!(rotating.reseal_with_current_key().await.unwrap(), 1);
+    assert_eq!(rotating.reseal_with_current_key().await.unwrap(), 0);
+    // Rotated: the new key alone opens it, the old one no more.
+    let rotated = Store::connect(&db.url, 1)
+        .await
+        .unwrap()
+        .with_sealing_key(key(&new_key));
+    assert_eq!(
+        rotated.webhook_secret(&hook.webhook_id).await.unwrap(),
+        Some("s3cret-k1".to_owned())
+    );
+    assert_eq!(store.check_sealed_secrets().await.unwrap(), (0, 1));
+    // Without a previous key, nothing is sealed again.
+    assert_eq!(rotated.reseal_with_current_key().await.unwrap(), 0);
+}

@@ -1419,3 +1419,47 @@ async fn traces_are_found_by_their_spans_written_now_or_kept_from_before() {
         refused.body
     );
 }
+
+/// Rotating `secrets_key`: started with a new key and the old one as
+/// `secrets_key_previous`, the server seals every secret again with the new
+/// key, so the next start needs the new key alone.
+#[tokio::test]
+async fn a_secrets_key_is_rotated_with_the_one_it_replaces() {
+    use serde_json::json;
+    let allow = [
+        ("TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS", "true"),
+        ("TRAINYARD_WEBHOOK_SCHEMES", "http,https"),
+    ];
+    let server = TestServer::start_with(&allow).await;
+    let made = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/webhooks",
+        &json!({"name": "deployer", "url": "http://127.0.0.1:9/hook",
+                "events": [{"entity": "REGISTERED_MODEL", "action": "CREATED"}], "secret": "k"}),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let id = made.json()["webhook"]["webhook_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (db, data_dir) = server.crash().await;
+    let old = std::fs::read_to_string(data_dir.path().join("secrets.key")).unwrap();
+    let new = "5e".repeat(32);
+    let rotating = [
+        allow[0],
+        allow[1],
+        ("TRAINYARD_SECRETS_KEY", new.as_str()),
+        ("TRAINYARD_SECRETS_KEY_PREVIOUS", old.trim()),
+    ];
+    let server = TestServer::start_in(db, data_dir, &rotating).await;
+    let (db, data_dir) = server.crash().await;
+    // The old key gone for good: the new one opens everything.
+    std::fs::remove_file(data_dir.path().join("secrets.key")).unwrap();
+    let server = TestServer::start_in(db, data_dir, &rotating[..3]).await;
+    let hook = server
+        .get(&format!("/api/2.0/mlflow/webhooks/{id}"))
+        .await
+        .json();
+    assert_eq!(hook["webhook"]["status"], "ACTIVE", "{hook}");
+}
