@@ -44,6 +44,7 @@ test('every page passes axe in both themes', async ({ page, baseURL }) => {
     ['/experiments', 'the experiments'],
     [`/experiments/${seeded.experiment_id}`, 'an experiment'],
     [`/experiments/${seeded.experiment_id}/runs/${seeded.runs[0]}`, 'a run'],
+    [`/experiments/${seeded.experiment_id}/traces?q=${encodeURIComponent("span.type = 'LLM'")}`, 'the traces, filtered'],
     [`/compare?run=${seeded.runs[0]}&run=${seeded.runs[1]}`, 'a comparison'],
     ['/jobs', 'the jobs'],
     [`/jobs/${job}`, 'a job'],

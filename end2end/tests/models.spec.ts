@@ -1,7 +1,8 @@
 // What MLflow 3 scripts log besides runs, in Chromium, logged by the
 // official mlflow client (explorer/seed_mlflow3.py): the Models page with a
 // registered model, its version and alias, and an experiment's logged
-// models sorted by a metric; an experiment's traces and one trace's span
+// models sorted by a metric; an experiment's traces, filtered by their
+// spans, and one trace's span
 // tree with a span's inputs and outputs, and its assessments; an
 // experiment's evaluation datasets and one dataset's records; its
 // registered scorers; and the admin page's registry webhooks.
@@ -77,6 +78,18 @@ test("an experiment's traces open to their span tree", async ({ page, baseURL })
   await expect(listed).toHaveCount(1);
   // The feedback that stands: the person's, not the judge's it overrode.
   await expect(listed.getByTestId('trace-feedback')).toHaveText('correct: true');
+  // Filtered by its spans: comparisons joined by AND hold for one span.
+  const query = page.getByTestId('trace-query');
+  await query.fill("span.type = 'TOOL' AND span.name = 'predict'");
+  await query.press('Enter');
+  await expect(page.getByTestId('no-traces')).toHaveText('No trace matches this filter.');
+  await query.fill("span.duration = '1'");
+  await query.press('Enter');
+  await expect(page.getByTestId('query-error')).toContainText('span.attributes.<key>');
+  await query.fill("span.type = 'TOOL' AND span.name = 'score'");
+  await query.press('Enter');
+  await expect(page).toHaveURL(/\?q=span\.type/);
+  await expect(listed).toHaveCount(1);
   await listed.getByRole('link', { name: 'predict' }).click();
   await expect(page.getByTestId('trace-name')).toHaveText('predict');
   const spans = page.locator('[data-testid="spans"] tbody tr[data-span]');

@@ -27,6 +27,27 @@ fn bad_request() {
     }
 }
 
+/// A query typed in a filter box, parsed for `scope`: one that is too long
+/// or does not parse is a 400 saying where.
+#[cfg(feature = "ssr")]
+pub(crate) fn parse_query(
+    query: &str,
+    scope: trainyard_domain::query::Scope,
+) -> Result<Option<trainyard_domain::query::Expr>, AppError> {
+    use trainyard_domain::explorer::MAX_QUERY_CHARS;
+    if query.chars().count() > MAX_QUERY_CHARS {
+        bad_request();
+        return Err(AppError::Query(trainyard_domain::query::QueryError {
+            position: MAX_QUERY_CHARS,
+            message: format!("the query is longer than {MAX_QUERY_CHARS} characters; shorten it"),
+        }));
+    }
+    trainyard_domain::query::parse_filter(query, scope).map_err(|e| {
+        bad_request();
+        AppError::Query(e)
+    })
+}
+
 /// Input that breaks a rule: a 400 naming the field.
 #[cfg(feature = "ssr")]
 fn invalid(field: &str, message: impl Into<String>) -> AppError {
@@ -135,27 +156,14 @@ pub async fn list_runs_page(
     offset: u64,
 ) -> Result<RunsPage, AppError> {
     use trainyard_domain::explorer::{Cell, Column, MAX_COLUMNS, PAGE_ROWS, RunRow, Sort};
-    use trainyard_domain::query::{Scope, parse_filter};
+    use trainyard_domain::query::Scope;
     use trainyard_domain::tracking::ViewType;
     let user = caller()?.user;
     let store = store()?;
     store
         .experiment_as(&user, experiment_id, trainyard_store::Access::Read)
         .await?;
-    if query.chars().count() > trainyard_domain::explorer::MAX_QUERY_CHARS {
-        bad_request();
-        return Err(AppError::Query(trainyard_domain::query::QueryError {
-            position: trainyard_domain::explorer::MAX_QUERY_CHARS,
-            message: format!(
-                "the query is longer than {} characters; shorten it",
-                trainyard_domain::explorer::MAX_QUERY_CHARS
-            ),
-        }));
-    }
-    let filter = parse_filter(&query, Scope::Runs).map_err(|e| {
-        bad_request();
-        AppError::Query(e)
-    })?;
+    let filter = parse_query(&query, Scope::Runs)?;
     let viewer = trainyard_store::Viewer::of(&user);
     let columns: Vec<String> = match columns {
         Some(list) => list.into_iter().filter(|c| !c.is_empty()).collect(),

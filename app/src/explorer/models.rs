@@ -4,6 +4,7 @@
 
 use leptos::prelude::*;
 use leptos_meta::Title;
+use leptos_router::components::Form;
 use leptos_router::hooks::{use_navigate, use_params_map, use_query_map};
 use trainyard_domain::explorer::{Cell, ModelsView, TRACES_PAGE, TraceView};
 use trainyard_domain::format_utc;
@@ -88,11 +89,13 @@ pub async fn get_models(experiment: Option<i64>) -> Result<ModelsView, AppError>
     })
 }
 
-/// A page of an experiment's traces, newest first, with the experiment's
-/// name; true when more follow.
+/// A page of an experiment's traces that match `query` (as
+/// `search_traces` filters: tags, status, spans…), newest first, with the
+/// experiment's name; true when more follow.
 #[server(endpoint = "experiment_traces")]
 pub async fn experiment_traces(
     experiment_id: i64,
+    query: String,
     offset: u64,
 ) -> Result<(String, Vec<TraceInfo>, bool), AppError> {
     let user = caller()?.user;
@@ -100,12 +103,13 @@ pub async fn experiment_traces(
     store
         .experiment_as(&user, experiment_id, trainyard_store::Access::Read)
         .await?;
+    let filter = super::api::parse_query(&query, trainyard_domain::query::Scope::Traces)?;
     let experiment = store.get_experiment(experiment_id).await?;
     let viewer = trainyard_store::Viewer::of(&user);
     let page = store
         .search_traces(
             &[experiment_id],
-            None,
+            filter.as_ref(),
             &[],
             TRACES_PAGE + 1,
             offset,
@@ -543,10 +547,44 @@ pub fn TracesPage() -> impl IntoView {
             .and_then(|o| o.parse::<u64>().ok())
             .unwrap_or(0)
     });
+    let filter = Memo::new(move |_| query.read().get("q").unwrap_or_default());
     let traces = Resource::new(
-        move || (experiment.get(), offset.get()),
-        |(id, offset)| experiment_traces(id, offset),
+        move || (experiment.get(), filter.get(), offset.get()),
+        |(id, q, offset)| experiment_traces(id, q, offset),
     );
+    // `?q=…&offset=…` of another page of the same search.
+    let page_at = move |offset: u64| {
+        let q = filter.get();
+        let offset = offset.to_string();
+        let mut pairs = vec![("offset", offset.as_str())];
+        if !q.is_empty() {
+            pairs.insert(0, ("q", q.as_str()));
+        }
+        super::query_string(pairs)
+    };
+    let search_box = move || {
+        view! {
+                <Form method="GET" action="" attr:class="query-box" attr:role="search">
+                    <label for="trace-query">"Filter traces"</label>
+                    <input id="trace-query" type="search" name="q" value=move || filter.get()
+                        placeholder="span.type = 'LLM' AND span.status = 'ERROR'"
+                        autocomplete="off" spellcheck="false" maxlength="4000"
+                        data-testid="trace-query"/>
+                    <button type="submit">"Search"</button>
+                    <details class="query-help">
+                        <summary>"Syntax"</summary>
+                        <p>
+                            "Compare " <code>"tags.KEY"</code> ", " <code>"metadata.KEY"</code> ", " <code>"feedback.NAME"</code> ", "
+                            <code>"status"</code> ", " <code>"name"</code> ", " <code>"execution_time_ms"</code> " and a span's "
+                            <code>"span.name"</code> ", " <code>"span.type"</code> ", " <code>"span.status"</code> ", "
+                            <code>"span.attributes.KEY"</code> " with " <code>"= != < > IN LIKE ILIKE"</code> "; "
+                            <code>"trace.text LIKE '%timeout%'"</code> " searches every span. "
+                            "Comparisons of spans joined by " <code>"AND"</code> " hold for one span. Strings take quotes."
+                        </p>
+                    </details>
+                </Form>
+        }
+    };
     view! {
         <Suspense fallback=|| view! { <p class="muted">"Loading traces…"</p> }>
             {move || traces.get().map(|t| match t {
@@ -554,6 +592,7 @@ pub fn TracesPage() -> impl IntoView {
                     let id = experiment.get();
                     let offset = offset.get();
                     let shown = traces.len() as u64;
+                    let filtered = !filter.get().is_empty();
                     view! {
                         <Title text=format!("Traces of {name}")/>
                         <nav class="crumbs" aria-label="Breadcrumbs">
@@ -561,7 +600,10 @@ pub fn TracesPage() -> impl IntoView {
                             <a href=format!("/experiments/{id}")>{name.clone()}</a> " / "
                         </nav>
                         <section class="page-head"><h1>"Traces"</h1></section>
-                        {if traces.is_empty() && offset == 0 {
+                        {search_box()}
+                        {if traces.is_empty() && offset == 0 && filtered {
+                            view! { <p class="muted" data-testid="no-traces">"No trace matches this filter."</p> }.into_any()
+                        } else if traces.is_empty() && offset == 0 {
                             view! { <p class="muted" data-testid="no-traces">"No trace yet. Functions decorated with @mlflow.trace log one each time they run."</p> }.into_any()
                         } else {
                             view! {
@@ -586,13 +628,19 @@ pub fn TracesPage() -> impl IntoView {
                                     </tbody>
                                 </table>
                                 <nav class="pager">
-                                    {(offset > 0).then(|| view! { <a href=format!("?offset={}", offset.saturating_sub(TRACES_PAGE))>"← Newer"</a> })}
-                                    {more.then(|| view! { <a href=format!("?offset={}", offset + shown)>"Older →"</a> })}
+                                    {(offset > 0).then(|| view! { <a href=page_at(offset.saturating_sub(TRACES_PAGE))>"← Newer"</a> })}
+                                    {more.then(|| view! { <a href=page_at(offset + shown)>"Older →"</a> })}
                                 </nav>
                             }.into_any()
                         }}
                     }.into_any()
                 }
+                Err(AppError::Query(error)) => view! {
+                    <Title text="Traces"/>
+                    <section class="page-head"><h1>"Traces"</h1></section>
+                    {search_box()}
+                    <super::table::QueryErrorNote query=filter.get_untracked() error/>
+                }.into_any(),
                 Err(e) => view! { <ErrorNote error=e/> }.into_any(),
             })}
         </Suspense>

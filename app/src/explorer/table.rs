@@ -382,7 +382,7 @@ fn ColumnPicker(
 
 /// A query that does not parse: the query with a caret under the spot.
 #[component]
-fn QueryErrorNote(query: String, error: QueryError) -> impl IntoView {
+pub(crate) fn QueryErrorNote(query: String, error: QueryError) -> impl IntoView {
     let caret = format!("{}^", " ".repeat(error.position.min(query.chars().count())));
     view! {
         <div class="error query-error" role="alert" data-testid="query-error">
