@@ -3,8 +3,8 @@
 registered, with an alias), and a trace of two nested spans with a judge's
 feedback, a person's that overrides it, and an expectation; and an
 evaluation dataset of two records, one of them made from the trace; two
-registered scorers, one in two versions; and, in an experiment of its own,
-a trace that loaded a registered prompt. Prints
+registered scorers, one in two versions; and, in experiments of their own,
+a trace that loaded a registered prompt and one whose span raised. Prints
 the ids as JSON. Usage: seed_mlflow3.py URL EXPERIMENT"""
 
 import json
@@ -90,6 +90,20 @@ def greet(who):
 greet("ana")
 mlflow.flush_trace_async_logging()
 prompted_trace = mlflow.get_last_active_trace_id()
+mlflow.set_experiment(f"{experiment}-failing")
+
+
+@mlflow.trace(span_type="TOOL")
+def fetch(url):
+    raise ConnectionError(f"no route to {url}")
+
+
+try:
+    fetch("http://docs.internal")
+except ConnectionError:
+    pass
+mlflow.flush_trace_async_logging()
+failed_trace = mlflow.get_last_active_trace_id()
 registered = f"shapes-{experiment}"
 version = mlflow.register_model(f"models:/{model.model_id}", registered)
 mlflow.MlflowClient().set_registered_model_alias(registered, "champion", version.version)
@@ -104,6 +118,7 @@ print(
             "trace_id": trace_id,
             "prompt": prompt,
             "prompted_trace_id": prompted_trace,
+            "failed_trace_id": failed_trace,
         }
     )
 )

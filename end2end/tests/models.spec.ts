@@ -2,9 +2,9 @@
 // official mlflow client (explorer/seed_mlflow3.py): the Models page with a
 // registered model, its version and alias, and an experiment's logged
 // models sorted by a metric; an experiment's traces, filtered by their
-// spans, and one trace's span
-// tree with a span's inputs and outputs, and its assessments; an
-// experiment's evaluation datasets and one dataset's records; its
+// spans, and one trace's span tree with a span's inputs and outputs, what a
+// span raised, and its assessments; an experiment's evaluation datasets and
+// one dataset's records; its
 // registered scorers; and the admin page's registry webhooks.
 import { expect, test } from '@playwright/test';
 import { execFileSync } from 'node:child_process';
@@ -26,6 +26,7 @@ type Seeded = {
   trace_id: string;
   prompt: string;
   prompted_trace_id: string;
+  failed_trace_id: string;
 };
 
 function seed(baseURL: string): Seeded {
@@ -125,6 +126,15 @@ test("an experiment's traces open to their span tree", async ({ page, baseURL })
   // A trace that loaded a registered prompt names the version it used.
   await page.goto(`/experiments/${seeded.experiment_id}/traces/${seeded.prompted_trace_id}`);
   await expect(page.getByTestId('trace-prompts')).toHaveText(`Prompts used: ${seeded.prompt} v1`);
+  // A span that raised shows what it raised, and where.
+  await page.goto(`/experiments/${seeded.experiment_id}/traces/${seeded.failed_trace_id}`);
+  const raised = page.locator('[data-testid="spans"] tbody tr[data-span="fetch"]');
+  await expect(raised).toHaveClass(/failed/);
+  await raised.getByRole('button', { name: 'fetch' }).click();
+  const exception = page.getByTestId('span-exception');
+  await expect(exception).toContainText('ConnectionError: no route to http://docs.internal');
+  await expect(exception).toContainText('Traceback');
+  await expect(exception).toContainText('in fetch');
 });
 
 test("an experiment's evaluation datasets open to their records", async ({ page, baseURL }) => {

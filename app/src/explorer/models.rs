@@ -284,10 +284,64 @@ fn raw_spans(json: &serde_json::Value) -> Vec<trainyard_domain::explorer::RawSpa
                     status_message: text(status.and_then(|s| s.get("message"))),
                     inputs: text(attribute("mlflow.spanInputs")),
                     outputs: text(attribute("mlflow.spanOutputs")),
+                    exception: exception_of(span),
                 },
             }
         })
         .collect()
+}
+
+/// What a span raised, from its `exception` event (OpenTelemetry's
+/// `exception.type`, `.message` and `.stacktrace`): the type and message,
+/// then the end of the stack trace, where the frame that raised is.
+#[cfg(feature = "ssr")]
+fn exception_of(span: &serde_json::Value) -> String {
+    use serde_json::Value;
+    use trainyard_domain::explorer::SPAN_TEXT;
+    let Some(event) = span
+        .get("events")
+        .and_then(Value::as_array)
+        .and_then(|events| {
+            events
+                .iter()
+                .find(|e| e.get("name").and_then(Value::as_str) == Some("exception"))
+        })
+    else {
+        return String::new();
+    };
+    let field = |key: &str| {
+        event
+            .get("attributes")
+            .and_then(|a| a.get(key))
+            .map(trainyard_store::spans::attribute_text)
+            .unwrap_or_default()
+    };
+    let (kind, message, stack) = (
+        field("exception.type"),
+        field("exception.message"),
+        field("exception.stacktrace"),
+    );
+    let head: String = match (kind.is_empty(), message.is_empty()) {
+        (false, false) => format!("{kind}: {message}"),
+        (false, true) => kind,
+        _ => message,
+    };
+    let head: String = head.chars().take(SPAN_TEXT).collect();
+    let count = stack.chars().count();
+    let tail = if count > SPAN_TEXT {
+        let skip = stack
+            .char_indices()
+            .nth(count - SPAN_TEXT)
+            .map_or(0, |(at, _)| at);
+        format!("…{}", &stack[skip..])
+    } else {
+        stack
+    };
+    match (head.is_empty(), tail.is_empty()) {
+        (_, true) => head,
+        (true, false) => tail,
+        (false, false) => format!("{head}\n\n{tail}"),
+    }
 }
 
 /// A run's page, when its experiment is known.
@@ -731,7 +785,7 @@ pub fn TracePage() -> impl IntoView {
                                     let bar = format!("left: {left:.2}%; width: {width:.2}%");
                                     let failed = s.status == "ERROR";
                                     let indent = format!("padding-left: {}rem", s.depth as f64 * 1.25);
-                                    let detail = (s.inputs.clone(), s.outputs.clone(), s.status_message.clone());
+                                    let detail = (s.inputs.clone(), s.outputs.clone(), s.status_message.clone(), s.exception.clone());
                                     view! {
                                         <tr data-span=s.name.clone() data-depth=s.depth.to_string() class:failed=failed>
                                             <td style=indent>
@@ -743,14 +797,18 @@ pub fn TracePage() -> impl IntoView {
                                             <td class="timeline"><span class="span-bar" class:failed=failed style=bar></span></td>
                                         </tr>
                                         {move || (open.get() == Some(i)).then(|| {
-                                            let (inputs, outputs, message) = detail.clone();
+                                            let (inputs, outputs, message, exception) = detail.clone();
                                             view! {
                                                 <tr class="span-detail"><td colspan="4">
                                                     {(!message.is_empty()).then(|| view! { <p class="error">{message}</p> })}
-                                                    <h4>"Inputs"</h4><pre data-testid="span-inputs">{inputs}</pre>
-                                                    <h4>"Outputs"</h4><pre data-testid="span-outputs">{outputs}</pre>
+                                                    {(!exception.is_empty()).then(|| view! {
+                                                        <h4>"Raised"</h4><pre class="error" tabindex="0" data-testid="span-exception">{exception}</pre>
+                                                    })}
+                                                    <h4>"Inputs"</h4><pre tabindex="0" data-testid="span-inputs">{inputs}</pre>
+                                                    <h4>"Outputs"</h4><pre tabindex="0" data-testid="span-outputs">{outputs}</pre>
                                                 </td></tr>
                                             }
+                                            .into_any()
                                         })}
                                     }
                                 }).collect_view()}

@@ -692,6 +692,10 @@ pub struct TraceSpan {
     /// Its inputs and outputs as JSON text, cut at [`SPAN_TEXT`].
     pub inputs: String,
     pub outputs: String,
+    /// What it raised (its `exception` event): type and message, then the
+    /// stack trace's last [`SPAN_TEXT`] characters; empty when none.
+    #[serde(default)]
+    pub exception: String,
 }
 
 /// A trace with its spans in tree order (a parent before its children,
@@ -802,6 +806,7 @@ mod span_tests {
                 status_message: String::new(),
                 inputs: String::new(),
                 outputs: String::new(),
+                exception: String::new(),
             },
         }
     }
