@@ -445,7 +445,9 @@ where
             .artifact_usage
             .add(owner, written as i64 - replaced as i64);
     }
-    // A trace's spans: kept for search as they are written.
+    // A trace's spans: kept for search as they are written (the owner's
+    // next write need not wait for it).
+    drop(_turn);
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     if let [experiment, "traces", trace_id, "artifacts", "traces.json"] = segments.as_slice()
         && let Ok(experiment) = experiment.parse::<i64>()
