@@ -462,16 +462,22 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Connects to the database, applies migrations and returns the store.
-pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
+/// Connects to the database with the keys that open its sealed secrets
+/// (`secrets_key`, and `secrets_key_previous` while rotating).
+pub async fn keyed_store(config: &Config, connections: u32) -> Result<Store, ServerError> {
     config.prepare_folders()?;
-    let key = config.sealing_key()?;
-    let mut store = Store::connect(&config.database_url, config.database_max_connections)
+    let mut store = Store::connect(&config.database_url, connections)
         .await?
-        .with_sealing_key(key);
+        .with_sealing_key(config.sealing_key()?);
     if let Some(previous) = config.previous_sealing_key()? {
         store = store.with_previous_sealing_key(previous);
     }
+    Ok(store)
+}
+
+/// Connects to the database, applies migrations and returns the store.
+pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
+    let store = keyed_store(config, config.database_max_connections).await?;
     let applied = store.migrate().await?;
     for name in &applied {
         tracing::info!(migration = %name, "applied migration");

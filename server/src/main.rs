@@ -319,10 +319,8 @@ async fn serve(config: trainyard::Config) -> Result<(), ServerError> {
 }
 
 async fn forget_secrets(config: trainyard::Config) -> Result<(), ServerError> {
-    config.prepare_folders()?;
-    let store = Store::connect(&config.database_url, 1)
-        .await?
-        .with_sealing_key(config.sealing_key()?);
+    // While rotating, what the previous key opens is kept.
+    let store = trainyard::keyed_store(&config, 1).await?;
     let (webhooks, sessions) = store.forget_unopened_secrets().await?;
     println!(
         "dropped the secrets of {webhooks} webhook(s), now off until given a new secret, and the refresh tokens of {sessions} session(s), now ended"

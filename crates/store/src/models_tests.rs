@@ -685,6 +685,23 @@ async fn a_page_of_the_registry_carries_each_models_own_tags_aliases_and_version
 }
 
 /// The ids of an experiment's traces that a filter finds, newest first.
+/// A finished trace of `exp`, at 1 s, that took 5 ms.
+fn trace_of(exp: i64, id: &str) -> trainyard_domain::tracking::TraceInfo {
+    trainyard_domain::tracking::TraceInfo {
+        trace_id: id.into(),
+        experiment_id: exp,
+        request_time: 1_000,
+        execution_time: Some(5),
+        state: "OK".into(),
+        request_preview: "{}".into(),
+        response_preview: String::new(),
+        client_request_id: None,
+        metadata: Vec::new(),
+        tags: Vec::new(),
+        assessments: Vec::new(),
+    }
+}
+
 async fn traces_matching(store: &Store, exp: i64, filter: &str) -> Vec<String> {
     let filter = parse_filter(filter, Scope::Traces).unwrap();
     store
@@ -773,32 +790,30 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
         traces_matching(&store, exp, "end_time >= 1005").await,
         ["tr-b", "tr-a"]
     );
-    let by_end = store
-        .search_traces(
-            &[exp],
-            None,
-            &[parse_order_by("end_time_ms ASC", Scope::Traces).unwrap()],
-            10,
-            0,
-            &Viewer::Everyone,
-        )
-        .await
-        .unwrap();
-    let ids: Vec<&str> = by_end.traces.iter().map(|t| t.trace_id.as_str()).collect();
-    assert_eq!(ids, ["tr-a", "tr-b", "tr-c"], "under way: last");
-    let by_end = store
-        .search_traces(
-            &[exp],
-            None,
-            &[parse_order_by("end_time_ms DESC", Scope::Traces).unwrap()],
-            10,
-            0,
-            &Viewer::Everyone,
-        )
-        .await
-        .unwrap();
-    let ids: Vec<&str> = by_end.traces.iter().map(|t| t.trace_id.as_str()).collect();
-    assert_eq!(ids, ["tr-b", "tr-a", "tr-c"], "under way: last either way");
+    let ordered = |order: &'static str| {
+        let store = store.clone();
+        async move {
+            let order = [parse_order_by(order, Scope::Traces).unwrap()];
+            let page = store
+                .search_traces(&[exp], None, &order, 10, 0, &Viewer::Everyone)
+                .await
+                .unwrap();
+            page.traces
+                .into_iter()
+                .map(|t| t.trace_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        ordered("end_time_ms ASC").await,
+        ["tr-a", "tr-b", "tr-c"],
+        "under way: last"
+    );
+    assert_eq!(
+        ordered("end_time_ms DESC").await,
+        ["tr-b", "tr-a", "tr-c"],
+        "under way: last either way"
+    );
     let again = store.get_trace_info("tr-a").await.unwrap();
     assert!(matches!(
         store.start_trace(again, ana.as_owner()).await,
@@ -841,21 +856,11 @@ async fn assessments_override_update_and_go_with_their_trace() {
         .create_experiment_with("judged", None, &[], ana.as_owner())
         .await
         .unwrap();
-    let trace = |id: &str| trainyard_domain::tracking::TraceInfo {
-        trace_id: id.into(),
-        experiment_id: exp,
-        request_time: 1_000,
-        execution_time: Some(5),
-        state: "OK".into(),
-        request_preview: "{}".into(),
-        response_preview: String::new(),
-        client_request_id: None,
-        metadata: Vec::new(),
-        tags: Vec::new(),
-        assessments: Vec::new(),
-    };
     for id in ["tr-1", "tr-2"] {
-        store.start_trace(trace(id), ana.as_owner()).await.unwrap();
+        store
+            .start_trace(trace_of(exp, id), ana.as_owner())
+            .await
+            .unwrap();
     }
     let feedback = |name: &str, body: &str| NewAssessment {
         trace_id: "tr-1".into(),
@@ -1088,17 +1093,10 @@ async fn a_trace_search_page_carries_a_bounded_amount_of_assessments() {
     };
     for (i, id) in ["tr-d", "tr-c", "tr-b", "tr-a"].into_iter().enumerate() {
         let trace = trainyard_domain::tracking::TraceInfo {
-            trace_id: id.into(),
-            experiment_id: exp,
             request_time: 1_000 * (i as i64 + 1),
             execution_time: None,
-            state: "OK".into(),
             request_preview: String::new(),
-            response_preview: String::new(),
-            client_request_id: None,
-            metadata: Vec::new(),
-            tags: Vec::new(),
-            assessments: Vec::new(),
+            ..trace_of(exp, id)
         };
         store.start_trace(trace, ana.as_owner()).await.unwrap();
         if id != "tr-d" {
@@ -1328,21 +1326,12 @@ async fn traces_are_found_by_their_spans_one_span_holding_all_that_and_asks() {
         .unwrap();
     for id in ["tr-1", "tr-2", "tr-3", "tr-4"] {
         let info = trainyard_domain::tracking::TraceInfo {
-            trace_id: id.into(),
-            experiment_id: exp,
-            request_time: 1_000,
-            execution_time: Some(5),
-            state: "OK".into(),
-            request_preview: "{}".into(),
-            response_preview: String::new(),
-            client_request_id: None,
-            metadata: Vec::new(),
             tags: if id == "tr-2" {
                 vec![kv("reviewed", "yes")]
             } else {
                 Vec::new()
             },
-            assessments: Vec::new(),
+            ..trace_of(exp, id)
         };
         store.start_trace(info, ana.as_owner()).await.unwrap();
     }

@@ -199,24 +199,38 @@ impl Store {
                         let Ok(plain) = previous.open(purpose, &id, &stored) else {
                             return Ok(0);
                         };
-                        let mut sql = self.sql();
-                        sql.push(&format!("UPDATE {table} SET {column} = "))
-                            .bind(key.seal(purpose, &id, &plain))
-                            .push(" WHERE id = ")
-                            .bind(id)
-                            .push(&format!(" AND {column} = "))
-                            .bind(stored);
-                        let _turn = self.write_turn().await;
-                        Ok(self
-                            .connection()
-                            .execute_raw(sql.build())
-                            .await?
-                            .rows_affected())
+                        let sealed = key.seal(purpose, &id, &plain);
+                        self.replace_secret((table, column), &id, &stored, &sealed)
+                            .await
                     }
                 })
                 .await?;
         }
         Ok(resealed)
+    }
+
+    /// Writes `new` in place of `old` in `table.column` of row `id`, only
+    /// if `old` is still there; returns the rows changed (0 or 1).
+    async fn replace_secret(
+        &self,
+        (table, column): (&str, &str),
+        id: &str,
+        old: &str,
+        new: &str,
+    ) -> Result<u64, StoreError> {
+        let mut sql = self.sql();
+        sql.push(&format!("UPDATE {table} SET {column} = "))
+            .bind(new.to_owned())
+            .push(" WHERE id = ")
+            .bind(id.to_owned())
+            .push(&format!(" AND {column} = "))
+            .bind(old.to_owned());
+        let _turn = self.write_turn().await;
+        Ok(self
+            .connection()
+            .execute_raw(sql.build())
+            .await?
+            .rows_affected())
     }
 
     /// One page of the values kept in `table.column`, sealed or still in
@@ -284,19 +298,9 @@ impl Store {
         for (table, column, purpose) in SEALED {
             sealed += self
                 .each_secret((table, column), false, |id, plain| async move {
-                    let mut sql = self.sql();
-                    sql.push(&format!("UPDATE {table} SET {column} = "))
-                        .bind(self.seal(purpose, &id, &plain)?)
-                        .push(" WHERE id = ")
-                        .bind(id)
-                        .push(&format!(" AND {column} = "))
-                        .bind(plain);
-                    let _turn = self.write_turn().await;
-                    Ok(self
-                        .connection()
-                        .execute_raw(sql.build())
-                        .await?
-                        .rows_affected())
+                    let sealed = self.seal(purpose, &id, &plain)?;
+                    self.replace_secret((table, column), &id, &plain, &sealed)
+                        .await
                 })
                 .await?;
         }

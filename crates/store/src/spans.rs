@@ -132,10 +132,9 @@ pub fn search_spans(json: &Value) -> SearchSpans {
                 ));
             }
         }
-        let content = span.to_string();
-        if content.chars().count() > MAX_CONTENT_CHARS {
-            out.cut = true;
-        }
+        let whole = span.to_string();
+        let content = cut(&whole, MAX_CONTENT_CHARS);
+        out.cut |= content.len() < whole.len();
         out.spans.push(SearchSpan {
             span_id,
             name: cut(
@@ -144,7 +143,7 @@ pub fn search_spans(json: &Value) -> SearchSpans {
             ),
             span_type,
             status: cut(&span_status(span), 32),
-            content: cut(&content, MAX_CONTENT_CHARS),
+            content,
             attributes,
         });
     }

@@ -1230,18 +1230,16 @@ async fn a_webhook_event_waits_for_its_receiver_across_a_crash() {
     );
 }
 
-/// A server that comes back without the key that sealed its secrets (a
-/// data folder that did not survive) refuses to start, saying what to do,
-/// rather than end every session and fail every signed webhook; after
-/// `trainyard forget-secrets` it starts, the webhook turned off.
-#[tokio::test]
-async fn a_server_without_the_key_that_sealed_its_secrets_refuses_to_start() {
+/// Settings that let webhooks go to a loopback receiver without TLS.
+const LOOPBACK_WEBHOOKS: [(&str, &str); 2] = [
+    ("TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS", "true"),
+    ("TRAINYARD_WEBHOOK_SCHEMES", "http,https"),
+];
+
+/// A server with one webhook that has a (sealed) secret, and its id.
+async fn server_with_a_signed_webhook() -> (TestServer, String) {
     use serde_json::json;
-    let allow = [
-        ("TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS", "true"),
-        ("TRAINYARD_WEBHOOK_SCHEMES", "http,https"),
-    ];
-    let server = TestServer::start_with(&allow).await;
+    let server = TestServer::start_with(&LOOPBACK_WEBHOOKS).await;
     let made = common::post_json(
         server.addr,
         "/api/2.0/mlflow/webhooks",
@@ -1254,6 +1252,17 @@ async fn a_server_without_the_key_that_sealed_its_secrets_refuses_to_start() {
         .as_str()
         .unwrap()
         .to_owned();
+    (server, id)
+}
+
+/// A server that comes back without the key that sealed its secrets (a
+/// data folder that did not survive) refuses to start, saying what to do,
+/// rather than end every session and fail every signed webhook; after
+/// `trainyard forget-secrets` it starts, the webhook turned off.
+#[tokio::test]
+async fn a_server_without_the_key_that_sealed_its_secrets_refuses_to_start() {
+    let allow = LOOPBACK_WEBHOOKS;
+    let (server, id) = server_with_a_signed_webhook().await;
     let (db, data_dir) = server.crash().await;
     std::fs::remove_file(data_dir.path().join("secrets.key")).unwrap();
 
@@ -1425,24 +1434,8 @@ async fn traces_are_found_by_their_spans_written_now_or_kept_from_before() {
 /// key, so the next start needs the new key alone.
 #[tokio::test]
 async fn a_secrets_key_is_rotated_with_the_one_it_replaces() {
-    use serde_json::json;
-    let allow = [
-        ("TRAINYARD_WEBHOOK_ALLOW_PRIVATE_HOSTS", "true"),
-        ("TRAINYARD_WEBHOOK_SCHEMES", "http,https"),
-    ];
-    let server = TestServer::start_with(&allow).await;
-    let made = common::post_json(
-        server.addr,
-        "/api/2.0/mlflow/webhooks",
-        &json!({"name": "deployer", "url": "http://127.0.0.1:9/hook",
-                "events": [{"entity": "REGISTERED_MODEL", "action": "CREATED"}], "secret": "k"}),
-    )
-    .await;
-    assert_eq!(made.status, 200, "{}", made.body);
-    let id = made.json()["webhook"]["webhook_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let allow = LOOPBACK_WEBHOOKS;
+    let (server, id) = server_with_a_signed_webhook().await;
     let (db, data_dir) = server.crash().await;
     let old = std::fs::read_to_string(data_dir.path().join("secrets.key")).unwrap();
     let new = "5e".repeat(32);
