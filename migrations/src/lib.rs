@@ -25,6 +25,7 @@ mod m20261205_000020_trace_prompts;
 mod m20261205_000021_scorers;
 mod m20261205_000022_webhooks;
 mod m20261206_000023_trace_spans;
+mod m20261206_000024_traces_from_spans;
 
 pub struct Migrator;
 
@@ -55,6 +56,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000021_scorers::Migration),
             Box::new(m20261205_000022_webhooks::Migration),
             Box::new(m20261206_000023_trace_spans::Migration),
+            Box::new(m20261206_000024_traces_from_spans::Migration),
         ]
     }
 }

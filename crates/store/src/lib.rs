@@ -15,6 +15,7 @@ pub mod registry;
 pub mod scorers;
 pub mod seal;
 pub mod series;
+pub mod span_traces;
 pub mod spans;
 mod sql;
 pub mod telemetry;

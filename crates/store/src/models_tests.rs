@@ -1545,3 +1545,253 @@ async fn traces_are_found_by_their_spans_one_span_holding_all_that_and_asks() {
         assert_eq!(row.try_get::<i64>("", "n").unwrap(), 0, "{table}");
     }
 }
+
+#[tokio::test]
+async fn spans_make_a_trace_that_the_clients_summary_then_completes() {
+    use crate::span_traces::{RootSpan, SpansOfTrace};
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let bo = person(&store, "bo", &[]).await;
+    let exp = store
+        .create_experiment_with("agents", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let id = "tr-0af7651916cd43dd8448eb211c80319c";
+    // A child span first: the trace is under way, as long as that span.
+    let child = SpansOfTrace {
+        trace_id: id.into(),
+        start_ms: 2_000,
+        end_ms: Some(2_500),
+        root: None,
+        tags: vec![kv("service.name", "agent")],
+        metadata: vec![kv("mlflow.trace.user", "ana@uni")],
+    };
+    assert!(
+        store
+            .record_spans(exp, ana.as_owner(), None, &child)
+            .await
+            .unwrap()
+    );
+    let info = store.get_trace_info(id).await.unwrap();
+    assert_eq!(
+        (info.state.as_str(), info.request_time, info.execution_time),
+        ("IN_PROGRESS", 2_000, Some(500))
+    );
+    assert!(info.tags.contains(&kv("service.name", "agent")));
+    assert!(info.tags.contains(&kv(
+        "mlflow.artifactLocation",
+        &format!("mlflow-artifacts:/{exp}/traces/{id}/artifacts")
+    )));
+    assert_eq!(info.metadata, [kv("mlflow.trace.user", "ana@uni")]);
+    assert_eq!(store.trace_place(id).await.unwrap().1, ana.as_owner());
+    // The root span: earlier and later than the child, it settles the
+    // state, the previews and the name; metadata already there stays.
+    let root = SpansOfTrace {
+        trace_id: id.into(),
+        start_ms: 1_000,
+        end_ms: Some(3_000),
+        root: Some(RootSpan {
+            state: "ERROR".into(),
+            request_preview: "{\"q\": 1}".into(),
+            response_preview: String::new(),
+        }),
+        tags: vec![kv("mlflow.traceName", "plan")],
+        metadata: vec![kv("mlflow.trace.user", "someone else")],
+    };
+    assert!(
+        !store
+            .record_spans(exp, ana.as_owner(), None, &root)
+            .await
+            .unwrap()
+    );
+    let info = store.get_trace_info(id).await.unwrap();
+    assert_eq!(
+        (info.state.as_str(), info.request_time, info.execution_time),
+        ("ERROR", 1_000, Some(2_000))
+    );
+    assert_eq!(
+        (
+            info.request_preview.as_str(),
+            info.response_preview.as_str()
+        ),
+        ("{\"q\": 1}", "")
+    );
+    assert_eq!(info.metadata, [kv("mlflow.trace.user", "ana@uni")]);
+    assert_eq!(
+        traces_matching(
+            &store,
+            exp,
+            "trace.name = 'plan' AND trace.status = 'ERROR'"
+        )
+        .await,
+        [id]
+    );
+    // Someone else's summary of it is a duplicate; its owner's completes
+    // it, and the tags the spans set stay.
+    let mut summary = trace_of(exp, id);
+    summary.tags = vec![kv("mlflow.traceName", "plan")];
+    summary.response_preview = "done".into();
+    assert!(matches!(
+        store.start_trace(summary.clone(), bo.as_owner()).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let done = store
+        .start_trace(summary.clone(), ana.as_owner())
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.state.as_str(), done.request_time, done.execution_time),
+        ("OK", 1_000, Some(5))
+    );
+    assert_eq!(
+        (
+            done.request_preview.as_str(),
+            done.response_preview.as_str()
+        ),
+        ("{}", "done")
+    );
+    assert!(done.tags.contains(&kv("service.name", "agent")));
+    assert!(matches!(
+        store.start_trace(summary, ana.as_owner()).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    // Spans coming after the summary add their tags, and leave its times
+    // and state as the client said.
+    let late = SpansOfTrace {
+        trace_id: id.into(),
+        start_ms: 10,
+        end_ms: Some(90_000),
+        root: Some(RootSpan {
+            state: "ERROR".into(),
+            ..RootSpan::default()
+        }),
+        tags: vec![kv("deployment", "eu")],
+        metadata: Vec::new(),
+    };
+    store
+        .record_spans(exp, ana.as_owner(), None, &late)
+        .await
+        .unwrap();
+    let info = store.get_trace_info(id).await.unwrap();
+    assert_eq!(
+        (info.state.as_str(), info.request_time, info.execution_time),
+        ("OK", 1_000, Some(5))
+    );
+    assert!(info.tags.contains(&kv("deployment", "eu")));
+    // A job's spans file their new trace under its run.
+    let run = run_of(&store, exp, ana.id, None).await;
+    let other = SpansOfTrace {
+        trace_id: "tr-1af7651916cd43dd8448eb211c80319c".into(),
+        start_ms: 5,
+        ..SpansOfTrace::default()
+    };
+    store
+        .record_spans(exp, ana.as_owner(), Some(&run), &other)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.trace_run(&other.trace_id).await.unwrap().as_deref(),
+        Some(run.as_str())
+    );
+    assert_eq!(
+        traces_matching(
+            &store,
+            exp,
+            &format!("metadata.`mlflow.sourceRun` = '{run}'")
+        )
+        .await,
+        [other.trace_id.as_str()]
+    );
+    // Spans of an experiment that is gone make nothing.
+    assert!(matches!(
+        store
+            .record_spans(
+                exp + 999,
+                ana.as_owner(),
+                None,
+                &SpansOfTrace {
+                    trace_id: "tr-2".into(),
+                    ..SpansOfTrace::default()
+                }
+            )
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn spans_added_a_batch_at_a_time_replace_their_own_and_keep_the_bounds() {
+    use crate::spans::{MAX_SPANS, SearchSpan, search_spans};
+    use serde_json::json;
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("spans", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    store
+        .start_trace(trace_of(exp, "tr-1"), ana.as_owner())
+        .await
+        .unwrap();
+    let batch = |spans: Vec<serde_json::Value>| search_spans(&json!({ "spans": spans })).spans;
+    let first = batch(vec![
+        client_span("a", "plan", "AGENT", "UNSET", &[]),
+        client_span(
+            "b",
+            "search_web",
+            "TOOL",
+            "OK",
+            &[("engine", json!("duck"))],
+        ),
+    ]);
+    assert!(!store.add_trace_spans("tr-1", &first).await.unwrap());
+    assert_eq!(
+        traces_matching(&store, exp, "span.attributes.engine = 'duck'").await,
+        ["tr-1"]
+    );
+    // The root span again, ended now, and a new one.
+    let second = batch(vec![
+        client_span("a", "plan", "AGENT", "ERROR", &[]),
+        client_span("c", "look_up", "TOOL", "OK", &[]),
+    ]);
+    assert!(!store.add_trace_spans("tr-1", &second).await.unwrap());
+    for (filter, found) in [
+        ("span.name = 'plan' AND span.status = 'ERROR'", true),
+        ("span.name = 'plan' AND span.status = 'UNSET'", false),
+        ("span.name = 'search_web'", true),
+        ("span.name = 'look_up'", true),
+    ] {
+        assert_eq!(
+            !traces_matching(&store, exp, filter).await.is_empty(),
+            found,
+            "{filter}"
+        );
+    }
+    // A trace holding as many spans as are kept: a new span is left out
+    // (said), one kept already is still replaced.
+    let many: Vec<SearchSpan> = (0..MAX_SPANS)
+        .map(|i| SearchSpan {
+            span_id: format!("s{i}"),
+            name: "step".into(),
+            span_type: String::new(),
+            status: "OK".into(),
+            content: String::new(),
+            attributes: Vec::new(),
+        })
+        .collect();
+    assert!(store.index_trace_spans("tr-1", &many, false).await.unwrap());
+    let over = batch(vec![
+        client_span("s0", "first step", "TOOL", "OK", &[]),
+        client_span("late", "late", "TOOL", "OK", &[]),
+    ]);
+    assert!(store.add_trace_spans("tr-1", &over).await.unwrap());
+    assert_eq!(
+        traces_matching(&store, exp, "span.name = 'first step'").await,
+        ["tr-1"]
+    );
+    assert!(
+        traces_matching(&store, exp, "span.name = 'late'")
+            .await
+            .is_empty()
+    );
+}

@@ -184,6 +184,78 @@ impl Store {
                 .bind(trace_id.to_owned());
             txn.execute_raw(sql.build()).await?;
         }
+        self.insert_spans(&txn, trace_id, spans).await?;
+        txn.commit().await?;
+        Ok(true)
+    }
+
+    /// Keeps more spans of a trace for search (sent over OTLP, a batch at a
+    /// time): a span kept before under the same id is replaced, and the
+    /// trace's bounds ([`MAX_SPANS`], [`MAX_ATTRIBUTES`]) hold, spans past
+    /// them left out. Ok is whether some were.
+    pub async fn add_trace_spans(
+        &self,
+        trace_id: &str,
+        spans: &[SearchSpan],
+    ) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let txn = self.begin_write().await?;
+        crate::span_traces::lock_trace(&txn, trace_id).await?;
+        let ids: Vec<String> = spans.iter().map(|s| s.span_id.clone()).collect();
+        for chunk in ids.chunks(ROWS_PER_INSERT) {
+            for table in ["trace_span_attributes", "trace_spans"] {
+                let mut sql = self.sql();
+                sql.push(&format!("DELETE FROM {table} WHERE trace_id = "))
+                    .bind(trace_id.to_owned())
+                    .push(" AND span_id IN ")
+                    .bind_list(chunk.iter().cloned());
+                txn.execute_raw(sql.build()).await?;
+            }
+        }
+        let mut held = Vec::with_capacity(2);
+        for table in ["trace_spans", "trace_span_attributes"] {
+            let mut sql = self.sql();
+            sql.push(&format!(
+                "SELECT COUNT(*) AS n FROM {table} WHERE trace_id = "
+            ))
+            .bind(trace_id.to_owned());
+            let n: i64 = match txn.query_one_raw(sql.build()).await? {
+                Some(row) => get(&row, "n")?,
+                None => 0,
+            };
+            held.push(usize::try_from(n).unwrap_or(usize::MAX));
+        }
+        let (mut spans_left, mut attributes_left) = (
+            MAX_SPANS.saturating_sub(held[0]),
+            MAX_ATTRIBUTES.saturating_sub(held[1]),
+        );
+        let mut kept = Vec::with_capacity(spans.len());
+        for span in spans {
+            if spans_left == 0 || span.attributes.len() > attributes_left {
+                break;
+            }
+            spans_left -= 1;
+            attributes_left -= span.attributes.len();
+            kept.push(span.clone());
+        }
+        let cut = kept.len() < spans.len();
+        self.insert_spans(&txn, trace_id, &kept).await?;
+        let mut sql = self.sql();
+        sql.push("UPDATE traces SET spans_indexed = ")
+            .bind(now_millis())
+            .push(" WHERE id = ")
+            .bind(trace_id.to_owned());
+        txn.execute_raw(sql.build()).await?;
+        txn.commit().await?;
+        Ok(cut)
+    }
+
+    async fn insert_spans(
+        &self,
+        txn: &sea_orm::DatabaseTransaction,
+        trace_id: &str,
+        spans: &[SearchSpan],
+    ) -> Result<(), StoreError> {
         for chunk in spans.chunks(ROWS_PER_INSERT) {
             let mut sql = self.sql();
             sql.push(
@@ -230,8 +302,7 @@ impl Store {
             }
             txn.execute_raw(sql.build()).await?;
         }
-        txn.commit().await?;
-        Ok(true)
+        Ok(())
     }
 
     /// Traces whose spans were never read for search (kept before search

@@ -1,8 +1,9 @@
 //! MLflow 3's traces: their summaries, tags and request metadata, search,
 //! deletion, and the run a trace belongs to. Spans are in each trace's
-//! `traces.json` artifact, which the client writes and reads itself.
+//! `traces.json` artifact, which the client writes and reads itself (or
+//! the server, from the spans an OpenTelemetry exporter sends).
 
-use sea_orm::{ConnectionTrait, EntityTrait, QueryResult};
+use sea_orm::{ConnectionTrait, QueryResult};
 use trainyard_domain::identity::{Owner, User};
 use trainyard_domain::query::{Expr, Field, OrderBy, Scope};
 use trainyard_domain::tracking::TraceInfo;
@@ -38,7 +39,9 @@ fn trace_not_found(id: &str) -> StoreError {
 
 impl Store {
     /// Records a trace that the client finished. Its artifact location (for
-    /// `traces.json`) is under its experiment's; a trace id is recorded once.
+    /// `traces.json`) is under its experiment's; a trace id is recorded
+    /// once, except that the summary completes a trace its owner's spans
+    /// made (`record_spans`).
     pub async fn start_trace(
         &self,
         mut info: TraceInfo,
@@ -47,26 +50,12 @@ impl Store {
         {
             let _turn = self.write_turn().await;
             let txn = self.begin_write().await?;
-            let experiment = crate::entity::experiment::Entity::find_by_id(info.experiment_id)
-                .one(&txn)
-                .await?
-                .ok_or_else(|| {
-                    StoreError::NotFound(format!(
-                        "No Experiment with id={} exists",
-                        info.experiment_id
-                    ))
-                })?;
-            if experiment.lifecycle_stage != "active" {
-                return Err(StoreError::Rejected(format!(
-                    "The experiment {} must be in the 'active' state. Current state is {}.",
-                    info.experiment_id, experiment.lifecycle_stage
-                )));
-            }
-            let location = format!(
-                "{}/traces/{}/artifacts",
-                experiment.artifact_location.trim_end_matches('/'),
-                info.trace_id
-            );
+            // On PostgreSQL, after or before the spans that make it
+            // (`record_spans`), never beside them.
+            crate::span_traces::lock_trace(&txn, &info.trace_id).await?;
+            let (location, team_id) = self
+                .trace_location(&txn, info.experiment_id, &info.trace_id)
+                .await?;
             info.tags.retain(|(k, _)| k != ARTIFACT_LOCATION_TAG);
             info.tags
                 .push((ARTIFACT_LOCATION_TAG.to_owned(), location.clone()));
@@ -88,7 +77,7 @@ impl Store {
                 .push(", ")
                 .bind(info.experiment_id)
                 .push(", ")
-                .bind(name)
+                .bind(name.clone())
                 .push(", ")
                 .bind(info.request_time)
                 .push(", ")
@@ -102,15 +91,19 @@ impl Store {
                 .push(", ")
                 .bind(info.client_request_id.clone())
                 .push(", ")
-                .bind(run_id)
+                .bind(run_id.clone())
                 .push(", ")
                 .bind(location)
                 .push(", ")
                 .bind(owner.user_id)
                 .push(", ")
-                .bind(experiment.team_id.or(owner.team_id))
+                .bind(team_id.or(owner.team_id))
                 .push(") ON CONFLICT (id) DO NOTHING");
-            if txn.execute_raw(sql.build()).await?.rows_affected() == 0 {
+            if txn.execute_raw(sql.build()).await?.rows_affected() == 0
+                && !self
+                    .complete_trace_from_spans(&txn, &info, &name, run_id.as_deref(), owner)
+                    .await?
+            {
                 return Err(StoreError::Conflict {
                     what: format!("Trace with ID '{}'", info.trace_id),
                 });
