@@ -412,6 +412,66 @@ def test_traces_are_found_by_their_spans(tracking, unique):
         found("span.duration = '1'")
 
 
+def test_an_opentelemetry_exporters_spans_make_a_trace(tracking, unique):
+    """Spans from OpenTelemetry's own SDK and OTLP exporter (any language's
+    would do), sent to /v1/traces as they end, make a trace that MLflow's
+    client reads and finds by its spans."""
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    experiment_id = mlflow.set_experiment(f"otel-{unique}").experiment_id
+    with mlflow.start_run() as run:
+        pass
+    provider = TracerProvider(resource=Resource.create({"service.name": f"agent-{unique}"}))
+    exporter = OTLPSpanExporter(
+        endpoint=f"{tracking}/v1/traces",
+        headers={"x-mlflow-experiment-id": experiment_id, "x-mlflow-run-id": run.info.run_id},
+        compression=Compression.Gzip,
+    )
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("plan") as root:
+        with tracer.start_as_current_span("search_web") as child:
+            child.set_attribute("mlflow.spanType", "TOOL")
+            child.set_attribute("engine", "duck")
+        with tracer.start_as_current_span("look_up") as failing:
+            failing.set_status(Status(StatusCode.ERROR, "no such page"))
+    provider.shutdown()
+    trace_id = "tr-" + format(root.get_span_context().trace_id, "032x")
+
+    trace = mlflow.get_trace(trace_id)
+    assert trace.info.state.value == "OK"
+    assert trace.info.tags["service.name"] == f"agent-{unique}"
+    spans = {s.name: s for s in trace.data.spans}
+    assert sorted(spans) == ["look_up", "plan", "search_web"]
+    assert spans["plan"].parent_id is None
+    assert spans["search_web"].parent_id == spans["plan"].span_id
+    assert spans["search_web"].span_type == "TOOL"
+    assert spans["search_web"].attributes["engine"] == "duck"
+    assert spans["look_up"].status.status_code == "ERROR"
+    assert spans["look_up"].status.description == "no such page"
+
+    def found(**query):
+        hits = mlflow.search_traces(experiment_ids=[experiment_id], return_type="list", **query)
+        return [t.info.trace_id for t in hits]
+
+    assert found(filter_string="span.name = 'look_up' AND span.status = 'ERROR'") == [trace_id]
+    assert found(filter_string="span.name = 'search_web' AND span.status = 'ERROR'") == []
+    assert found(filter_string="span.attributes.engine LIKE '%duck%'") == [trace_id]
+    assert found(run_id=run.info.run_id) == [trace_id]
+
+    # Without the experiment header, the server says what is missing.
+    response = requests.post(
+        f"{tracking}/v1/traces", data=b"", headers={"Content-Type": "application/x-protobuf"}
+    )
+    assert response.status_code in (400, 422)
+    assert "x-mlflow-experiment-id" in response.text.lower()
+
+
 def test_feedback_and_expectations_on_traces_are_kept_overridden_and_deleted(tracking, unique):
     from mlflow.entities import AssessmentError, AssessmentSource, Feedback
 

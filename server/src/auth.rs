@@ -262,7 +262,11 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
         return true;
     }
     // Traces of its run and their assessments, as `mlflow.genai.evaluate`
-    // records them (the handlers check that the trace is its run's).
+    // records them, and their spans (the handlers check that the trace is
+    // its run's).
+    if path == "/v1/traces" {
+        return true;
+    }
     if path.ends_with("/mlflow/traces")
         || (path.contains("/mlflow/traces/") && path.ends_with("/assessments"))
     {
@@ -744,6 +748,8 @@ mod tests {
             "/api/3.0/mlflow/traces/tr-1/assessments/a-1"
         ));
         assert!(run_token_allows(&post, "/api/3.0/mlflow/traces/search"));
+        assert!(run_token_allows(&post, "/v1/traces"));
+        assert!(!run_token_allows(&Method::DELETE, "/v1/traces"));
         assert!(run_token_allows(
             &post,
             "/api/2.0/mlflow/traces/link-to-run"

@@ -333,6 +333,7 @@ async fn upload(
         body.into_data_stream(),
     )
     .await?;
+    index_if_trace_file(&state, &path).await;
     Ok((StatusCode::OK, axum::Json(json!({}))).into_response())
 }
 
@@ -439,18 +440,48 @@ where
             });
         }
     };
+    // A trace's spans: those the file holds stay beside those written now
+    // (the spans that other processes of the trace sent to /v1/traces).
+    let written = match trace_file(path) {
+        Some((experiment, trace_id)) => {
+            match merge_trace_file(state, experiment, trace_id, &temp, written).await {
+                Ok(merged) if merged <= room => merged,
+                Ok(_) => {
+                    let _ = tokio::fs::remove_file(&temp).await;
+                    return Err(over_quota(quota.expect("room is bounded by a quota")));
+                }
+                Err(err) => {
+                    let _ = tokio::fs::remove_file(&temp).await;
+                    return Err(err);
+                }
+            }
+        }
+        None => written,
+    };
     tokio::fs::rename(&temp, target).await.map_err(io_error)?;
     if let Some(owner) = owner {
         state
             .artifact_usage
             .add(owner, written as i64 - replaced as i64);
     }
-    // A trace's spans: kept for search as they are written (the owner's
-    // next write need not wait for it).
-    drop(_turn);
+    Ok(written)
+}
+
+/// The experiment and trace of a trace's `traces.json` at `path`.
+fn trace_file(path: &str) -> Option<(i64, &str)> {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    if let [experiment, "traces", trace_id, "artifacts", "traces.json"] = segments.as_slice()
-        && let Ok(experiment) = experiment.parse::<i64>()
+    match segments.as_slice() {
+        [experiment, "traces", trace_id, "artifacts", "traces.json"] => {
+            Some((experiment.parse().ok()?, *trace_id))
+        }
+        _ => None,
+    }
+}
+
+/// A trace's spans, kept for search once its `traces.json` at `path` is
+/// written (after the owner's write turn: their next write need not wait).
+pub(super) async fn index_if_trace_file(state: &AppState, path: &str) {
+    if let Some((experiment, trace_id)) = trace_file(path)
         && let Err(e) = super::traces::index_spans(
             &state.store,
             &state.artifact_root,
@@ -462,7 +493,52 @@ where
     {
         tracing::warn!(trace = %trace_id, error = %e, "could not keep a trace's spans for search");
     }
-    Ok(written)
+}
+
+/// A trace's `traces.json` about to be written (`temp`, `written` bytes)
+/// with the spans of the one in place that it lacks, written back into
+/// `temp`; Ok is its size then. A file past the bound of a trace's spans,
+/// or not `{"spans": [...]}`, is replaced as it is.
+async fn merge_trace_file(
+    state: &AppState,
+    experiment: i64,
+    trace_id: &str,
+    temp: &Path,
+    written: usize,
+) -> Result<usize, ApiError> {
+    use trainyard_domain::explorer::MAX_TRACE_FILE;
+    if written as u64 > MAX_TRACE_FILE {
+        return Ok(written);
+    }
+    let existing = match trainyard_app::explorer::models::read_trace_file(
+        &state.artifact_root,
+        experiment,
+        trace_id,
+    )
+    .await
+    {
+        Ok(Some(bytes)) => bytes,
+        _ => return Ok(written),
+    };
+    let incoming = tokio::fs::read(temp).await.map_err(io_error)?;
+    // Parsed off the async threads: two files of up to 16 MiB.
+    let merged = tokio::task::spawn_blocking(move || {
+        let existing = serde_json::from_slice(&existing).ok()?;
+        let incoming = serde_json::from_slice(&incoming).ok()?;
+        super::otlp::merge_spans(existing, incoming).and_then(|v| serde_json::to_vec(&v).ok())
+    })
+    .await
+    .map_err(ApiError::internal)?;
+    let Some(merged) = merged else {
+        return Ok(written);
+    };
+    if merged.len() as u64 > MAX_TRACE_FILE {
+        return Err(super::otlp::full(trace_id));
+    }
+    let mut file = tokio::fs::File::create(temp).await.map_err(io_error)?;
+    file.write_all(&merged).await.map_err(io_error)?;
+    file.sync_all().await.map_err(io_error)?;
+    Ok(merged.len())
 }
 
 /// The account a run's (or a model's) artifacts count against: its owner.

@@ -13,6 +13,7 @@ mod experiments;
 mod metrics;
 mod models;
 mod multipart;
+pub mod otlp;
 mod registry;
 pub mod request;
 mod runs;
@@ -277,7 +278,10 @@ pub fn routes(artifact_limit: usize) -> Router<AppState> {
         .nest("/ajax-api/2.0/mlflow", tracking_routes())
         .nest("/api/3.0/mlflow", v3_routes())
         .nest("/ajax-api/3.0/mlflow", v3_routes())
-        .route("/v1/traces", post(traces::otlp))
+        .route(
+            "/v1/traces",
+            post(otlp::export).layer(DefaultBodyLimit::max(otlp::MAX_OTLP_BODY)),
+        )
         .route("/version", get(version))
         .route("/health", get(health))
         .nest("/api/2.0/mlflow-artifacts", artifacts.clone())

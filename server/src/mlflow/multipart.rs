@@ -425,6 +425,7 @@ pub async fn complete(
         Box::pin(joined),
     )
     .await?;
+    super::artifacts::index_if_trace_file(&state, &path).await;
     tokio::fs::remove_dir_all(&dir).await.map_err(io_error)?;
     Ok(axum::Json(json!({})))
 }

@@ -1,14 +1,13 @@
 //! MLflow 3's traces (`@mlflow.trace`, `mlflow.search_traces`): the v3
-//! trace API under `/api/3.0/mlflow/traces`, tags and deletion under 2.0,
-//! and `/v1/traces` (OTLP) answered "not supported", so that the client
-//! keeps the spans in the trace's `traces.json` artifact, as it does with
-//! MLflow servers whose store takes no spans.
+//! trace API under `/api/3.0/mlflow/traces`, tags and deletion under 2.0.
+//! Spans are in each trace's `traces.json` artifact: the client writes it,
+//! and spans sent to `/v1/traces` (OTLP, see `otlp.rs`) are merged into
+//! it.
 
 use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use trainyard_domain::identity::Via;
@@ -716,18 +715,6 @@ pub async fn index_unread_spans(store: trainyard_store::Store, artifact_root: st
             traces = read,
             "read the spans of traces kept before spans were searched"
         );
-    }
-}
-
-/// `POST /v1/traces`: OTLP spans. The client reads this message, stops
-/// sending spans here and writes them into the trace's `traces.json`
-/// artifact instead. (A 404, not MLflow's 501: the access log would count
-/// every client's first trace as a server failure.)
-pub async fn otlp() -> ApiError {
-    ApiError {
-        status: StatusCode::NOT_FOUND,
-        code: "ENDPOINT_NOT_FOUND",
-        message: "REST OTLP span logging is not supported by this server: spans are kept in each trace's traces.json artifact".to_owned(),
     }
 }
 

@@ -738,6 +738,22 @@ print("trace-search", send("/api/3.0/mlflow/traces/search", where)[0])
 prompts = {"prompt_versions": [{"name": "greet", "version": "1"}]}
 print("prompts-own", send("/api/2.0/mlflow/traces/link-prompts", {"trace_id": "tr-job-own", **prompts})[0])
 print("prompts-other", send("/api/2.0/mlflow/traces/link-prompts", {"trace_id": "tr-alice", **prompts})[0])
+# Spans over OTLP: a new trace of its run's experiment is filed under its
+# run; none elsewhere, none joining a trace of someone else's.
+def otlp(trace_hex, where):
+    span = {"traceId": trace_hex, "spanId": "0102030405060708", "name": "step", "startTimeUnixNano": "1"}
+    body = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    headers = {**auth, "x-mlflow-experiment-id": where}
+    req = urllib.request.Request(uri + "/v1/traces", json.dumps(body).encode(), headers)
+    try:
+        return urllib.request.urlopen(req).status
+    except urllib.error.HTTPError as e:
+        return e.code
+print("otlp-own", otlp("0b" * 16, exp))
+got = urllib.request.urlopen(urllib.request.Request(uri + "/api/3.0/mlflow/traces/tr-" + "0b" * 16, headers=auth))
+print("otlp-run", json.load(got)["trace"]["trace_info"]["trace_metadata"].get("mlflow.sourceRun") == own)
+print("otlp-elsewhere", otlp("0c" * 16, os.environ["OTHER_EXP"]))
+print("otlp-other", otlp("0a" * 16, exp))
 # Evaluation datasets: read (an evaluation reads its data), not written.
 ds = "/api/3.0/mlflow/datasets/" + os.environ["DATASET"]
 def get(path):
@@ -784,6 +800,24 @@ print("scorer-delete", send("/api/3.0/mlflow/scorers/delete", {"experiment_id": 
     )
     .await;
     assert_eq!(alices_trace.status, 200, "{}", alices_trace.body);
+    // And one that her exporter's spans made, in the job's experiment.
+    let alices_spans = request(
+        server.addr,
+        "POST",
+        "/v1/traces",
+        &[
+            ("Authorization", alice.as_str()),
+            ("Content-Type", "application/json"),
+            ("x-mlflow-experiment-id", "0"),
+        ],
+        json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+            "traceId": "0a".repeat(16), "spanId": "0102030405060708", "name": "hers",
+        }]}]}]})
+        .to_string()
+        .as_bytes(),
+    )
+    .await;
+    assert_eq!(alices_spans.status, 200, "{}", alices_spans.body);
     let other_exp = call(
         &server,
         "POST",
@@ -877,6 +911,10 @@ print("scorer-delete", send("/api/3.0/mlflow/scorers/delete", {"experiment_id": 
         "trace-search 200",
         "prompts-own 200",
         "prompts-other 403",
+        "otlp-own 200",
+        "otlp-run True",
+        "otlp-elsewhere 403",
+        "otlp-other 403",
         "dataset-get 200 200 200",
         "dataset-search 200",
         "dataset-create 403",

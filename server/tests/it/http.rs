@@ -1366,24 +1366,7 @@ async fn traces_are_found_by_their_spans_written_now_or_kept_from_before() {
 
     let search = |addr, filter: &'static str| {
         let exp = exp.clone();
-        async move {
-            let found = common::post_json(
-                addr,
-                "/api/3.0/mlflow/traces/search",
-                &json!({"locations": [{"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}}], "filter": filter}),
-            )
-            .await;
-            assert_eq!(found.status, 200, "{filter}: {}", found.body);
-            let ids: Vec<String> = found.json()["traces"]
-                .as_array()
-                .map(|all| {
-                    all.iter()
-                        .map(|t| t["trace_id"].as_str().unwrap_or_default().to_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
-            ids
-        }
+        async move { traces_found(addr, &exp, filter).await }
     };
     let server = TestServer::start_in(db, data_dir, &[]).await;
     assert_eq!(
@@ -1455,4 +1438,215 @@ async fn a_secrets_key_is_rotated_with_the_one_it_replaces() {
         .await
         .json();
     assert_eq!(hook["webhook"]["status"], "ACTIVE", "{hook}");
+}
+
+/// `/v1/traces`: spans an OpenTelemetry exporter sends (protobuf, gzip)
+/// make a trace, are kept in its `traces.json` as MLflow's client keeps
+/// them and are searched; more spans (OTLP/JSON) join them; the client's
+/// summary completes the trace, and its own `traces.json` upload keeps the
+/// spans it lacks.
+#[tokio::test]
+async fn spans_sent_over_otlp_make_a_trace_that_the_client_completes() {
+    use serde_json::{Value, json};
+    use std::io::Write;
+    let server = TestServer::start().await;
+    let exp = "0";
+    let run = common::new_run(server.addr, Some("agent")).await;
+    let testdata = common::workspace_root().join("server/src/mlflow/testdata");
+    let request = hex_decode(&std::fs::read_to_string(testdata.join("otlp-request.hex")).unwrap());
+    let kept: Value =
+        serde_json::from_str(&std::fs::read_to_string(testdata.join("otlp-spans.json")).unwrap())
+            .unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&request).unwrap();
+    let gz = gz.finish().unwrap();
+    let otlp = |headers: Vec<(&'static str, String)>, body: Vec<u8>| {
+        let addr = server.addr;
+        async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            common::request(addr, "POST", "/v1/traces", &headers, &body).await
+        }
+    };
+    let protobuf = || ("Content-Type", "application/x-protobuf".to_owned());
+
+    let refused = otlp(vec![protobuf()], request.clone()).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("x-mlflow-experiment-id"),
+        "{}",
+        refused.body
+    );
+    let refused = otlp(
+        vec![
+            ("Content-Type", "text/plain".into()),
+            ("x-mlflow-experiment-id", exp.into()),
+        ],
+        request.clone(),
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("application/x-protobuf"),
+        "{}",
+        refused.body
+    );
+    let refused = otlp(
+        vec![protobuf(), ("x-mlflow-experiment-id", "424242".into())],
+        request.clone(),
+    )
+    .await;
+    assert_eq!(refused.status, 404, "{}", refused.body);
+
+    let sent = otlp(
+        vec![
+            protobuf(),
+            ("Content-Encoding", "gzip".into()),
+            ("x-mlflow-experiment-id", exp.into()),
+            ("x-mlflow-run-id", run.clone()),
+        ],
+        gz,
+    )
+    .await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    assert_eq!(sent.header("content-type"), Some("application/x-protobuf"));
+    let id = "tr-0af7651916cd43dd8448eb211c80319c";
+    let info = server
+        .get(&format!("/api/3.0/mlflow/traces/{id}"))
+        .await
+        .json();
+    let info = &info["trace"]["trace_info"];
+    assert_eq!(info["state"], "OK", "{info}");
+    assert_eq!(info["tags"]["service.name"], "agent", "{info}");
+    assert_eq!(
+        info["tags"]["mlflow.artifactLocation"],
+        format!("mlflow-artifacts:/{exp}/traces/{id}/artifacts")
+    );
+    let file =
+        format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/traces/{id}/artifacts/traces.json");
+    assert_eq!(server.get(&file).await.json(), kept);
+
+    let search = |filter: String| async move { traces_found(server.addr, exp, &filter).await };
+    assert_eq!(
+        search("span.name = 'score' AND span.status = 'ERROR'".into()).await,
+        [id]
+    );
+    assert_eq!(search(format!("run_id = '{run}'")).await, [id]);
+
+    // A child span that ended later, sent as OTLP/JSON with hex ids.
+    let tool = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "0af7651916cd43dd8448eb211c80319c",
+        "spanId": "1111111111111111",
+        "parentSpanId": "00f067aa0ba902b7",
+        "name": "lookup",
+        "startTimeUnixNano": "1765000000300000000",
+        "endTimeUnixNano": "1765000000400000000",
+        "attributes": [{"key": "mlflow.spanType", "value": {"stringValue": "TOOL"}}],
+    }]}]}]});
+    let sent = otlp(
+        vec![
+            ("Content-Type", "application/json".into()),
+            ("x-mlflow-experiment-id", exp.into()),
+        ],
+        tool.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    assert_eq!(sent.json(), json!({}));
+    let spans = server.get(&file).await.json();
+    let names: Vec<&str> = spans["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["score", "root", "lookup"]);
+    assert_eq!(search("span.type = 'TOOL'".into()).await, [id]);
+
+    // The client's summary of the trace completes it.
+    let started = common::post_json(
+        server.addr,
+        "/api/3.0/mlflow/traces",
+        &json!({"trace": {"trace_info": {
+            "trace_id": id,
+            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}},
+            "request_time": "2026-12-06T10:00:00.000Z",
+            "execution_duration": "0.5s",
+            "state": "ERROR",
+            "tags": {"mlflow.traceName": "root"},
+        }}}),
+    )
+    .await;
+    assert_eq!(started.status, 200, "{}", started.body);
+    let info = &started.json()["trace"]["trace_info"];
+    assert_eq!(
+        (
+            &info["state"],
+            &info["request_time"],
+            &info["tags"]["service.name"]
+        ),
+        (
+            &json!("ERROR"),
+            &json!("2026-12-06T10:00:00.000Z"),
+            &json!("agent")
+        ),
+        "{info}"
+    );
+    // Its upload of traces.json, with the root span alone (ended now),
+    // keeps the spans it lacks.
+    let mut root = kept["spans"][1].clone();
+    root["end_time_unix_nano"] = json!(1765000000500000000u64);
+    let uploaded = common::request(
+        server.addr,
+        "PUT",
+        &file,
+        &[],
+        json!({"spans": [root.clone()]}).to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(uploaded.status, 200, "{}", uploaded.body);
+    let spans = server.get(&file).await.json();
+    assert_eq!(spans["spans"].as_array().unwrap().len(), 3, "{spans}");
+    assert_eq!(spans["spans"][1], root);
+    // A second summary of it is a duplicate.
+    let again = common::post_json(
+        server.addr,
+        "/api/3.0/mlflow/traces",
+        &json!({"trace": {"trace_info": {
+            "trace_id": id,
+            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}},
+            "request_time": "2026-12-06T10:00:00.000Z",
+        }}}),
+    )
+    .await;
+    assert_eq!(again.status, 400, "{}", again.body);
+    assert_eq!(again.json()["error_code"], "RESOURCE_ALREADY_EXISTS");
+}
+
+/// The ids of the traces of experiment `exp` that `filter` finds.
+async fn traces_found(addr: std::net::SocketAddr, exp: &str, filter: &str) -> Vec<String> {
+    use serde_json::json;
+    let found = common::post_json(
+        addr,
+        "/api/3.0/mlflow/traces/search",
+        &json!({"locations": [{"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}}], "filter": filter}),
+    )
+    .await;
+    assert_eq!(found.status, 200, "{filter}: {}", found.body);
+    found.json()["traces"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .map(|t| t["trace_id"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn hex_decode(text: &str) -> Vec<u8> {
+    let text = text.trim();
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
 }
