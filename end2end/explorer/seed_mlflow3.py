@@ -4,8 +4,10 @@ registered, with an alias), and a trace of two nested spans with a judge's
 feedback, a person's that overrides it, and an expectation; and an
 evaluation dataset of two records, one of them made from the trace; two
 registered scorers, one in two versions; and, in experiments of their own,
-a trace that loaded a registered prompt and one whose span raised. Prints
-the ids as JSON. Usage: seed_mlflow3.py URL EXPERIMENT"""
+a trace that loaded a registered prompt, one whose span raised, and one
+that an OpenTelemetry exporter is still sending (its child span ended and
+was sent, its root has not). Prints the ids as JSON. Usage:
+seed_mlflow3.py URL EXPERIMENT"""
 
 import json
 import sys
@@ -15,6 +17,11 @@ import pandas as pd
 from mlflow.entities import AssessmentSource, LoggedModelStatus
 from mlflow.genai.judges import make_judge
 from mlflow.genai.scorers import Guidelines
+from opentelemetry import trace as otel_trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 url, experiment = sys.argv[1], sys.argv[2]
 mlflow.set_tracking_uri(url)
@@ -104,6 +111,20 @@ except ConnectionError:
     pass
 mlflow.flush_trace_async_logging()
 failed_trace = mlflow.get_last_active_trace_id()
+otel_experiment_id = mlflow.set_experiment(f"{experiment}-otel").experiment_id
+provider = TracerProvider(resource=Resource.create({"service.name": "planner"}))
+provider.add_span_processor(
+    SimpleSpanProcessor(
+        OTLPSpanExporter(endpoint=f"{url}/v1/traces", headers={"x-mlflow-experiment-id": otel_experiment_id})
+    )
+)
+tracer = provider.get_tracer("seed")
+root = tracer.start_span("plan")
+with otel_trace.use_span(root):
+    with tracer.start_as_current_span("search_web") as child:
+        child.set_attribute("mlflow.spanType", "TOOL")
+provider.force_flush()
+otel_trace_id = "tr-" + format(root.get_span_context().trace_id, "032x")
 registered = f"shapes-{experiment}"
 version = mlflow.register_model(f"models:/{model.model_id}", registered)
 mlflow.MlflowClient().set_registered_model_alias(registered, "champion", version.version)
@@ -119,6 +140,8 @@ print(
             "prompt": prompt,
             "prompted_trace_id": prompted_trace,
             "failed_trace_id": failed_trace,
+            "otel_experiment_id": otel_experiment_id,
+            "otel_trace_id": otel_trace_id,
         }
     )
 )

@@ -27,6 +27,8 @@ type Seeded = {
   prompt: string;
   prompted_trace_id: string;
   failed_trace_id: string;
+  otel_experiment_id: string;
+  otel_trace_id: string;
 };
 
 function seed(baseURL: string): Seeded {
@@ -135,6 +137,14 @@ test("an experiment's traces open to their span tree", async ({ page, baseURL })
   await expect(exception).toContainText('ConnectionError: no route to http://docs.internal');
   await expect(exception).toContainText('Traceback');
   await expect(exception).toContainText('in fetch');
+  // A trace an OpenTelemetry exporter is still sending: under way, with
+  // the spans that ended so far.
+  await page.goto(`/experiments/${seeded.otel_experiment_id}/traces`);
+  const sent = page.locator(`[data-testid="trace-list"] tbody tr[data-trace="${seeded.otel_trace_id}"]`);
+  await expect(sent).toContainText('in_progress');
+  await sent.getByRole('link').click();
+  await expect(page).toHaveURL(new RegExp(`/traces/${seeded.otel_trace_id}$`));
+  await expect(page.locator('[data-testid="spans"] tbody tr[data-span="search_web"]')).toContainText('TOOL');
 });
 
 test("an experiment's evaluation datasets open to their records", async ({ page, baseURL }) => {
