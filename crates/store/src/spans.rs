@@ -201,6 +201,15 @@ impl Store {
         let _turn = self.write_turn().await;
         let txn = self.begin_write().await?;
         crate::span_traces::lock_trace(&txn, trace_id).await?;
+        let mut sql = self.sql();
+        sql.push("UPDATE traces SET spans_indexed = ")
+            .bind(now_millis())
+            .push(" WHERE id = ")
+            .bind(trace_id.to_owned());
+        if txn.execute_raw(sql.build()).await?.rows_affected() == 0 {
+            // Deleted meanwhile: its spans go with it.
+            return Ok(false);
+        }
         let ids: Vec<String> = spans.iter().map(|s| s.span_id.clone()).collect();
         for chunk in ids.chunks(ROWS_PER_INSERT) {
             for table in ["trace_span_attributes", "trace_spans"] {
@@ -240,12 +249,6 @@ impl Store {
         }
         let cut = kept.len() < spans.len();
         self.insert_spans(&txn, trace_id, &kept).await?;
-        let mut sql = self.sql();
-        sql.push("UPDATE traces SET spans_indexed = ")
-            .bind(now_millis())
-            .push(" WHERE id = ")
-            .bind(trace_id.to_owned());
-        txn.execute_raw(sql.build()).await?;
         txn.commit().await?;
         Ok(cut)
     }
