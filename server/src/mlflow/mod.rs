@@ -13,7 +13,7 @@ mod experiments;
 mod metrics;
 mod models;
 mod multipart;
-pub mod otlp;
+mod otlp;
 mod registry;
 pub mod request;
 mod runs;
