@@ -10,7 +10,7 @@ build:    ## the release build only (server binary + target/site)
 test:     ## fmt, clippy, tests on SQLite and PostgreSQL, browser tests
 	@scripts/test.sh
 
-bench-tracking: ## Trainyard vs MLflow 3.17 on ingest, history, downsampled reads, search, evaluation datasets
+bench-tracking: ## Trainyard vs MLflow 3.17 on ingest, history, downsampled reads, search, evaluation datasets, OTLP spans
 	@scripts/bench-tracking.sh
 
 bench-telemetry: ## GPU telemetry: 1,000 nodes x 8 GPUs, a simulated day; ingest rate, bytes per sample, the 24 h heatmap and a node's week

@@ -11,11 +11,13 @@
 #       500-character contexts merged in one request as merge_records sends
 #       them, the same merged again (every one an update), and read back
 #       whole a page of 1,000 at a time as to_df reads them
+#   (f) OTLP span ingest (/v1/traces): OTLP/JSON exports of one new trace of
+#       10 spans each, as an OpenTelemetry SDK sends them, 4 connections
 # Read workloads seed MLflow's database with SQL (its ingest is too slow to
 # seed 10 million points); Trainyard is seeded through its API, and read once
 # its background compaction has settled, as a finished run would be.
-# BENCH_SECONDS (default 10) sets the ingest duration; BENCH_WORKLOADS
-# (default "a b c d e") picks workloads. MLflow's slowest reads are timed once.
+# BENCH_SECONDS (default 10) sets the ingest durations; BENCH_WORKLOADS
+# (default "a b c d e f") picks workloads. MLflow's slowest reads are timed once.
 # BENCH_DATABASE=postgres runs Trainyard on a throwaway PostgreSQL cluster
 # instead of SQLite (MLflow stays on SQLite, its reference setup).
 # BENCH_MLFLOW=0 measures Trainyard alone (a quick check while developing;
@@ -26,7 +28,7 @@ source "$(dirname "$0")/common.sh"
 "$ROOT/scripts/build.sh"
 
 seconds="${BENCH_SECONDS:-10}"
-workloads=" ${BENCH_WORKLOADS:-a b c d e} "
+workloads=" ${BENCH_WORKLOADS:-a b c d e f} "
 wants() { [[ "$workloads" == *" $1 "* ]]; }
 with_mlflow() { [ "${BENCH_MLFLOW:-1}" != 0 ]; }
 work="$(mktemp -d)"
@@ -285,6 +287,25 @@ if with_mlflow; then
 fi
 fi
 
+ty_otlp=0 ml_otlp=0
+if wants f; then
+step "(f) OTLP span ingest: /v1/traces, one trace of 10 spans per request, 4 connections, ${seconds}s"
+wrk_spans() { # url experiment -> spans per second
+  local out
+  out="$(SPANS=10 EXPERIMENT="$2" wrk -t2 -c4 -d"${seconds}s" --timeout 30s -s "$ROOT/scripts/bench/otlp.lua" "$1")"
+  echo "$out" | grep '^WRK' >&2
+  echo "$out" | awk '/^WRK/ { split($2, r, "="); split($3, f, "="); split($4, s, "="); printf "%.0f\n", (r[2] - f[2]) * 10 / s[2] }'
+}
+ty_otlp_exp=$(new_experiment "$ty" otlp)
+ty_otlp=$(wrk_spans "$ty" "$ty_otlp_exp")
+# What was sent is kept and searched: traces found by a span's name and type.
+found=$(curl -sf -X POST "$ty/api/3.0/mlflow/traces/search" -H 'Content-Type: application/json' \
+  -d "{\"locations\": [{\"type\": \"MLFLOW_EXPERIMENT\", \"mlflow_experiment\": {\"experiment_id\": \"$ty_otlp_exp\"}}], \"filter\": \"span.name = 'step_7' AND span.type = 'TOOL'\", \"max_results\": 1}" \
+  | jq '.traces | length')
+[ "$found" = 1 ] || die "Trainyard's OTLP traces are not found by their spans"
+with_mlflow && ml_otlp=$(wrk_spans "$ml" "$(new_experiment "$ml" otlp)")
+fi
+
 ratio() { awk -v a="$1" -v b="$2" -v hi="$3" 'BEGIN { if (a <= 0 || b <= 0) { print "-"; exit } r = hi ? a / b : b / a; printf "%.1fx\n", r }'; }
 ms() { awk -v s="$1" 'BEGIN { if (s <= 0) print "skipped"; else printf "%.1f", s * 1000 }'; }
 echo
@@ -297,6 +318,7 @@ printf '%-58s %14s %14s %8s\n' "(d) search 10,000 runs, filter + order, 100 resu
 printf '%-58s %14s %14s %8s\n' "(e) dataset: merge 10,000 new records, ms" "$(ms "$ty_ds_insert")" "$(ms "$ml_ds_insert")" "$(ratio "$ty_ds_insert" "$ml_ds_insert" 0)"
 printf '%-58s %14s %14s %8s\n' "(e) the same again (10,000 updates), ms" "$(ms "$ty_ds_merge")" "$(ms "$ml_ds_merge")" "$(ratio "$ty_ds_merge" "$ml_ds_merge" 0)"
 printf '%-58s %14s %14s %8s\n' "(e) read all 10,000, pages of 1,000, ms" "$(ms "$ty_ds_read")" "$(ms "$ml_ds_read")" "$(ratio "$ty_ds_read" "$ml_ds_read" 0)"
+printf '%-58s %14s %14s %8s\n' "(f) OTLP span ingest, spans/s (10-span traces)" "$ty_otlp" "$ml_otlp" "$(ratio "$ty_otlp" "$ml_otlp" 1)"
 printf '%-58s %14s\n' "Trainyard peak memory (VmHWM) after ingest, MB" "$((ty_rss_kb / 1024))"
 printf '%-58s %14s\n' "  then: private (RssAnon), MB" "$((ty_anon_kb / 1024))"
 printf '%-58s %14s\n' "  then: file-backed (binary, SQLite map; RssFile), MB" "$((ty_file_kb / 1024))"

@@ -1565,12 +1565,14 @@ async fn spans_make_a_trace_that_the_clients_summary_then_completes() {
         root: None,
         tags: vec![kv("service.name", "agent")],
         metadata: vec![kv("mlflow.trace.user", "ana@uni")],
+        search: Vec::new(),
     };
     assert!(
         store
             .record_spans(exp, ana.as_owner(), None, &child)
             .await
             .unwrap()
+            .made
     );
     let info = store.get_trace_info(id).await.unwrap();
     assert_eq!(
@@ -1597,12 +1599,14 @@ async fn spans_make_a_trace_that_the_clients_summary_then_completes() {
         }),
         tags: vec![kv("mlflow.traceName", "plan")],
         metadata: vec![kv("mlflow.trace.user", "someone else")],
+        search: Vec::new(),
     };
     assert!(
         !store
             .record_spans(exp, ana.as_owner(), None, &root)
             .await
             .unwrap()
+            .made
     );
     let info = store.get_trace_info(id).await.unwrap();
     assert_eq!(
@@ -1667,6 +1671,7 @@ async fn spans_make_a_trace_that_the_clients_summary_then_completes() {
         }),
         tags: vec![kv("deployment", "eu")],
         metadata: Vec::new(),
+        search: Vec::new(),
     };
     store
         .record_spans(exp, ana.as_owner(), None, &late)
@@ -1721,6 +1726,7 @@ async fn spans_make_a_trace_that_the_clients_summary_then_completes() {
 
 #[tokio::test]
 async fn spans_added_a_batch_at_a_time_replace_their_own_and_keep_the_bounds() {
+    use crate::span_traces::SpansOfTrace;
     use crate::spans::{MAX_SPANS, SearchSpan, search_spans};
     use serde_json::json;
     let (_db, store) = store().await;
@@ -1733,7 +1739,22 @@ async fn spans_added_a_batch_at_a_time_replace_their_own_and_keep_the_bounds() {
         .start_trace(trace_of(exp, "tr-1"), ana.as_owner())
         .await
         .unwrap();
-    let batch = |spans: Vec<serde_json::Value>| search_spans(&json!({ "spans": spans })).spans;
+    let batch = |spans: Vec<serde_json::Value>| SpansOfTrace {
+        trace_id: "tr-1".into(),
+        search: search_spans(&json!({ "spans": spans })).spans,
+        ..SpansOfTrace::default()
+    };
+    let owner = ana.as_owner();
+    let add = |spans: SpansOfTrace| {
+        let store = store.clone();
+        async move {
+            store
+                .record_spans(exp, owner, None, &spans)
+                .await
+                .unwrap()
+                .cut
+        }
+    };
     let first = batch(vec![
         client_span("a", "plan", "AGENT", "UNSET", &[]),
         client_span(
@@ -1744,7 +1765,7 @@ async fn spans_added_a_batch_at_a_time_replace_their_own_and_keep_the_bounds() {
             &[("engine", json!("duck"))],
         ),
     ]);
-    assert!(!store.add_trace_spans("tr-1", &first).await.unwrap());
+    assert!(!add(first).await);
     assert_eq!(
         traces_matching(&store, exp, "span.attributes.engine = 'duck'").await,
         ["tr-1"]
@@ -1754,7 +1775,7 @@ async fn spans_added_a_batch_at_a_time_replace_their_own_and_keep_the_bounds() {
         client_span("a", "plan", "AGENT", "ERROR", &[]),
         client_span("c", "look_up", "TOOL", "OK", &[]),
     ]);
-    assert!(!store.add_trace_spans("tr-1", &second).await.unwrap());
+    assert!(!add(second).await);
     for (filter, found) in [
         ("span.name = 'plan' AND span.status = 'ERROR'", true),
         ("span.name = 'plan' AND span.status = 'UNSET'", false),
@@ -1784,7 +1805,7 @@ async fn spans_added_a_batch_at_a_time_replace_their_own_and_keep_the_bounds() {
         client_span("s0", "first step", "TOOL", "OK", &[]),
         client_span("late", "late", "TOOL", "OK", &[]),
     ]);
-    assert!(store.add_trace_spans("tr-1", &over).await.unwrap());
+    assert!(add(over).await);
     assert_eq!(
         traces_matching(&store, exp, "span.name = 'first step'").await,
         ["tr-1"]

@@ -9,6 +9,7 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction};
 use trainyard_domain::identity::Owner;
 use trainyard_domain::tracking::TraceInfo;
 
+use crate::spans::SearchSpan;
 use crate::sql::{lock_owner, upsert_pairs};
 use crate::traces::{ARTIFACT_LOCATION_TAG, SOURCE_RUN_METADATA, TRACE_NAME_TAG};
 use crate::tracking::get;
@@ -29,6 +30,17 @@ pub struct SpansOfTrace {
     pub tags: Vec<(String, String)>,
     /// Set where the trace has no such key yet (`mlflow.trace.user`, …).
     pub metadata: Vec<(String, String)>,
+    /// The batch's spans, as search keeps them.
+    pub search: Vec<SearchSpan>,
+}
+
+/// What `record_spans` did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Recorded {
+    /// The batch made the trace.
+    pub made: bool,
+    /// Some of its spans lie past the trace's search bounds.
+    pub cut: bool,
 }
 
 /// What a trace's root span says of the trace.
@@ -67,14 +79,15 @@ fn name_of(tags: &[(String, String)]) -> Option<String> {
 impl Store {
     /// Records what a batch of spans says about their trace, in the
     /// experiment `experiment_id` where the trace is new (owned by `owner`,
-    /// filed under `run_id` if given). Ok is whether the batch made it.
+    /// filed under `run_id` if given), and keeps the batch's spans for
+    /// search, in one transaction.
     pub async fn record_spans(
         &self,
         experiment_id: i64,
         owner: Owner,
         run_id: Option<&str>,
         spans: &SpansOfTrace,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let _turn = self.write_turn().await;
         let txn = self.begin_write().await?;
         lock_trace(&txn, &spans.trace_id).await?;
@@ -89,8 +102,11 @@ impl Store {
                 false
             }
         };
+        let cut = self
+            .add_spans_in(&txn, &spans.trace_id, &spans.search)
+            .await?;
         txn.commit().await?;
-        Ok(made)
+        Ok(Recorded { made, cut })
     }
 
     async fn trace_row_in(

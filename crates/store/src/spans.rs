@@ -190,26 +190,21 @@ impl Store {
     }
 
     /// Keeps more spans of a trace for search (sent over OTLP, a batch at a
-    /// time): a span kept before under the same id is replaced, and the
-    /// trace's bounds ([`MAX_SPANS`], [`MAX_ATTRIBUTES`]) hold, spans past
-    /// them left out. Ok is whether some were.
-    pub async fn add_trace_spans(
+    /// time), in the trace's turn: a span kept before under the same id is
+    /// replaced, and the trace's bounds ([`MAX_SPANS`], [`MAX_ATTRIBUTES`])
+    /// hold, spans past them left out. Ok is whether some were.
+    pub(crate) async fn add_spans_in(
         &self,
+        txn: &sea_orm::DatabaseTransaction,
         trace_id: &str,
         spans: &[SearchSpan],
     ) -> Result<bool, StoreError> {
-        let _turn = self.write_turn().await;
-        let txn = self.begin_write().await?;
-        crate::span_traces::lock_trace(&txn, trace_id).await?;
         let mut sql = self.sql();
         sql.push("UPDATE traces SET spans_indexed = ")
             .bind(now_millis())
             .push(" WHERE id = ")
             .bind(trace_id.to_owned());
-        if txn.execute_raw(sql.build()).await?.rows_affected() == 0 {
-            // Deleted meanwhile: its spans go with it.
-            return Ok(false);
-        }
+        txn.execute_raw(sql.build()).await?;
         let ids: Vec<String> = spans.iter().map(|s| s.span_id.clone()).collect();
         for chunk in ids.chunks(ROWS_PER_INSERT) {
             for table in ["trace_span_attributes", "trace_spans"] {
@@ -248,8 +243,7 @@ impl Store {
             kept.push(span.clone());
         }
         let cut = kept.len() < spans.len();
-        self.insert_spans(&txn, trace_id, &kept).await?;
-        txn.commit().await?;
+        self.insert_spans(txn, trace_id, &kept).await?;
         Ok(cut)
     }
 

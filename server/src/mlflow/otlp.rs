@@ -594,6 +594,8 @@ fn id_of<'a>(id: &'a [u8], bytes: usize, what: &str, span: &str) -> Result<&'a [
 pub struct TraceSpans {
     pub spans: Vec<Value>,
     pub summary: SpansOfTrace,
+    /// The batch alone holds more than a trace's search bounds.
+    pub search_cut: bool,
 }
 
 /// The request's spans, by trace (MLflow's id, `tr-` and hex).
@@ -617,6 +619,7 @@ pub fn convert(request: &ExportTraceServiceRequest) -> Result<Vec<TraceSpans>, A
                         start_ms: i64::MAX,
                         ..SpansOfTrace::default()
                     },
+                    search_cut: false,
                 });
                 traces.len() - 1
             });
@@ -636,6 +639,20 @@ pub fn convert(request: &ExportTraceServiceRequest) -> Result<Vec<TraceSpans>, A
                 summary.end_ms = Some(summary.end_ms.map_or(end, |e| e.max(end)));
             }
             note_span(summary, span, &resource_tags);
+        }
+    }
+    // What search keeps of each batch (a trace sent a span at a time is
+    // not read whole again for each).
+    for trace in &mut traces {
+        let spans = std::mem::take(&mut trace.spans);
+        let batch = json!({ "spans": spans });
+        let search = trainyard_store::spans::search_spans(&batch);
+        trace.summary.search = search.spans;
+        trace.search_cut = search.cut;
+        if let Value::Object(mut batch) = batch
+            && let Some(Value::Array(spans)) = batch.remove("spans")
+        {
+            trace.spans = spans;
         }
     }
     Ok(traces)
@@ -911,7 +928,9 @@ pub async fn export(
 
     for (trace, (experiment, owner)) in traces.iter().zip(places) {
         let id = &trace.summary.trace_id;
-        state
+        // The file first: spans refused there (quota, bound) leave nothing.
+        keep_spans(&state, experiment, owner, id, &trace.spans).await?;
+        let recorded = state
             .store
             .record_spans(
                 experiment,
@@ -920,7 +939,12 @@ pub async fn export(
                 &trace.summary,
             )
             .await?;
-        keep_spans(&state, experiment, owner, id, &trace.spans).await?;
+        if recorded.cut || trace.search_cut {
+            tracing::info!(
+                trace = %id,
+                "a trace's spans are searched up to the bounds of trainyard_store::spans; the rest is in its traces.json"
+            );
+        }
     }
     if let Some(run) = &run_id {
         let done: Vec<String> = traces
@@ -947,8 +971,8 @@ pub async fn export(
     })
 }
 
-/// Merges a trace's spans into its `traces.json` (the owner's write, as
-/// an upload of that file is), then keeps them for search.
+/// Merges a trace's spans into its `traces.json`: the owner's write, as
+/// an upload of that file is.
 async fn keep_spans(
     state: &AppState,
     experiment: i64,
@@ -977,18 +1001,6 @@ async fn keep_spans(
         body,
     )
     .await?;
-    // The batch alone: a trace sent a span at a time is not read whole
-    // again for each.
-    let spans = json!({ "spans": spans });
-    let search = tokio::task::spawn_blocking(move || trainyard_store::spans::search_spans(&spans))
-        .await
-        .map_err(ApiError::internal)?;
-    if state.store.add_trace_spans(trace_id, &search.spans).await? || search.cut {
-        tracing::info!(
-            trace = trace_id,
-            "a trace's spans are searched up to the bounds of trainyard_store::spans; the rest is in its traces.json"
-        );
-    }
     Ok(())
 }
 
