@@ -884,7 +884,9 @@ pub async fn export(
     .await
     .map_err(ApiError::internal)??;
 
-    // Every check before any write: a refused request keeps nothing.
+    // Every permission check before any write: a request refused there
+    // keeps nothing. (A trace's quota or bound is checked as its spans are
+    // written; the traces before it in the request stay.)
     if let Some(run) = &run_id {
         super::may_change_run(&state, &principal, run).await?;
     }
