@@ -32,6 +32,19 @@ use crate::auth::{Caller, permission_denied};
 pub const MAX_OTLP_BODY: usize = MAX_TRACE_FILE as usize;
 /// Most traces one request may carry spans of.
 const MAX_TRACES_PER_REQUEST: usize = 1000;
+/// Most spans one request may carry (OpenTelemetry's batch span processor
+/// sends 512 at a time).
+const MAX_SPANS_PER_REQUEST: usize = 10_000;
+/// Most attributes, values, events and links one protobuf request may
+/// carry in all. Each becomes a value in memory however few bytes it is
+/// sent in, so a body of empty ones would otherwise grow a hundredfold
+/// when decoded; both bounds are counted before anything is.
+const MAX_ELEMENTS_PER_REQUEST: usize = 1_000_000;
+/// What an OTLP/JSON body may hold, counted as JSON values and keys
+/// before it is parsed.
+const MAX_JSON_VALUES: usize = 4_000_000;
+/// Requests decoded at once (the work is CPU and memory, not waiting).
+static DECODES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 /// Longest request or response preview a root span gives its trace.
 const PREVIEW_CHARS: usize = 1000;
 /// Most tags one batch sets on a trace.
@@ -234,17 +247,19 @@ fn inflate(body: &[u8], encoding: Option<&str>) -> Result<Vec<u8>, ApiError> {
 pub fn decode(body: &[u8], encoding: Encoding) -> Result<ExportTraceServiceRequest, ApiError> {
     let request = match encoding {
         Encoding::Protobuf => {
-            <ExportTraceServiceRequest as prost::Message>::decode(body).map_err(|e| {
-                ApiError::invalid(format!("Invalid OpenTelemetry format (protobuf): {e}"))
-            })?
+            let invalid =
+                |e| ApiError::invalid(format!("Invalid OpenTelemetry format (protobuf): {e}"));
+            within_bounds(wire::count(body).map_err(invalid)?)?;
+            <ExportTraceServiceRequest as prost::Message>::decode(body)
+                .map_err(|e| invalid(e.to_string()))?
         }
         Encoding::Json => {
-            let json: Value = serde_json::from_slice(body).map_err(|e| {
-                ApiError::invalid(format!("Invalid OpenTelemetry format (JSON): {e}"))
-            })?;
-            json::request(&json).map_err(|e| {
-                ApiError::invalid(format!("Invalid OpenTelemetry format (JSON): {e}"))
-            })?
+            let invalid =
+                |e| ApiError::invalid(format!("Invalid OpenTelemetry format (JSON): {e}"));
+            within("JSON values", json::values(body), MAX_JSON_VALUES)?;
+            let json: Value = serde_json::from_slice(body).map_err(|e| invalid(e.to_string()))?;
+            within_bounds(json::counts(&json))?;
+            json::request(&json).map_err(invalid)?
         }
     };
     if request.resource_spans.is_empty() {
@@ -253,6 +268,136 @@ pub fn decode(body: &[u8], encoding: Encoding) -> Result<ExportTraceServiceReque
         ));
     }
     Ok(request)
+}
+
+/// A request's counts within the bounds, or its refusal.
+fn within_bounds(counts: wire::Counts) -> Result<(), ApiError> {
+    within("spans", counts.spans, MAX_SPANS_PER_REQUEST)?;
+    within(
+        "attributes, values, events and links",
+        counts.elements,
+        MAX_ELEMENTS_PER_REQUEST,
+    )
+}
+
+/// A refusal of a request that carries more than `limit` of something.
+fn within(what: &str, count: usize, limit: usize) -> Result<(), ApiError> {
+    if count <= limit {
+        return Ok(());
+    }
+    Err(ApiError::invalid(format!(
+        "A request may carry at most {limit} {what} (this one: {count}); send fewer spans at a time (an SDK's batch span processor: OTEL_BSP_MAX_EXPORT_BATCH_SIZE; a Collector's batch processor: send_batch_max_size)"
+    )))
+}
+
+/// Counts a protobuf request's spans and the other messages that decoding
+/// it would make, in its bytes (protobuf's wire format: each field a key,
+/// then a varint, 8 or 4 bytes, or a length and that many bytes).
+mod wire {
+    /// The messages that prost would decode (others are skipped).
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Kind {
+        Request,
+        ResourceSpans,
+        Resource,
+        ScopeSpans,
+        Span,
+        Event,
+        Link,
+        Status,
+        KeyValue,
+        AnyValue,
+        List,
+        KeyValueList,
+    }
+
+    /// The message a field of `kind` holds, where it holds one.
+    fn holds(kind: Kind, field: u64) -> Option<Kind> {
+        use Kind::*;
+        Some(match (kind, field) {
+            (Request, 1) => ResourceSpans,
+            (ResourceSpans, 1) => Resource,
+            (ResourceSpans, 2) => ScopeSpans,
+            (ScopeSpans, 2) => Span,
+            (Span, 11) => Event,
+            (Span, 13) => Link,
+            (Span, 15) => Status,
+            (Resource, 1) | (Span, 9) | (Event, 3) | (Link, 4) | (KeyValueList, 1) => KeyValue,
+            (KeyValue, 2) | (List, 1) => AnyValue,
+            (AnyValue, 5) => List,
+            (AnyValue, 6) => KeyValueList,
+            _ => return None,
+        })
+    }
+
+    #[derive(Debug, Default, PartialEq)]
+    pub struct Counts {
+        pub spans: usize,
+        /// Every other message.
+        pub elements: usize,
+    }
+
+    fn varint(buf: &mut &[u8]) -> Result<u64, String> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&byte, rest) = buf.split_first().ok_or("the body ends inside a number")?;
+            *buf = rest;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Ok(value);
+            }
+        }
+        Err("a number longer than ten bytes".to_owned())
+    }
+
+    fn skip<'a>(buf: &mut &'a [u8], len: u64) -> Result<&'a [u8], String> {
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if len > buf.len() {
+            return Err("the body ends inside a field".to_owned());
+        }
+        let (field, rest) = buf.split_at(len);
+        *buf = rest;
+        Ok(field)
+    }
+
+    /// Walks the body without decoding it: memory as deep as its nesting
+    /// (at most prost's 100), time as long as its bytes.
+    pub fn count(body: &[u8]) -> Result<Counts, String> {
+        let mut counts = Counts::default();
+        let mut stack: Vec<(Kind, &[u8])> = vec![(Kind::Request, body)];
+        while let Some((kind, buf)) = stack.last_mut() {
+            if buf.is_empty() {
+                stack.pop();
+                continue;
+            }
+            let kind = *kind;
+            let mut rest: &[u8] = buf;
+            let key = varint(&mut rest)?;
+            let inner = match key & 7 {
+                0 => varint(&mut rest).map(|_| None)?,
+                1 => skip(&mut rest, 8).map(|_| None)?,
+                5 => skip(&mut rest, 4).map(|_| None)?,
+                2 => {
+                    let len = varint(&mut rest)?;
+                    let field = skip(&mut rest, len)?;
+                    holds(kind, key >> 3).map(|child| (child, field))
+                }
+                other => return Err(format!("field {} has wire type {other}", key >> 3)),
+            };
+            *buf = rest;
+            if let Some((child, field)) = inner {
+                match child {
+                    Kind::Span => counts.spans += 1,
+                    _ => counts.elements += 1,
+                }
+                if stack.len() >= 100 {
+                    return Err("messages nested more than 100 deep".to_owned());
+                }
+                stack.push((child, field));
+            }
+        }
+        Ok(counts)
+    }
 }
 
 /// OTLP/JSON: protobuf's JSON mapping (camelCase or the proto's own
@@ -316,6 +461,85 @@ mod json {
     fn hex_id(v: &Value, camel: &str, snake: &str) -> Result<Vec<u8>> {
         let text = string(v, camel, snake)?;
         hex::decode(&text).map_err(|_| format!("`{camel}` must be hex, not `{text}`"))
+    }
+
+    /// How many values and keys a JSON text holds, at most (its commas,
+    /// colons and opening brackets outside strings, plus one): what parsing
+    /// it would make, counted in its bytes.
+    pub fn values(body: &[u8]) -> usize {
+        let (mut count, mut in_string, mut escaped) = (1, false, false);
+        for &byte in body {
+            if in_string {
+                match byte {
+                    _ if escaped => escaped = false,
+                    b'\\' => escaped = true,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+            } else {
+                match byte {
+                    b'"' => in_string = true,
+                    b',' | b':' | b'[' | b'{' => count += 1,
+                    _ => {}
+                }
+            }
+        }
+        count
+    }
+
+    /// A request's spans and the other messages converting it would make,
+    /// counted as `wire::count` counts them (before any is converted).
+    pub fn counts(v: &Value) -> super::wire::Counts {
+        fn items<'a>(v: &'a Value, camel: &str, snake: &str) -> &'a [Value] {
+            list(v, camel, snake).unwrap_or_default()
+        }
+        fn any_value(v: &Value, n: &mut usize) {
+            *n += 1;
+            if let Some(array) = field(v, "arrayValue", "array_value") {
+                *n += 1;
+                items(array, "values", "values")
+                    .iter()
+                    .for_each(|v| any_value(v, n));
+            }
+            if let Some(pairs) = field(v, "kvlistValue", "kvlist_value") {
+                *n += 1;
+                attributes(items(pairs, "values", "values"), n);
+            }
+        }
+        fn attributes(pairs: &[Value], n: &mut usize) {
+            for pair in pairs {
+                *n += 1;
+                if let Some(value) = field(pair, "value", "value") {
+                    any_value(value, n);
+                }
+            }
+        }
+        let mut counts = super::wire::Counts::default();
+        let n = &mut counts.elements;
+        for resource in items(v, "resourceSpans", "resource_spans") {
+            *n += 1;
+            if let Some(r) = field(resource, "resource", "resource") {
+                *n += 1;
+                attributes(items(r, "attributes", "attributes"), n);
+            }
+            for scope in items(resource, "scopeSpans", "scope_spans") {
+                *n += 1;
+                for span in items(scope, "spans", "spans") {
+                    counts.spans += 1;
+                    attributes(items(span, "attributes", "attributes"), n);
+                    *n += usize::from(field(span, "status", "status").is_some());
+                    for event in items(span, "events", "events") {
+                        *n += 1;
+                        attributes(items(event, "attributes", "attributes"), n);
+                    }
+                    for link in items(span, "links", "links") {
+                        *n += 1;
+                        attributes(items(link, "attributes", "attributes"), n);
+                    }
+                }
+            }
+        }
+        counts
     }
 
     pub fn request(v: &Value) -> Result<ExportTraceServiceRequest> {
@@ -596,13 +820,43 @@ pub struct TraceSpans {
     pub summary: SpansOfTrace,
     /// The batch alone holds more than a trace's search bounds.
     pub search_cut: bool,
+    /// Where each of `summary.tags` is, by key.
+    tag_at: BTreeMap<String, usize>,
+    /// The last resource whose tags the trace was given.
+    resource: Option<usize>,
+}
+
+impl TraceSpans {
+    /// A tag for the trace: the last value of a key wins, as a dict keeps
+    /// it; bad ones and those past [`MAX_TAGS`] are left in the spans.
+    fn tag(&mut self, key: String, value: String) {
+        if !valid_pair(&key, &value) {
+            return;
+        }
+        let tags = &mut self.summary.tags;
+        match self.tag_at.get(&key) {
+            Some(&i) => tags[i].1 = value,
+            None if tags.len() < MAX_TAGS => {
+                self.tag_at.insert(key.clone(), tags.len());
+                tags.push((key, value));
+            }
+            None => {}
+        }
+    }
+}
+
+/// Where a span (as `traces.json` keeps it) sorts: by when it started.
+fn start_of(span: &Value) -> u64 {
+    span.get("start_time_unix_nano")
+        .and_then(Value::as_u64)
+        .unwrap_or(u64::MAX)
 }
 
 /// The request's spans, by trace (MLflow's id, `tr-` and hex).
 pub fn convert(request: &ExportTraceServiceRequest) -> Result<Vec<TraceSpans>, ApiError> {
     let mut traces: Vec<TraceSpans> = Vec::new();
     let mut at: BTreeMap<String, usize> = BTreeMap::new();
-    for resource_spans in &request.resource_spans {
+    for (block, resource_spans) in request.resource_spans.iter().enumerate() {
         let resource_tags = resource_spans
             .resource
             .as_ref()
@@ -613,13 +867,12 @@ pub fn convert(request: &ExportTraceServiceRequest) -> Result<Vec<TraceSpans>, A
             let trace_id = format!("tr-{}", hex::encode(trace_bytes));
             let i = *at.entry(trace_id.clone()).or_insert_with(|| {
                 traces.push(TraceSpans {
-                    spans: Vec::new(),
                     summary: SpansOfTrace {
                         trace_id: trace_id.clone(),
                         start_ms: i64::MAX,
                         ..SpansOfTrace::default()
                     },
-                    search_cut: false,
+                    ..TraceSpans::default()
                 });
                 traces.len() - 1
             });
@@ -638,13 +891,21 @@ pub fn convert(request: &ExportTraceServiceRequest) -> Result<Vec<TraceSpans>, A
                 let end = (span.end_time_unix_nano / 1_000_000) as i64;
                 summary.end_ms = Some(summary.end_ms.map_or(end, |e| e.max(end)));
             }
-            note_span(summary, span, &resource_tags);
+            // A resource's tags once per trace, not once per span.
+            if trace.resource != Some(block) {
+                trace.resource = Some(block);
+                for (key, value) in &resource_tags {
+                    trace.tag(key.clone(), value.clone());
+                }
+            }
+            note_span(trace, span);
         }
     }
     // What search keeps of each batch (a trace sent a span at a time is
     // not read whole again for each).
     for trace in &mut traces {
-        let spans = std::mem::take(&mut trace.spans);
+        let mut spans = std::mem::take(&mut trace.spans);
+        spans.sort_by_key(start_of);
         let batch = json!({ "spans": spans });
         let search = trainyard_store::spans::search_spans(&batch);
         trace.summary.search = search.spans;
@@ -730,7 +991,7 @@ fn resource_tags(attributes: &[KeyValue]) -> Vec<(String, String)> {
 
 /// What one span says about its trace: the root's state, previews and
 /// `mlflow.traceTag.*` tags; anyone's user and session.
-fn note_span(summary: &mut SpansOfTrace, span: &proto::Span, resource_tags: &[(String, String)]) {
+fn note_span(trace: &mut TraceSpans, span: &proto::Span) {
     let attribute = |key: &str| {
         span.attributes
             .iter()
@@ -738,7 +999,6 @@ fn note_span(summary: &mut SpansOfTrace, span: &proto::Span, resource_tags: &[(S
             .find(|kv| kv.key == key)
             .map(|kv| text_of(kv.value.as_ref()))
     };
-    let mut tags: Vec<(String, String)> = resource_tags.to_vec();
     if span.parent_span_id.is_empty() {
         // The value as MLflow keeps it (JSON text), as MLflow's previews.
         let preview = |key: &str| {
@@ -761,25 +1021,18 @@ fn note_span(summary: &mut SpansOfTrace, span: &proto::Span, resource_tags: &[(S
             }
         };
         let error = span.status.as_ref().is_some_and(|s| s.code == 2);
-        summary.root = Some(RootSpan {
+        trace.summary.root = Some(RootSpan {
             state: if error { "ERROR" } else { "OK" }.to_owned(),
             request_preview: preview("mlflow.spanInputs"),
             response_preview: preview("mlflow.spanOutputs"),
         });
         for kv in last_per_key(&span.attributes) {
             if let Some(key) = kv.key.strip_prefix("mlflow.traceTag.") {
-                tags.push((key.to_owned(), text_of(kv.value.as_ref())));
+                trace.tag(key.to_owned(), text_of(kv.value.as_ref()));
             }
         }
     }
-    for (key, value) in tags {
-        if valid_pair(&key, &value)
-            && summary.tags.len() < MAX_TAGS
-            && !summary.tags.iter().any(|(k, v)| *k == key && *v == value)
-        {
-            summary.tags.push((key, value));
-        }
-    }
+    let summary = &mut trace.summary;
     for (meta, keys) in [
         ("mlflow.trace.user", &["user.id"][..]),
         (
@@ -808,14 +1061,14 @@ fn valid_pair(key: &str, value: &str) -> bool {
 }
 
 /// `traces.json` with `incoming` spans merged into `existing`'s: a span
-/// sent again takes its old place, new ones follow. None where either is
-/// not a `{"spans": [...]}` object.
+/// sent again replaces its old self, and all are in the order they
+/// started. None where either is not a `{"spans": [...]}` object.
 pub fn merge_spans(existing: Value, incoming: Value) -> Option<Value> {
-    let (Value::Object(mut old), Value::Object(new)) = (existing, incoming) else {
+    let (Value::Object(mut old), Value::Object(mut new)) = (existing, incoming) else {
         return None;
     };
-    let mut new_spans = match new.get("spans") {
-        Some(Value::Array(spans)) => spans.clone(),
+    let mut new_spans = match new.remove("spans") {
+        Some(Value::Array(spans)) => spans,
         _ => return None,
     };
     let Some(Value::Array(spans)) = old.get_mut("spans") else {
@@ -839,6 +1092,8 @@ pub fn merge_spans(existing: Value, incoming: Value) -> Option<Value> {
             }
         }
     }
+    // In the order they started, whichever process sent them first.
+    spans.sort_by_key(start_of);
     for (key, value) in new {
         if key != "spans" {
             old.insert(key, value);
@@ -876,13 +1131,16 @@ pub async fn export(
     }
     let encoding = Encoding::of(&headers)?;
     let content_encoding = header_text(header::CONTENT_ENCODING.as_str())?;
-    // Inflating and parsing up to 16 MiB: off the async threads.
+    // Inflating and parsing up to 16 MiB: off the async threads, and a
+    // few at a time.
+    let turn = DECODES.acquire().await.map_err(ApiError::internal)?;
     let traces = tokio::task::spawn_blocking(move || {
         let body = inflate(&body, content_encoding.as_deref())?;
         convert(&decode(&body, encoding)?)
     })
     .await
     .map_err(ApiError::internal)??;
+    drop(turn);
 
     // Every permission check before any write: a request refused there
     // keeps nothing. (A trace's quota or bound is checked as its spans are
@@ -990,7 +1248,16 @@ async fn keep_spans(
     {
         return Err(full(trace_id));
     }
-    let bytes = serde_json::to_vec(&json!({ "spans": spans })).map_err(ApiError::internal)?;
+    #[derive(serde::Serialize)]
+    struct File<'a> {
+        spans: &'a [Value],
+    }
+    let bytes = serde_json::to_vec(&File { spans }).map_err(ApiError::internal)?;
+    // A batch larger than a trace keeps is refused as such (not as a body
+    // past the upload limit that `store_file` would name).
+    if bytes.len() as u64 > MAX_TRACE_FILE {
+        return Err(full(trace_id));
+    }
     let declared = bytes.len() as u64;
     let body = futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from(bytes))]);
     super::artifacts::store_file(
@@ -1013,7 +1280,7 @@ pub fn full(trace_id: &str) -> ApiError {
         status: StatusCode::PAYLOAD_TOO_LARGE,
         code: "REQUEST_LIMIT_EXCEEDED",
         message: format!(
-            "Trace {trace_id} holds {} MiB of spans, as much as a trace keeps: its further spans are refused; start a new trace",
+            "Trace {trace_id} would hold more than {} MiB of spans, more than a trace keeps: these spans are refused; start a new trace for further work",
             MAX_TRACE_FILE >> 20
         ),
     }
@@ -1032,13 +1299,26 @@ mod tests {
         (request, spans)
     }
 
+    /// The fixture's spans in the order they started (the request sends
+    /// the child first, as it ended first).
+    fn started_first(mut spans: Value) -> Value {
+        spans["spans"].as_array_mut().unwrap().sort_by_key(start_of);
+        spans
+    }
+
     #[test]
     fn spans_are_kept_as_mlflow_keeps_them() {
         let (request, expected) = fixture();
         let traces = convert(&decode(&request, Encoding::Protobuf).unwrap()).unwrap();
         assert_eq!(traces.len(), 1);
         let trace = &traces[0];
-        assert_eq!(json!({ "spans": trace.spans }), expected);
+        let names: Vec<&str> = trace
+            .spans
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["root", "score"]);
+        assert_eq!(json!({ "spans": trace.spans }), started_first(expected));
         let summary = &trace.summary;
         assert_eq!(summary.trace_id, "tr-0af7651916cd43dd8448eb211c80319c");
         // The root (not ended, status unset) started at 1 ns: 0 ms; the
@@ -1096,6 +1376,7 @@ mod tests {
             }]}],
         }]});
         let from_json = decode(&serde_json::to_vec(&body).unwrap(), Encoding::Json).unwrap();
+        assert_eq!(json::counts(&body), decoded_counts(&from_json));
         // The JSON says the empty attribute as `{}` (a value with nothing
         // set), protobuf left it out: both are null.
         assert_eq!(
@@ -1243,6 +1524,8 @@ mod tests {
             }],
         };
         let traces = convert(&request).unwrap();
+        let names: Vec<_> = traces[0].spans.iter().map(|s| &s["span_id"]).collect();
+        assert_eq!(names, [&json!(b64(&[1; 8])), &json!(b64(&[2; 8]))]);
         let summary = &traces[0].summary;
         let root = summary.root.as_ref().unwrap();
         assert_eq!(root.state, "ERROR");
@@ -1267,19 +1550,233 @@ mod tests {
     }
 
     #[test]
-    fn spans_sent_again_take_their_old_place() {
-        let span = |id: &str, name: &str| json!({"span_id": id, "name": name});
+    fn merged_spans_replace_their_old_selves_in_the_order_they_started() {
+        let span = |id: &str, name: &str, start: u64| json!({"span_id": id, "name": name, "start_time_unix_nano": start});
         let merged = merge_spans(
-            json!({"spans": [span("a", "root"), span("b", "first")], "v": 1}),
-            json!({"spans": [span("c", "new"), span("b", "again")], "v": 2}),
+            json!({"spans": [span("a", "root", 1), span("b", "first", 3)], "v": 1}),
+            json!({"spans": [span("c", "new", 2), span("b", "again", 3)], "v": 2}),
         )
         .unwrap();
         assert_eq!(
             merged,
-            json!({"spans": [span("a", "root"), span("b", "again"), span("c", "new")], "v": 2})
+            json!({"spans": [span("a", "root", 1), span("c", "new", 2), span("b", "again", 3)], "v": 2})
+        );
+        // The child's span came over OTLP as it ended, then the client
+        // uploaded the whole trace: the root comes first all the same.
+        let merged = merge_spans(
+            json!({"spans": [span("r", "retrieve", 20)]}),
+            json!({"spans": [span("a", "answer", 10), span("r", "retrieve", 20)]}),
+        )
+        .unwrap();
+        assert_eq!(
+            merged,
+            json!({"spans": [span("a", "answer", 10), span("r", "retrieve", 20)]})
         );
         assert!(merge_spans(json!([1]), json!({"spans": []})).is_none());
         assert!(merge_spans(json!({"spans": []}), json!({"spans": 3})).is_none());
+    }
+
+    #[test]
+    fn resource_attributes_tag_a_trace_once_and_the_last_value_wins() {
+        let attributes = |n: usize, value: &str| proto::Resource {
+            attributes: (0..n)
+                .map(|i| KeyValue {
+                    key: format!("k{i}"),
+                    value: Some(AnyValue {
+                        value: Some(proto::Value::String(value.into())),
+                    }),
+                })
+                .collect(),
+        };
+        let spans = |n: u8| proto::ScopeSpans {
+            spans: (1..=n)
+                .map(|i| proto::Span {
+                    trace_id: vec![9; 16],
+                    span_id: vec![i; 8],
+                    parent_span_id: vec![1; 8],
+                    ..proto::Span::default()
+                })
+                .collect(),
+        };
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![
+                proto::ResourceSpans {
+                    resource: Some(attributes(3, "first")),
+                    scope_spans: vec![spans(200)],
+                },
+                proto::ResourceSpans {
+                    resource: Some(attributes(2, "second")),
+                    scope_spans: vec![spans(2)],
+                },
+            ],
+        };
+        let traces = convert(&request).unwrap();
+        let tag = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert_eq!(
+            traces[0].summary.tags,
+            [tag("k0", "second"), tag("k1", "second"), tag("k2", "first")]
+        );
+        // A resource of more attributes than a trace keeps tags: the
+        // first MAX_TAGS.
+        let request = ExportTraceServiceRequest {
+            resource_spans: vec![proto::ResourceSpans {
+                resource: Some(attributes(MAX_TAGS + 500, "v")),
+                scope_spans: vec![spans(3)],
+            }],
+        };
+        let tags = &convert(&request).unwrap()[0].summary.tags;
+        assert_eq!(tags.len(), MAX_TAGS);
+        assert_eq!(tags.last().unwrap().0, format!("k{}", MAX_TAGS - 1));
+    }
+
+    /// What prost made of a request, counted as `wire::count` counts it.
+    fn decoded_counts(request: &ExportTraceServiceRequest) -> wire::Counts {
+        fn value(v: &AnyValue) -> usize {
+            1 + match &v.value {
+                Some(proto::Value::Array(list)) => 1 + list.values.iter().map(value).sum::<usize>(),
+                Some(proto::Value::Kvlist(list)) => 1 + pairs(&list.values),
+                _ => 0,
+            }
+        }
+        fn pairs(kvs: &[KeyValue]) -> usize {
+            kvs.iter()
+                .map(|kv| 1 + kv.value.as_ref().map_or(0, value))
+                .sum()
+        }
+        let mut counts = wire::Counts::default();
+        for rs in &request.resource_spans {
+            counts.elements += 1 + rs.resource.as_ref().map_or(0, |r| 1 + pairs(&r.attributes));
+            for ss in &rs.scope_spans {
+                counts.elements += 1;
+                for span in &ss.spans {
+                    counts.spans += 1;
+                    counts.elements += pairs(&span.attributes)
+                        + usize::from(span.status.is_some())
+                        + span
+                            .events
+                            .iter()
+                            .map(|e| 1 + pairs(&e.attributes))
+                            .sum::<usize>()
+                        + span
+                            .links
+                            .iter()
+                            .map(|l| 1 + pairs(&l.attributes))
+                            .sum::<usize>();
+                }
+            }
+        }
+        counts
+    }
+
+    #[test]
+    fn requests_are_counted_in_their_bytes_before_they_are_decoded() {
+        use prost::Message;
+        let (request, _) = fixture();
+        let decoded = decode(&request, Encoding::Protobuf).unwrap();
+        let counts = wire::count(&request).unwrap();
+        assert_eq!(counts, decoded_counts(&decoded));
+        assert_eq!(counts.spans, 2);
+        // Nested values count too.
+        let mut nested = decoded.clone();
+        let list = |values| AnyValue {
+            value: Some(proto::Value::Array(proto::ArrayValue { values })),
+        };
+        nested.resource_spans[0].scope_spans[0].spans[0]
+            .attributes
+            .push(KeyValue {
+                key: "deep".into(),
+                value: Some(list(vec![
+                    list(vec![AnyValue::default()]),
+                    AnyValue::default(),
+                ])),
+            });
+        let bytes = nested.encode_to_vec();
+        assert_eq!(wire::count(&bytes).unwrap(), decoded_counts(&nested));
+        // The pair, its list, the list in that and the three values.
+        assert_eq!(wire::count(&bytes).unwrap().elements, counts.elements + 7);
+        // Cut short anywhere: refused, as prost refuses it.
+        for cut in [1, bytes.len() / 2, bytes.len() - 1] {
+            assert!(wire::count(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let err = decode(&bytes[..bytes.len() - 1], Encoding::Protobuf).unwrap_err();
+        assert!(err.message.contains("protobuf"), "{}", err.message);
+    }
+
+    /// A protobuf field of `tag` holding `payload`.
+    fn field(tag: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag << 3 | 2];
+        let mut len = payload.len();
+        while len >= 0x80 {
+            out.push((len as u8) | 0x80);
+            len >>= 7;
+        }
+        out.push(len as u8);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn bodies_of_many_tiny_elements_are_refused_before_they_are_decoded() {
+        // 10,001 empty spans: 20 KB that would decode to megabytes.
+        let spans = field(1, &field(2, &b"\x12\x00".repeat(MAX_SPANS_PER_REQUEST + 1)));
+        let err = decode(&spans, Encoding::Protobuf).unwrap_err();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert!(
+            err.message
+                .contains("at most 10000 spans (this one: 10001)")
+                && err.message.contains("OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
+            "{}",
+            err.message
+        );
+        let within = field(1, &field(2, &b"\x12\x00".repeat(MAX_SPANS_PER_REQUEST)));
+        assert_eq!(
+            decode(&within, Encoding::Protobuf)
+                .unwrap()
+                .resource_spans
+                .len(),
+            1
+        );
+        // A million and one empty resource attributes.
+        let attributes = field(1, &field(1, &b"\x0a\x00".repeat(MAX_ELEMENTS_PER_REQUEST)));
+        let err = decode(&attributes, Encoding::Protobuf).unwrap_err();
+        assert!(
+            err.message.contains("at most 1000000 attributes"),
+            "{}",
+            err.message
+        );
+        // Values nested deeper than prost goes.
+        let mut deep = Vec::new();
+        for _ in 0..60 {
+            deep = field(5, &field(1, &deep));
+        }
+        let deep = field(1, &field(1, &field(1, &field(2, &deep))));
+        let err = decode(&deep, Encoding::Protobuf).unwrap_err();
+        assert!(err.message.contains("nested"), "{}", err.message);
+        // OTLP/JSON: spans counted before they are converted, and values
+        // before they are parsed.
+        let spans = format!(
+            "{{\"resourceSpans\":[{{\"scopeSpans\":[{{\"spans\":[{}]}}]}}]}}",
+            "{},".repeat(MAX_SPANS_PER_REQUEST) + "{}"
+        );
+        let err = decode(spans.as_bytes(), Encoding::Json).unwrap_err();
+        assert!(err.message.contains("10000 spans"), "{}", err.message);
+        let zeros = format!(
+            "{{\"resourceSpans\":[{{\"resource\":{{\"attributes\":[{}]}}}}]}}",
+            "0,".repeat(MAX_JSON_VALUES) + "0"
+        );
+        let err = decode(zeros.as_bytes(), Encoding::Json).unwrap_err();
+        assert!(err.message.contains("JSON values"), "{}", err.message);
+        let zeros = format!(
+            "{{\"resourceSpans\":[{{\"resource\":{{\"attributes\":[{}]}}}}]}}",
+            "0,".repeat(MAX_ELEMENTS_PER_REQUEST) + "0"
+        );
+        let err = decode(zeros.as_bytes(), Encoding::Json).unwrap_err();
+        assert!(
+            err.message.contains("at most 1000000 attributes"),
+            "{}",
+            err.message
+        );
+        assert_eq!(json::values(br#"{"a": [1, "x,y:[{\"", {}]}"#), 7);
     }
 
     #[test]

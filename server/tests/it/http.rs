@@ -1524,6 +1524,13 @@ async fn spans_sent_over_otlp_make_a_trace_that_the_client_completes() {
     );
     let file =
         format!("/api/2.0/mlflow-artifacts/artifacts/{exp}/traces/{id}/artifacts/traces.json");
+    // As MLflow makes them, in the order they started (the request sends
+    // the child first, as it ended first).
+    let mut kept = kept;
+    kept["spans"]
+        .as_array_mut()
+        .unwrap()
+        .sort_by_key(|s| s["start_time_unix_nano"].as_u64());
     assert_eq!(server.get(&file).await.json(), kept);
 
     let search = |filter: String| async move { traces_found(server.addr, exp, &filter).await };
@@ -1560,7 +1567,7 @@ async fn spans_sent_over_otlp_make_a_trace_that_the_client_completes() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["score", "root", "lookup"]);
+    assert_eq!(names, ["root", "score", "lookup"]);
     assert_eq!(search("span.type = 'TOOL'".into()).await, [id]);
 
     // The client's summary of the trace completes it.
@@ -1594,7 +1601,8 @@ async fn spans_sent_over_otlp_make_a_trace_that_the_client_completes() {
     );
     // Its upload of traces.json, with the root span alone (ended now),
     // keeps the spans it lacks.
-    let mut root = kept["spans"][1].clone();
+    let mut root = kept["spans"][0].clone();
+    assert_eq!(root["name"], "root");
     root["end_time_unix_nano"] = json!(1765000000500000000u64);
     let uploaded = common::request(
         server.addr,
@@ -1607,7 +1615,7 @@ async fn spans_sent_over_otlp_make_a_trace_that_the_client_completes() {
     assert_eq!(uploaded.status, 200, "{}", uploaded.body);
     let spans = server.get(&file).await.json();
     assert_eq!(spans["spans"].as_array().unwrap().len(), 3, "{spans}");
-    assert_eq!(spans["spans"][1], root);
+    assert_eq!(spans["spans"][0], root);
     // A second summary of it is a duplicate.
     let again = common::post_json(
         server.addr,
@@ -1621,6 +1629,35 @@ async fn spans_sent_over_otlp_make_a_trace_that_the_client_completes() {
     .await;
     assert_eq!(again.status, 400, "{}", again.body);
     assert_eq!(again.json()["error_code"], "RESOURCE_ALREADY_EXISTS");
+
+    // A batch within the request's bound that a trace's file could not
+    // hold (6 MB of quotes, escaped twice as the file keeps them): refused
+    // as too much for a trace, and nothing kept.
+    let big = json!({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e",
+        "spanId": "2222222222222222",
+        "name": "big",
+        "startTimeUnixNano": "1765000000300000000",
+        "attributes": [{"key": "quotes", "value": {"stringValue": "\"".repeat(6_000_000)}}],
+    }]}]}]});
+    let refused = otlp(
+        vec![
+            ("Content-Type", "application/json".into()),
+            ("x-mlflow-experiment-id", exp.into()),
+        ],
+        big.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(refused.status, 413, "{}", refused.body);
+    assert!(
+        refused.body.contains("start a new trace"),
+        "{}",
+        refused.body
+    );
+    let missing = server
+        .get("/api/3.0/mlflow/traces/tr-5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e")
+        .await;
+    assert_eq!(missing.status, 404, "{}", missing.body);
 }
 
 /// The ids of the traces of experiment `exp` that `filter` finds.
