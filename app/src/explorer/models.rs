@@ -166,8 +166,9 @@ pub async fn get_trace(trace_id: String) -> Result<TraceView, AppError> {
             Vec::new(),
             false,
             Some(format!(
-                "Its traces.json is larger than {} MiB; download it from the trace's artifacts.",
-                MAX_TRACE_FILE >> 20
+                "Its traces.json is larger than {} MiB, or holds more than {} JSON values; download it from the trace's artifacts.",
+                MAX_TRACE_FILE >> 20,
+                trainyard_domain::explorer::MAX_JSON_VALUES
             )),
         ),
         Err(_) => (
@@ -187,7 +188,8 @@ pub async fn get_trace(trace_id: String) -> Result<TraceView, AppError> {
 }
 
 /// The bytes of a trace's `traces.json` under the artifact folder `root`,
-/// or None when it is larger than [`MAX_TRACE_FILE`]; missing, a link or
+/// or None when it is larger than [`MAX_TRACE_FILE`] or holds more JSON
+/// values than [`MAX_JSON_VALUES`] (too much to parse); missing, a link or
 /// anything but a plain file is an error.
 #[cfg(feature = "ssr")]
 pub async fn read_trace_file(
@@ -195,14 +197,16 @@ pub async fn read_trace_file(
     experiment_id: i64,
     trace_id: &str,
 ) -> std::io::Result<Option<Vec<u8>>> {
-    use trainyard_domain::explorer::MAX_TRACE_FILE;
+    use trainyard_domain::explorer::{MAX_JSON_VALUES, MAX_TRACE_FILE, json_values};
     let file = root
         .join(experiment_id.to_string())
         .join("traces")
         .join(trace_id)
         .join("artifacts")
         .join("traces.json");
-    read_nofollow(&file, MAX_TRACE_FILE).await
+    Ok(read_nofollow(&file, MAX_TRACE_FILE)
+        .await?
+        .filter(|bytes| json_values(bytes) <= MAX_JSON_VALUES))
 }
 
 /// A file's bytes, or None when it is larger than `max`; a link or

@@ -669,6 +669,37 @@ pub const TRACES_PAGE: u64 = 100;
 /// The longest `traces.json` a trace's page reads.
 pub const MAX_TRACE_FILE: u64 = 16 << 20;
 
+/// Most JSON values and keys a client's JSON of up to 16 MiB (a
+/// `traces.json`, an OTLP/JSON request) is parsed with. Parsing makes a
+/// value of each however short it is written (`0,` is two bytes, the
+/// value 32), so the text is counted first ([`json_values`]); a span's
+/// values take tens of bytes each.
+pub const MAX_JSON_VALUES: usize = 4_000_000;
+
+/// How many values and keys a JSON text holds, at most: its commas,
+/// colons and opening brackets outside strings, plus one. One pass over
+/// the bytes, nothing kept.
+pub fn json_values(text: &[u8]) -> usize {
+    let (mut count, mut in_string, mut escaped) = (1, false, false);
+    for &byte in text {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else {
+            match byte {
+                b'"' => in_string = true,
+                b',' | b':' | b'[' | b'{' => count += 1,
+                _ => {}
+            }
+        }
+    }
+    count
+}
+
 /// Spans a trace's page draws at most.
 pub const MAX_SPANS: usize = 2000;
 
@@ -862,5 +893,19 @@ mod span_tests {
         assert!(truncated);
         assert_eq!(spans.len(), MAX_SPANS);
         assert_eq!(spans.last().unwrap().depth, MAX_SPANS - 1);
+    }
+
+    #[test]
+    fn json_values_are_counted_at_most_once_each_outside_strings() {
+        // The object, "a", the list, 1, the string and {}: six, counted
+        // as seven (the opening bracket and the colon both count "a"'s).
+        assert_eq!(json_values(br#"{"a": [1, "x,y:[{\"", {}]}"#), 7);
+        assert_eq!(json_values(b"0"), 1);
+        // An escaped backslash ends no string early.
+        assert_eq!(json_values(br#""\\",[""#), 3);
+        let zeros = "0,".repeat(999) + "0";
+        assert_eq!(json_values(format!("[{zeros}]").as_bytes()), 1001);
+        let parsed: serde_json::Value = serde_json::from_str(&format!("[{zeros}]")).unwrap();
+        assert_eq!(parsed.as_array().unwrap().len() + 1, 1001);
     }
 }

@@ -497,8 +497,8 @@ pub(super) async fn index_if_trace_file(state: &AppState, path: &str) {
 
 /// A trace's `traces.json` about to be written (`temp`, `written` bytes)
 /// with the spans of the one in place that it lacks, written back into
-/// `temp`; Ok is its size then. A file past the bound of a trace's spans,
-/// or not `{"spans": [...]}`, is replaced as it is.
+/// `temp`; Ok is its size then. A file past the bounds of a trace's spans
+/// (bytes or JSON values), or not `{"spans": [...]}`, is replaced as it is.
 async fn merge_trace_file(
     state: &AppState,
     experiment: i64,
@@ -506,7 +506,7 @@ async fn merge_trace_file(
     temp: &Path,
     written: usize,
 ) -> Result<usize, ApiError> {
-    use trainyard_domain::explorer::MAX_TRACE_FILE;
+    use trainyard_domain::explorer::{MAX_JSON_VALUES, MAX_TRACE_FILE, json_values};
     if written as u64 > MAX_TRACE_FILE {
         return Ok(written);
     }
@@ -521,6 +521,9 @@ async fn merge_trace_file(
         _ => return Ok(written),
     };
     let incoming = tokio::fs::read(temp).await.map_err(io_error)?;
+    if json_values(&incoming) > MAX_JSON_VALUES {
+        return Ok(written);
+    }
     // Parsed off the async threads: two files of up to 16 MiB.
     let merged = tokio::task::spawn_blocking(move || {
         let existing = serde_json::from_slice(&existing).ok()?;

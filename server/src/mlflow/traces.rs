@@ -645,8 +645,9 @@ pub async fn index_spans(
         Ok(None) => {
             tracing::warn!(
                 trace = trace_id,
-                "a trace's traces.json is larger than {} MiB: its spans are kept but not searched",
-                trainyard_domain::explorer::MAX_TRACE_FILE >> 20
+                "a trace's traces.json is larger than {} MiB or holds more than {} JSON values: its spans are kept but not searched",
+                trainyard_domain::explorer::MAX_TRACE_FILE >> 20,
+                trainyard_domain::explorer::MAX_JSON_VALUES
             );
             None
         }

@@ -1658,6 +1658,13 @@ async fn spans_sent_over_otlp_make_a_trace_that_the_client_completes() {
         .get("/api/3.0/mlflow/traces/tr-5ca1ab1e5ca1ab1e5ca1ab1e5ca1ab1e")
         .await;
     assert_eq!(missing.status, 404, "{}", missing.body);
+
+    // An upload of more JSON values than are parsed (8 MB of zeros, each
+    // 32 bytes once parsed) replaces the file as it is, not merged.
+    let zeros = format!("{{\"spans\": [{}]}}", "0,".repeat(4_000_000) + "0");
+    let uploaded = common::request(server.addr, "PUT", &file, &[], zeros.as_bytes()).await;
+    assert_eq!(uploaded.status, 200, "{}", uploaded.body);
+    assert_eq!(server.get(&file).await.body.len(), zeros.len());
 }
 
 /// The ids of the traces of experiment `exp` that `filter` finds.
