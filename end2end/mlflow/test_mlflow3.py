@@ -13,6 +13,7 @@ import requests
 from mlflow import MlflowClient
 from mlflow.entities import LoggedModelStatus
 from mlflow.exceptions import MlflowException
+from mlflow.models import Model
 from sklearn.linear_model import LogisticRegression
 
 
@@ -97,6 +98,24 @@ def test_log_model_and_load_it_by_run_and_by_id(tracking, unique, tmp_path):
 
     downloaded = mlflow.artifacts.download_artifacts(artifact_uri=info.model_uri, dst_path=str(tmp_path))
     assert "sklearn" in open(os.path.join(downloaded, "MLmodel")).read()
+
+    # What MLflow 2's clients record of every model logged in a run (3's
+    # do so for Spark's only): the run's history tag. Without it they
+    # warn "Logging model metadata to the tracking server has failed".
+    mlmodel = Model.load(info.model_uri)
+    mlmodel.run_id = run.info.run_id
+    for path in ["classifier", "again"]:
+        mlmodel.artifact_path = path
+        MlflowClient()._record_logged_model(run.info.run_id, mlmodel)
+    history = json.loads(MlflowClient().get_run(run.info.run_id).data.tags["mlflow.log-model.history"])
+    assert [(h["artifact_path"], h["run_id"]) for h in history] == [
+        ("classifier", run.info.run_id),
+        ("again", run.info.run_id),
+    ]
+    assert "sklearn" in history[0]["flavors"] and "signature" not in history[0]
+    del mlmodel.__dict__["utc_time_created"]
+    with pytest.raises(MlflowException, match="utc_time_created"):
+        MlflowClient()._record_logged_model(run.info.run_id, mlmodel)
 
 
 def test_logged_models_are_searched_ordered_tagged_and_deleted(tracking, server, unique):

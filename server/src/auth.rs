@@ -272,8 +272,9 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
     {
         return true;
     }
-    const RUN_WRITES_AND_SEARCHES: [&str; 17] = [
+    const RUN_WRITES_AND_SEARCHES: [&str; 18] = [
         "/runs/update",
+        "/runs/log-model",
         "/runs/log-metric",
         "/runs/log-parameter",
         "/runs/set-tag",
@@ -705,6 +706,7 @@ mod tests {
         assert!(!is_mlflow_api("/api/trainyard/v1/jobs"));
         let post = Method::POST;
         assert!(run_token_allows(&post, "/api/2.0/mlflow/runs/log-batch"));
+        assert!(run_token_allows(&post, "/api/2.0/mlflow/runs/log-model"));
         assert!(run_token_allows(&Method::GET, "/api/2.0/mlflow/runs/get"));
         assert!(!run_token_allows(&post, "/api/2.0/mlflow/runs/create"));
         assert!(!run_token_allows(

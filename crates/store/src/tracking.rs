@@ -90,6 +90,8 @@ pub struct NewRun {
 }
 
 const RUN_NAME_TAG: &str = "mlflow.runName";
+/// The models logged in a run, as MLflow's clients record them.
+pub const LOGGED_MODELS_TAG: &str = "mlflow.log-model.history";
 
 pub(crate) fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T, StoreError> {
     Ok(row.try_get::<T>("", col)?)
@@ -784,6 +786,82 @@ impl Store {
         if !metrics.is_empty() {
             self.mark_small_chunks(run_id, metrics);
         }
+        self.run_changed(run_id);
+        Ok(())
+    }
+
+    /// Appends a model logged in a run to the run's `mlflow.log-model.history`
+    /// tag (a JSON list), as MLflow's `record_logged_model` does: its run,
+    /// time, artifact path, uuid and flavors (each without its `config`).
+    /// The run must be active; a history longer than `max_len` characters,
+    /// or one that is not a list, is refused saying so.
+    pub async fn record_logged_model(
+        &self,
+        run_id: &str,
+        model: &serde_json::Map<String, serde_json::Value>,
+        max_len: usize,
+    ) -> Result<(), StoreError> {
+        use serde_json::Value as Json;
+        let mut entry = serde_json::Map::new();
+        for key in ["run_id", "utc_time_created", "artifact_path", "model_uuid"] {
+            if let Some(value) = model.get(key) {
+                entry.insert(key.to_owned(), value.clone());
+            }
+        }
+        let flavors = match model.get("flavors") {
+            Some(Json::Object(flavors)) => flavors
+                .iter()
+                .map(|(name, config)| {
+                    let mut config = config.clone();
+                    if let Json::Object(fields) = &mut config {
+                        fields.remove("config");
+                    }
+                    (name.clone(), config)
+                })
+                .collect(),
+            _ => serde_json::Map::new(),
+        };
+        entry.insert("flavors".to_owned(), Json::Object(flavors));
+
+        let _turn = self.write_turn().await;
+        let txn = self.begin_write().await?;
+        let backend = txn.get_database_backend();
+        crate::sql::lock_owner(&txn, backend, &format!("{LOGGED_MODELS_TAG}:{run_id}")).await?;
+        self.require_active_run(&txn, run_id).await?;
+        let mut sql = self.sql();
+        sql.push("SELECT value FROM tags WHERE run_id = ")
+            .bind(run_id.to_owned())
+            .push(" AND key = ")
+            .bind(LOGGED_MODELS_TAG);
+        let mut history = match txn.query_one_raw(sql.build()).await? {
+            None => Vec::new(),
+            Some(row) => {
+                let text: String = get(&row, "value")?;
+                match serde_json::from_str::<Json>(&text) {
+                    Ok(Json::Array(history)) => history,
+                    _ => {
+                        return Err(StoreError::Rejected(format!(
+                            "The tag {LOGGED_MODELS_TAG} of run {run_id} is not a JSON list, so no model can be added to it; delete the tag to record models again"
+                        )));
+                    }
+                }
+            }
+        };
+        history.push(Json::Object(entry));
+        let value = Json::Array(history).to_string();
+        if value.chars().count() > max_len {
+            return Err(StoreError::Rejected(format!(
+                "The run {run_id} has logged so many models that their list (tag {LOGGED_MODELS_TAG}) would be longer than {max_len} characters; the model's artifacts are kept, log further models in a new run"
+            )));
+        }
+        upsert_run_tags(
+            &txn,
+            self.sql(),
+            run_id,
+            &[(LOGGED_MODELS_TAG.to_owned(), value)],
+        )
+        .await?;
+        txn.commit().await?;
         self.run_changed(run_id);
         Ok(())
     }

@@ -604,3 +604,79 @@ async fn someones_latest_runs_are_theirs_newest_first_with_experiment_names() {
     );
     assert_eq!(store.recent_runs(me, 2).await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn logged_models_are_recorded_in_the_runs_history_tag() {
+    use crate::tracking::LOGGED_MODELS_TAG;
+    use serde_json::{Value, json};
+    let (_db, store) = store().await;
+    let run = new_run(&store, 0, "fit").await;
+    let model = |path: &str| match json!({
+        "run_id": run, "artifact_path": path, "utc_time_created": "2026-12-06 08:00:00.000000",
+        "model_uuid": "m-1", "mlflow_version": "3.17.2", "signature": {"inputs": "[]"},
+        "flavors": {"sklearn": {"pickled_model": "model.pkl", "config": {"x": 1}}, "python_function": {"loader_module": "mlflow.sklearn"}},
+    }) {
+        Value::Object(model) => model,
+        _ => unreachable!(),
+    };
+    let history = async |store: &Store| {
+        let run = store.get_run(&run).await.unwrap();
+        let (_, text) = run
+            .tags
+            .into_iter()
+            .find(|(k, _)| k == LOGGED_MODELS_TAG)
+            .unwrap();
+        serde_json::from_str::<Value>(&text).unwrap()
+    };
+    store
+        .record_logged_model(&run, &model("first"), 65_536)
+        .await
+        .unwrap();
+    store
+        .record_logged_model(&run, &model("second"), 65_536)
+        .await
+        .unwrap();
+    // What MLflow keeps of each: no version, signature or flavor config.
+    assert_eq!(
+        history(&store).await,
+        json!([
+            {"run_id": run, "artifact_path": "first", "utc_time_created": "2026-12-06 08:00:00.000000", "model_uuid": "m-1",
+             "flavors": {"sklearn": {"pickled_model": "model.pkl"}, "python_function": {"loader_module": "mlflow.sklearn"}}},
+            {"run_id": run, "artifact_path": "second", "utc_time_created": "2026-12-06 08:00:00.000000", "model_uuid": "m-1",
+             "flavors": {"sklearn": {"pickled_model": "model.pkl"}, "python_function": {"loader_module": "mlflow.sklearn"}}},
+        ])
+    );
+    // Past the tag's bound: refused, the history as it was.
+    let err = store
+        .record_logged_model(&run, &model("third"), 600)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Rejected(m) if m.contains("longer than 600 characters")),
+        "{err:?}"
+    );
+    assert_eq!(history(&store).await.as_array().unwrap().len(), 2);
+    // A tag that is not a list is not overwritten.
+    store
+        .log_batch(&run, &[], &[], &[kv(LOGGED_MODELS_TAG, "not json")])
+        .await
+        .unwrap();
+    let err = store
+        .record_logged_model(&run, &model("third"), 65_536)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Rejected(m) if m.contains("not a JSON list")),
+        "{err:?}"
+    );
+    // Only active runs; unknown ones are not found.
+    store.set_run_deleted(&run, true).await.unwrap();
+    assert!(matches!(
+        store.record_logged_model(&run, &model("x"), 65_536).await,
+        Err(StoreError::Rejected(_))
+    ));
+    assert!(matches!(
+        store.record_logged_model("nope", &model("x"), 65_536).await,
+        Err(StoreError::NotFound(_))
+    ));
+}

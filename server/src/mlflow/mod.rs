@@ -178,6 +178,7 @@ fn tracking_routes() -> Router<AppState> {
         .route("/runs/log-metric", post(runs::log_metric))
         .route("/runs/log-parameter", post(runs::log_parameter))
         .route("/runs/set-tag", post(runs::set_tag))
+        .route("/runs/log-model", post(runs::log_model))
         .route("/runs/delete-tag", post(runs::delete_tag))
         .route("/runs/log-batch", post(runs::log_batch))
         .route("/runs/log-inputs", post(runs::log_inputs))

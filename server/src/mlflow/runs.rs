@@ -357,6 +357,48 @@ pub async fn set_tag(
     Ok(Json(json!({})))
 }
 
+#[derive(Deserialize)]
+pub struct LogModel {
+    #[serde(flatten)]
+    run: RunRef,
+    model_json: Option<String>,
+}
+
+/// `POST /runs/log-model`: what `mlflow.<flavor>.log_model` records of a
+/// model logged in a run, in the run's `mlflow.log-model.history` tag.
+pub async fn log_model(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Req(req): Req<LogModel>,
+) -> ApiResult {
+    let run_id = req.run.id()?;
+    let text = required(req.model_json, "model_json")?;
+    let model = match serde_json::from_str(&text) {
+        Ok(serde_json::Value::Object(model)) => model,
+        _ => {
+            return Err(ApiError::invalid(
+                "Malformed model info: model_json must be a JSON object (the model's MLmodel as a dict)",
+            ));
+        }
+    };
+    let missing: Vec<&str> = ["artifact_path", "flavors", "utc_time_created", "run_id"]
+        .into_iter()
+        .filter(|key| !model.contains_key(*key))
+        .collect();
+    if !missing.is_empty() {
+        return Err(ApiError::invalid(format!(
+            "Model json is missing mandatory fields: {}",
+            missing.join(", ")
+        )));
+    }
+    may_change_run(&state, &principal, &run_id).await?;
+    state
+        .store
+        .record_logged_model(&run_id, &model, MAX_TAG_VALUE_LEN)
+        .await?;
+    Ok(Json(json!({})))
+}
+
 pub async fn delete_tag(
     State(state): State<AppState>,
     Caller(principal): Caller,
