@@ -373,6 +373,13 @@ pub async fn log_model(
 ) -> ApiResult {
     let run_id = req.run.id()?;
     let text = required(req.model_json, "model_json")?;
+    // What the run's tag can hold at most, checked before it is parsed.
+    if text.len() > MAX_TAG_VALUE_LEN {
+        return Err(ApiError::invalid(format!(
+            "model_json is {} bytes; a run's history of models (tag mlflow.log-model.history) holds at most {MAX_TAG_VALUE_LEN}",
+            text.len()
+        )));
+    }
     let model = match serde_json::from_str(&text) {
         Ok(serde_json::Value::Object(model)) => model,
         _ => {

@@ -1694,3 +1694,73 @@ fn hex_decode(text: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
         .collect()
 }
+
+#[tokio::test]
+async fn runs_log_model_keeps_a_runs_history_of_models_and_refuses_bad_ones() {
+    use serde_json::{Value, json};
+    let server = TestServer::start().await;
+    let run = common::new_run(server.addr, Some("fit")).await;
+    let addr = server.addr;
+    let log = |model_json: String| {
+        let body = json!({"run_id": run, "model_json": model_json});
+        async move { common::post_json(addr, "/api/2.0/mlflow/runs/log-model", &body).await }
+    };
+    let model = json!({
+        "run_id": run, "artifact_path": "model", "utc_time_created": "2026-12-06 08:00:00.000000",
+        "model_uuid": "4f1c", "flavors": {"sklearn": {"pickled_model": "model.pkl", "config": {}}},
+        "signature": {"inputs": "[]"},
+    });
+    let kept = log(model.to_string()).await;
+    assert_eq!(kept.status, 200, "{}", kept.body);
+    assert_eq!(kept.json(), json!({}));
+    let tags = common::run(&server, &run).await["data"]["tags"].clone();
+    let history = tags
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["key"] == "mlflow.log-model.history")
+        .map(|t| serde_json::from_str::<Value>(t["value"].as_str().unwrap()).unwrap());
+    assert_eq!(
+        history,
+        Some(json!([{
+            "run_id": run, "artifact_path": "model", "utc_time_created": "2026-12-06 08:00:00.000000",
+            "model_uuid": "4f1c", "flavors": {"sklearn": {"pickled_model": "model.pkl"}},
+        }]))
+    );
+
+    let refused = log("not json".into()).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("Malformed model info"),
+        "{}",
+        refused.body
+    );
+    let mut partial = model.clone();
+    partial.as_object_mut().unwrap().remove("flavors");
+    partial.as_object_mut().unwrap().remove("utc_time_created");
+    let refused = log(partial.to_string()).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused
+            .body
+            .contains("missing mandatory fields: flavors, utc_time_created"),
+        "{}",
+        refused.body
+    );
+    let mut long = model.clone();
+    long["artifact_path"] = json!("x".repeat(70_000));
+    let refused = log(long.to_string()).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("holds at most 65536"),
+        "{}",
+        refused.body
+    );
+    let unknown = common::post_json(
+        server.addr,
+        "/api/2.0/mlflow/runs/log-model",
+        &json!({"run_id": "a0a0a0", "model_json": model.to_string()}),
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+}
