@@ -814,18 +814,41 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
         ["tr-b", "tr-a", "tr-c"],
         "under way: last either way"
     );
+    // Where its spans are kept is the server's to say: a client's tag
+    // would send its readers' tokens to another host.
+    for change in [
+        store
+            .set_trace_tag(
+                "tr-a",
+                "mlflow.artifactLocation",
+                "https://elsewhere.example/t",
+            )
+            .await,
+        store
+            .delete_trace_tag("tr-a", "mlflow.artifactLocation")
+            .await,
+    ] {
+        assert!(
+            matches!(&change, Err(StoreError::Rejected(m)) if m.contains("set by the server")),
+            "{change:?}"
+        );
+    }
     let again = store.get_trace_info("tr-a").await.unwrap();
     assert!(matches!(
         store.start_trace(again, ana.as_owner()).await,
         Err(StoreError::Conflict { .. })
     ));
     let old = store
-        .traces_to_delete(exp, Some(2_000), &[], None, 10)
+        .traces_to_delete(exp, Some(2_000), &[], None, None, 10)
         .await
         .unwrap();
     let ids: Vec<&str> = old.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, ["tr-a", "tr-b"]);
     assert_eq!(old[0].owner, ana.as_owner());
+    // Those of one person only: ana's are these, nobody else has any.
+    let of = |user| store.traces_to_delete(exp, Some(2_000), &[], None, Some(user), 10);
+    assert_eq!(of(ana.id).await.unwrap(), old);
+    assert!(of(ana.id + 1000).await.unwrap().is_empty());
     // Paged: after the first, one at a time.
     let next = store
         .traces_to_delete(
@@ -833,13 +856,14 @@ async fn traces_are_found_by_tags_metadata_and_run_and_deleted_by_age() {
             Some(2_000),
             &[],
             Some((old[0].request_time, "tr-a")),
+            None,
             1,
         )
         .await
         .unwrap();
     assert_eq!(next, old[1..]);
     let named = store
-        .traces_to_delete(exp, None, &["tr-c".to_owned()], None, 10)
+        .traces_to_delete(exp, None, &["tr-c".to_owned()], None, None, 10)
         .await
         .unwrap();
     assert_eq!(named.len(), 1);

@@ -19,6 +19,18 @@ pub const SOURCE_RUN_METADATA: &str = "mlflow.sourceRun";
 /// The tag that says where the trace's `traces.json` is.
 pub const ARTIFACT_LOCATION_TAG: &str = "mlflow.artifactLocation";
 
+/// Refuses a change of the tag the server sets: where a trace's spans are
+/// kept. Clients fetch `traces.json` from it with their own credentials, so
+/// a trace that named another host would send a reader's token there.
+fn server_set(key: &str) -> Result<(), StoreError> {
+    if key == ARTIFACT_LOCATION_TAG {
+        return Err(StoreError::Rejected(format!(
+            "The tag '{ARTIFACT_LOCATION_TAG}' is set by the server (where the trace's spans are kept) and cannot be changed; use another key"
+        )));
+    }
+    Ok(())
+}
+
 /// Most assessment text (values, rationales, metadata, in characters) that
 /// one page of a trace search carries: the page ends early rather than
 /// carry more, and the next page goes on from there.
@@ -324,6 +336,7 @@ impl Store {
         key: &str,
         value: &str,
     ) -> Result<(), StoreError> {
+        server_set(key)?;
         let _turn = self.write_turn().await;
         self.trace_place(trace_id).await?;
         let txn = self.begin_write().await?;
@@ -340,6 +353,7 @@ impl Store {
     }
 
     pub async fn delete_trace_tag(&self, trace_id: &str, key: &str) -> Result<(), StoreError> {
+        server_set(key)?;
         let _turn = self.write_turn().await;
         self.trace_place(trace_id).await?;
         let mut sql = self.sql();
@@ -364,18 +378,22 @@ impl Store {
     /// A page of the traces of an experiment that a deletion takes, oldest
     /// first: the given ids, or those requested at or before
     /// `max_timestamp`; after the trace `after` (its request time and id),
-    /// at most `limit`. Each with its owner, for the caller's check.
+    /// those of the user `only_of` where given, at most `limit`. Each with its owner, for the caller's check.
     pub async fn traces_to_delete(
         &self,
         experiment_id: i64,
         max_timestamp: Option<i64>,
         ids: &[String],
         after: Option<(i64, &str)>,
+        only_of: Option<i64>,
         limit: u64,
     ) -> Result<Vec<TraceToDelete>, StoreError> {
         let mut sql = self.sql();
         sql.push("SELECT id, request_time, user_id, team_id FROM traces WHERE experiment_id = ")
             .bind(experiment_id);
+        if let Some(user) = only_of {
+            sql.push(" AND user_id = ").bind(user);
+        }
         if !ids.is_empty() {
             sql.push(" AND id IN ").bind_list(ids.iter().cloned());
         }

@@ -27,18 +27,22 @@ use crate::AppState;
 use crate::auth::{Caller, Principal};
 
 pub fn routes(limit: usize) -> Router<AppState> {
-    Router::new()
-        .route("/artifacts", get(list))
+    // Uploads stream to disk and count their own bytes against `limit`.
+    let streamed = Router::new()
         .route(
             "/artifacts/{*path}",
             get(download).put(upload).delete(remove),
         )
+        .route("/mpu/part/{id}/{number}", put(multipart::part))
+        .layer(DefaultBodyLimit::disable());
+    // The rest read a JSON body whole: it has the API's bound.
+    Router::new()
+        .route("/artifacts", get(list))
         .route("/mpu/create/{*path}", post(multipart::create))
         .route("/mpu/complete/{*path}", post(multipart::complete))
         .route("/mpu/abort/{*path}", post(multipart::abort))
-        .route("/mpu/part/{id}/{number}", put(multipart::part))
-        // Uploads stream to disk and count their own bytes against `limit`.
-        .layer(DefaultBodyLimit::disable())
+        .layer(DefaultBodyLimit::max(super::MAX_JSON_BODY))
+        .merge(streamed)
         .layer(axum::Extension(UploadLimit(limit)))
 }
 

@@ -311,6 +311,7 @@ pub async fn search(
         Scope::EvaluationDatasets,
     )
     .map_err(|e| ApiError::invalid(format!("Invalid filter_string: {e}")))?;
+    wire::order_by_bound(&req.order_by)?;
     let order = req
         .order_by
         .iter()

@@ -173,6 +173,7 @@ pub async fn search(
     let offset = wire::parse_page_token(req.page_token.as_deref())?;
     let filter = parse_filter(req.filter.as_deref().unwrap_or(""), Scope::Experiments)
         .map_err(|e| ApiError::invalid(format!("Invalid filter: {e}")))?;
+    wire::order_by_bound(&req.order_by)?;
     let order = req
         .order_by
         .iter()
@@ -304,11 +305,7 @@ pub async fn search_datasets(
     Caller(principal): Caller,
     Req(req): Req<SearchDatasets>,
 ) -> ApiResult {
-    let experiment_ids = req
-        .experiment_ids
-        .iter()
-        .map(|id| parse_experiment_id(id))
-        .collect::<Result<Vec<_>, _>>()?;
+    let experiment_ids = wire::experiment_ids(&req.experiment_ids, "experiment_ids")?;
     let found = state
         .store
         .search_datasets(&experiment_ids, &Viewer::of(&principal.user))

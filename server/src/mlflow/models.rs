@@ -286,11 +286,8 @@ pub async fn search(
     Caller(principal): Caller,
     Req(req): Req<Search>,
 ) -> ApiResult {
-    let experiment_ids = req
-        .experiment_ids
-        .iter()
-        .map(|id| parse_experiment_id(id))
-        .collect::<Result<Vec<_>, _>>()?;
+    let experiment_ids = wire::experiment_ids(&req.experiment_ids, "experiment_ids")?;
+    wire::order_by_bound(&req.order_by)?;
     if req.datasets.len() > 100 {
         return Err(ApiError::invalid(
             "The `datasets` clause names at most 100 datasets",

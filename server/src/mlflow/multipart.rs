@@ -142,6 +142,10 @@ pub async fn create(
         )));
     }
     let root = uploads_root(&state);
+    // One creation at a time: the count and the new upload stay true
+    // together (two at once would both see room for one).
+    static CREATES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _creating = CREATES.lock().await;
     let open = sweep(&root, principal.user.id).await?;
     if open >= MAX_OPEN_UPLOADS {
         return Err(ApiError {

@@ -449,6 +449,9 @@ pub async fn latest_versions(
                 .to_owned(),
         );
     }
+    // Each stage once: a list of thousands of "None" asks for one.
+    stages.sort();
+    stages.dedup();
     may(&state, &principal, &name, Access::Read).await?;
     let versions = state.store.latest_model_versions(&name, &stages).await?;
     let mut out = json!({});
@@ -492,6 +495,7 @@ fn parsed_search(
     let offset = wire::parse_page_token(req.page_token.as_deref())?;
     let filter = parse_filter(req.filter.as_deref().unwrap_or(""), scope)
         .map_err(|e| ApiError::invalid(format!("Invalid filter: {e}")))?;
+    wire::order_by_bound(&req.order_by)?;
     let order = req
         .order_by
         .iter()

@@ -186,15 +186,12 @@ pub async fn search(
     Caller(principal): Caller,
     Req(req): Req<Search>,
 ) -> ApiResult {
-    let experiment_ids = req
-        .experiment_ids
-        .iter()
-        .map(|id| parse_experiment_id(id))
-        .collect::<Result<Vec<_>, _>>()?;
+    let experiment_ids = wire::experiment_ids(&req.experiment_ids, "experiment_ids")?;
     let limit = wire::max_results(req.max_results, 1000, 50_000)?;
     let offset = wire::parse_page_token(req.page_token.as_deref())?;
     let filter = parse_filter(req.filter.as_deref().unwrap_or(""), Scope::Runs)
         .map_err(|e| ApiError::invalid(format!("Invalid filter: {e}")))?;
+    wire::order_by_bound(&req.order_by)?;
     let mut order = Vec::with_capacity(req.order_by.len());
     for o in &req.order_by {
         let parsed = parse_order_by(o, Scope::Runs)

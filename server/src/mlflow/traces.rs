@@ -47,14 +47,17 @@ pub(super) fn format_time(ms: i64) -> String {
 
 /// A protobuf JSON duration (`0.023s`) in ms.
 fn parse_duration(text: &str) -> Result<i64, ApiError> {
+    // A century at most: the end (request time + duration) stays a number
+    // the databases can add and compare.
+    const MAX_SECS: f64 = 100.0 * 366.0 * 86_400.0;
     text.trim()
         .strip_suffix('s')
         .and_then(|n| n.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
+        .filter(|s| s.is_finite() && (0.0..=MAX_SECS).contains(s))
         .map(|s| (s * 1000.0).round() as i64)
         .ok_or_else(|| {
             ApiError::invalid(format!(
-                "Invalid 'execution_duration' `{text}`: use seconds with an s, e.g. 0.023s"
+                "Invalid 'execution_duration' `{text}`: use seconds with an s, e.g. 0.023s, at most a century"
             ))
         })
 }
@@ -245,6 +248,13 @@ pub async fn start(
                 "a job's token writes traces to the experiment of its run {run_id} only"
             )));
         }
+        // A trace that is already kept (its spans came first, over OTLP)
+        // is completed only by the run it is filed under.
+        match state.store.trace_place(&trace_id).await {
+            Ok(_) => job_may_write(&state, &principal, &trace_id).await?,
+            Err(trainyard_store::StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
         metadata.insert(SOURCE_RUN_METADATA.to_owned(), run_id.clone());
     }
     let saved = state
@@ -326,19 +336,18 @@ pub async fn search(
     Caller(principal): Caller,
     Req(req): Req<Search>,
 ) -> ApiResult {
-    let mut experiment_ids = Vec::new();
-    for id in req
+    let named: Vec<String> = req
         .locations
         .into_iter()
         .filter_map(|l| l.mlflow_experiment.and_then(|e| e.experiment_id))
         .chain(req.experiment_ids)
-    {
-        experiment_ids.push(parse_experiment_id(&id)?);
-    }
+        .collect();
+    let experiment_ids = wire::experiment_ids(&named, "locations")?;
     let limit = wire::max_results(req.max_results, 100, 1000)?;
     let offset = wire::parse_page_token(req.page_token.as_deref())?;
     let filter = parse_filter(req.filter.as_deref().unwrap_or(""), Scope::Traces)
         .map_err(|e| ApiError::invalid(format!("Invalid filter: {e}")))?;
+    wire::order_by_bound(&req.order_by)?;
     let order = req
         .order_by
         .iter()
@@ -451,6 +460,9 @@ pub async fn delete(
     // Named traces (at most 10,000) are one page: all are checked before
     // any is deleted.
     let page_size = if named { 10_000 } else { DELETE_PAGE };
+    // By age, only the caller's own traces can go (an admin's: all), so
+    // only those are read: a shared experiment may hold millions of others'.
+    let only_of = (!named && !principal.user.is_admin).then_some(principal.user.id);
     loop {
         let limit = left.map_or(page_size, |n| n.min(page_size));
         if limit == 0 {
@@ -463,6 +475,7 @@ pub async fn delete(
                 req.max_timestamp_millis,
                 &req.request_ids,
                 after.as_ref().map(|(time, id)| (*time, id.as_str())),
+                only_of,
                 limit,
             )
             .await?;
@@ -491,7 +504,9 @@ pub async fn delete(
             mine.push(trace);
         }
         let ids: Vec<String> = mine.iter().map(|t| t.id.clone()).collect();
-        deleted += state.store.delete_traces(&ids).await?;
+        if !ids.is_empty() {
+            deleted += state.store.delete_traces(&ids).await?;
+        }
         // Their files go with them, and their owners' artifacts are
         // counted again.
         for trace in &mine {

@@ -435,6 +435,33 @@ pub fn registered_model(m: &RegisteredModel) -> Value {
     out
 }
 
+/// The most fields one search orders by.
+pub const MAX_ORDER_BY: usize = 10;
+/// The most experiments one search names.
+pub const MAX_EXPERIMENT_IDS: usize = 1000;
+
+/// Refuses a search's `order_by` of more than [`MAX_ORDER_BY`] fields.
+pub fn order_by_bound<T>(order_by: &[T]) -> Result<(), ApiError> {
+    if order_by.len() > MAX_ORDER_BY {
+        return Err(ApiError::invalid(format!(
+            "'order_by' lists {} fields; order by at most {MAX_ORDER_BY}",
+            order_by.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The experiment ids a search names, at most [`MAX_EXPERIMENT_IDS`].
+pub fn experiment_ids(ids: &[String], field: &str) -> Result<Vec<i64>, ApiError> {
+    if ids.len() > MAX_EXPERIMENT_IDS {
+        return Err(ApiError::invalid(format!(
+            "'{field}' names {} experiments; name at most {MAX_EXPERIMENT_IDS} in one search",
+            ids.len()
+        )));
+    }
+    ids.iter().map(|id| parse_experiment_id(id)).collect()
+}
+
 /// MLflow's page token: base64 of `{"offset": N}`.
 pub fn page_token(offset: u64) -> String {
     base64::engine::general_purpose::STANDARD.encode(format!("{{\"offset\": {offset}}}"))
@@ -444,8 +471,10 @@ pub fn parse_page_token(token: Option<&str>) -> Result<u64, ApiError> {
     let Some(token) = token.filter(|t| !t.is_empty()) else {
         return Ok(0);
     };
+    // An offset the databases take (a signed 64-bit number).
     decode_page_token(token)?["offset"]
         .as_u64()
+        .filter(|offset| i64::try_from(*offset).is_ok())
         .ok_or_else(|| invalid_page_token(token))
 }
 

@@ -720,6 +720,9 @@ status, bare = trace("tr-job-bare")
 print("trace-bare", status, bare.get("trace", {}).get("trace_info", {}).get("trace_metadata", {}).get("mlflow.sourceRun") == own)
 print("trace-other", trace("tr-job-other", os.environ["OTHER_RUN"])[0])
 print("trace-elsewhere", trace("tr-job-elsewhere", None, os.environ["OTHER_EXP"])[0])
+# A trace of alice's that her exporter's spans made, under no run: not
+# the job's to complete (and so to take for its run).
+print("trace-takeover", trace("tr-" + "0a" * 16)[0])
 def put(path):
     req = urllib.request.Request(uri + path, b"{}", {"Authorization": auth["Authorization"]}, method="PUT")
     try:
@@ -902,6 +905,7 @@ print("scorer-delete", send("/api/3.0/mlflow/scorers/delete", {"experiment_id": 
         "trace-bare 200 True",
         "trace-other 403",
         "trace-elsewhere 403",
+        "trace-takeover 403",
         "spans-own 200",
         "spans-other 403",
         "assess-own 200",
