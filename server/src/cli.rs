@@ -53,12 +53,19 @@ impl Remote {
     /// Sends a request; a non-2xx answer becomes its error message (and
     /// field errors, one per line).
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response> {
-        let response = request.send().await.map_err(|e| {
-            CliError(format!(
-                "cannot reach the server at {}: {e} (set --server or TRAINYARD_SERVER)",
-                self.server
-            ))
-        })?;
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        self.checked(response).await
+    }
+
+    fn unreachable(&self, error: reqwest::Error) -> CliError {
+        CliError(format!(
+            "cannot reach the server at {}: {error} (set --server or TRAINYARD_SERVER)",
+            self.server
+        ))
+    }
+
+    /// A 2xx answer, or its error message (and field errors, one per line).
+    async fn checked(&self, response: reqwest::Response) -> Result<reqwest::Response> {
         if response.status().is_success() {
             return Ok(response);
         }
@@ -424,7 +431,35 @@ async fn fetch_tar(
 ) -> Result<trainyard_jobs::archive::Extracted> {
     use tokio::io::AsyncWriteExt;
     let client = remote.client()?;
-    let mut response = remote.send(client.get(remote.url(path))).await?;
+    // The server sends a few archives at once and says when to ask again
+    // (many pods may start together): asked again for up to 10 minutes.
+    let patience = std::time::Instant::now() + Duration::from_secs(600);
+    let mut pause = Duration::from_secs(1);
+    let mut response = loop {
+        let answer = client
+            .get(remote.url(path))
+            .send()
+            .await
+            .map_err(|e| remote.unreachable(e))?;
+        if answer.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE
+            || std::time::Instant::now() + pause > patience
+        {
+            break remote.checked(answer).await?;
+        }
+        let asked = answer
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .unwrap_or_default();
+        let wait = pause.max(asked).min(Duration::from_secs(30));
+        eprintln!(
+            "{path}: the server is busy sending other archives; asking again in {} s",
+            wait.as_secs()
+        );
+        tokio::time::sleep(wait).await;
+        pause = (pause * 2).min(Duration::from_secs(30));
+    };
     // Written and unpacked inside `into` (which may be a mount point, its
     // parent not ours to write), then moved in place.
     std::fs::create_dir_all(into)

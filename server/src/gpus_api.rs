@@ -67,7 +67,7 @@ fn span(
         )
     };
     if let (Some(from), Some(to)) = from_to {
-        if to <= from || to - from > MAX_WINDOW_MS {
+        if to <= from || to.checked_sub(from).is_none_or(|span| span > MAX_WINDOW_MS) {
             return Err(bad(
                 "from",
                 "from must be before to, and at most 366 days apart (Unix milliseconds)".to_owned(),

@@ -2,6 +2,8 @@
 //! YAML), list, show with the timeline, cancel, and read the log from a byte
 //! offset (what `trainyard logs -f` and the job page poll).
 
+use std::collections::HashMap;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -328,7 +330,11 @@ pub async fn files(
             format!("job {id}'s files are still being copied; ask again in a moment"),
         ));
     }
-    tar_response(state.jobs.files_dir(id), format!("job-{id}-files.tar"))
+    tar_response(
+        principal.user.id,
+        state.jobs.files_dir(id),
+        format!("job-{id}-files.tar"),
+    )
 }
 
 /// `GET /api/trainyard/v1/jobs/{id}/datasets/{name}`: a dataset the job
@@ -354,6 +360,7 @@ pub async fn dataset_of_job(
     }
     let upload = state.store.dataset(&name).await?.ok_or_else(missing)?;
     tar_response(
+        principal.user.id,
         state.jobs.upload_dir(&upload),
         format!("dataset-{name}.tar"),
     )
@@ -362,6 +369,42 @@ pub async fn dataset_of_job(
 /// Archives sent at once, server-wide: each holds a blocking thread while
 /// its reader takes it in.
 const MAX_ARCHIVE_SENDS: usize = 8;
+/// Of those, one person's (their jobs' included): nobody's slow readers
+/// keep the others' pods from starting.
+const MAX_ARCHIVE_SENDS_EACH: usize = MAX_ARCHIVE_SENDS / 2;
+
+/// A person's share of the archive sends, given back when dropped.
+struct PersonsSend(i64);
+
+impl PersonsSend {
+    fn sends() -> std::sync::MutexGuard<'static, HashMap<i64, usize>> {
+        static SENDS: std::sync::LazyLock<std::sync::Mutex<HashMap<i64, usize>>> =
+            std::sync::LazyLock::new(Default::default);
+        SENDS.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(person: i64) -> Option<PersonsSend> {
+        let mut sends = Self::sends();
+        let held = sends.entry(person).or_default();
+        if *held >= MAX_ARCHIVE_SENDS_EACH {
+            return None;
+        }
+        *held += 1;
+        Some(PersonsSend(person))
+    }
+}
+
+impl Drop for PersonsSend {
+    fn drop(&mut self) {
+        let mut sends = Self::sends();
+        if let Some(held) = sends.get_mut(&self.0) {
+            *held -= 1;
+            if *held == 0 {
+                sends.remove(&self.0);
+            }
+        }
+    }
+}
 /// How long a reader may take in nothing before its archive is dropped.
 const ARCHIVE_STALL: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -374,9 +417,14 @@ fn archive_sends() -> &'static std::sync::Arc<tokio::sync::Semaphore> {
 /// A folder as a tar archive, written while it is sent (never whole in
 /// memory or on disk). An error midway cuts the body short, without the
 /// archive's end: the response fails (`trainyard job-files` says so). At most
-/// [`MAX_ARCHIVE_SENDS`] at once (503 past them), and a reader that takes
+/// [`MAX_ARCHIVE_SENDS`] at once, [`MAX_ARCHIVE_SENDS_EACH`] of one
+/// `person`'s (503 past them, with Retry-After), and a reader that takes
 /// nothing in for [`ARCHIVE_STALL`] loses its archive.
-fn tar_response(dir: std::path::PathBuf, file_name: String) -> Result<Response, JobsError> {
+fn tar_response(
+    person: i64,
+    dir: std::path::PathBuf,
+    file_name: String,
+) -> Result<Response, JobsError> {
     /// Writes into the response body; waits while the client is behind.
     struct Pipe(
         tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
@@ -398,17 +446,32 @@ fn tar_response(dir: std::path::PathBuf, file_name: String) -> Result<Response, 
             Ok(())
         }
     }
-    let Ok(turn) = archive_sends().clone().try_acquire_owned() else {
-        return Err(JobsError::new(
+    let busy = |why: String| {
+        let mut answer = JobsError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "TEMPORARILY_UNAVAILABLE",
-            format!("{MAX_ARCHIVE_SENDS} archives are being sent already; ask again in a moment"),
+            format!("{why}; ask again in a moment"),
+        )
+        .into_response();
+        answer
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+        Ok(answer)
+    };
+    let Some(persons) = PersonsSend::take(person) else {
+        return busy(format!(
+            "{MAX_ARCHIVE_SENDS_EACH} archives of yours (or your jobs') are being sent already"
+        ));
+    };
+    let Ok(turn) = archive_sends().clone().try_acquire_owned() else {
+        return busy(format!(
+            "{MAX_ARCHIVE_SENDS} archives are being sent already"
         ));
     };
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let _turn = turn;
+        let _turn = (turn, persons);
         let out = std::io::BufWriter::with_capacity(256 * 1024, Pipe(tx.clone(), runtime.clone()));
         if let Err(error) = trainyard_jobs::archive::pack(&dir, out, INPUT_LIMITS) {
             tracing::warn!(folder = %dir.display(), %error, "could not send a job's inputs");

@@ -108,11 +108,14 @@ pub async fn usage(
     })?;
     let now = trainyard_store::now_millis();
     let to = q.to.unwrap_or(now);
-    let from = q.from.unwrap_or(to - 30 * 86_400_000);
+    let from = q.from.unwrap_or(to.saturating_sub(30 * 86_400_000));
     if to <= from {
         return Err(bad("from", "must be before `to`".to_owned()));
     }
-    if to - from > MAX_USAGE_DAYS * 86_400_000 {
+    if to
+        .checked_sub(from)
+        .is_none_or(|span| span > MAX_USAGE_DAYS * 86_400_000)
+    {
         return Err(bad(
             "from",
             format!("the span is longer than {MAX_USAGE_DAYS} days; ask for less"),

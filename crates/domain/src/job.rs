@@ -10,6 +10,9 @@ use crate::{FieldError, MAX_KEY_LEN};
 
 pub const MAX_NAME_LEN: usize = 100;
 pub const MAX_COMMAND_LEN: usize = 10_000;
+/// The command with its hyperparameters put in: one argument of `sh -c`,
+/// which Linux holds to 128 KiB.
+pub const MAX_RENDERED_COMMAND_LEN: usize = 100_000;
 pub const MAX_IMAGE_LEN: usize = 500;
 pub const MAX_GPUS: u32 = 64;
 pub const MAX_CPUS: f64 = 256.0;
@@ -50,12 +53,15 @@ pub fn valid_dataset_name(name: &str) -> bool {
 }
 
 /// Variables Trainyard sets for every job; a spec may not set them.
-pub const RESERVED_ENV: [&str; 6] = [
+/// (`NVIDIA_VISIBLE_DEVICES`: NVIDIA's container runtime gives a container
+/// the GPUs it names, whatever the job asked for.)
+pub const RESERVED_ENV: [&str; 7] = [
     "MLFLOW_TRACKING_URI",
     "MLFLOW_TRACKING_TOKEN",
     "MLFLOW_RUN_ID",
     "MLFLOW_EXPERIMENT_ID",
     "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
     "TRAINYARD_JOB_ID",
 ];
 

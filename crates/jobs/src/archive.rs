@@ -37,6 +37,9 @@ fn refuse<T>(message: impl Into<String>) -> Result<T, ArchiveError> {
 }
 
 const MAX_PATH_BYTES: usize = 4096;
+/// Most names in an entry's path: a job's files are measured down to 128
+/// levels (`tree`), and the job's own folders lie above these.
+pub const MAX_DEPTH: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Format {
@@ -78,7 +81,19 @@ fn inside(name: &Path) -> Result<Option<PathBuf>, ArchiveError> {
     let mut out = PathBuf::new();
     for component in name.components() {
         match component {
-            Component::Normal(part) => out.push(part),
+            Component::Normal(part) => {
+                if out.components().count() == MAX_DEPTH {
+                    return refuse(format!(
+                        "`{}…` is more than {MAX_DEPTH} names deep; archives may not be deeper",
+                        out.display()
+                            .to_string()
+                            .chars()
+                            .take(100)
+                            .collect::<String>()
+                    ));
+                }
+                out.push(part)
+            }
             Component::CurDir => {}
             Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
                 return refuse(format!(
@@ -139,10 +154,33 @@ impl Writer<'_> {
         Ok(())
     }
 
-    fn dir(&mut self, rel: &Path) -> Result<(), ArchiveError> {
-        self.count()?;
-        std::fs::create_dir_all(self.root.join(rel))?;
+    /// Makes the folder `rel` and those it lies in, each new one counted
+    /// as an entry (a folder the archive names is one, and so is every
+    /// folder its entries' paths make on the way).
+    fn folders(&mut self, rel: &Path) -> Result<(), ArchiveError> {
+        let mut path = self.root.to_path_buf();
+        for part in rel.components() {
+            path.push(part);
+            match std::fs::create_dir(&path) {
+                Ok(()) => self.count()?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    // Links are never written, so this is the folder or a
+                    // file an earlier entry made.
+                    if !std::fs::symlink_metadata(&path)?.is_dir() {
+                        return refuse(format!(
+                            "`{}` is a file of the archive and also a folder of it",
+                            path.strip_prefix(self.root).unwrap_or(&path).display()
+                        ));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         Ok(())
+    }
+
+    fn dir(&mut self, rel: &Path) -> Result<(), ArchiveError> {
+        self.folders(rel)
     }
 
     fn file(
@@ -153,10 +191,10 @@ impl Writer<'_> {
     ) -> Result<(), ArchiveError> {
         self.count()?;
         self.done.files += 1;
-        let path = self.root.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
+        if let Some(parent) = rel.parent() {
+            self.folders(parent)?;
         }
+        let path = self.root.join(rel);
         let mut file = match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -576,6 +614,40 @@ mod tests {
             "{message}"
         );
         assert!(!dir.path().join("out/project").exists());
+    }
+
+    #[test]
+    fn folders_made_on_the_way_count_and_depth_is_bounded() {
+        // Each file lies 49 folders down: those count as entries too.
+        let deep = |top: &str| format!("{top}/{}f", "a/".repeat(48));
+        let names: Vec<String> = ["x", "y"].iter().map(|t| deep(t)).collect();
+        let two: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"1"[..])).collect();
+        let (result, dir) = unpack(&zip(&two, None));
+        assert_eq!(result.unwrap(), Extracted { files: 2, bytes: 2 });
+        assert!(dir.path().join("out/project").join(&names[1]).is_file());
+        let third = deep("z");
+        let three: Vec<(&str, &[u8])> = names
+            .iter()
+            .chain([&third])
+            .map(|n| (n.as_str(), &b"1"[..]))
+            .collect();
+        let (result, dir) = unpack(&zip(&three, None));
+        assert!(refused(result).contains("more than 100 files and folders"));
+        assert!(!dir.path().join("out/project").exists());
+        // Past 64 names deep: refused before anything is made.
+        let (result, dir) = unpack(&zip(&[(&format!("{}f", "a/".repeat(64)), b"1")], None));
+        assert!(refused(result).contains("more than 64 names deep"));
+        assert!(!dir.path().join("out/project").exists());
+        let deepest = format!("{}f", "a/".repeat(63));
+        let (result, dir) = unpack(&zip(&[(&deepest, b"1")], None));
+        assert_eq!(result.unwrap(), Extracted { files: 1, bytes: 1 });
+        assert!(dir.path().join("out/project").join(&deepest).is_file());
+        // A file, then a file below it: the archive's fault, said so.
+        let (result, _dir) = unpack(&tar_gz(&[
+            (b"a", tar::EntryType::Regular, b"1", None),
+            (b"a/b", tar::EntryType::Regular, b"2", None),
+        ]));
+        assert!(refused(result).contains("`a` is a file of the archive and also a folder"));
     }
 
     #[test]

@@ -414,34 +414,23 @@ impl Jobs {
             return Err(SubmitError::Invalid(errors));
         }
         let mut checked = effective.check().map_err(SubmitError::Invalid)?;
-        // A job that may not be preempted runs only within its team's
-        // guarantee: one that could never fit there is refused, not queued
-        // forever (with no quotas set, every guarantee is 0).
-        let gpus = checked.spec.resources().gpus;
-        if !checked.spec.preemptible && gpus > 0 {
-            let quota = match team_id {
-                Some(id) => self
-                    .store()
-                    .team_quotas()
-                    .await?
-                    .into_iter()
-                    .find(|t| t.id == id)
-                    .map_or(0, |t| t.quota_gpus),
-                None => 0,
-            };
-            if quota < gpus {
-                let team = team_id
-                    .and_then(|id| owner.teams.iter().find(|t| t.id == id))
-                    .map_or("a job of no team".to_owned(), |t| {
-                        format!("team {}", t.name)
-                    });
+        if let Some(command) = &checked.spec.command {
+            use trainyard_domain::job::MAX_RENDERED_COMMAND_LEN;
+            let rendered = render_command(command, &checked.spec.hyperparameters).len();
+            if rendered > MAX_RENDERED_COMMAND_LEN {
                 return Err(SubmitError::Invalid(vec![FieldError::new(
-                    "preemptible",
+                    "command",
                     format!(
-                        "a job that may not be preempted runs only on its team's guaranteed GPUs: {team} is guaranteed {quota} and the job asks for {gpus}; leave it preemptible, or ask an admin for a guarantee"
+                        "the command is {rendered} bytes once its hyperparameters are put in, more than {MAX_RENDERED_COMMAND_LEN}; read long values from their HP_<NAME> variables instead of {{name}} in the command"
                     ),
                 )]));
             }
+        }
+        if let Some(why) = self.beyond_guarantee(&checked.spec, team_id, owner).await? {
+            return Err(SubmitError::Invalid(vec![FieldError::new(
+                "preemptible",
+                why,
+            )]));
         }
         checked.spec.template = template.as_ref().map(|t| t.slug.clone());
         self.admit(&checked).await.map_err(SubmitError::Invalid)?;
@@ -1133,6 +1122,43 @@ impl Jobs {
     /// Submits a finished job again, as a new job with the same spec and
     /// files (as they were at its submission), and a new run. The old job
     /// keeps its history.
+    /// Why a job that may not be preempted could never run: it runs only
+    /// within its team's guarantee, and one that could never fit there is
+    /// refused, not queued forever (with no quotas set, every guarantee is
+    /// 0). None when it may run.
+    async fn beyond_guarantee(
+        &self,
+        spec: &JobSpec,
+        team_id: Option<i64>,
+        owner: &User,
+    ) -> Result<Option<String>, StoreError> {
+        let gpus = spec.resources().gpus;
+        if spec.preemptible || gpus == 0 {
+            return Ok(None);
+        }
+        let quota = match team_id {
+            Some(id) => self
+                .store()
+                .team_quotas()
+                .await?
+                .into_iter()
+                .find(|t| t.id == id)
+                .map_or(0, |t| t.quota_gpus),
+            None => 0,
+        };
+        if quota >= gpus {
+            return Ok(None);
+        }
+        let team = team_id
+            .and_then(|id| owner.teams.iter().find(|t| t.id == id))
+            .map_or("a job of no team".to_owned(), |t| {
+                format!("team {}", t.name)
+            });
+        Ok(Some(format!(
+            "a job that may not be preempted runs only on its team's guaranteed GPUs: {team} is guaranteed {quota} and the job asks for {gpus}; leave it preemptible, or ask an admin for a guarantee"
+        )))
+    }
+
     pub async fn retry(&self, id: i64) -> Result<JobRecord, StoreError> {
         let old = self.store().get_job(id).await?;
         if !old.job.state.is_terminal() {
@@ -1145,13 +1171,29 @@ impl Jobs {
             StoreError::Rejected(format!("job {id} has no experiment left to log to"))
         })?;
         let spec = old.job.spec.clone();
-        let (run, params) = self.run_for(&spec, experiment_id, 0, old.owner()).await?;
+        // The team as its owner's teams are now: one they left no longer
+        // lends them its GPUs (nor sees the new run).
+        let mut team_id = old.team_id;
+        if let Some(owner) = match old.owner_id {
+            Some(uid) => self.store().user(uid).await?,
+            None => None,
+        } {
+            if !team_id.is_some_and(|t| owner.in_team(t)) {
+                team_id = owner.primary_team();
+            }
+            if let Some(why) = self.beyond_guarantee(&spec, team_id, &owner).await? {
+                return Err(StoreError::Rejected(why));
+            }
+        }
+        let (run, params) = self
+            .run_for(&spec, experiment_id, 0, Owner::new(old.owner_id, team_id))
+            .await?;
         let record = self
             .store()
             .create_job(NewJob {
                 spec,
                 owner_id: old.owner_id,
-                team_id: old.team_id,
+                team_id,
                 cpu_millis: old.job.cpu_millis,
                 memory_mib: old.job.memory_mib,
                 max_runtime_secs: old.job.max_runtime_secs,

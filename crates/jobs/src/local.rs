@@ -116,7 +116,19 @@ impl LocalExecutor {
         }
     }
 
+    /// An attempt's end: the job's folder is closed, then its uid freed.
+    /// The next job given the uid must not pass through to what this one
+    /// keeps while it waits for another attempt (its checkpoints are still
+    /// the old uid's until that attempt starts).
     fn release_uid(&self, job: i64) {
+        if self.config.job_users.is_some() {
+            let folder = self.job_dir(job);
+            if let Err(error) = users::set_mode(&folder, 0o700)
+                && error.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(job, %error, "could not close the job's folder");
+            }
+        }
         self.uids().remove(&job);
     }
 
@@ -547,15 +559,9 @@ impl Executor for LocalExecutor {
     }
 
     async fn retire(&self, record: &JobRecord) {
+        // Ended for good: no job user passes through its folder again.
         self.release_uid(record.job.id);
         if self.config.job_users.is_some() {
-            // Ended for good: no job user passes through its folder again.
-            let folder = self.job_dir(record.job.id);
-            if let Err(error) = users::set_mode(&folder, 0o700)
-                && error.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(job = record.job.id, %error, "could not close the job's folder");
-            }
             // What its users wrote is theirs no longer to reach: it goes,
             // so that ended jobs do not fill the disk. Logs and exit
             // records stay.

@@ -559,9 +559,12 @@ impl Telemetry {
             .into_iter()
             .filter(|g| job.gpus_held().contains(&g.index))
             .collect();
-        let mut w = self
-            .window(&node, &gpus, span.unwrap_or((started, end)), points)
-            .await?;
+        // A zoom within its life: before and after it, others held them.
+        let span = span
+            .map(|(from, to)| (from.max(started), to.min(end)))
+            .filter(|(from, to)| from < to)
+            .unwrap_or((started, end));
+        let mut w = self.window(&node, &gpus, span, points).await?;
         if job.state == JobState::Running {
             w.idle = !self.idle(&gpus, now).await?.is_empty();
         }

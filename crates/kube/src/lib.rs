@@ -383,7 +383,9 @@ fn describe(error: &kube::Error) -> String {
 /// letting Trainyard in (fixed by an admin, not by the job).
 fn transient(error: &kube::Error) -> bool {
     match error {
-        kube::Error::Api(status) => !matches!(status.code, 400 | 422),
+        // 413: the object is larger than the API server takes; it will be
+        // next time too.
+        kube::Error::Api(status) => !matches!(status.code, 400 | 413 | 422),
         _ => true,
     }
 }

@@ -206,6 +206,9 @@ fn quantities(pairs: &[(&str, String)]) -> BTreeMap<String, Quantity> {
         .collect()
 }
 
+/// The GPUs NVIDIA's container runtime gives a container.
+const NVIDIA_DEVICES_VAR: &str = "NVIDIA_VISIBLE_DEVICES";
+
 /// The Job of an attempt. `now_ms`: when it is made, for the deadline.
 pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
     let record = &attempt.record.job;
@@ -221,7 +224,9 @@ pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
     let mut env: Vec<EnvVar> = attempt
         .env
         .iter()
-        .filter(|(k, _)| k.as_str() != TOKEN_VAR && k.as_str() != "MLFLOW_TRACKING_URI")
+        .filter(|(k, _)| {
+            ![TOKEN_VAR, "MLFLOW_TRACKING_URI", NVIDIA_DEVICES_VAR].contains(&k.as_str())
+        })
         .map(|(k, v)| plain(k, v))
         .collect();
     env.push(plain("MLFLOW_TRACKING_URI", &settings.tracking_url));
@@ -230,6 +235,12 @@ pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
     let has_token = attempt.env.contains_key(TOKEN_VAR);
     if has_token {
         env.push(from_secret(TOKEN_VAR, &name));
+    }
+    if record.gpus == 0 {
+        // NVIDIA's container runtime gives a container the GPUs this names,
+        // asked for or not, and CUDA images name all of them: a job without
+        // GPUs gets none (with GPUs, the device plugin names its own).
+        env.push(plain(NVIDIA_DEVICES_VAR, "void"));
     }
 
     let gpus = record.gpus.to_string();

@@ -770,4 +770,19 @@ async fn admins_make_teams_ahead_and_jobs_move_between_teams() {
     let late = call(&server, "PUT", &path, &admin, &json!({"team": "nlp"})).await;
     assert_eq!(late.status, 400, "{}", late.body);
     assert!(late.body.contains("has already ended"), "{}", late.body);
+    // Her retry is filed under a team of hers, not under robotics, which
+    // she is not in (it would lend her its guarantee, and show it her run).
+    let retried = call(
+        &server,
+        "POST",
+        &format!("/api/trainyard/v1/jobs/{id}/retry"),
+        &ada,
+        &json!({}),
+    )
+    .await;
+    assert_eq!(retried.status, 201, "{}", retried.body);
+    let retried = retried.json()["job"]["id"].as_i64().unwrap();
+    let detail = job_as(&server, &ada, retried).await;
+    let team = &detail["job"]["team"];
+    assert!(team == "vision" || team == "nlp", "{detail}");
 }

@@ -273,7 +273,23 @@ async fn a_job_past_its_max_runtime_is_stopped_and_fails() {
 #[tokio::test]
 async fn specs_that_cannot_run_are_refused_with_their_fields() {
     let server = TestServer::start_with(&[("TRAINYARD_SIMULATED_GPUS", "2")]).await;
-    let cases: [(&str, &str, &str); 7] = [
+    // 20 places for a value of 6,000 characters: 120,000 bytes to `sh -c`.
+    let long = format!(
+        "name: t\ncommand: echo{}\nhyperparameters:\n  a: {}\n",
+        " {a}".repeat(20),
+        "x".repeat(6000)
+    );
+    let cases: [(&str, &str, &str); 9] = [
+        (
+            &long,
+            "command",
+            "120024 bytes once its hyperparameters are put in",
+        ),
+        (
+            "name: t\ncommand: x\nenv:\n  NVIDIA_VISIBLE_DEVICES: all\n",
+            "env.NVIDIA_VISIBLE_DEVICES",
+            "set by Trainyard",
+        ),
         (
             "name: t\ntemplate: cpu-demo\nhyperparameters:\n  epochs: 0\n",
             "hyperparameters.epochs",
@@ -1142,4 +1158,84 @@ async fn each_job_is_held_to_its_memory_and_cpus_and_its_end_tells_what_it_used(
                 .any(|l| l.starts_with("0::") && l.ends_with(&group)),
         "the job ran in its own group: {text}"
     );
+}
+
+/// A job's inputs are sent a few at a time, server-wide; one person's slow
+/// readers once held every turn, and others' pods could not start.
+#[tokio::test]
+async fn one_persons_slow_downloads_hold_only_their_share_of_the_archive_sends() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start().await;
+    // 32 MB that does not compress away: more than the socket and the
+    // server's buffers hold, so an unread download keeps its turn.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let text: String = (0..32 << 20)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            char::from(b"0123456789abcdef"[(seed & 15) as usize])
+        })
+        .collect();
+    let answer = upload(
+        &server,
+        "kind=dataset&name=big",
+        &tar_gz(&[("big.txt", &text)]),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let id = submit(
+        &server,
+        json!({"name": "reads big", "command": "sleep 60", "datasets": ["big"],
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    wait_for(&server, id, "RUNNING").await;
+    let path = format!("/api/trainyard/v1/jobs/{id}/datasets/big");
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        let ask = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            server.addr
+        );
+        stream.write_all(ask.as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
+        held.push(stream);
+    }
+    let busy = server.get(&path).await;
+    assert_eq!(busy.status, 503, "{}", busy.body);
+    assert_eq!(busy.header("retry-after"), Some("2"));
+    assert!(
+        busy.body
+            .contains("4 archives of yours (or your jobs') are being sent already"),
+        "{}",
+        busy.body
+    );
+    // The job's own fetch (as a pod's init container makes it) waits its
+    // turn, asking again when told, and gets its files once readers leave.
+    let token = common::job_token(&server, id);
+    let into = tempfile::tempdir().unwrap();
+    let fetch = tokio::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["job-files", "--into"])
+        .arg(into.path().join("work"))
+        .env_clear()
+        .env("MLFLOW_TRACKING_URI", format!("http://{}", server.addr))
+        .env("MLFLOW_TRACKING_TOKEN", token.as_str())
+        .env("TRAINYARD_JOB_ID", id.to_string())
+        .output();
+    let fetched = tokio::spawn(fetch);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(held);
+    let out = fetched.await.unwrap().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("the server is busy sending other archives; asking again in"),
+        "{said}"
+    );
+    let got = std::fs::read_to_string(into.path().join("work/data/big/big.txt")).unwrap();
+    assert!(got == text, "the dataset arrived whole");
 }

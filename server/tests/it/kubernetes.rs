@@ -298,6 +298,8 @@ async fn a_job_becomes_a_pinned_hardened_kubernetes_job_and_its_log_is_kept() {
     let env = main["env"].as_array().unwrap();
     let var = |n: &str| env.iter().find(|e| e["name"] == n).cloned();
     assert_eq!(var("WANDB_MODE").unwrap()["value"], "offline");
+    // Its GPUs are the device plugin's to name.
+    assert!(var("NVIDIA_VISIBLE_DEVICES").is_none(), "{env:?}");
     assert_eq!(
         var("MLFLOW_TRACKING_URI").unwrap()["value"],
         "http://trainyard.trainyard.svc:3000"
@@ -509,6 +511,16 @@ async fn cancel_deletes_the_job_and_max_runtime_stops_it() {
     )
     .await;
     wait_for(&s, long, "RUNNING").await;
+    // Without GPUs, NVIDIA's runtime is told to give it none (a CUDA
+    // image names them all).
+    let job = kubectl_json(&["-n", &ns, "get", "job", &job_of(&ns, long)]);
+    let env = job["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+    let devices = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "NVIDIA_VISIBLE_DEVICES");
+    assert_eq!(devices.unwrap()["value"], "void", "{env}");
     cancel(&s, long).await;
     let cancelled = wait_for(&s, long, "CANCELLED").await;
     assert_eq!(run_status(&s, &cancelled).await, "KILLED");

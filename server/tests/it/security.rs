@@ -670,3 +670,164 @@ async fn a_multipart_upload_joins_its_parts_within_the_artifact_limit() {
     assert_eq!(aborted.status, 200, "{}", aborted.body);
     assert_eq!(std::fs::read_dir(&parts).unwrap().count(), 0);
 }
+
+/// The uids a job's attempts ran as, from its timeline ("as uid N").
+fn uids_of(detail: &serde_json::Value) -> Vec<u32> {
+    detail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            let message = e["message"].as_str()?;
+            let (_, after) = message.split_once("as uid ")?;
+            after
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// A job waiting for its next attempt kept its folder open and its
+/// checkpoints owned by the uid its last attempt ran as: the next job
+/// given that uid read (or could rewrite) them.
+#[tokio::test]
+async fn a_waiting_jobs_checkpoints_are_closed_to_the_next_job_of_its_uid() {
+    if !is_root() {
+        return;
+    }
+    let server = TestServer::start_with(&[("TRAINYARD_SIMULATED_GPUS", "1")]).await;
+    let one_gpu = json!({"gpus": 1, "cpus": 0.1, "memory": "64Mi"});
+    let first = submit(
+        &server,
+        json!({"name": "resumable", "retries": 1, "resources": one_gpu,
+               "command": "if [ -e \"$TRAINYARD_CHECKPOINT_DIR/secret\" ]; then echo resumed; \
+                           else echo s3cret > \"$TRAINYARD_CHECKPOINT_DIR/secret\"; sleep 3; exit 1; fi"}),
+    )
+    .await;
+    wait_for(&server, first, "RUNNING").await;
+    // Queued behind it, and first in line (its priority) once the GPU is
+    // free: it runs while the first job waits for its retry.
+    let secret = server
+        .data_dir
+        .path()
+        .join(format!("jobs/{first}/checkpoints/secret"));
+    let prying = submit(
+        &server,
+        json!({"name": "prying", "priority": 10, "resources": one_gpu,
+               "command": format!("cat {s} || echo refused; (echo x > {s}) || echo unwritable", s = secret.display())}),
+    )
+    .await;
+    let pried = wait_for(&server, prying, "SUCCEEDED").await;
+    let resumed = wait_for(&server, first, "SUCCEEDED").await;
+    let (first_uids, prying_uids) = (uids_of(&resumed), uids_of(&pried));
+    assert_eq!(first_uids.len(), 2, "{resumed}");
+    assert_eq!(
+        prying_uids,
+        [first_uids[0]],
+        "the second job ran as the uid the first job's first attempt had"
+    );
+    let said = log(&server, prying).await;
+    assert!(
+        !said.contains("s3cret") && said.contains("refused") && said.contains("unwritable"),
+        "{said}"
+    );
+    assert!(log(&server, first).await.contains("resumed"));
+}
+
+/// Bounds that requests lacked: the multipart upload's JSON calls read
+/// bodies of any size; a search's lists joined or compared without end; a
+/// page token or a trace's duration past what the databases add; a trace
+/// tag that sent its readers' tokens to another host.
+#[tokio::test]
+async fn mlflow_requests_are_held_to_their_bounds() {
+    use base64::Engine;
+    let server = TestServer::start().await;
+    let addr = server.addr;
+    let run = new_run(addr, None).await;
+    // 5 MiB of JSON to the upload's creation: refused, not read whole.
+    let padding = "x".repeat(5 << 20);
+    let created = request(
+        addr,
+        "POST",
+        &format!("/api/2.0/mlflow-artifacts/mpu/create/0/{run}/artifacts"),
+        &[("Content-Type", "application/json")],
+        json!({"path": "big.bin", "num_parts": 1, "pad": padding})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(created.status, 413, "{}", created.body);
+    // The same creation, small, still works.
+    let created = post_json(
+        addr,
+        &format!("/api/2.0/mlflow-artifacts/mpu/create/0/{run}/artifacts"),
+        &json!({"path": "big.bin", "num_parts": 1}),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.body);
+
+    let search = |body: serde_json::Value| async move {
+        post_json(addr, "/api/2.0/mlflow/runs/search", &body).await
+    };
+    let orders: Vec<String> = (0..11).map(|i| format!("metrics.m{i}")).collect();
+    let refused = search(json!({"experiment_ids": ["0"], "order_by": orders})).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("'order_by' lists 11 fields"),
+        "{}",
+        refused.body
+    );
+    let ok = search(json!({"experiment_ids": ["0"], "order_by": orders[..10]})).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let many: Vec<String> = (0..1001).map(|i| i.to_string()).collect();
+    let refused = search(json!({"experiment_ids": many})).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("at most 1000"), "{}", refused.body);
+    let token =
+        base64::engine::general_purpose::STANDARD.encode(r#"{"offset": 18446744073709551615}"#);
+    let refused = search(json!({"experiment_ids": ["0"], "page_token": token})).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("Invalid page token"),
+        "{}",
+        refused.body
+    );
+
+    let trace = |id: &str, duration: &str| {
+        let body = json!({"trace": {"trace_info": {
+            "trace_id": id,
+            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": "0"}},
+            "request_time": "2026-12-06T10:00:00.000Z",
+            "execution_duration": duration,
+            "state": "OK",
+        }}});
+        async move { post_json(addr, "/api/3.0/mlflow/traces", &body).await }
+    };
+    let refused = trace("tr-long", "1e300s").await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("execution_duration"),
+        "{}",
+        refused.body
+    );
+    let made = trace("tr-short", "0.5s").await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let location = request(
+        addr,
+        "PATCH",
+        "/api/2.0/mlflow/traces/tr-short/tags",
+        &[("Content-Type", "application/json")],
+        json!({"key": "mlflow.artifactLocation", "value": "https://elsewhere.example/t"})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(location.status, 400, "{}", location.body);
+    let kept = server.get("/api/3.0/mlflow/traces/tr-short").await;
+    assert_eq!(
+        kept.json()["trace"]["trace_info"]["tags"]["mlflow.artifactLocation"],
+        "mlflow-artifacts:/0/traces/tr-short/artifacts"
+    );
+}

@@ -121,6 +121,38 @@ async fn a_jobs_gpus_are_sampled_and_shown_to_its_owner_and_admins() {
         assert!(p["mem_used_bytes"].as_u64().unwrap() > 40 << 30, "{p}");
     }
     assert_eq!(series["idle"], false);
+    // A zoom reaches no further than the job's life: before it, the GPU
+    // was someone else's.
+    let started = job["started_at"].as_i64().unwrap();
+    let zoomed = get(
+        &server,
+        &format!(
+            "/api/trainyard/v1/jobs/{id}/gpus?from={}&to={}",
+            started - 86_400_000,
+            started + 3_600_000
+        ),
+        &alice,
+    )
+    .await;
+    assert_eq!(zoomed.status, 200, "{}", zoomed.body);
+    let zoomed = zoomed.json();
+    assert_eq!(zoomed["from_ms"], started, "{zoomed}");
+    assert!(
+        zoomed["to_ms"].as_i64().unwrap() < started + 3_600_000,
+        "{zoomed}"
+    );
+    // A span past what the numbers hold is refused, not wrapped around.
+    let wrapped = get(
+        &server,
+        &format!(
+            "/api/trainyard/v1/jobs/{id}/gpus?from={}&to={}",
+            i64::MIN,
+            i64::MAX
+        ),
+        &alice,
+    )
+    .await;
+    assert_eq!(wrapped.status, 400, "{}", wrapped.body);
 
     // Another person learns nothing of the job, not even that it exists.
     let other = get(
