@@ -1119,9 +1119,6 @@ impl Jobs {
         Ok(moved)
     }
 
-    /// Submits a finished job again, as a new job with the same spec and
-    /// files (as they were at its submission), and a new run. The old job
-    /// keeps its history.
     /// Why a job that may not be preempted could never run: it runs only
     /// within its team's guarantee, and one that could never fit there is
     /// refused, not queued forever (with no quotas set, every guarantee is
@@ -1159,6 +1156,9 @@ impl Jobs {
         )))
     }
 
+    /// Submits a finished job again, as a new job with the same spec and
+    /// files (as they were at its submission), and a new run, under a team
+    /// its owner is in now. The old job keeps its history.
     pub async fn retry(&self, id: i64) -> Result<JobRecord, StoreError> {
         let old = self.store().get_job(id).await?;
         if !old.job.state.is_terminal() {

@@ -1089,12 +1089,61 @@ async fn assessments_override_update_and_go_with_their_trace() {
     ));
 }
 
+/// Tags count against a search page's text too: a trace may hold 8 Mi
+/// characters of them, and a page of 1,000 such traces was gigabytes.
+#[tokio::test]
+async fn a_trace_search_page_carries_a_bounded_amount_of_tags() {
+    use crate::traces::MAX_PAGE_TEXT_CHARS;
+    let (_db, store) = store().await;
+    let ana = person(&store, "ana", &[]).await;
+    let exp = store
+        .create_experiment_with("tagged", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    // Five traces of more than a fifth of the page's text each.
+    let value = "x".repeat(1 << 20);
+    let per_trace = (MAX_PAGE_TEXT_CHARS >> 20) / 5 + 1;
+    for (i, id) in ["tr-e", "tr-d", "tr-c", "tr-b", "tr-a"]
+        .into_iter()
+        .enumerate()
+    {
+        let trace = trainyard_domain::tracking::TraceInfo {
+            request_time: 1_000 * (i as i64 + 1),
+            ..trace_of(exp, id)
+        };
+        store.start_trace(trace, ana.as_owner()).await.unwrap();
+        for t in 0..per_trace {
+            store
+                .set_trace_tag(id, &format!("t{t}"), &value)
+                .await
+                .unwrap();
+        }
+    }
+    let page = |offset| {
+        let store = &store;
+        async move {
+            let found = store
+                .search_traces(&[exp], None, &[], 10, offset, &Viewer::Everyone)
+                .await
+                .unwrap();
+            let ids: Vec<String> = found.traces.iter().map(|t| t.trace_id.clone()).collect();
+            (ids, found.cut)
+        }
+    };
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        page(0).await,
+        (ids(&["tr-a", "tr-b", "tr-c", "tr-d"]), true)
+    );
+    assert_eq!(page(4).await, (ids(&["tr-e"]), false));
+}
+
 /// A search page ends early rather than carry more assessment text than
 /// its budget, and the next page goes on from there.
 #[tokio::test]
 async fn a_trace_search_page_carries_a_bounded_amount_of_assessments() {
     use crate::assessments::NewAssessment;
-    use crate::traces::MAX_PAGE_ASSESSMENT_CHARS;
+    use crate::traces::MAX_PAGE_TEXT_CHARS;
     let (_db, store) = store().await;
     let ana = person(&store, "ana", &[]).await;
     let exp = store
@@ -1105,7 +1154,7 @@ async fn a_trace_search_page_carries_a_bounded_amount_of_assessments() {
     let value = format!(r#"{{"value":"{}"}}"#, "x".repeat(1 << 20));
     // Three traces of more than a third of the page's budget each, within
     // what one trace may hold.
-    let per_trace = (MAX_PAGE_ASSESSMENT_CHARS as usize >> 20) / 3 + 1;
+    let per_trace = (MAX_PAGE_TEXT_CHARS as usize >> 20) / 3 + 1;
     assert!((per_trace * value.len()) as i64 <= MAX_TRACE_ASSESSMENT_CHARS);
     let long = |trace: &str| NewAssessment {
         trace_id: trace.into(),
@@ -1240,6 +1289,37 @@ async fn what_one_model_holds_and_what_a_read_carries_are_bounded() {
         .set_logged_model_tags(&model, &[kv("t0-0", "changed")])
         .await
         .unwrap();
+    // And what their keys and values hold in all: 128 tags of 65,536
+    // four-byte characters fill it (8 Mi characters, 32 MiB); one more
+    // character is refused, whole.
+    let elsewhere = store
+        .create_experiment_with("long tags", None, &[], ana.as_owner())
+        .await
+        .unwrap();
+    let other = store
+        .create_logged_model(NewModel {
+            experiment_id: elsewhere,
+            ..new_model(0)
+        })
+        .await
+        .unwrap()
+        .model_id;
+    let long = "😀".repeat(65_536 - 4);
+    let full: Vec<_> = (0..128).map(|i| kv(&format!("{i:04}"), &long)).collect();
+    for half in full.chunks(64) {
+        store.set_logged_model_tags(&other, half).await.unwrap();
+    }
+    match store.set_logged_model_tags(&other, &[kv("x", "")]).await {
+        Err(StoreError::Rejected(why)) => assert_eq!(
+            why,
+            "One logged model's tags hold at most 8,388,608 characters in all (keys and values); this request would make them 8,388,609: delete some tags first, or keep the rest in an artifact."
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        store.get_logged_model(&other).await.unwrap().tags.len(),
+        128
+    );
     // A registered model's tags go through the same write: one made with
     // all it may hold takes no new tag, and the refusal leaves nothing.
     let tags: Vec<_> = (0..MAX_KEYS_HELD)

@@ -77,12 +77,16 @@ pub(crate) fn last_per_key(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
 /// bounded one by one, and this bounds what they add up to, so that reading
 /// an owner whole stays bounded too.
 pub const MAX_KEYS_HELD: usize = 10_000;
+/// The characters of those keys and values in all: 10,000 values of 65,536
+/// characters would be gigabytes for every read of the owner.
+pub const MAX_CHARS_HELD: i64 = 8 << 20;
 
 /// Sets key-value rows of one owner in one statement, last write wins:
 /// `INSERT INTO <table> (<owner columns>, key, value) … ON CONFLICT … DO
 /// UPDATE`. The tags and params of models, registered models, versions and
 /// traces all have this shape. Refused when the owner would then hold more
-/// than [`MAX_KEYS_HELD`] keys there; `conn` must be a transaction, which
+/// than [`MAX_KEYS_HELD`] keys there, or more than [`MAX_CHARS_HELD`]
+/// characters of keys and values; `conn` must be a transaction, which
 /// the caller then drops, for the refusal to leave nothing behind.
 pub(crate) async fn upsert_pairs(
     conn: &impl sea_orm::ConnectionTrait,
@@ -127,7 +131,34 @@ pub(crate) async fn upsert_pairs(
     if held as usize > MAX_KEYS_HELD {
         return Err(crate::StoreError::Rejected(too_many(table, held)));
     }
+    let chars = held_chars(conn, table, owner).await?;
+    if chars > MAX_CHARS_HELD {
+        return Err(crate::StoreError::Rejected(too_long(table, chars)));
+    }
     Ok(())
+}
+
+/// The characters of the keys and values one owner holds in `table`,
+/// inside the writer's transaction (as [`held_rows`]).
+async fn held_chars(
+    conn: &impl sea_orm::ConnectionTrait,
+    table: &str,
+    owner: &[(&str, Value)],
+) -> Result<i64, crate::StoreError> {
+    let mut sum = Sql::new(conn.get_database_backend());
+    sum.push(&format!(
+        "SELECT COALESCE(SUM(LENGTH(key) + LENGTH(value)), 0) AS n FROM {table} WHERE "
+    ));
+    for (i, (column, v)) in owner.iter().enumerate() {
+        if i > 0 {
+            sum.push(" AND ");
+        }
+        sum.push(&format!("{column} = ")).bind(v.clone());
+    }
+    Ok(match conn.query_one_raw(sum.build()).await? {
+        Some(row) => row.try_get("", "n")?,
+        None => 0,
+    })
 }
 
 /// How many rows of `table` one owner holds (`owner`: its columns and
@@ -173,7 +204,18 @@ pub(crate) async fn lock_owner(
 /// The refusal of a write that would make one owner hold `held` rows of
 /// `table`, past [`MAX_KEYS_HELD`]: what holds what, and what to do.
 pub(crate) fn too_many(table: &str, held: i64) -> String {
-    let (owner, what, hint) = match table {
+    let (owner, what, hint) = owner_of(table);
+    format!(
+        "One {owner} holds at most {} {what}; this request would make it {}: {hint}.",
+        thousands(MAX_KEYS_HELD as i64),
+        thousands(held)
+    )
+}
+
+/// What holds the rows of `table`, what they are, and what to do when
+/// they are too many.
+fn owner_of(table: &str) -> (&'static str, &'static str, &'static str) {
+    match table {
         "logged_model_params" => ("logged model", "parameters", "keep the rest in an artifact"),
         "logged_model_tags" => (
             "logged model",
@@ -191,11 +233,17 @@ pub(crate) fn too_many(table: &str, held: i64) -> String {
             "keep the rest in the trace's spans",
         ),
         _ => ("record", "keys", "keep the rest elsewhere"),
-    };
+    }
+}
+
+/// The refusal of a write that would make one owner's keys and values in
+/// `table` `chars` characters long, past [`MAX_CHARS_HELD`].
+pub(crate) fn too_long(table: &str, chars: i64) -> String {
+    let (owner, what, hint) = owner_of(table);
     format!(
-        "One {owner} holds at most {} {what}; this request would make it {}: {hint}.",
-        thousands(MAX_KEYS_HELD as i64),
-        thousands(held)
+        "One {owner}'s {what} hold at most {} characters in all (keys and values); this request would make them {}: {hint}.",
+        thousands(MAX_CHARS_HELD),
+        thousands(chars)
     )
 }
 

@@ -31,16 +31,17 @@ fn server_set(key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Most assessment text (values, rationales, metadata, in characters) that
-/// one page of a trace search carries: the page ends early rather than
-/// carry more, and the next page goes on from there.
-pub const MAX_PAGE_ASSESSMENT_CHARS: i64 = 32 << 20;
+/// Most text (assessments' values, rationales and metadata, and the
+/// traces' tags and metadata, in characters) that one page of a trace
+/// search carries: the page ends early rather than carry more, and the
+/// next page goes on from there.
+pub const MAX_PAGE_TEXT_CHARS: i64 = 32 << 20;
 
 /// A page of a trace search.
 #[derive(Debug, Clone, Default)]
 pub struct TracePage {
     pub traces: Vec<TraceInfo>,
-    /// It ended early, on [`MAX_PAGE_ASSESSMENT_CHARS`]: more may follow,
+    /// It ended early, on [`MAX_PAGE_TEXT_CHARS`]: more may follow,
     /// from `offset + traces.len()`.
     pub cut: bool,
 }
@@ -252,8 +253,9 @@ impl Store {
     }
 
     /// Traces of the experiments matching the filter, newest first unless
-    /// ordered otherwise; at most `limit`, fewer where their assessments
-    /// would carry more than [`MAX_PAGE_ASSESSMENT_CHARS`] (at least one).
+    /// ordered otherwise; at most `limit`, fewer where their assessments,
+    /// tags and metadata would carry more than [`MAX_PAGE_TEXT_CHARS`] (at
+    /// least one).
     pub async fn search_traces(
         &self,
         experiment_ids: &[i64],
@@ -299,7 +301,7 @@ impl Store {
             .iter()
             .map(|row| get(row, "id"))
             .collect::<Result<Vec<String>, _>>()?;
-        let fit = self.traces_within_assessment_budget(&ids).await?;
+        let fit = self.traces_within_text_budget(&ids).await?;
         Ok(TracePage {
             traces: self.traces_from(&rows[..fit]).await?,
             cut: fit < rows.len(),
@@ -307,23 +309,36 @@ impl Store {
     }
 
     /// How many of `ids`, from the first, carry at most
-    /// [`MAX_PAGE_ASSESSMENT_CHARS`] of assessments together; at least one.
-    async fn traces_within_assessment_budget(&self, ids: &[String]) -> Result<usize, StoreError> {
-        let mut sizes = std::collections::HashMap::new();
+    /// [`MAX_PAGE_TEXT_CHARS`] of assessments, tags and metadata together;
+    /// at least one.
+    async fn traces_within_text_budget(&self, ids: &[String]) -> Result<usize, StoreError> {
+        let mut sizes = std::collections::HashMap::<String, i64>::new();
+        let texts = [
+            (
+                "trace_assessments",
+                "LENGTH(body) + COALESCE(LENGTH(rationale), 0) + COALESCE(LENGTH(metadata), 0)",
+            ),
+            ("trace_tags", "LENGTH(key) + LENGTH(value)"),
+            ("trace_metadata", "LENGTH(key) + LENGTH(value)"),
+        ];
         for chunk in ids.chunks(500) {
-            let mut sql = self.sql();
-            sql.push("SELECT trace_id, SUM(LENGTH(body) + COALESCE(LENGTH(rationale), 0) + COALESCE(LENGTH(metadata), 0)) AS n FROM trace_assessments WHERE trace_id IN ")
+            for (table, chars) in texts {
+                let mut sql = self.sql();
+                sql.push(&format!(
+                    "SELECT trace_id, SUM({chars}) AS n FROM {table} WHERE trace_id IN "
+                ))
                 .bind_list(chunk.iter().cloned())
                 .push(" GROUP BY trace_id");
-            for row in self.connection().query_all_raw(sql.build()).await? {
-                let n: Option<i64> = get(&row, "n")?;
-                sizes.insert(get::<String>(&row, "trace_id")?, n.unwrap_or(0));
+                for row in self.connection().query_all_raw(sql.build()).await? {
+                    let n: Option<i64> = get(&row, "n")?;
+                    *sizes.entry(get::<String>(&row, "trace_id")?).or_default() += n.unwrap_or(0);
+                }
             }
         }
         let mut total = 0;
         for (i, id) in ids.iter().enumerate() {
             total += sizes.get(id).copied().unwrap_or(0);
-            if total > MAX_PAGE_ASSESSMENT_CHARS && i > 0 {
+            if total > MAX_PAGE_TEXT_CHARS && i > 0 {
                 return Ok(i);
             }
         }

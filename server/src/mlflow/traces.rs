@@ -369,7 +369,8 @@ pub async fn search(
         .await?;
     let carried = found.traces.len() as u64;
     let mut page = wire::page(found.traces, limit, offset, "traces", trace_info_json);
-    // Ended early on its assessments: the next page goes on from there.
+    // Ended early on the text its traces carry: the next page goes on
+    // from there.
     if found.cut {
         page["next_page_token"] = json!(wire::page_token(offset + carried));
     }
