@@ -453,7 +453,7 @@ mod words_tests {
 
 #[cfg(test)]
 mod time_tests {
-    use super::{format_bytes, format_utc};
+    use super::{format_bytes, format_count, format_utc};
 
     #[test]
     fn formats_known_instants() {
@@ -465,6 +465,29 @@ mod time_tests {
         assert_eq!(format_bytes(1536), "1.5 KiB");
         assert_eq!(format_bytes(5 << 30), "5.0 GiB");
     }
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(format_count(0), "0");
+        assert_eq!(format_count(999), "999");
+        assert_eq!(format_count(1000), "1,000");
+        assert_eq!(format_count(8_388_609), "8,388,609");
+        assert_eq!(format_count(-12_345), "-12,345");
+        assert_eq!(format_count(i64::MIN), "-9,223,372,036,854,775,808");
+    }
+}
+
+/// A count for people: `10000` as `10,000`.
+pub fn format_count(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
 }
 
 /// A size in bytes for people: 512 B, 1.5 KiB, 3.2 GiB.

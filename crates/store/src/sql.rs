@@ -127,38 +127,24 @@ pub(crate) async fn upsert_pairs(
         " ON CONFLICT ({columns}, key) DO UPDATE SET value = excluded.value"
     ));
     conn.execute_raw(sql.build()).await?;
-    let held = held_rows(conn, table, owner).await?;
+    let row = owner_row(
+        conn,
+        table,
+        owner,
+        "COUNT(*) AS n, COALESCE(SUM(LENGTH(key) + LENGTH(value)), 0) AS chars",
+    )
+    .await?;
+    let (held, chars): (i64, i64) = match row {
+        Some(row) => (row.try_get("", "n")?, row.try_get("", "chars")?),
+        None => (0, 0),
+    };
     if held as usize > MAX_KEYS_HELD {
         return Err(crate::StoreError::Rejected(too_many(table, held)));
     }
-    let chars = held_chars(conn, table, owner).await?;
     if chars > MAX_CHARS_HELD {
         return Err(crate::StoreError::Rejected(too_long(table, chars)));
     }
     Ok(())
-}
-
-/// The characters of the keys and values one owner holds in `table`,
-/// inside the writer's transaction (as [`held_rows`]).
-async fn held_chars(
-    conn: &impl sea_orm::ConnectionTrait,
-    table: &str,
-    owner: &[(&str, Value)],
-) -> Result<i64, crate::StoreError> {
-    let mut sum = Sql::new(conn.get_database_backend());
-    sum.push(&format!(
-        "SELECT COALESCE(SUM(LENGTH(key) + LENGTH(value)), 0) AS n FROM {table} WHERE "
-    ));
-    for (i, (column, v)) in owner.iter().enumerate() {
-        if i > 0 {
-            sum.push(" AND ");
-        }
-        sum.push(&format!("{column} = ")).bind(v.clone());
-    }
-    Ok(match conn.query_one_raw(sum.build()).await? {
-        Some(row) => row.try_get("", "n")?,
-        None => 0,
-    })
 }
 
 /// How many rows of `table` one owner holds (`owner`: its columns and
@@ -169,18 +155,30 @@ pub(crate) async fn held_rows(
     table: &str,
     owner: &[(&str, Value)],
 ) -> Result<i64, crate::StoreError> {
-    let mut count = Sql::new(conn.get_database_backend());
-    count.push(&format!("SELECT COUNT(*) AS n FROM {table} WHERE "));
+    Ok(
+        match owner_row(conn, table, owner, "COUNT(*) AS n").await? {
+            Some(row) => row.try_get("", "n")?,
+            None => 0,
+        },
+    )
+}
+
+/// `SELECT <what> FROM <table> WHERE` the owner's columns equal its values.
+async fn owner_row(
+    conn: &impl sea_orm::ConnectionTrait,
+    table: &str,
+    owner: &[(&str, Value)],
+    what: &str,
+) -> Result<Option<sea_orm::QueryResult>, crate::StoreError> {
+    let mut sql = Sql::new(conn.get_database_backend());
+    sql.push(&format!("SELECT {what} FROM {table} WHERE "));
     for (i, (column, v)) in owner.iter().enumerate() {
         if i > 0 {
-            count.push(" AND ");
+            sql.push(" AND ");
         }
-        count.push(&format!("{column} = ")).bind(v.clone());
+        sql.push(&format!("{column} = ")).bind(v.clone());
     }
-    Ok(match conn.query_one_raw(count.build()).await? {
-        Some(row) => row.try_get("", "n")?,
-        None => 0,
-    })
+    Ok(conn.query_one_raw(sql.build()).await?)
 }
 
 /// On PostgreSQL, holds a lock named `name` (one owner's rows of a table)
@@ -207,8 +205,8 @@ pub(crate) fn too_many(table: &str, held: i64) -> String {
     let (owner, what, hint) = owner_of(table);
     format!(
         "One {owner} holds at most {} {what}; this request would make it {}: {hint}.",
-        thousands(MAX_KEYS_HELD as i64),
-        thousands(held)
+        trainyard_domain::format_count(MAX_KEYS_HELD as i64),
+        trainyard_domain::format_count(held)
     )
 }
 
@@ -242,22 +240,9 @@ pub(crate) fn too_long(table: &str, chars: i64) -> String {
     let (owner, what, hint) = owner_of(table);
     format!(
         "One {owner}'s {what} hold at most {} characters in all (keys and values); this request would make them {}: {hint}.",
-        thousands(MAX_CHARS_HELD),
-        thousands(chars)
+        trainyard_domain::format_count(MAX_CHARS_HELD),
+        trainyard_domain::format_count(chars)
     )
-}
-
-/// `10000` as `10,000`.
-fn thousands(n: i64) -> String {
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 { format!("-{out}") } else { out }
 }
 
 /// Writes a filter as a boolean SQL expression over `runs r` (runs scope),
