@@ -16,9 +16,8 @@
 //! processes join it before they exec, through descriptors the shim opened,
 //! so that nothing the job runs is ever outside it.
 
-use std::cell::Cell;
 use std::fs::File;
-use std::io::{self, Read, Seek, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -69,7 +68,7 @@ impl Hierarchy {
     }
 
     /// The folders of a job group named `name`, one per tree.
-    fn dirs(&self, name: &str) -> Vec<PathBuf> {
+    pub(crate) fn dirs(&self, name: &str) -> Vec<PathBuf> {
         match self {
             Hierarchy::V2 { parent } => vec![parent.join(name)],
             Hierarchy::V1 { memory, cpu, pids } => [Some(memory), Some(cpu), pids.as_ref()]
@@ -97,6 +96,34 @@ pub struct JobGroup {
     /// The group's folder name in each tree.
     pub name: String,
     pub limits: Limits,
+}
+
+/// What the launch file says of the group a Python environment's build runs
+/// in. An environment is shared by every job of the same requirements, so
+/// its build runs at a size of the machine's, not at its first submitter's:
+/// in a child of a group that all builds of one server share (one that asked
+/// for a hundredth of a CPU would have made every other job of the same
+/// requirements wait on its build).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildGroup {
+    pub hierarchy: Hierarchy,
+    /// The folder name, in each tree, of the group all builds share.
+    pub shared: String,
+    /// This build's group, inside the shared one.
+    pub name: String,
+    /// What the builds may use together, and each one alone.
+    pub limits: Limits,
+}
+
+impl BuildGroup {
+    /// This build's own group, inside the shared one.
+    pub fn own(&self) -> JobGroup {
+        JobGroup {
+            hierarchy: self.hierarchy.clone(),
+            name: format!("{}/{}", self.shared, self.name),
+            limits: self.limits,
+        }
+    }
 }
 
 /// What a job used, read from its group when it ended.
@@ -127,12 +154,6 @@ pub struct Group {
     /// `cgroup.procs` of each tree, opened by root: the job's processes
     /// write "0" to them (themselves) after they became the job's user.
     procs: Vec<File>,
-    /// v2's `memory.peak`, kept open: from Linux 6.12 a write resets the
-    /// peak as read through the same descriptor.
-    peak: Option<File>,
-    /// Out-of-memory kills before the command started (its environment's
-    /// installation), not counted in its usage.
-    oom_before: Cell<u64>,
 }
 
 impl Group {
@@ -145,8 +166,6 @@ impl Group {
             v2,
             dirs,
             procs: Vec::new(),
-            peak: None,
-            oom_before: Cell::new(0),
         };
         match group.fill(spec.limits) {
             Ok(()) => Ok(group),
@@ -176,14 +195,37 @@ impl Group {
                 .map_err(|e| context(e, &path))?;
             self.procs.push(file);
         }
-        if self.v2 {
-            self.peak = File::options()
-                .read(true)
-                .write(true)
-                .open(self.dirs[0].join("memory.peak"))
-                .ok();
-        }
         Ok(())
+    }
+
+    /// Makes the group of one environment's build (as [`Group::create`])
+    /// inside the group all builds share, which is made when missing and
+    /// given the builds' limits. The shared group itself stops no build
+    /// whole when they are out of memory together: the kernel stops the
+    /// build it chooses, all of that build (each build's own group).
+    pub fn create_build(spec: &BuildGroup) -> io::Result<Group> {
+        let shared = Group {
+            v2: matches!(spec.hierarchy, Hierarchy::V2 { .. }),
+            dirs: spec.hierarchy.dirs(&spec.shared),
+            procs: Vec::new(),
+        };
+        for dir in &shared.dirs {
+            match std::fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(context(e, dir)),
+            }
+        }
+        shared.set_limits(spec.limits)?;
+        if shared.v2 {
+            write_if_present(&shared.dirs[0], "memory.oom.group", "0")?;
+            write(
+                &shared.dirs[0],
+                "cgroup.subtree_control",
+                "+memory +cpu +pids",
+            )?;
+        }
+        Group::create(&spec.own())
     }
 
     /// The group of a job as it is, to look at or to stop (after the shim
@@ -193,8 +235,6 @@ impl Group {
             v2: matches!(spec.hierarchy, Hierarchy::V2 { .. }),
             dirs: spec.hierarchy.dirs(&spec.name),
             procs: Vec::new(),
-            peak: None,
-            oom_before: Cell::new(0),
         }
     }
 
@@ -300,18 +340,6 @@ impl Group {
         }
     }
 
-    /// Called as the command starts: what its environment's installation
-    /// used is not the command's. The out-of-memory kills so far are not
-    /// counted; the peak is reset (v1; v2 from Linux 6.12).
-    pub fn command_starts(&self) {
-        self.oom_before.set(self.oom_kills_so_far());
-        if let Some(mut peak) = self.peak.as_ref() {
-            let _ = peak.write_all(b"0");
-        } else if !self.v2 {
-            let _ = write_if_present(&self.dirs[0], "memory.max_usage_in_bytes", "0");
-        }
-    }
-
     fn oom_kills_so_far(&self) -> u64 {
         let (file, key) = if self.v2 {
             ("memory.events", "oom_kill")
@@ -322,27 +350,16 @@ impl Group {
         keyed(&text, key).unwrap_or(0)
     }
 
-    /// v2's peak, through the descriptor a reset went through.
-    fn v2_peak(&self) -> Option<u64> {
-        let mut file = self.peak.as_ref()?;
-        file.rewind().ok()?;
-        let mut text = String::new();
-        file.read_to_string(&mut text).ok()?;
-        text.trim().parse().ok()
-    }
-
     /// What the job used so far.
     pub fn usage(&self) -> Usage {
         let dir = &self.dirs[0];
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
         let number = |name: &str| read(name).trim().parse::<u64>().ok();
-        let oom_kills = self
-            .oom_kills_so_far()
-            .saturating_sub(self.oom_before.get());
+        let oom_kills = self.oom_kills_so_far();
         if self.v2 {
             Usage {
                 memory_limit_bytes: number("memory.max").unwrap_or(u64::MAX),
-                memory_peak_bytes: self.v2_peak().or_else(|| number("memory.peak")),
+                memory_peak_bytes: number("memory.peak"),
                 oom_kills,
                 cpu_usec: keyed(&read("cpu.stat"), "usage_usec"),
             }

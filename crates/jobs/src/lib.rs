@@ -2040,13 +2040,13 @@ impl Jobs {
                     .unwrap_or(job.memory_mib.saturating_mul(1 << 20)),
             );
             message = match exit.reason {
-                EndReason::StartFailed => format!(
-                    "{message} (out of memory: installing its Python environment reached its limit of {limit} (resources.memory); ask for more memory)"
-                ),
                 EndReason::Exited => format!(
                     "out of memory: it reached its limit of {limit} (resources.memory) and the kernel stopped it ({how}); ask for more memory or make it use less"
                 ),
-                EndReason::Timeout
+                // A Python environment's build runs in a group of the
+                // builds' own, and its start failure says so itself.
+                EndReason::StartFailed
+                | EndReason::Timeout
                 | EndReason::Cancelled
                 | EndReason::Disrupted
                 | EndReason::DiskLimit => message,

@@ -136,21 +136,50 @@ impl LocalExecutor {
     /// name holds a hash of the jobs folder: servers that share a machine
     /// (and so a parent group) never share a job's group.
     fn job_group(&self, job: &trainyard_domain::job::Job) -> Option<cgroups::JobGroup> {
-        use sha2::{Digest, Sha256};
         let hierarchy = self.config.job_limits.clone()?;
-        let root =
-            std::path::absolute(&self.config.root).unwrap_or_else(|_| self.config.root.clone());
-        let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
-        let instance: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
         Some(cgroups::JobGroup {
             hierarchy,
-            name: cgroups::group_name(&instance, job.id, job.attempt),
+            name: cgroups::group_name(&self.instance(), job.id, job.attempt),
             limits: cgroups::Limits {
                 memory_bytes: job.memory_mib.saturating_mul(1 << 20),
                 cpu_millis: job.cpu_millis,
                 tasks: cgroups::TASKS_MAX,
             },
         })
+    }
+
+    /// The control group a job's Python environment is built in, when
+    /// limits are enforced: all builds together get a quarter of the
+    /// machine's CPUs and memory (at least a CPU and 2 GiB, at most the
+    /// machine), whoever asks for the environment first.
+    fn build_group(&self, job: &trainyard_domain::job::Job) -> Option<cgroups::BuildGroup> {
+        let hierarchy = self.config.job_limits.clone()?;
+        let instance = self.instance();
+        let machine_bytes = self.config.memory_mib.saturating_mul(1 << 20);
+        Some(cgroups::BuildGroup {
+            hierarchy,
+            shared: format!("trainyard-{instance}-builds"),
+            name: format!("job-{}.{}", job.id, job.attempt),
+            limits: cgroups::Limits {
+                memory_bytes: (machine_bytes / 4)
+                    .max(2 << 30)
+                    .min(machine_bytes.max(2 << 30)),
+                cpu_millis: (self.config.cpu_millis / 4)
+                    .max(1000)
+                    .min(self.config.cpu_millis.max(1000)),
+                tasks: cgroups::TASKS_MAX,
+            },
+        })
+    }
+
+    /// What tells this server's control groups apart from those of others
+    /// on the machine: a hash of its jobs folder.
+    fn instance(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let root =
+            std::path::absolute(&self.config.root).unwrap_or_else(|_| self.config.root.clone());
+        let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
+        digest[..4].iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// The job's whole environment: a few of the server's own variables
@@ -334,6 +363,7 @@ impl LocalExecutor {
             venv_env: self.venv_env(user.is_some()),
             user,
             cgroup: self.job_group(job),
+            env_build: self.build_group(job),
             disk: self
                 .config
                 .disk_quota_bytes
@@ -386,8 +416,13 @@ impl LocalExecutor {
     async fn clean_up_lost(&self, record: &JobRecord) {
         let dir = self.attempt_dir(record.job.id, record.job.attempt);
         let launch = read_launch(&dir);
-        if let Some(spec) = launch.as_ref().and_then(|l| l.cgroup.as_ref()) {
-            let group = cgroups::Group::existing(spec);
+        let groups = launch.as_ref().map(|l| {
+            let build = l.env_build.as_ref().map(cgroups::BuildGroup::own);
+            l.cgroup.iter().cloned().chain(build).collect::<Vec<_>>()
+        });
+        for spec in groups.unwrap_or_default() {
+            // Its environment's build may have been under way.
+            let group = cgroups::Group::existing(&spec);
             if let Ok(Err(error)) = tokio::task::spawn_blocking(move || group.remove()).await {
                 tracing::warn!(job = record.job.id, %error, "could not remove the lost job's control group");
             }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cgroups::{Group, JobGroup, Usage};
+use crate::cgroups::{BuildGroup, Group, JobGroup, Usage};
 use crate::tree;
 use crate::users::{self, JobUser};
 
@@ -57,6 +57,10 @@ pub struct Launch {
     /// not enforced.
     #[serde(default)]
     pub cgroup: Option<JobGroup>,
+    /// The control group its Python environment's build runs in, when it
+    /// builds one; None: not enforced.
+    #[serde(default)]
+    pub env_build: Option<BuildGroup>,
     /// What the job may hold on disk in its folders; None: not measured.
     #[serde(default)]
     pub disk: Option<DiskLimit>,
@@ -330,7 +334,7 @@ fn run_job(launch: &Launch, log: &File, watch: &Watch, group: Option<&Group>) ->
             launch.user,
             log,
             watch,
-            group,
+            launch.env_build.as_ref(),
         ) {
             Ok(venv) => {
                 let path = env.get("PATH").cloned().unwrap_or_default();
@@ -352,10 +356,6 @@ fn run_job(launch: &Launch, log: &File, watch: &Watch, group: Option<&Group>) ->
         .envs(&env);
     if let Some(user) = launch.user {
         user.apply(&mut command);
-    }
-    if let Some(group) = group {
-        // What the command uses, not its environment's installation.
-        group.command_starts();
     }
     match run_group(command, log, watch, group) {
         Ok(exit) => exit,
@@ -513,8 +513,10 @@ fn run_group(
 }
 
 /// The cached Python environment for a requirements file, made (under a
-/// lock, so two jobs never build the same one) when missing. Its output goes
-/// to the job's log. Err is how the job ends: stopped, or failed to install.
+/// lock, so two jobs never build the same one) when missing, in a control
+/// group of the builds' (`build_group`), not the job's: the jobs that wait
+/// for it must not wait at its first submitter's pace. Its output goes to
+/// the job's log. Err is how the job ends: stopped, or failed to install.
 ///
 /// The environment is shared by every job whose requirements are the same
 /// bytes, whoever submitted it, so it is built from those bytes alone: a
@@ -529,7 +531,7 @@ fn python_env(
     user: Option<JobUser>,
     log: &File,
     watch: &Watch,
-    group: Option<&Group>,
+    build_group: Option<&BuildGroup>,
 ) -> Result<PathBuf, Exit> {
     let fail = |message: String| start_failed(message);
     let path = server_env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
@@ -547,6 +549,7 @@ fn python_env(
         .map_err(|e| fail(format!("cannot create the environment lock: {e}")))?;
     let mut say = log;
     // Another job may be building the same environment: wait for it.
+    let mut waiting = false;
     loop {
         // SAFETY: flock on a file this function owns.
         if unsafe {
@@ -557,6 +560,13 @@ fn python_env(
         } == 0
         {
             break;
+        }
+        if !waiting {
+            waiting = true;
+            let _ = writeln!(
+                say,
+                "trainyard: another job is building the Python environment {key}; waiting for it"
+            );
         }
         if let Some((reason, message)) = watch.stop_reason() {
             return Err(Exit {
@@ -620,6 +630,16 @@ fn python_env(
             user.apply(command);
         }
     }
+    let group = match build_group.map(Group::create_build).transpose() {
+        Ok(group) => group,
+        Err(e) => {
+            discard(&venv);
+            discard(&build);
+            return Err(fail(format!(
+                "cannot make the control group of the environment's build: {e}"
+            )));
+        }
+    };
     let built = build_steps(
         [
             ("python3 -m venv", create),
@@ -627,9 +647,26 @@ fn python_env(
         ],
         log,
         watch,
-        group,
+        group.as_ref(),
     )
-    .and_then(|()| {
+    .map_err(|mut exit| {
+        if let (Some(group), Some(spec)) = (&group, build_group)
+            && group.usage().oom_kills > 0
+            && let Some(message) = &mut exit.message
+        {
+            message.push_str(&format!(
+                " (out of memory: a Python environment's build may use {} on this machine, all builds together)",
+                trainyard_domain::format_bytes(spec.limits.memory_bytes)
+            ));
+        }
+        exit
+    });
+    if let Some(group) = group
+        && let Err(e) = group.remove()
+    {
+        eprintln!("job-shim: cannot remove the build's control group: {e}");
+    }
+    let built = built.and_then(|()| {
         seal(&venv, user).map_err(|e| fail(format!("cannot seal the environment: {e}")))
     });
     if built.is_err()
@@ -869,6 +906,7 @@ mod tests {
             venv_env: BTreeMap::new(),
             user: None,
             cgroup: None,
+            env_build: None,
             disk: None,
         };
         write_launch(dir, &launch);
@@ -893,6 +931,7 @@ mod tests {
             venv_env: BTreeMap::new(),
             user: None,
             cgroup: None,
+            env_build: None,
             disk: None,
         }
     }
@@ -1239,6 +1278,7 @@ mod tests {
             venv_env: BTreeMap::new(),
             user: Some(user),
             cgroup: None,
+            env_build: None,
             disk: None,
         };
         let (exit, log) = run(dir.path(), &launch);
@@ -1285,6 +1325,7 @@ mod tests {
             venv_env: BTreeMap::new(),
             user: Some(user),
             cgroup: None,
+            env_build: None,
             disk: None,
         };
         let (exit, log) = run(dir.path(), &launch);
@@ -1449,6 +1490,7 @@ mod tests {
                 name,
                 limits,
             }),
+            env_build: None,
             disk: None,
         };
         Some(Limited {
@@ -1456,6 +1498,149 @@ mod tests {
             launch,
             folders,
         })
+    }
+
+    /// Gives `job` a requirements file, a cache of environments and a
+    /// group of its own for the build (in a shared one named after the
+    /// job's group), with `limits`. Returns the build's group and the cache.
+    fn building(
+        job: &mut Limited,
+        limits: crate::cgroups::Limits,
+    ) -> (BuildGroup, tempfile::TempDir) {
+        let spec = job.launch.cgroup.clone().unwrap();
+        let build = BuildGroup {
+            hierarchy: spec.hierarchy.clone(),
+            shared: format!("{}-builds", spec.name),
+            name: "job-1.1".to_owned(),
+            limits,
+        };
+        let cache = tempfile::tempdir().unwrap();
+        std::fs::write(job.dir.path().join("requirements.txt"), "# no packages\n").unwrap();
+        job.launch.venv_root = Some(cache.path().to_path_buf());
+        job.launch.env_build = Some(build.clone());
+        (build, cache)
+    }
+
+    /// Removes the shared group of the builds [`building`] made.
+    fn remove_shared(build: &BuildGroup) {
+        for dir in build.hierarchy.dirs(&build.shared).iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
+    /// A shared environment is built in the builds' group, at their size:
+    /// a first submitter that asked for a hundredth of a CPU does not make
+    /// every job of the same requirements wait at that pace.
+    #[test]
+    fn an_environment_is_built_at_the_builds_size_not_its_first_submitters() {
+        use crate::cgroups::Limits;
+        let tiny = Limits {
+            memory_bytes: 256 << 20,
+            cpu_millis: 10,
+            tasks: 64,
+        };
+        let Some(mut job) = limited("build", |_| "cat /proc/self/cgroup".to_owned(), tiny) else {
+            return;
+        };
+        let spec = job.launch.cgroup.clone().unwrap();
+        let whole_cpu = Limits {
+            memory_bytes: 1 << 30,
+            cpu_millis: 1000,
+            tasks: 256,
+        };
+        let (build, _cache) = building(&mut job, whole_cpu);
+        let build_dirs = build.hierarchy.dirs(&build.own().name);
+        let (quota_file, full_quota) = if build_dirs.len() == 1 {
+            (build_dirs[0].join("cpu.max"), "100000 100000")
+        } else {
+            (build_dirs[1].join("cpu.cfs_quota_us"), "100000")
+        };
+        // What the build's group and the job's hold while it builds.
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let done = done.clone();
+            let procs = build_dirs[0].join("cgroup.procs");
+            let job_procs = job.folders[0].join("cgroup.procs");
+            std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let building = std::fs::read_to_string(&procs).unwrap_or_default();
+                    if !building.trim().is_empty() {
+                        let quota = std::fs::read_to_string(&quota_file).unwrap_or_default();
+                        let job_held = std::fs::read_to_string(&job_procs).unwrap_or_default();
+                        seen.push((quota.trim().to_owned(), job_held.trim().is_empty()));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                seen
+            })
+        };
+        let (exit, log) = run(job.dir.path(), &job.launch);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let seen = watcher.join().unwrap();
+        remove_shared(&build);
+        assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
+        assert!(log.contains("creating a Python environment"), "{log}");
+        assert!(!seen.is_empty(), "the build ran in its group: {log}");
+        for (quota, job_empty) in &seen {
+            assert_eq!(quota, full_quota, "a whole CPU for the build");
+            assert!(job_empty, "nothing in the job's group while it builds");
+        }
+        // The command itself ran in the job's group, and the build's is gone.
+        let inside = log
+            .lines()
+            .filter(|l| l.ends_with(&format!("/{}", spec.name)))
+            .count();
+        assert_eq!(inside, job.folders.len(), "{log}");
+        for dir in build_dirs.iter().chain(&job.folders) {
+            assert!(!dir.exists(), "{} is removed", dir.display());
+        }
+    }
+
+    #[test]
+    fn a_build_out_of_the_builds_memory_says_so() {
+        use crate::cgroups::Limits;
+        let limits = Limits {
+            memory_bytes: 1 << 30,
+            cpu_millis: 1000,
+            tasks: 64,
+        };
+        let Some(mut job) = limited("build-oom", |_| "echo ran".to_owned(), limits) else {
+            return;
+        };
+        let small = Limits {
+            memory_bytes: 64 << 20,
+            ..limits
+        };
+        let (build, _cache) = building(&mut job, small);
+        // The server's Python, as a build that needs 256 MiB meets it.
+        let bin = tempfile::tempdir().unwrap();
+        let python = bin.path().join("python3");
+        let real = find_program("python3", DEFAULT_PATH).unwrap();
+        std::fs::write(
+            &python,
+            format!(
+                "#!/bin/sh\nexec {} -c \"x = b'x' * (256 << 20); print('survived')\"\n",
+                real.display()
+            ),
+        )
+        .unwrap();
+        users::set_mode(&python, 0o755).unwrap();
+        let path = format!("{}:{DEFAULT_PATH}", bin.path().display());
+        job.launch.venv_env = BTreeMap::from([("PATH".to_owned(), path)]);
+        let (exit, log) = run(job.dir.path(), &job.launch);
+        remove_shared(&build);
+        assert_eq!(exit.reason, EndReason::StartFailed, "{log}");
+        let message = exit.message.unwrap_or_default();
+        assert!(
+            message.contains(
+                "python3 -m venv failed (signal 9); see the log (out of memory: a Python environment's build may use 64.0 MiB on this machine, all builds together)"
+            ),
+            "{message}"
+        );
+        assert!(!log.contains("survived") && !log.contains("\nran"), "{log}");
+        // The job itself was not out of memory.
+        assert_eq!(exit.usage.map(|u| u.oom_kills), Some(0));
     }
 
     #[test]
