@@ -26,6 +26,7 @@ mod m20261205_000021_scorers;
 mod m20261205_000022_webhooks;
 mod m20261206_000023_trace_spans;
 mod m20261206_000024_traces_from_spans;
+mod m20261206_000025_upload_entries;
 
 pub struct Migrator;
 
@@ -57,6 +58,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000022_webhooks::Migration),
             Box::new(m20261206_000023_trace_spans::Migration),
             Box::new(m20261206_000024_traces_from_spans::Migration),
+            Box::new(m20261206_000025_upload_entries::Migration),
         ]
     }
 }

@@ -63,6 +63,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "most bytes one person's uploads (projects and datasets, unpacked) may hold in all; past it an upload gets 507 saying what is used; 0: no quota",
     },
     SettingDoc {
+        key: "upload_quota_entries",
+        env: "TRAINYARD_UPLOAD_QUOTA_ENTRIES",
+        default: "1000000",
+        meaning: "most files and folders one person's uploads (unpacked) may hold in all, whatever their bytes; past it an upload gets 507 saying what is used; 0: no quota",
+    },
+    SettingDoc {
         key: "artifact_quota_bytes",
         env: "TRAINYARD_ARTIFACT_QUOTA_BYTES",
         default: "107374182400",
@@ -358,6 +364,7 @@ pub struct Settings {
     pub artifact_max_bytes: u64,
     pub upload_max_bytes: u64,
     pub upload_quota_bytes: u64,
+    pub upload_quota_entries: u64,
     pub artifact_quota_bytes: u64,
     pub job_disk_quota_bytes: u64,
     pub site_dir: PathBuf,
@@ -431,6 +438,7 @@ impl Default for Settings {
             artifact_max_bytes: 2 << 30,
             upload_max_bytes: 2 << 30,
             upload_quota_bytes: 50 << 30,
+            upload_quota_entries: 1_000_000,
             artifact_quota_bytes: 100 << 30,
             job_disk_quota_bytes: 100 << 30,
             site_dir: PathBuf::from("target/site"),
@@ -511,6 +519,7 @@ pub struct Config {
     pub upload_max_bytes: u64,
     /// Per person; None: no quota.
     pub upload_quota_bytes: Option<u64>,
+    pub upload_quota_entries: Option<u64>,
     pub artifact_quota_bytes: Option<u64>,
     /// Per running job; None: no limit.
     pub job_disk_quota_bytes: Option<u64>,
@@ -899,6 +908,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         artifact_max_bytes: usize::try_from(s.artifact_max_bytes).unwrap_or(usize::MAX),
         upload_max_bytes: s.upload_max_bytes,
         upload_quota_bytes: (s.upload_quota_bytes > 0).then_some(s.upload_quota_bytes),
+        upload_quota_entries: (s.upload_quota_entries > 0).then_some(s.upload_quota_entries),
         artifact_quota_bytes: (s.artifact_quota_bytes > 0).then_some(s.artifact_quota_bytes),
         job_disk_quota_bytes: (s.job_disk_quota_bytes > 0).then_some(s.job_disk_quota_bytes),
         site_dir: s.site_dir,

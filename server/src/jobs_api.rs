@@ -706,11 +706,16 @@ pub async fn upload(
         return Err(too_large());
     }
     // Nothing is received once the person's uploads fill their quota.
-    if let Some(quota) = state.upload_quota_bytes {
-        let used = state.store.upload_bytes_of(principal.user.id).await?;
-        if used >= quota {
-            return Err(upload_quota_error(used, None, quota));
-        }
+    let used = state.store.upload_use_of(principal.user.id).await?;
+    if let Some(quota) = state.upload_quota_bytes
+        && used.bytes >= quota
+    {
+        return Err(upload_quota_error(used.bytes, None, quota));
+    }
+    if let Some(quota) = state.upload_quota_entries
+        && used.entries >= quota
+    {
+        return Err(upload_entries_error(used.entries, None, quota));
     }
     // The server's alone, from the first byte: running jobs pass through
     // the uploads folder, and an archive on its way is somebody's project.
@@ -769,18 +774,50 @@ pub async fn upload(
         })?;
     // What an archive holds is known once it is unpacked and recorded; read
     // again then, uploads that arrived meanwhile count too.
-    if let Some(quota) = state.upload_quota_bytes {
-        let used = state.store.upload_bytes_of(principal.user.id).await?;
-        if used > quota {
-            state.jobs.discard_upload(&upload).await?;
-            return Err(upload_quota_error(
-                used.saturating_sub(upload.bytes),
-                Some(upload.bytes),
-                quota,
-            ));
-        }
+    let used = state.store.upload_use_of(principal.user.id).await?;
+    let refusal = match (state.upload_quota_bytes, state.upload_quota_entries) {
+        (Some(quota), _) if used.bytes > quota => Some(upload_quota_error(
+            used.bytes.saturating_sub(upload.bytes),
+            Some(upload.bytes),
+            quota,
+        )),
+        (_, Some(quota)) if used.entries > quota => Some(upload_entries_error(
+            used.entries.saturating_sub(upload.entries),
+            Some(upload.entries),
+            quota,
+        )),
+        _ => None,
+    };
+    if let Some(refusal) = refusal {
+        state.jobs.discard_upload(&upload).await?;
+        return Err(refusal);
     }
     Ok((StatusCode::CREATED, Json(UploadAnswer { upload })))
+}
+
+/// What to do past either upload quota.
+const UPLOAD_QUOTA_REMEDY: &str = "delete uploads you no longer need \
+    (GET /api/trainyard/v1/uploads lists them, DELETE /api/trainyard/v1/uploads/ID \
+    removes one), or ask an admin to raise the quota";
+
+/// 507: one person's uploads would hold more files and folders than
+/// `upload_quota_entries` (an archive of empty folders holds no bytes, but
+/// every folder is an inode of the server's disk).
+fn upload_entries_error(used: u64, adding: Option<u64>, quota: u64) -> JobsError {
+    let count = |n: u64| trainyard_domain::format_count(i64::try_from(n).unwrap_or(i64::MAX));
+    let adding = adding
+        .map(|n| format!(", and this one adds {}", count(n)))
+        .unwrap_or_default();
+    JobsError::new(
+        StatusCode::INSUFFICIENT_STORAGE,
+        "RESOURCE_EXHAUSTED",
+        format!(
+            "your uploads hold {} files and folders{adding}: past the {} each person may keep \
+             (upload_quota_entries); {UPLOAD_QUOTA_REMEDY}",
+            count(used),
+            count(quota)
+        ),
+    )
 }
 
 fn upload_quota_error(used: u64, adding: Option<u64>, quota: u64) -> JobsError {
@@ -790,8 +827,7 @@ fn upload_quota_error(used: u64, adding: Option<u64>, quota: u64) -> JobsError {
         adding,
         quota,
         "upload_quota_bytes",
-        "delete uploads you no longer need (GET /api/trainyard/v1/uploads lists them, \
-         DELETE /api/trainyard/v1/uploads/ID removes one), or ask an admin to raise the quota",
+        UPLOAD_QUOTA_REMEDY,
     );
     JobsError::new(error.status, error.code, error.message)
 }
@@ -802,6 +838,9 @@ pub struct UploadList {
     /// What they hold, unpacked, and what the quota allows (null: no quota).
     pub used_bytes: u64,
     pub quota_bytes: Option<u64>,
+    /// Their files and folders, and what that quota allows (null: none).
+    pub used_entries: u64,
+    pub quota_entries: Option<u64>,
 }
 
 /// `GET /api/trainyard/v1/uploads`: the caller's uploads, newest first,
@@ -811,10 +850,13 @@ pub async fn uploads(
     Caller(principal): Caller,
 ) -> Result<Json<UploadList>, JobsError> {
     let id = principal.user.id;
+    let used = state.store.upload_use_of(id).await?;
     Ok(Json(UploadList {
         uploads: state.store.uploads_of(id).await?,
-        used_bytes: state.store.upload_bytes_of(id).await?,
+        used_bytes: used.bytes,
         quota_bytes: state.upload_quota_bytes,
+        used_entries: used.entries,
+        quota_entries: state.upload_quota_entries,
     }))
 }
 

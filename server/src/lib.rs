@@ -72,6 +72,8 @@ pub struct AppState {
     /// What one person's uploads, and their runs' artifacts, may hold in
     /// all; None: no quota.
     pub upload_quota_bytes: Option<u64>,
+    /// The files and folders one person's uploads may hold; None: no quota.
+    pub upload_quota_entries: Option<u64>,
     pub artifact_quota_bytes: Option<u64>,
     pub artifact_usage: quota::ArtifactUsage,
     /// The data folder (uploads arrive in `<data_dir>/uploads/.incoming`).
@@ -160,6 +162,7 @@ impl AppState {
             artifact_max_bytes: config.artifact_max_bytes,
             upload_max_bytes: config.upload_max_bytes,
             upload_quota_bytes: config.upload_quota_bytes,
+            upload_quota_entries: config.upload_quota_entries,
             artifact_quota_bytes: config.artifact_quota_bytes,
             artifact_usage: Default::default(),
             data_dir: config.data_dir.clone(),

@@ -39,6 +39,9 @@ pub struct Upload {
     pub name: String,
     pub files: u64,
     pub bytes: u64,
+    /// Its files and folders, unpacked.
+    #[serde(default)]
+    pub entries: u64,
     pub created_at: i64,
 }
 

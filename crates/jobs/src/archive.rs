@@ -21,6 +21,9 @@ pub struct Limits {
 pub struct Extracted {
     pub files: u64,
     pub bytes: u64,
+    /// The files and folders it made (or, packing, wrote): what it costs
+    /// the disk in inodes, whatever its bytes.
+    pub entries: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,8 +116,12 @@ pub fn extract(archive: &Path, into: &Path, limits: Limits) -> Result<Extracted,
     let mut writer = Writer {
         root: into,
         limits,
-        done: Extracted { files: 0, bytes: 0 },
-        entries: 0,
+        done: Extracted {
+            files: 0,
+            bytes: 0,
+            entries: 0,
+        },
+        last_folder: PathBuf::new(),
     };
     let result = match format {
         Format::Zip => unzip(archive, &mut writer),
@@ -137,15 +144,21 @@ struct Writer<'a> {
     root: &'a Path,
     limits: Limits,
     done: Extracted,
-    entries: u64,
+    /// The folder (under `root`) that [`Writer::folders`] last made or
+    /// found: it and every folder it lies in exist, since nothing else
+    /// writes here and nothing is removed, so the next entry's path skips
+    /// the folders it shares with it (archives list a folder's files
+    /// together; each would otherwise cost a `mkdir` and an `lstat` per
+    /// name of its path).
+    last_folder: PathBuf,
 }
 
 impl Writer<'_> {
     /// Every entry counts, folders too: a small archive must not make
     /// millions of them.
     fn count(&mut self) -> Result<(), ArchiveError> {
-        self.entries += 1;
-        if self.entries > self.limits.max_files {
+        self.done.entries += 1;
+        if self.done.entries > self.limits.max_files {
             return refuse(format!(
                 "the archive holds more than {} files and folders",
                 self.limits.max_files
@@ -158,9 +171,17 @@ impl Writer<'_> {
     /// as an entry (a folder the archive names is one, and so is every
     /// folder its entries' paths make on the way).
     fn folders(&mut self, rel: &Path) -> Result<(), ArchiveError> {
+        let known = rel
+            .components()
+            .zip(self.last_folder.components())
+            .take_while(|(a, b)| a == b)
+            .count();
         let mut path = self.root.to_path_buf();
-        for part in rel.components() {
+        for (i, part) in rel.components().enumerate() {
             path.push(part);
+            if i < known {
+                continue;
+            }
             match std::fs::create_dir(&path) {
                 Ok(()) => self.count()?,
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -176,11 +197,8 @@ impl Writer<'_> {
                 Err(e) => return Err(e.into()),
             }
         }
+        rel.clone_into(&mut self.last_folder);
         Ok(())
-    }
-
-    fn dir(&mut self, rel: &Path) -> Result<(), ArchiveError> {
-        self.folders(rel)
     }
 
     fn file(
@@ -264,7 +282,7 @@ fn untar(reader: impl Read, writer: &mut Writer<'_>) -> Result<(), ArchiveError>
             continue;
         };
         match kind {
-            EntryType::Directory => writer.dir(&rel)?,
+            EntryType::Directory => writer.folders(&rel)?,
             EntryType::Regular | EntryType::Continuous => {
                 let executable = entry.header().mode().is_ok_and(|m| m & 0o100 != 0);
                 writer.file(&rel, executable, &mut entry)?;
@@ -307,7 +325,7 @@ fn unzip(path: &Path, writer: &mut Writer<'_>) -> Result<(), ArchiveError> {
             continue;
         };
         if entry.is_dir() {
-            writer.dir(&rel)?;
+            writer.folders(&rel)?;
         } else {
             writer.file(&rel, mode & 0o100 != 0, &mut entry)?;
         }
@@ -371,7 +389,11 @@ fn pack_into<W: Write>(
     root.set_mode(0o755);
     root.set_size(0);
     builder.append_data(&mut root, ".", std::io::empty())?;
-    let mut done = Extracted { files: 0, bytes: 0 };
+    let mut done = Extracted {
+        files: 0,
+        bytes: 0,
+        entries: 0,
+    };
     if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
         && let Err(error) = pack_folder(&mut builder, dir, Path::new(""), 0, limits, &mut done)
     {
@@ -404,6 +426,7 @@ fn pack_folder<W: std::io::Write>(
         let name = rel.join(entry.file_name());
         if kind.is_dir() {
             done.files += 1;
+            done.entries += 1;
             builder.append_dir(&name, entry.path())?;
             pack_folder(builder, &entry.path(), &name, depth + 1, limits, done)?;
         } else if kind.is_file() {
@@ -413,6 +436,7 @@ fn pack_folder<W: std::io::Write>(
                 .open(entry.path())?;
             let size = file.metadata()?.len();
             done.files += 1;
+            done.entries += 1;
             done.bytes += size;
             if done.files > limits.max_files || done.bytes > limits.max_bytes {
                 return refuse(format!(
@@ -519,7 +543,8 @@ mod tests {
             done,
             Extracted {
                 files: 2,
-                bytes: 22
+                bytes: 22,
+                entries: 3
             }
         );
         assert_eq!(
@@ -534,7 +559,14 @@ mod tests {
 
         let zipped = zip(&[("a/b.txt", b"zip!"), ("c.txt", b"")], None);
         let (result, _dir) = unpack(&zipped);
-        assert_eq!(result.unwrap(), Extracted { files: 2, bytes: 4 });
+        assert_eq!(
+            result.unwrap(),
+            Extracted {
+                files: 2,
+                bytes: 4,
+                entries: 3
+            }
+        );
     }
 
     #[test]
@@ -623,7 +655,15 @@ mod tests {
         let names: Vec<String> = ["x", "y"].iter().map(|t| deep(t)).collect();
         let two: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"1"[..])).collect();
         let (result, dir) = unpack(&zip(&two, None));
-        assert_eq!(result.unwrap(), Extracted { files: 2, bytes: 2 });
+        // 2 files, each 49 folders down (x or y, then 48 of a).
+        assert_eq!(
+            result.unwrap(),
+            Extracted {
+                files: 2,
+                bytes: 2,
+                entries: 2 + 2 * 49
+            }
+        );
         assert!(dir.path().join("out/project").join(&names[1]).is_file());
         let third = deep("z");
         let three: Vec<(&str, &[u8])> = names
@@ -640,7 +680,14 @@ mod tests {
         assert!(!dir.path().join("out/project").exists());
         let deepest = format!("{}f", "a/".repeat(63));
         let (result, dir) = unpack(&zip(&[(&deepest, b"1")], None));
-        assert_eq!(result.unwrap(), Extracted { files: 1, bytes: 1 });
+        assert_eq!(
+            result.unwrap(),
+            Extracted {
+                files: 1,
+                bytes: 1,
+                entries: 64
+            }
+        );
         assert!(dir.path().join("out/project").join(&deepest).is_file());
         // A file, then a file below it: the archive's fault, said so.
         let (result, _dir) = unpack(&tar_gz(&[
@@ -648,6 +695,49 @@ mod tests {
             (b"a/b", tar::EntryType::Regular, b"2", None),
         ]));
         assert!(refused(result).contains("`a` is a file of the archive and also a folder"));
+    }
+
+    #[test]
+    fn folders_shared_with_the_last_entry_are_made_once_and_still_checked() {
+        use tar::EntryType::{Directory, Regular};
+        let (result, dir) = unpack(&tar_gz(&[
+            (b"p/q/1", Regular, b"1", None),
+            (b"p/r/2", Regular, b"2", None),
+            (b"p/q/3", Regular, b"3", None),
+            (b"p/q/", Directory, b"", None),
+            (b"p/q/s/4", Regular, b"4", None),
+        ]));
+        // Folders p, p/q, p/r and p/q/s, each counted once, and 4 files.
+        assert_eq!(
+            result.unwrap(),
+            Extracted {
+                files: 4,
+                bytes: 4,
+                entries: 8
+            }
+        );
+        let out = dir.path().join("out/project");
+        for (name, data) in [
+            ("p/q/1", "1"),
+            ("p/r/2", "2"),
+            ("p/q/3", "3"),
+            ("p/q/s/4", "4"),
+        ] {
+            assert_eq!(std::fs::read_to_string(out.join(name)).unwrap(), data);
+        }
+        // A file under a file, after entries in the folder that holds both.
+        let (result, _dir) = unpack(&tar_gz(&[
+            (b"p/x", Regular, b"1", None),
+            (b"p/y/z", Regular, b"2", None),
+            (b"p/x/w", Regular, b"3", None),
+        ]));
+        assert!(refused(result).contains("`p/x` is a file of the archive and also a folder"));
+        // And a file where a folder was made.
+        let (result, _dir) = unpack(&tar_gz(&[
+            (b"p/q/1", Regular, b"1", None),
+            (b"p/q", Regular, b"2", None),
+        ]));
+        assert!(refused(result).contains("`p/q` appears twice"));
     }
 
     #[test]

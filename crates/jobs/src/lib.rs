@@ -648,6 +648,7 @@ impl Jobs {
             name: String::new(),
             files: 0,
             bytes: 0,
+            entries: 0,
             created_at: 0,
         };
         let into = self.upload_dir(&probe);
@@ -662,6 +663,7 @@ impl Jobs {
             owner_id: Some(owner.id),
             files: 0,
             bytes: 0,
+            entries: 0,
         };
         // Its own task: a client that goes away mid-way does not leave a
         // half-recorded upload behind.
@@ -739,6 +741,7 @@ impl Jobs {
             Ok(done) => {
                 record.files = done.files;
                 record.bytes = done.bytes;
+                record.entries = done.entries;
                 self.store()
                     .create_upload(record)
                     .await

@@ -27,6 +27,17 @@ fn alice(groups: &[&str]) -> SignIn {
     }
 }
 
+fn bob(groups: &[&str]) -> SignIn {
+    SignIn {
+        subject: "sub-bob".to_owned(),
+        username: "bob".to_owned(),
+        display_name: String::new(),
+        email: None,
+        is_admin: false,
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    }
+}
+
 fn team_names(user: &trainyard_domain::identity::User) -> Vec<&str> {
     user.teams.iter().map(|t| t.name.as_str()).collect()
 }
@@ -53,17 +64,7 @@ async fn sign_in_ties_the_account_to_the_subject_and_teams_follow_groups() {
     assert_eq!(team_names(&second), ["robotics", "vision"]);
 
     // Someone else with the same team name shares the team.
-    let bob = store
-        .sign_in(SignIn {
-            subject: "sub-bob".to_owned(),
-            username: "bob".to_owned(),
-            display_name: String::new(),
-            email: None,
-            is_admin: false,
-            groups: vec!["vision".to_owned()],
-        })
-        .await
-        .unwrap();
+    let bob = store.sign_in(bob(&["vision"])).await.unwrap();
     assert_eq!(
         bob.display_name, "bob",
         "the username stands in for a missing name"
@@ -205,17 +206,7 @@ async fn tokens_authenticate_until_revoked_or_expired() {
     assert!(listed[0].last_used_at.is_some(), "use is recorded");
 
     // Someone else cannot revoke it; its owner can, once.
-    let bob = store
-        .sign_in(SignIn {
-            subject: "sub-bob".to_owned(),
-            username: "bob".to_owned(),
-            display_name: String::new(),
-            email: None,
-            is_admin: false,
-            groups: vec![],
-        })
-        .await
-        .unwrap();
+    let bob = store.sign_in(bob(&[])).await.unwrap();
     assert!(!store.revoke_api_token(bob.id, made.token.id).await.unwrap());
     assert!(
         store
@@ -691,4 +682,50 @@ async fn sealing_and_forgetting_go_through_every_page_of_secrets() {
         .unwrap();
     assert_eq!(live.try_get::<i64>("", "n").unwrap(), 0);
     other.close().await.unwrap();
+}
+
+/// What one person's uploads hold, in bytes and in files and folders,
+/// summed over theirs alone (a sum of bigints is numeric on PostgreSQL).
+#[tokio::test]
+async fn a_persons_uploads_are_summed_in_bytes_and_entries() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let alice = store.sign_in(alice(&[])).await.unwrap();
+    assert_eq!(
+        store.upload_use_of(alice.id).await.unwrap(),
+        crate::UploadUse::default()
+    );
+    let upload = |id: &str, owner: i64, bytes: u64, entries: u64| crate::NewUpload {
+        id: id.to_owned(),
+        kind: "project".to_owned(),
+        name: "p.tar.gz".to_owned(),
+        owner_id: Some(owner),
+        files: entries / 2,
+        bytes,
+        entries,
+    };
+    store
+        .create_upload(upload("a1", alice.id, 3 << 40, 100_000))
+        .await
+        .unwrap();
+    let kept = store
+        .create_upload(upload("a2", alice.id, 5, 7))
+        .await
+        .unwrap();
+    assert_eq!((kept.files, kept.bytes, kept.entries), (3, 5, 7));
+    let bob = store.sign_in(bob(&[])).await.unwrap();
+    store
+        .create_upload(upload("b1", bob.id, 1, 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.upload_use_of(alice.id).await.unwrap(),
+        crate::UploadUse {
+            bytes: (3 << 40) + 5,
+            entries: 100_007
+        }
+    );
+    let listed = store.uploads_of(alice.id).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().any(|u| u.entries == 100_000));
 }

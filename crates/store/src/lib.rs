@@ -37,7 +37,7 @@ pub use registry::NewVersion;
 pub use telemetry::{Heat, NodeGpu};
 pub use traces::TraceToDelete;
 pub use tracking::{DEFAULT_EXPERIMENT, MetricIn, NewRun, Viewer};
-pub use uploads::NewUpload;
+pub use uploads::{NewUpload, UploadUse};
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

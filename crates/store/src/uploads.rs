@@ -19,6 +19,16 @@ pub struct NewUpload {
     pub owner_id: Option<i64>,
     pub files: u64,
     pub bytes: u64,
+    /// Its files and folders.
+    pub entries: u64,
+}
+
+/// What one person's uploads hold, unpacked: what counts against their
+/// upload quotas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UploadUse {
+    pub bytes: u64,
+    pub entries: u64,
 }
 
 fn from_model(m: upload::Model) -> Upload {
@@ -28,6 +38,7 @@ fn from_model(m: upload::Model) -> Upload {
         name: m.name,
         files: m.files.max(0) as u64,
         bytes: m.bytes.max(0) as u64,
+        entries: m.entries.max(0) as u64,
         created_at: m.created_at,
     }
 }
@@ -51,6 +62,7 @@ impl Store {
             files: Set(new.files as i64),
             bytes: Set(new.bytes as i64),
             created_at: Set(now_millis()),
+            entries: Set(new.entries as i64),
         }
         .insert(self.connection())
         .await
@@ -97,24 +109,30 @@ impl Store {
             .collect())
     }
 
-    /// The bytes a user's uploads hold, unpacked: what counts against
-    /// their upload quota.
-    pub async fn upload_bytes_of(&self, user_id: i64) -> Result<u64, StoreError> {
-        let sum: Option<Option<i64>> = upload::Entity::find()
+    /// What a user's uploads hold, unpacked, in bytes and in files and
+    /// folders: what counts against their upload quotas.
+    pub async fn upload_use_of(&self, user_id: i64) -> Result<UploadUse, StoreError> {
+        // A sum of bigints is numeric on PostgreSQL: cast back.
+        let sum = |column: upload::Column| {
+            Expr::from(Func::cast_as(
+                Func::sum(Expr::col(column)),
+                Alias::new("BIGINT"),
+            ))
+        };
+        let sums: Option<(Option<i64>, Option<i64>)> = upload::Entity::find()
             .select_only()
-            // A sum of bigints is numeric on PostgreSQL: cast back.
-            .column_as(
-                Expr::from(Func::cast_as(
-                    Func::sum(Expr::col(upload::Column::Bytes)),
-                    Alias::new("BIGINT"),
-                )),
-                "bytes",
-            )
+            .column_as(sum(upload::Column::Bytes), "bytes")
+            .column_as(sum(upload::Column::Entries), "entries")
             .filter(upload::Column::OwnerId.eq(user_id))
             .into_tuple()
             .one(self.connection())
             .await?;
-        Ok(sum.flatten().unwrap_or(0).max(0) as u64)
+        let (bytes, entries) = sums.unwrap_or_default();
+        let count = |n: Option<i64>| n.unwrap_or(0).max(0) as u64;
+        Ok(UploadUse {
+            bytes: count(bytes),
+            entries: count(entries),
+        })
     }
 
     /// An upload with its owner, whatever its kind.

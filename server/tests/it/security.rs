@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use common::{
-    TestServer, job, last_message, log, new_run, post_json, request, submit, tar_gz, try_request,
-    wait_for,
+    Response, TestServer, job, last_message, log, new_run, post_json, request, submit, tar_gz,
+    try_request, wait_for,
 };
 use serde_json::json;
 use trainyard_store::{SignIn, Store};
@@ -369,6 +369,25 @@ async fn a_stream_ends_when_its_token_is_revoked() {
     store.close().await.unwrap();
 }
 
+/// `POST`s `archive` (a tar.gz) as a project named `name`.
+fn upload_project(
+    addr: std::net::SocketAddr,
+    name: &str,
+    archive: Vec<u8>,
+) -> impl std::future::Future<Output = Response> + use<> {
+    let path = format!("/api/trainyard/v1/uploads?kind=project&name={name}");
+    async move {
+        request(
+            addr,
+            "POST",
+            &path,
+            &[("Content-Type", "application/gzip")],
+            &archive,
+        )
+        .await
+    }
+}
+
 /// One person's uploads and artifacts once had no bound but the disk.
 #[tokio::test]
 async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
@@ -379,18 +398,7 @@ async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
     .await;
     let addr = server.addr;
     let send = |name: &str, bytes: usize| {
-        let archive = tar_gz(&[("data.txt", &"x".repeat(bytes))]);
-        let path = format!("/api/trainyard/v1/uploads?kind=project&name={name}");
-        async move {
-            request(
-                addr,
-                "POST",
-                &path,
-                &[("Content-Type", "application/gzip")],
-                &archive,
-            )
-            .await
-        }
+        upload_project(addr, name, tar_gz(&[("data.txt", &"x".repeat(bytes))]))
     };
     let first = send("first", 2_000).await;
     assert_eq!(first.status, 201, "{}", first.body);
@@ -473,6 +481,57 @@ async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
     .unwrap();
     assert_eq!(put("c.bin", 600).await.status, 200);
     assert_eq!(put("d.bin", 600).await.status, 507);
+}
+
+/// Files and folders hold no bytes when empty, but each is an inode of the
+/// server's disk: one person's uploads are bounded in count too.
+#[tokio::test]
+async fn uploads_are_held_to_each_persons_count_of_files_and_folders() {
+    let server = TestServer::start_with(&[("TRAINYARD_UPLOAD_QUOTA_ENTRIES", "50")]).await;
+    let addr = server.addr;
+    // `n` empty files in a folder of their own: n + 1 entries, 0 bytes.
+    let send = |name: &str, n: usize| {
+        let names: Vec<String> = (0..n).map(|i| format!("{name}/f{i}")).collect();
+        let files: Vec<(&str, &str)> = names.iter().map(|f| (f.as_str(), "")).collect();
+        upload_project(addr, name, tar_gz(&files))
+    };
+    let first = send("first", 29).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    assert_eq!(first.json()["upload"]["entries"], 30, "{}", first.body);
+    assert_eq!(first.json()["upload"]["bytes"], 0, "{}", first.body);
+    // Unpacked it would pass the quota: refused, and nothing of it kept.
+    let second = send("second", 29).await;
+    assert_eq!(second.status, 507, "{}", second.body);
+    let message = second.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains(
+            "your uploads hold 30 files and folders, and this one adds 30: past the 50 each person may keep (upload_quota_entries)"
+        ),
+        "{message}"
+    );
+    let listed = server.get("/api/trainyard/v1/uploads").await.json();
+    assert_eq!(listed["uploads"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["used_entries"], 30, "{listed}");
+    assert_eq!(listed["quota_entries"], 50, "{listed}");
+    let kept: Vec<_> = std::fs::read_dir(server.data_dir.path().join("uploads"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.len() == 32 && name.chars().all(|c| c.is_ascii_hexdigit())
+        })
+        .collect();
+    assert_eq!(kept.len(), 1, "only the first upload's folder is kept");
+    // What fits still fits; once full, nothing more is received.
+    assert_eq!(send("third", 19).await.status, 201);
+    let full = send("fourth", 0).await;
+    assert_eq!(full.status, 507, "{}", full.body);
+    assert!(
+        full.body
+            .contains("your uploads hold 50 files and folders: past the 50"),
+        "{}",
+        full.body
+    );
 }
 
 /// Admin rights and teams are read on every request: a token made while

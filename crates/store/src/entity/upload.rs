@@ -12,6 +12,7 @@ pub struct Model {
     pub files: i64,
     pub bytes: i64,
     pub created_at: i64,
+    pub entries: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
