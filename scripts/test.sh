@@ -124,7 +124,7 @@ if [ "$(id -u)" -eq 0 ]; then
   "$ROOT/end2end/cgroup-v2/run.sh" \
     "$jobs_unit" --color never --test-threads 1 cgroups \
     shim::tests::a_job_past_its_memory shim::tests::a_job_runs_inside shim::tests::a_v2 \
-    shim::tests::an_environment_is_built_at shim::tests::a_build_out_of -- \
+    shim::tests::an_environment_is_built_at shim::tests::a_build_past_its_jobs -- \
     "$jobs_api" --color never jobs::each_job_is_held_to 2>&1 | tee "$work/cgroup-v2.log"
 else
   echo "skipped: the job limits need root (as does the server to make control groups)"

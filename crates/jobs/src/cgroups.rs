@@ -100,19 +100,24 @@ pub struct JobGroup {
 
 /// What the launch file says of the group a Python environment's build runs
 /// in. An environment is shared by every job of the same requirements, so
-/// its build runs at a size of the machine's, not at its first submitter's:
-/// in a child of a group that all builds of one server share (one that asked
-/// for a hundredth of a CPU would have made every other job of the same
-/// requirements wait on its build).
+/// its build must not run at its first submitter's pace (one that asked for
+/// a hundredth of a CPU would have made every other job of the same
+/// requirements wait on its build): it runs in a group of its own, with the
+/// memory and tasks of the job that builds it (what the scheduler set aside
+/// for that job, whose own group is empty meanwhile) and no CPU limit of its
+/// own, inside a group that all builds of the server share, which holds
+/// them to `cpu_millis` together and to nothing else.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BuildGroup {
     pub hierarchy: Hierarchy,
     /// The folder name, in each tree, of the group all builds share.
     pub shared: String,
+    /// Thousandths of a CPU, for all builds together.
+    pub cpu_millis: u32,
     /// This build's group, inside the shared one.
     pub name: String,
-    /// What the builds may use together, and each one alone.
-    pub limits: Limits,
+    pub memory_bytes: u64,
+    pub tasks: u64,
 }
 
 impl BuildGroup {
@@ -121,7 +126,11 @@ impl BuildGroup {
         JobGroup {
             hierarchy: self.hierarchy.clone(),
             name: format!("{}/{}", self.shared, self.name),
-            limits: self.limits,
+            limits: Limits {
+                memory_bytes: self.memory_bytes,
+                cpu_millis: self.cpu_millis,
+                tasks: self.tasks,
+            },
         }
     }
 }
@@ -160,6 +169,11 @@ impl Group {
     /// Makes the group (or takes the one a lost attempt left behind, after
     /// stopping what still runs in it) and sets its limits.
     pub fn create(spec: &JobGroup) -> io::Result<Group> {
+        Group::make(spec, Some(spec.limits.cpu_millis))
+    }
+
+    /// [`Group::create`], with a CPU limit of its own or none (`cpu`).
+    fn make(spec: &JobGroup, cpu: Option<u32>) -> io::Result<Group> {
         let v2 = matches!(spec.hierarchy, Hierarchy::V2 { .. });
         let dirs = spec.hierarchy.dirs(&spec.name);
         let mut group = Group {
@@ -167,7 +181,7 @@ impl Group {
             dirs,
             procs: Vec::new(),
         };
-        match group.fill(spec.limits) {
+        match group.fill(spec.limits, cpu) {
             Ok(()) => Ok(group),
             Err(e) => {
                 // Nothing half made is left behind.
@@ -177,7 +191,7 @@ impl Group {
         }
     }
 
-    fn fill(&mut self, limits: Limits) -> io::Result<()> {
+    fn fill(&mut self, limits: Limits, cpu: Option<u32>) -> io::Result<()> {
         for dir in &self.dirs {
             match std::fs::create_dir(dir) {
                 Ok(()) => {}
@@ -187,6 +201,7 @@ impl Group {
         }
         self.kill_all()?;
         self.set_limits(limits)?;
+        self.set_cpu(cpu)?;
         for dir in &self.dirs {
             let path = dir.join("cgroup.procs");
             let file = File::options()
@@ -198,34 +213,52 @@ impl Group {
         Ok(())
     }
 
-    /// Makes the group of one environment's build (as [`Group::create`])
-    /// inside the group all builds share, which is made when missing and
-    /// given the builds' limits. The shared group itself stops no build
-    /// whole when they are out of memory together: the kernel stops the
-    /// build it chooses, all of that build (each build's own group).
+    /// Makes the group of one environment's build (as [`Group::create`],
+    /// without a CPU limit of its own) inside the group all builds share,
+    /// which is made when missing and given the builds' CPUs. Only CPUs:
+    /// what the builds share is never what one build can take from the
+    /// others (their memory and tasks are each their own), and a shared
+    /// CPU limit may change at any time (the kernel refuses, on v1, a
+    /// parent's quota below a child's; the children have none).
     pub fn create_build(spec: &BuildGroup) -> io::Result<Group> {
+        let v2 = matches!(spec.hierarchy, Hierarchy::V2 { .. });
         let shared = Group {
-            v2: matches!(spec.hierarchy, Hierarchy::V2 { .. }),
+            v2,
             dirs: spec.hierarchy.dirs(&spec.shared),
             procs: Vec::new(),
         };
-        for dir in &shared.dirs {
-            match std::fs::create_dir(dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(context(e, dir)),
+        let mut tries = 0;
+        loop {
+            for dir in &shared.dirs {
+                match std::fs::create_dir(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(context(e, dir)),
+                }
+            }
+            shared.set_cpu(Some(spec.cpu_millis))?;
+            if v2 {
+                write(
+                    &shared.dirs[0],
+                    "cgroup.subtree_control",
+                    "+memory +cpu +pids",
+                )?;
+            }
+            match Group::make(&spec.own(), None) {
+                // The last build to end removed the shared group meanwhile.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 3 => tries += 1,
+                made => return made,
             }
         }
-        shared.set_limits(spec.limits)?;
-        if shared.v2 {
-            write_if_present(&shared.dirs[0], "memory.oom.group", "0")?;
-            write(
-                &shared.dirs[0],
-                "cgroup.subtree_control",
-                "+memory +cpu +pids",
-            )?;
+    }
+
+    /// Removes the group all builds share once none is left in it. A build
+    /// in it (or one just starting) keeps it: the kernel refuses to remove
+    /// a group with children.
+    pub fn remove_shared_build_group(spec: &BuildGroup) {
+        for dir in spec.hierarchy.dirs(&spec.shared) {
+            let _ = std::fs::remove_dir(dir);
         }
-        Group::create(&spec.own())
     }
 
     /// The group of a job as it is, to look at or to stop (after the shim
@@ -238,8 +271,8 @@ impl Group {
         }
     }
 
+    /// Memory and tasks; the CPUs are [`Group::set_cpu`]'s.
     fn set_limits(&self, limits: Limits) -> io::Result<()> {
-        let quota = (u64::from(limits.cpu_millis) * CPU_PERIOD_US / 1000).max(1000);
         let memory = limits.memory_bytes.to_string();
         let tasks = limits.tasks.to_string();
         if self.v2 {
@@ -251,10 +284,9 @@ impl Group {
             // One process stopped leaves a half job (a data loader without
             // its trainer): stop all of it.
             write_if_present(dir, "memory.oom.group", "1")?;
-            write(dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
             write(dir, "pids.max", &tasks)?;
         } else {
-            let [memory_dir, cpu_dir, rest @ ..] = self.dirs.as_slice() else {
+            let [memory_dir, _, rest @ ..] = self.dirs.as_slice() else {
                 unreachable!("v1 has a memory and a cpu tree");
             };
             // The limit with swap must stay at or above the one without.
@@ -266,13 +298,30 @@ impl Group {
                 // Without swap accounting: swap as little as the kernel can.
                 write_if_present(memory_dir, "memory.swappiness", "0")?;
             }
-            write(cpu_dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
-            write(cpu_dir, "cpu.cfs_quota_us", &quota.to_string())?;
             if let Some(pids_dir) = rest.first() {
                 write(pids_dir, "pids.max", &tasks)?;
             }
         }
         Ok(())
+    }
+
+    /// The group's CPU bandwidth: `cpu_millis` thousandths of a CPU, or
+    /// None: no limit of its own (its parent's holds).
+    fn set_cpu(&self, cpu_millis: Option<u32>) -> io::Result<()> {
+        let quota = cpu_millis.map(|millis| (u64::from(millis) * CPU_PERIOD_US / 1000).max(1000));
+        if self.v2 {
+            let quota = quota.map_or("max".to_owned(), |q| q.to_string());
+            write(
+                &self.dirs[0],
+                "cpu.max",
+                &format!("{quota} {CPU_PERIOD_US}"),
+            )
+        } else {
+            let cpu_dir = &self.dirs[1];
+            write(cpu_dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+            let quota = quota.map_or("-1".to_owned(), |q| q.to_string());
+            write(cpu_dir, "cpu.cfs_quota_us", &quota)
+        }
     }
 
     /// Makes the process `command` starts join this group before it

@@ -149,26 +149,20 @@ impl LocalExecutor {
     }
 
     /// The control group a job's Python environment is built in, when
-    /// limits are enforced: all builds together get a quarter of the
-    /// machine's CPUs and memory (at least a CPU and 2 GiB, at most the
-    /// machine), whoever asks for the environment first.
+    /// limits are enforced: the job's memory and tasks (its own group is
+    /// empty meanwhile), and of the CPUs a share of what all builds get
+    /// together, a quarter of the machine's (at least one), whoever asks for
+    /// the environment first.
     fn build_group(&self, job: &trainyard_domain::job::Job) -> Option<cgroups::BuildGroup> {
         let hierarchy = self.config.job_limits.clone()?;
-        let instance = self.instance();
-        let machine_bytes = self.config.memory_mib.saturating_mul(1 << 20);
+        let machine = self.config.cpu_millis.max(1000);
         Some(cgroups::BuildGroup {
             hierarchy,
-            shared: format!("trainyard-{instance}-builds"),
+            shared: format!("trainyard-{}-builds", self.instance()),
+            cpu_millis: (machine / 4).max(1000),
             name: format!("job-{}.{}", job.id, job.attempt),
-            limits: cgroups::Limits {
-                memory_bytes: (machine_bytes / 4)
-                    .max(2 << 30)
-                    .min(machine_bytes.max(2 << 30)),
-                cpu_millis: (self.config.cpu_millis / 4)
-                    .max(1000)
-                    .min(self.config.cpu_millis.max(1000)),
-                tasks: cgroups::TASKS_MAX,
-            },
+            memory_bytes: job.memory_mib.saturating_mul(1 << 20),
+            tasks: cgroups::TASKS_MAX,
         })
     }
 
@@ -364,6 +358,7 @@ impl LocalExecutor {
             user,
             cgroup: self.job_group(job),
             env_build: self.build_group(job),
+            env_build_secs: shim::MAX_BUILD_SECS,
             disk: self
                 .config
                 .disk_quota_bytes
@@ -426,6 +421,9 @@ impl LocalExecutor {
             if let Ok(Err(error)) = tokio::task::spawn_blocking(move || group.remove()).await {
                 tracing::warn!(job = record.job.id, %error, "could not remove the lost job's control group");
             }
+        }
+        if let Some(build) = launch.as_ref().and_then(|l| l.env_build.as_ref()) {
+            cgroups::Group::remove_shared_build_group(build);
         }
         if let Some(user) = launch.and_then(|l| l.user) {
             let closed = tokio::task::spawn_blocking(move || {

@@ -61,6 +61,10 @@ pub struct Launch {
     /// builds one; None: not enforced.
     #[serde(default)]
     pub env_build: Option<BuildGroup>,
+    /// The longest its Python environment's build may take, in seconds;
+    /// past it the job fails saying so.
+    #[serde(default = "default_build_secs")]
+    pub env_build_secs: u64,
     /// What the job may hold on disk in its folders; None: not measured.
     #[serde(default)]
     pub disk: Option<DiskLimit>,
@@ -327,15 +331,7 @@ fn run_job(launch: &Launch, log: &File, watch: &Watch, group: Option<&Group>) ->
                 ));
             }
         };
-        match python_env(
-            root,
-            &text,
-            &launch.venv_env,
-            launch.user,
-            log,
-            watch,
-            launch.env_build.as_ref(),
-        ) {
+        match python_env(launch, root, &text, log, watch) {
             Ok(venv) => {
                 let path = env.get("PATH").cloned().unwrap_or_default();
                 env.insert(
@@ -525,14 +521,15 @@ fn run_group(
 /// requirements file as its working folder and home, and the server's
 /// Python. Local paths in the file (`-e .`, `./pkg`) find nothing there.
 fn python_env(
+    launch: &Launch,
     root: &Path,
     requirements: &[u8],
-    server_env: &BTreeMap<String, String>,
-    user: Option<JobUser>,
     log: &File,
     watch: &Watch,
-    build_group: Option<&BuildGroup>,
 ) -> Result<PathBuf, Exit> {
+    let server_env = &launch.venv_env;
+    let user = launch.user;
+    let build_group = launch.env_build.as_ref();
     let fail = |message: String| start_failed(message);
     let path = server_env.get("PATH").map_or(DEFAULT_PATH, String::as_str);
     let python = find_program("python3", path).ok_or_else(|| {
@@ -640,31 +637,50 @@ fn python_env(
             )));
         }
     };
+    // The build's own bound, within the job's: a build that hangs (or
+    // runs what its requirements' packages run, on the builds' CPUs) ends.
+    let build_watch = Watch {
+        cancel: watch.cancel.clone(),
+        deadline_ms: watch.deadline_ms.min(now_ms().saturating_add(
+            i64::try_from(launch.env_build_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
+        )),
+        grace_secs: watch.grace_secs,
+        disk: None,
+    };
     let built = build_steps(
         [
             ("python3 -m venv", create),
             ("pip install -r requirements.txt", install),
         ],
         log,
-        watch,
+        &build_watch,
         group.as_ref(),
     )
     .map_err(|mut exit| {
+        if exit.reason == EndReason::Timeout && build_watch.deadline_ms < watch.deadline_ms {
+            exit = fail(format!(
+                "building its Python environment took longer than {} and was stopped; see the log for the step it was at",
+                in_words(launch.env_build_secs)
+            ));
+        }
         if let (Some(group), Some(spec)) = (&group, build_group)
             && group.usage().oom_kills > 0
             && let Some(message) = &mut exit.message
         {
             message.push_str(&format!(
-                " (out of memory: a Python environment's build may use {} on this machine, all builds together)",
-                trainyard_domain::format_bytes(spec.limits.memory_bytes)
+                " (out of memory: installing its Python environment reached its limit of {} (resources.memory); ask for more memory)",
+                trainyard_domain::format_bytes(spec.memory_bytes)
             ));
         }
         exit
     });
-    if let Some(group) = group
-        && let Err(e) = group.remove()
-    {
-        eprintln!("job-shim: cannot remove the build's control group: {e}");
+    if let Some(group) = group {
+        if let Err(e) = group.remove() {
+            eprintln!("job-shim: cannot remove the build's control group: {e}");
+        }
+        if let Some(spec) = build_group {
+            Group::remove_shared_build_group(spec);
+        }
     }
     let built = built.and_then(|()| {
         seal(&venv, user).map_err(|e| fail(format!("cannot seal the environment: {e}")))
@@ -683,6 +699,26 @@ fn python_env(
     }
     let _ = writeln!(say, "trainyard: the Python environment is ready");
     Ok(venv)
+}
+
+/// The longest a Python environment's build may take: generous for the
+/// largest wheels on a slow link, short of a job's days.
+pub const MAX_BUILD_SECS: u64 = 2 * 3600;
+
+fn default_build_secs() -> u64 {
+    MAX_BUILD_SECS
+}
+
+/// Seconds as people say them: 2 hours, 90 minutes, 5 seconds.
+fn in_words(secs: u64) -> String {
+    let (n, unit) = if secs >= 3600 && secs.is_multiple_of(3600) {
+        (secs / 3600, "hour")
+    } else if secs >= 60 && secs.is_multiple_of(60) {
+        (secs / 60, "minute")
+    } else {
+        (secs, "second")
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
 }
 
 /// The longest requirements file read.
@@ -907,6 +943,7 @@ mod tests {
             user: None,
             cgroup: None,
             env_build: None,
+            env_build_secs: MAX_BUILD_SECS,
             disk: None,
         };
         write_launch(dir, &launch);
@@ -932,6 +969,7 @@ mod tests {
             user: None,
             cgroup: None,
             env_build: None,
+            env_build_secs: MAX_BUILD_SECS,
             disk: None,
         }
     }
@@ -1279,6 +1317,7 @@ mod tests {
             user: Some(user),
             cgroup: None,
             env_build: None,
+            env_build_secs: MAX_BUILD_SECS,
             disk: None,
         };
         let (exit, log) = run(dir.path(), &launch);
@@ -1326,6 +1365,7 @@ mod tests {
             user: Some(user),
             cgroup: None,
             env_build: None,
+            env_build_secs: MAX_BUILD_SECS,
             disk: None,
         };
         let (exit, log) = run(dir.path(), &launch);
@@ -1491,6 +1531,7 @@ mod tests {
                 limits,
             }),
             env_build: None,
+            env_build_secs: MAX_BUILD_SECS,
             disk: None,
         };
         Some(Limited {
@@ -1501,18 +1542,18 @@ mod tests {
     }
 
     /// Gives `job` a requirements file, a cache of environments and a
-    /// group of its own for the build (in a shared one named after the
-    /// job's group), with `limits`. Returns the build's group and the cache.
-    fn building(
-        job: &mut Limited,
-        limits: crate::cgroups::Limits,
-    ) -> (BuildGroup, tempfile::TempDir) {
+    /// group of its own for the build, with the job's memory and tasks, in
+    /// a group of all builds (named after the job's group) that gets
+    /// `cpu_millis`. Returns the build's group and the cache.
+    fn building(job: &mut Limited, cpu_millis: u32) -> (BuildGroup, tempfile::TempDir) {
         let spec = job.launch.cgroup.clone().unwrap();
         let build = BuildGroup {
             hierarchy: spec.hierarchy.clone(),
             shared: format!("{}-builds", spec.name),
+            cpu_millis,
             name: "job-1.1".to_owned(),
-            limits,
+            memory_bytes: spec.limits.memory_bytes,
+            tasks: spec.limits.tasks,
         };
         let cache = tempfile::tempdir().unwrap();
         std::fs::write(job.dir.path().join("requirements.txt"), "# no packages\n").unwrap();
@@ -1521,16 +1562,25 @@ mod tests {
         (build, cache)
     }
 
-    /// Removes the shared group of the builds [`building`] made.
-    fn remove_shared(build: &BuildGroup) {
-        for dir in build.hierarchy.dirs(&build.shared).iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
+    /// A folder on the PATH whose `python3` runs the server's Python on
+    /// `code` instead, as a build meets it; kept while the result lives.
+    fn python_that_runs(code: &str) -> (tempfile::TempDir, String) {
+        let bin = tempfile::tempdir().unwrap();
+        let python = bin.path().join("python3");
+        let real = find_program("python3", DEFAULT_PATH).unwrap();
+        std::fs::write(
+            &python,
+            format!("#!/bin/sh\nexec {} -c \"{code}\"\n", real.display()),
+        )
+        .unwrap();
+        users::set_mode(&python, 0o755).unwrap();
+        let path = format!("{}:{DEFAULT_PATH}", bin.path().display());
+        (bin, path)
     }
 
-    /// A shared environment is built in the builds' group, at their size:
-    /// a first submitter that asked for a hundredth of a CPU does not make
-    /// every job of the same requirements wait at that pace.
+    /// A shared environment is built in a group of its own, at the builds'
+    /// CPUs: a first submitter that asked for a hundredth of a CPU does not
+    /// make every job of the same requirements wait at that pace.
     #[test]
     fn an_environment_is_built_at_the_builds_size_not_its_first_submitters() {
         use crate::cgroups::Limits;
@@ -1543,17 +1593,22 @@ mod tests {
             return;
         };
         let spec = job.launch.cgroup.clone().unwrap();
-        let whole_cpu = Limits {
-            memory_bytes: 1 << 30,
-            cpu_millis: 1000,
-            tasks: 256,
-        };
-        let (build, _cache) = building(&mut job, whole_cpu);
+        let (build, _cache) = building(&mut job, 1000);
         let build_dirs = build.hierarchy.dirs(&build.own().name);
-        let (quota_file, full_quota) = if build_dirs.len() == 1 {
-            (build_dirs[0].join("cpu.max"), "100000 100000")
+        let shared_dirs = build.hierarchy.dirs(&build.shared);
+        // The CPUs of all builds, and the build's own (none: its parent's).
+        let (quotas, expected) = if build_dirs.len() == 1 {
+            let file = |dir: &PathBuf| dir.join("cpu.max");
+            (
+                [file(&shared_dirs[0]), file(&build_dirs[0])],
+                ["100000 100000", "max 100000"],
+            )
         } else {
-            (build_dirs[1].join("cpu.cfs_quota_us"), "100000")
+            let file = |dir: &PathBuf| dir.join("cpu.cfs_quota_us");
+            (
+                [file(&shared_dirs[1]), file(&build_dirs[1])],
+                ["100000", "-1"],
+            )
         };
         // What the build's group and the job's hold while it builds.
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1566,9 +1621,16 @@ mod tests {
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
                     let building = std::fs::read_to_string(&procs).unwrap_or_default();
                     if !building.trim().is_empty() {
-                        let quota = std::fs::read_to_string(&quota_file).unwrap_or_default();
+                        let quota = |file: &PathBuf| {
+                            let text = std::fs::read_to_string(file).unwrap_or_default();
+                            text.trim().to_owned()
+                        };
                         let job_held = std::fs::read_to_string(&job_procs).unwrap_or_default();
-                        seen.push((quota.trim().to_owned(), job_held.trim().is_empty()));
+                        seen.push((
+                            quota(&quotas[0]),
+                            quota(&quotas[1]),
+                            job_held.trim().is_empty(),
+                        ));
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -1578,69 +1640,83 @@ mod tests {
         let (exit, log) = run(job.dir.path(), &job.launch);
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         let seen = watcher.join().unwrap();
-        remove_shared(&build);
         assert_eq!(exit.exit_code, Some(0), "{exit:?}: {log}");
         assert!(log.contains("creating a Python environment"), "{log}");
         assert!(!seen.is_empty(), "the build ran in its group: {log}");
-        for (quota, job_empty) in &seen {
-            assert_eq!(quota, full_quota, "a whole CPU for the build");
+        for (shared, own, job_empty) in &seen {
+            assert_eq!(
+                [shared.as_str(), own.as_str()],
+                expected,
+                "a whole CPU for the builds"
+            );
             assert!(job_empty, "nothing in the job's group while it builds");
         }
-        // The command itself ran in the job's group, and the build's is gone.
+        // The command itself ran in the job's group; the build's group, and
+        // the builds' (it was the only one), are gone.
         let inside = log
             .lines()
             .filter(|l| l.ends_with(&format!("/{}", spec.name)))
             .count();
         assert_eq!(inside, job.folders.len(), "{log}");
-        for dir in build_dirs.iter().chain(&job.folders) {
+        for dir in build_dirs.iter().chain(&shared_dirs).chain(&job.folders) {
             assert!(!dir.exists(), "{} is removed", dir.display());
         }
     }
 
     #[test]
-    fn a_build_out_of_the_builds_memory_says_so() {
+    fn a_build_past_its_jobs_memory_says_so() {
         use crate::cgroups::Limits;
         let limits = Limits {
-            memory_bytes: 1 << 30,
+            memory_bytes: 64 << 20,
             cpu_millis: 1000,
             tasks: 64,
         };
         let Some(mut job) = limited("build-oom", |_| "echo ran".to_owned(), limits) else {
             return;
         };
-        let small = Limits {
-            memory_bytes: 64 << 20,
-            ..limits
-        };
-        let (build, _cache) = building(&mut job, small);
+        let (build, _cache) = building(&mut job, 1000);
         // The server's Python, as a build that needs 256 MiB meets it.
-        let bin = tempfile::tempdir().unwrap();
-        let python = bin.path().join("python3");
-        let real = find_program("python3", DEFAULT_PATH).unwrap();
-        std::fs::write(
-            &python,
-            format!(
-                "#!/bin/sh\nexec {} -c \"x = b'x' * (256 << 20); print('survived')\"\n",
-                real.display()
-            ),
-        )
-        .unwrap();
-        users::set_mode(&python, 0o755).unwrap();
-        let path = format!("{}:{DEFAULT_PATH}", bin.path().display());
+        let (_bin, path) = python_that_runs("x = b'x' * (256 << 20); print('survived')");
         job.launch.venv_env = BTreeMap::from([("PATH".to_owned(), path)]);
         let (exit, log) = run(job.dir.path(), &job.launch);
-        remove_shared(&build);
         assert_eq!(exit.reason, EndReason::StartFailed, "{log}");
         let message = exit.message.unwrap_or_default();
         assert!(
             message.contains(
-                "python3 -m venv failed (signal 9); see the log (out of memory: a Python environment's build may use 64.0 MiB on this machine, all builds together)"
+                "python3 -m venv failed (signal 9); see the log (out of memory: installing its Python environment reached its limit of 64.0 MiB (resources.memory); ask for more memory)"
             ),
             "{message}"
         );
         assert!(!log.contains("survived") && !log.contains("\nran"), "{log}");
-        // The job itself was not out of memory.
+        // The job's own group counted no kill; both build groups are gone.
         assert_eq!(exit.usage.map(|u| u.oom_kills), Some(0));
+        for dir in build.hierarchy.dirs(&build.own().name) {
+            assert!(!dir.exists(), "{} is removed", dir.display());
+        }
+    }
+
+    /// A build has a bound of its own, short of its job's deadline.
+    #[test]
+    fn a_build_past_its_time_is_stopped_and_says_so() {
+        let cache = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("requirements.txt"), "# no packages\n").unwrap();
+        let (_bin, path) = python_that_runs("import time; time.sleep(60)");
+        let mut launch = with_venvs("echo ran", dir.path(), cache.path());
+        launch.venv_env = BTreeMap::from([("PATH".to_owned(), path)]);
+        launch.env_build_secs = 1;
+        let (exit, log) = run(dir.path(), &launch);
+        assert_eq!(exit.reason, EndReason::StartFailed, "{log}");
+        assert_eq!(
+            exit.message.as_deref(),
+            Some(
+                "building its Python environment took longer than 1 second and was stopped; see the log for the step it was at"
+            )
+        );
+        assert!(!log.contains("\nran"), "{log}");
+        assert_eq!(in_words(7200), "2 hours");
+        assert_eq!(in_words(90), "90 seconds");
+        assert_eq!(in_words(120), "2 minutes");
     }
 
     #[test]
