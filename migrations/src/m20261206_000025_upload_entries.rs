@@ -1,7 +1,7 @@
 //! What each upload costs the disk in files and folders (`uploads.entries`),
 //! so that one person's uploads are bounded in inodes as in bytes: an
-//! archive of 100,000 empty folders holds 0 bytes. Uploads kept before
-//! count their files.
+//! archive of 100,000 empty folders holds 0 bytes. An upload counts its
+//! own folder too; uploads kept before count their files and that folder.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::schema::*;
@@ -26,7 +26,7 @@ impl MigrationTrait for Migration {
         m.exec_stmt(
             Query::update()
                 .table(Uploads::Table)
-                .value(Uploads::Entries, Expr::col(Uploads::Files))
+                .value(Uploads::Entries, Expr::col(Uploads::Files).add(1))
                 .to_owned(),
         )
         .await

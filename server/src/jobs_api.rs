@@ -805,17 +805,21 @@ const UPLOAD_QUOTA_REMEDY: &str = "delete uploads you no longer need \
 /// every folder is an inode of the server's disk).
 fn upload_entries_error(used: u64, adding: Option<u64>, quota: u64) -> JobsError {
     let count = |n: u64| trainyard_domain::format_count(i64::try_from(n).unwrap_or(i64::MAX));
-    let adding = adding
-        .map(|n| format!(", and this one adds {}", count(n)))
-        .unwrap_or_default();
+    let bound = match adding {
+        Some(n) => format!(
+            ", and this one adds {}: past the {}",
+            count(n),
+            count(quota)
+        ),
+        None => format!(", and {} is the most", count(quota)),
+    };
     JobsError::new(
         StatusCode::INSUFFICIENT_STORAGE,
         "RESOURCE_EXHAUSTED",
         format!(
-            "your uploads hold {} files and folders{adding}: past the {} each person may keep \
+            "your uploads hold {} files and folders{bound} each person may keep \
              (upload_quota_entries); {UPLOAD_QUOTA_REMEDY}",
-            count(used),
-            count(quota)
+            count(used)
         ),
     )
 }

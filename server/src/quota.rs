@@ -16,7 +16,7 @@ use crate::mlflow::ApiError;
 const MAX_COUNTED: u64 = 10_000_000;
 
 /// 507 Insufficient Storage: `what` holds `used` and `adding` more would
-/// pass `quota`.
+/// pass `quota` (None: it holds the quota, or more, already).
 pub fn exhausted(
     what: &str,
     used: u64,
@@ -25,16 +25,20 @@ pub fn exhausted(
     setting: &str,
     remedy: &str,
 ) -> ApiError {
-    let adding = adding
-        .map(|n| format!(", and this one adds {}", format_bytes(n)))
-        .unwrap_or_default();
+    let bound = match adding {
+        Some(n) => format!(
+            ", and this one adds {}: past the {}",
+            format_bytes(n),
+            format_bytes(quota)
+        ),
+        None => format!(", and {} is the most", format_bytes(quota)),
+    };
     ApiError {
         status: StatusCode::INSUFFICIENT_STORAGE,
         code: "RESOURCE_EXHAUSTED",
         message: format!(
-            "{what} hold {}{adding}: past the {} each person may keep ({setting}); {remedy}",
+            "{what} hold {}{bound} each person may keep ({setting}); {remedy}",
             format_bytes(used),
-            format_bytes(quota)
         ),
     }
 }
@@ -244,6 +248,19 @@ mod tests {
             error.message,
             "your uploads hold 3.0 GiB, and this one adds 1.0 MiB: past the 2.0 GiB each \
              person may keep (upload_quota_bytes); delete some"
+        );
+        let full = exhausted(
+            "your uploads",
+            2 << 30,
+            None,
+            2 << 30,
+            "upload_quota_bytes",
+            "delete some",
+        );
+        assert_eq!(
+            full.message,
+            "your uploads hold 2.0 GiB, and 2.0 GiB is the most each person may keep \
+             (upload_quota_bytes); delete some"
         );
     }
 }

@@ -39,7 +39,7 @@ pub struct Upload {
     pub name: String,
     pub files: u64,
     pub bytes: u64,
-    /// Its files and folders, unpacked.
+    /// Its files and folders, unpacked, its own folder included.
     #[serde(default)]
     pub entries: u64,
     pub created_at: i64,

@@ -741,7 +741,8 @@ impl Jobs {
             Ok(done) => {
                 record.files = done.files;
                 record.bytes = done.bytes;
-                record.entries = done.entries;
+                // Its own folder too: an empty archive still takes one.
+                record.entries = done.entries + 1;
                 self.store()
                     .create_upload(record)
                     .await

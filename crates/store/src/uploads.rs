@@ -19,7 +19,7 @@ pub struct NewUpload {
     pub owner_id: Option<i64>,
     pub files: u64,
     pub bytes: u64,
-    /// Its files and folders.
+    /// Its files and folders, its own included.
     pub entries: u64,
 }
 

@@ -495,9 +495,10 @@ async fn uploads_are_held_to_each_persons_count_of_files_and_folders() {
         let files: Vec<(&str, &str)> = names.iter().map(|f| (f.as_str(), "")).collect();
         upload_project(addr, name, tar_gz(&files))
     };
+    // 29 files, their folder and the upload's own: 31.
     let first = send("first", 29).await;
     assert_eq!(first.status, 201, "{}", first.body);
-    assert_eq!(first.json()["upload"]["entries"], 30, "{}", first.body);
+    assert_eq!(first.json()["upload"]["entries"], 31, "{}", first.body);
     assert_eq!(first.json()["upload"]["bytes"], 0, "{}", first.body);
     // Unpacked it would pass the quota: refused, and nothing of it kept.
     let second = send("second", 29).await;
@@ -505,13 +506,13 @@ async fn uploads_are_held_to_each_persons_count_of_files_and_folders() {
     let message = second.json()["message"].as_str().unwrap().to_owned();
     assert!(
         message.contains(
-            "your uploads hold 30 files and folders, and this one adds 30: past the 50 each person may keep (upload_quota_entries)"
+            "your uploads hold 31 files and folders, and this one adds 31: past the 50 each person may keep (upload_quota_entries)"
         ),
         "{message}"
     );
     let listed = server.get("/api/trainyard/v1/uploads").await.json();
     assert_eq!(listed["uploads"].as_array().unwrap().len(), 1, "{listed}");
-    assert_eq!(listed["used_entries"], 30, "{listed}");
+    assert_eq!(listed["used_entries"], 31, "{listed}");
     assert_eq!(listed["quota_entries"], 50, "{listed}");
     let kept: Vec<_> = std::fs::read_dir(server.data_dir.path().join("uploads"))
         .unwrap()
@@ -522,13 +523,18 @@ async fn uploads_are_held_to_each_persons_count_of_files_and_folders() {
         })
         .collect();
     assert_eq!(kept.len(), 1, "only the first upload's folder is kept");
-    // What fits still fits; once full, nothing more is received.
-    assert_eq!(send("third", 19).await.status, 201);
-    let full = send("fourth", 0).await;
+    // What fits still fits, to the quota exactly; an empty archive takes
+    // an inode too, so once full nothing more is received.
+    assert_eq!(send("third", 16).await.status, 201);
+    let empty = send("fourth", 0).await;
+    assert_eq!(empty.status, 201, "{}", empty.body);
+    assert_eq!(empty.json()["upload"]["entries"], 1, "{}", empty.body);
+    let full = send("fifth", 0).await;
     assert_eq!(full.status, 507, "{}", full.body);
     assert!(
-        full.body
-            .contains("your uploads hold 50 files and folders: past the 50"),
+        full.body.contains(
+            "your uploads hold 50 files and folders, and 50 is the most each person may keep"
+        ),
         "{}",
         full.body
     );
