@@ -66,7 +66,7 @@ pub const SETTINGS: &[SettingDoc] = &[
         key: "upload_quota_entries",
         env: "TRAINYARD_UPLOAD_QUOTA_ENTRIES",
         default: "1000000",
-        meaning: "most files and folders one person's uploads (unpacked) may hold in all, whatever their bytes; past it an upload gets 507 saying what is used; 0: no quota",
+        meaning: "most files and folders one person's uploads (unpacked, each upload's own folder included) may hold in all, whatever their bytes; past it an upload gets 507 saying what is used; 0: no quota",
     },
     SettingDoc {
         key: "artifact_quota_bytes",

@@ -227,8 +227,7 @@ impl Group {
             dirs: spec.hierarchy.dirs(&spec.shared),
             procs: Vec::new(),
         };
-        let mut tries = 0;
-        loop {
+        let attempt = || -> io::Result<Group> {
             for dir in &shared.dirs {
                 match std::fs::create_dir(dir) {
                     Ok(()) => {}
@@ -244,9 +243,15 @@ impl Group {
                     "+memory +cpu +pids",
                 )?;
             }
-            match Group::make(&spec.own(), None) {
-                // The last build to end removed the shared group meanwhile.
-                Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 3 => tries += 1,
+            Group::make(&spec.own(), None)
+        };
+        let mut tries = 0;
+        loop {
+            match attempt() {
+                // The last build to end removed the shared group meanwhile
+                // (the kernel says ENOENT, or ENODEV while it removes it):
+                // made again.
+                Err(_) if tries < 3 && !shared.dirs.iter().all(|d| d.is_dir()) => tries += 1,
                 made => return made,
             }
         }

@@ -645,7 +645,11 @@ fn python_env(
             i64::try_from(launch.env_build_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
         )),
         grace_secs: watch.grace_secs,
-        disk: None,
+        // The builder is the job's uid and writes the job's log.
+        disk: watch.disk.as_ref().map(|disk| DiskWatch {
+            limit: disk.limit.clone(),
+            next: std::cell::Cell::new(disk.next.get()),
+        }),
     };
     let built = build_steps(
         [
@@ -1693,6 +1697,37 @@ mod tests {
         for dir in build.hierarchy.dirs(&build.own().name) {
             assert!(!dir.exists(), "{} is removed", dir.display());
         }
+    }
+
+    /// The builder is the job's uid and writes the job's log: the job's
+    /// disk limit holds while it builds.
+    #[test]
+    fn a_build_is_held_to_its_jobs_disk_limit() {
+        let cache = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("requirements.txt"), "# no packages\n").unwrap();
+        let big = work.join("big");
+        let (_bin, path) = python_that_runs(&format!(
+            "import time; open('{}', 'wb').write(b'x' * 6000000); time.sleep(60)",
+            big.display()
+        ));
+        let mut launch = with_venvs("echo ran", &work, cache.path());
+        launch.venv_env = BTreeMap::from([("PATH".to_owned(), path)]);
+        launch.disk = Some(DiskLimit {
+            folders: vec![work.clone()],
+            max_bytes: 5_000_000,
+            max_entries: 1_000,
+            every_secs: 1,
+        });
+        let (exit, log) = run(dir.path(), &launch);
+        assert_eq!(exit.reason, EndReason::DiskLimit, "{exit:?}: {log}");
+        assert!(
+            exit.message.unwrap().contains("past its limit of 4.8 MiB"),
+            "{log}"
+        );
+        assert!(!log.contains("\nran"), "{log}");
     }
 
     /// A build has a bound of its own, short of its job's deadline.

@@ -489,7 +489,7 @@ async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
 async fn uploads_are_held_to_each_persons_count_of_files_and_folders() {
     let server = TestServer::start_with(&[("TRAINYARD_UPLOAD_QUOTA_ENTRIES", "50")]).await;
     let addr = server.addr;
-    // `n` empty files in a folder of their own: n + 1 entries, 0 bytes.
+    // `n` empty files in a folder of their own, 0 bytes.
     let send = |name: &str, n: usize| {
         let names: Vec<String> = (0..n).map(|i| format!("{name}/f{i}")).collect();
         let files: Vec<(&str, &str)> = names.iter().map(|f| (f.as_str(), "")).collect();
