@@ -800,37 +800,39 @@ const UPLOAD_QUOTA_REMEDY: &str = "delete uploads you no longer need \
     (GET /api/trainyard/v1/uploads lists them, DELETE /api/trainyard/v1/uploads/ID \
     removes one), or ask an admin to raise the quota";
 
-/// 507: one person's uploads would hold more files and folders than
-/// `upload_quota_entries` (an archive of empty folders holds no bytes, but
-/// every folder is an inode of the server's disk).
-fn upload_entries_error(used: u64, adding: Option<u64>, quota: u64) -> JobsError {
-    let count = |n: u64| trainyard_domain::format_count(i64::try_from(n).unwrap_or(i64::MAX));
-    let bound = match adding {
-        Some(n) => format!(
-            ", and this one adds {}: past the {}",
-            count(n),
-            count(quota)
-        ),
-        None => format!(", and {} is the most", count(quota)),
-    };
-    JobsError::new(
-        StatusCode::INSUFFICIENT_STORAGE,
-        "RESOURCE_EXHAUSTED",
-        format!(
-            "your uploads hold {} files and folders{bound} each person may keep \
-             (upload_quota_entries); {UPLOAD_QUOTA_REMEDY}",
-            count(used)
-        ),
-    )
-}
-
+/// 507: one person's uploads would hold more than `upload_quota_bytes`.
 fn upload_quota_error(used: u64, adding: Option<u64>, quota: u64) -> JobsError {
-    let error = crate::quota::exhausted(
-        "your uploads",
+    upload_refusal(
+        crate::quota::Unit::Bytes,
         used,
         adding,
         quota,
         "upload_quota_bytes",
+    )
+}
+
+/// 507: one person's uploads would hold more files and folders than
+/// `upload_quota_entries` (an archive of empty folders holds no bytes, but
+/// every folder is an inode of the server's disk).
+fn upload_entries_error(used: u64, adding: Option<u64>, quota: u64) -> JobsError {
+    let unit = crate::quota::Unit::Count("files and folders");
+    upload_refusal(unit, used, adding, quota, "upload_quota_entries")
+}
+
+fn upload_refusal(
+    unit: crate::quota::Unit,
+    used: u64,
+    adding: Option<u64>,
+    quota: u64,
+    setting: &str,
+) -> JobsError {
+    let error = crate::quota::exhausted(
+        "your uploads",
+        unit,
+        used,
+        adding,
+        quota,
+        setting,
         UPLOAD_QUOTA_REMEDY,
     );
     JobsError::new(error.status, error.code, error.message)

@@ -1,13 +1,14 @@
 //! Per-person storage quotas: what one person's uploads and the artifacts
 //! of their runs may hold in all (`upload_quota_bytes`,
-//! `artifact_quota_bytes`), refused with 507 saying what is used and what to do.
+//! `upload_quota_entries`, `artifact_quota_bytes`), refused with 507 saying
+//! what is used and what to do.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::http::StatusCode;
-use trainyard_domain::format_bytes;
+use trainyard_domain::{format_bytes, format_count};
 use trainyard_store::Store;
 
 use crate::mlflow::ApiError;
@@ -15,10 +16,37 @@ use crate::mlflow::ApiError;
 /// The most entries counted when sizing one person's artifacts.
 const MAX_COUNTED: u64 = 10_000_000;
 
+/// What a quota counts, and how its figures are written.
+#[derive(Clone, Copy)]
+pub enum Unit {
+    /// Bytes, as "3.0 GiB".
+    Bytes,
+    /// Things, as "10,000", with their name after what is used ("files and
+    /// folders").
+    Count(&'static str),
+}
+
+impl Unit {
+    fn figure(self, n: u64) -> String {
+        match self {
+            Unit::Bytes => format_bytes(n),
+            Unit::Count(_) => format_count(i64::try_from(n).unwrap_or(i64::MAX)),
+        }
+    }
+
+    fn used(self, n: u64) -> String {
+        match self {
+            Unit::Bytes => format_bytes(n),
+            Unit::Count(of) => format!("{} {of}", self.figure(n)),
+        }
+    }
+}
+
 /// 507 Insufficient Storage: `what` holds `used` and `adding` more would
 /// pass `quota` (None: it holds the quota, or more, already).
 pub fn exhausted(
     what: &str,
+    unit: Unit,
     used: u64,
     adding: Option<u64>,
     quota: u64,
@@ -28,17 +56,17 @@ pub fn exhausted(
     let bound = match adding {
         Some(n) => format!(
             ", and this one adds {}: past the {}",
-            format_bytes(n),
-            format_bytes(quota)
+            unit.figure(n),
+            unit.figure(quota)
         ),
-        None => format!(", and {} is the most", format_bytes(quota)),
+        None => format!(", and {} is the most", unit.figure(quota)),
     };
     ApiError {
         status: StatusCode::INSUFFICIENT_STORAGE,
         code: "RESOURCE_EXHAUSTED",
         message: format!(
             "{what} hold {}{bound} each person may keep ({setting}); {remedy}",
-            format_bytes(used),
+            unit.used(used),
         ),
     }
 }
@@ -237,6 +265,7 @@ mod tests {
     fn the_message_says_what_is_used_and_allowed() {
         let error = exhausted(
             "your uploads",
+            Unit::Bytes,
             3 << 30,
             Some(1 << 20),
             2 << 30,
@@ -251,6 +280,7 @@ mod tests {
         );
         let full = exhausted(
             "your uploads",
+            Unit::Bytes,
             2 << 30,
             None,
             2 << 30,
@@ -261,6 +291,27 @@ mod tests {
             full.message,
             "your uploads hold 2.0 GiB, and 2.0 GiB is the most each person may keep \
              (upload_quota_bytes); delete some"
+        );
+        let files = Unit::Count("files and folders");
+        let counted = exhausted("your uploads", files, 31, Some(12_000), 50, "q", "delete");
+        assert_eq!(
+            counted.message,
+            "your uploads hold 31 files and folders, and this one adds 12,000: past the 50 \
+             each person may keep (q); delete"
+        );
+        let full = exhausted(
+            "your uploads",
+            files,
+            1_000_000,
+            None,
+            1_000_000,
+            "q",
+            "delete",
+        );
+        assert_eq!(
+            full.message,
+            "your uploads hold 1,000,000 files and folders, and 1,000,000 is the most each \
+             person may keep (q); delete"
         );
     }
 }

@@ -1089,6 +1089,21 @@ async fn assessments_override_update_and_go_with_their_trace() {
     ));
 }
 
+/// The ids of a page of up to 10 of `exp`'s traces from `offset`, and
+/// whether the page was cut short of them by its text budget.
+async fn trace_page(store: &Store, exp: i64, offset: u64) -> (Vec<String>, bool) {
+    let found = store
+        .search_traces(&[exp], None, &[], 10, offset, &Viewer::Everyone)
+        .await
+        .unwrap();
+    let ids = found.traces.iter().map(|t| t.trace_id.clone()).collect();
+    (ids, found.cut)
+}
+
+fn ids(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
 /// Tags count against a search page's text too: a trace may hold 8 Mi
 /// characters of them, and a page of 1,000 such traces was gigabytes.
 #[tokio::test]
@@ -1119,23 +1134,11 @@ async fn a_trace_search_page_carries_a_bounded_amount_of_tags() {
                 .unwrap();
         }
     }
-    let page = |offset| {
-        let store = &store;
-        async move {
-            let found = store
-                .search_traces(&[exp], None, &[], 10, offset, &Viewer::Everyone)
-                .await
-                .unwrap();
-            let ids: Vec<String> = found.traces.iter().map(|t| t.trace_id.clone()).collect();
-            (ids, found.cut)
-        }
-    };
-    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     assert_eq!(
-        page(0).await,
+        trace_page(&store, exp, 0).await,
         (ids(&["tr-a", "tr-b", "tr-c", "tr-d"]), true)
     );
-    assert_eq!(page(4).await, (ids(&["tr-e"]), false));
+    assert_eq!(trace_page(&store, exp, 4).await, (ids(&["tr-e"]), false));
 }
 
 /// A search page ends early rather than carry more assessment text than
@@ -1178,20 +1181,14 @@ async fn a_trace_search_page_carries_a_bounded_amount_of_assessments() {
             }
         }
     }
-    let page = |offset| {
-        let store = &store;
-        async move {
-            let found = store
-                .search_traces(&[exp], None, &[], 10, offset, &Viewer::Everyone)
-                .await
-                .unwrap();
-            let ids: Vec<String> = found.traces.iter().map(|t| t.trace_id.clone()).collect();
-            (ids, found.cut)
-        }
-    };
-    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    assert_eq!(page(0).await, (ids(&["tr-a", "tr-b"]), true));
-    assert_eq!(page(2).await, (ids(&["tr-c", "tr-d"]), false));
+    assert_eq!(
+        trace_page(&store, exp, 0).await,
+        (ids(&["tr-a", "tr-b"]), true)
+    );
+    assert_eq!(
+        trace_page(&store, exp, 2).await,
+        (ids(&["tr-c", "tr-d"]), false)
+    );
 
     // One trace holds a bounded amount: past it, a new one is refused, and
     // so is an update that would grow it.

@@ -410,6 +410,7 @@ where
     let over_quota = |(quota, used, _): (u64, u64, u64)| {
         crate::quota::exhausted(
             "the artifacts of the runs of this run's owner",
+            crate::quota::Unit::Bytes,
             used,
             None,
             quota,
