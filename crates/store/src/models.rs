@@ -326,7 +326,7 @@ impl Store {
              JOIN run_datasets rd ON rd.dataset_id = d.id JOIN runs r ON r.id = rd.run_id \
              WHERE d.experiment_id IN ",
         )
-        .bind_list(experiment_ids.iter().copied());
+        .int_list(experiment_ids);
         viewer.restrict(&mut sql, "r.user_id", "r.team_id", None);
         sql.push(" ORDER BY d.experiment_id, d.name, d.digest LIMIT 100000");
         let mut out: Vec<DatasetSummary> = Vec::new();
@@ -920,7 +920,7 @@ impl Store {
             terms.push("m.id ASC".to_owned());
         }
         sql.push(" WHERE m.lifecycle_stage = 'active' AND m.experiment_id IN ")
-            .bind_list(experiment_ids.iter().copied());
+            .int_list(experiment_ids);
         viewer.restrict(&mut sql, "m.user_id", "m.team_id", None);
         if let Some(expr) = expr {
             sql.push(" AND ");

@@ -51,6 +51,27 @@ impl Sql {
         self.push(")")
     }
 
+    /// A list of whole numbers written into the text, not bound: a search
+    /// may name tens of thousands of experiments (the mlflow client's
+    /// `search_all_experiments` names every one), past the binds a
+    /// statement may hold (32,766 on SQLite). Numbers cannot carry SQL.
+    pub fn int_list(&mut self, values: &[i64]) -> &mut Self {
+        if values.is_empty() {
+            // `IN ()` is not SQL; no row has a NULL id.
+            return self.push("(NULL)");
+        }
+        let mut text = String::with_capacity(values.len() * 8 + 2);
+        text.push('(');
+        for (i, v) in values.iter().enumerate() {
+            if i > 0 {
+                text.push_str(", ");
+            }
+            text.push_str(&v.to_string());
+        }
+        text.push(')');
+        self.push(&text)
+    }
+
     pub fn is_postgres(&self) -> bool {
         self.backend == DatabaseBackend::Postgres
     }

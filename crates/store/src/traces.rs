@@ -270,7 +270,7 @@ impl Store {
         }
         let mut sql = self.sql();
         sql.push("SELECT t.* FROM traces t WHERE t.experiment_id IN ")
-            .bind_list(experiment_ids.iter().copied());
+            .int_list(experiment_ids);
         viewer.restrict(&mut sql, "t.user_id", "t.team_id", None);
         if let Some(expr) = expr {
             sql.push(" AND ");

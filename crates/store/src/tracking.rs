@@ -93,6 +93,17 @@ const RUN_NAME_TAG: &str = "mlflow.runName";
 /// The models logged in a run, as MLflow's clients record them.
 pub const LOGGED_MODELS_TAG: &str = "mlflow.log-model.history";
 
+/// Orders two metric values as MLflow breaks a tie between points of one
+/// step and timestamp: the larger wins, NaN (stored as NULL) lowest.
+fn nan_lowest(a: f64, b: f64) -> std::cmp::Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => std::cmp::Ordering::Equal,
+        (true, false) => std::cmp::Ordering::Less,
+        (false, true) => std::cmp::Ordering::Greater,
+        (false, false) => a.partial_cmp(&b).unwrap_or(std::cmp::Ordering::Equal),
+    }
+}
+
 pub(crate) fn get<T: sea_orm::TryGetable>(row: &QueryResult, col: &str) -> Result<T, StoreError> {
     Ok(row.try_get::<T>("", col)?)
 }
@@ -944,11 +955,16 @@ impl Store {
             let max_step = points.iter().map(|p| p.step).max().unwrap_or(0);
             let min_ts = points.iter().map(|p| p.timestamp).min().unwrap_or(0);
             let max_ts = points.iter().map(|p| p.timestamp).max().unwrap_or(0);
-            // MLflow's latest value: the highest step, then timestamp.
+            // MLflow's latest value: the highest step, then timestamp, then
+            // value (NaN lowest).
             let latest = points
                 .iter()
                 .copied()
-                .max_by(|a, b| (a.step, a.timestamp).cmp(&(b.step, b.timestamp)))
+                .max_by(|a, b| {
+                    (a.step, a.timestamp)
+                        .cmp(&(b.step, b.timestamp))
+                        .then_with(|| nan_lowest(a.value, b.value))
+                })
                 .unwrap_or(Point {
                     step: 0,
                     timestamp: 0,
@@ -995,7 +1011,9 @@ impl Store {
         latest_sql.push(
             " ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, timestamp = excluded.timestamp, step = excluded.step \
              WHERE excluded.step > latest_metrics.step \
-             OR (excluded.step = latest_metrics.step AND excluded.timestamp >= latest_metrics.timestamp)",
+             OR (excluded.step = latest_metrics.step AND excluded.timestamp > latest_metrics.timestamp) \
+             OR (excluded.step = latest_metrics.step AND excluded.timestamp = latest_metrics.timestamp \
+                 AND (latest_metrics.value IS NULL OR excluded.value >= latest_metrics.value))",
         );
         txn.execute_raw(chunks_sql.build()).await?;
         txn.execute_raw(latest_sql.build()).await?;
@@ -1231,7 +1249,7 @@ fn runs_where(
     viewer: &Viewer,
 ) {
     sql.push(" WHERE r.experiment_id IN ")
-        .bind_list(experiment_ids.iter().copied())
+        .int_list(experiment_ids)
         .push(" AND r.lifecycle_stage IN ")
         .bind_list(view.stages().iter().map(|s| s.to_string()));
     viewer.restrict(sql, "r.user_id", "r.team_id", None);

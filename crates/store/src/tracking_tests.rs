@@ -167,6 +167,69 @@ async fn runs_follow_mlflow_rules() {
     ));
 }
 
+/// Points of one step and timestamp: as MLflow, the run's latest value is
+/// the largest of them, NaN lowest, whether they come in one batch or one
+/// after another, in any order.
+#[tokio::test]
+async fn a_tie_of_step_and_time_keeps_the_largest_value_as_latest() {
+    let (_db, store) = store().await;
+    let exp = store
+        .create_experiment_with("ties", None, &[], Owner::default())
+        .await
+        .unwrap();
+    let id = new_run(&store, exp, "ties").await;
+    let one_at_a_time = [
+        ("a", vec![3.0, 1.0]),
+        ("b", vec![1.0, 3.0]),
+        ("e", vec![3.0, f64::NAN]),
+        ("f", vec![f64::NAN, 3.0]),
+        ("g", vec![f64::NAN]),
+    ];
+    for (key, values) in &one_at_a_time {
+        for v in values {
+            store
+                .log_batch(&id, &[metric(key, 0, 100, *v)], &[], &[])
+                .await
+                .unwrap();
+        }
+    }
+    store
+        .log_batch(
+            &id,
+            &[
+                metric("batch", 0, 100, 3.0),
+                metric("batch", 0, 100, 1.0),
+                metric("batch_nan", 0, 100, 2.0),
+                metric("batch_nan", 0, 100, f64::NAN),
+            ],
+            &[],
+            &[],
+        )
+        .await
+        .unwrap();
+    // A later time still wins over a larger value.
+    store
+        .log_batch(&id, &[metric("a", 0, 101, -5.0)], &[], &[])
+        .await
+        .unwrap();
+    let run = store.get_run(&id).await.unwrap();
+    let latest = |key: &str| {
+        run.metrics
+            .iter()
+            .find(|m| m.key == key)
+            .unwrap()
+            .point
+            .value
+    };
+    assert_eq!(latest("a"), -5.0);
+    assert_eq!(latest("b"), 3.0);
+    assert_eq!(latest("e"), 3.0);
+    assert_eq!(latest("f"), 3.0);
+    assert!(latest("g").is_nan());
+    assert_eq!(latest("batch"), 3.0);
+    assert_eq!(latest("batch_nan"), 2.0);
+}
+
 #[tokio::test]
 async fn deleting_an_experiment_deletes_its_runs() {
     let (_db, store) = store().await;

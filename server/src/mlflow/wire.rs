@@ -437,8 +437,9 @@ pub fn registered_model(m: &RegisteredModel) -> Value {
 
 /// The most fields one search orders by.
 pub const MAX_ORDER_BY: usize = 10;
-/// The most experiments one search names.
-pub const MAX_EXPERIMENT_IDS: usize = 1000;
+/// The most experiments one search names: the mlflow client's
+/// `search_all_experiments=True` names every active one.
+pub const MAX_EXPERIMENT_IDS: usize = 100_000;
 
 /// Refuses a search's `order_by` of more than [`MAX_ORDER_BY`] fields.
 pub fn order_by_bound<T>(order_by: &[T]) -> Result<(), ApiError> {
