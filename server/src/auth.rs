@@ -272,7 +272,9 @@ fn run_token_allows(method: &Method, path: &str) -> bool {
     {
         return true;
     }
-    const RUN_WRITES_AND_SEARCHES: [&str; 18] = [
+    const RUN_WRITES_AND_SEARCHES: [&str; 19] = [
+        // Runs under its own (the handler checks the parent).
+        "/runs/create",
         "/runs/update",
         "/runs/log-model",
         "/runs/log-metric",
@@ -490,8 +492,14 @@ pub async fn gate(
             via: Via::RunToken { .. },
             ..
         }) if !run_token_allows(request.method(), &path) => {
+            if path.ends_with("/mlflow/experiments/create") {
+                return permission_denied(
+                    "a job's token cannot make experiments: a job's run is in the experiment its spec names. Put `experiment: NAME` in the job's spec (mlflow.set_experiment(NAME) in the job then finds it), or leave mlflow.set_experiment out",
+                )
+                .into_response();
+            }
             return permission_denied(
-                "a job's token may only read, and write to its own run, through the MLflow API, and read its own job, files and datasets",
+                "a job's token may only read, and write to its own run and the runs made under it, through the MLflow API, and read its own job, files and datasets",
             )
             .into_response();
         }

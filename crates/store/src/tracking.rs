@@ -634,6 +634,18 @@ impl Store {
         }
     }
 
+    /// The run a run was made under (its `mlflow.parentRunId` tag), if any.
+    pub async fn run_parent(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT value FROM tags WHERE run_id = ")
+            .bind(run_id.to_owned())
+            .push(" AND key = 'mlflow.parentRunId'");
+        match self.connection().query_one_raw(sql.build()).await? {
+            Some(row) => Ok(get(&row, "value")?),
+            None => Ok(None),
+        }
+    }
+
     /// The lifecycle stage of a run, or not found.
     async fn run_stage(
         &self,

@@ -138,9 +138,20 @@ pub async fn may_change_run(
     run_id: &str,
 ) -> Result<(), ApiError> {
     if !principal.run_scope_allows(run_id) {
-        return Err(crate::auth::permission_denied(format!(
-            "this job's token writes to its own run only, not to run {run_id}"
-        )));
+        // A job's token also writes to the runs it made under its own
+        // (`mlflow.start_run(nested=True)`: a sweep's trials).
+        let child_of_own = match &principal.via {
+            crate::auth::Via::RunToken { run_id: own } => {
+                state.store.run_parent(run_id).await?.as_deref() == Some(own.as_str())
+            }
+            _ => false,
+        };
+        if !child_of_own {
+            return Err(crate::auth::permission_denied(format!(
+                "this job's token writes to its own run and the runs made under it \
+                 (mlflow.start_run(nested=True)) only, not to run {run_id}"
+            )));
+        }
     }
     Ok(state
         .store

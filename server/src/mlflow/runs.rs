@@ -61,6 +61,9 @@ pub async fn create(
         .may_add_runs(&principal.user, experiment_id)
         .await?;
     let tags = key_values(req.tags, "tags", MAX_TAG_VALUE_LEN)?;
+    if let crate::auth::Via::RunToken { run_id: own } = &principal.via {
+        child_of_jobs_run(&state, own, experiment_id, &tags).await?;
+    }
     if let Some(name) = &req.run_name {
         validate::value(name, MAX_TAG_VALUE_LEN, "Run name", "run_name")?;
     }
@@ -81,6 +84,32 @@ pub async fn create(
         })
         .await?;
     Ok(Json(json!({ "run": wire::run(&run) })))
+}
+
+/// A job's token makes runs only under its own run, in its experiment
+/// (`mlflow.start_run(nested=True)` in the job: a sweep's trials, a grid
+/// search's candidates), one level down; what it may write to then.
+async fn child_of_jobs_run(
+    state: &AppState,
+    own: &str,
+    experiment_id: i64,
+    tags: &[(String, String)],
+) -> Result<(), ApiError> {
+    let parent = tags
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "mlflow.parentRunId")
+        .map(|(_, v)| v.as_str());
+    let own_experiment = state.store.run_experiment(own).await?;
+    if parent == Some(own) && own_experiment == Some(experiment_id) {
+        return Ok(());
+    }
+    Err(crate::auth::permission_denied(format!(
+        "a job's token makes runs only under its own run ({own}, which mlflow.start_run() \
+         resumes in the job): start them with mlflow.start_run(nested=True) inside it, in \
+         its experiment ({})",
+        own_experiment.map_or_else(|| "unknown".to_owned(), |e| e.to_string())
+    )))
 }
 
 #[derive(Deserialize)]

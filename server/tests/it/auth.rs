@@ -731,6 +731,27 @@ def put(path):
         return e.code
 print("spans-own", put("/api/2.0/mlflow-artifacts/artifacts/" + exp + "/traces/tr-job-own/artifacts/traces.json"))
 print("spans-other", put("/api/2.0/mlflow-artifacts/artifacts/0/traces/tr-alice/artifacts/traces.json"))
+# Runs under its own (mlflow.start_run(nested=True)): made in its
+# experiment and written to; none under another run, elsewhere, or deeper.
+def under(parent, where=None):
+    return send("/api/2.0/mlflow/runs/create", {"experiment_id": where or exp,
+        "tags": [{"key": "mlflow.parentRunId", "value": parent}]})
+status, child = under(own)
+print("child", status)
+cid = child["run"]["info"]["run_id"]
+print("child-metric", call("/api/2.0/mlflow/runs/log-metric", metric(cid)))
+print("child-artifact", put("/api/2.0/mlflow-artifacts/artifacts/" + exp + "/" + cid + "/artifacts/trial.json"))
+print("child-end", send("/api/2.0/mlflow/runs/update", {"run_id": cid, "status": "FINISHED"})[0])
+print("child-of-other", under(os.environ["OTHER_RUN"])[0])
+print("child-elsewhere", under(own, os.environ["OTHER_EXP"])[0])
+print("grandchild", under(cid)[0])
+def refusal(path, body):
+    try:
+        urllib.request.urlopen(urllib.request.Request(uri + path, json.dumps(body).encode(), auth))
+        return "made"
+    except urllib.error.HTTPError as e:
+        return str(e.code) + " " + json.load(e)["message"]
+print("experiment-create", refusal("/api/2.0/mlflow/experiments/create", {"name": "mine"}))
 verdict = {"assessment": {"assessment_name": "n", "feedback": {"value": 1}}}
 print("assess-own", send("/api/3.0/mlflow/traces/tr-job-own/assessments", verdict)[0])
 print("assess-other", send("/api/3.0/mlflow/traces/tr-alice/assessments", verdict)[0])
@@ -908,6 +929,15 @@ print("scorer-delete", send("/api/3.0/mlflow/scorers/delete", {"experiment_id": 
         "trace-takeover 403",
         "spans-own 200",
         "spans-other 403",
+        "child 200",
+        "child-metric 200",
+        "child-artifact 200",
+        "child-end 200",
+        "child-of-other 403",
+        "child-elsewhere 403",
+        "grandchild 403",
+        "experiment-create 403 a job's token cannot make experiments: a job's run is in the \
+         experiment its spec names. Put `experiment: NAME` in the job's spec",
         "assess-own 200",
         "assess-other 403",
         "link-own 200",
