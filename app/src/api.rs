@@ -321,6 +321,41 @@ pub async fn node_use() -> Result<ExecutorNodes, AppError> {
     Ok(jobs()?.nodes().await?)
 }
 
+/// What the admin page's drain form sends.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct DrainForm {
+    pub node: String,
+    #[serde(default)]
+    pub reason: String,
+    /// A ticked box: what runs there is stopped and queued again.
+    #[serde(default)]
+    pub stop_jobs: String,
+}
+
+/// Drains a node: it takes no new jobs (and, asked, what runs there is
+/// stopped and queued again, its retries untouched); for admins.
+#[server(endpoint = "drain_node")]
+pub async fn drain_node(drain: DrainForm) -> Result<(), AppError> {
+    let me = admin_only("drain nodes")?;
+    let stop_jobs = !drain.stop_jobs.trim().is_empty();
+    jobs()?
+        .drain_node(&drain.node, &drain.reason, stop_jobs, &me.user)
+        .await?;
+    Ok(())
+}
+
+/// Ends a node's drain; for admins.
+#[server(endpoint = "resume_node")]
+pub async fn resume_node(node: String) -> Result<(), AppError> {
+    let me = admin_only("resume drained nodes")?;
+    if !jobs()?.resume_node(&node, &me.user).await? {
+        return Err(
+            trainyard_store::StoreError::NotFound(format!("node {node:?} is not drained")).into(),
+        );
+    }
+    Ok(())
+}
+
 #[cfg(feature = "ssr")]
 pub(crate) fn jobs() -> Result<trainyard_jobs::Jobs, AppError> {
     use_context::<trainyard_jobs::Jobs>().ok_or_else(|| {

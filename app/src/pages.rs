@@ -5,8 +5,8 @@ use leptos_meta::Title;
 use trainyard_domain::{JobState, format_utc};
 
 use crate::api::{
-    CreateTeam, EndSessions, SetTeam, SetWebhookActive, WEBHOOKS_SHOWN, get_overview, get_recent,
-    list_teams, list_template_specs, list_users, list_webhooks, node_use,
+    CreateTeam, DrainNode, EndSessions, ResumeNode, SetTeam, SetWebhookActive, WEBHOOKS_SHOWN,
+    get_overview, get_recent, list_teams, list_template_specs, list_users, list_webhooks, node_use,
 };
 use crate::error::AppError;
 
@@ -481,9 +481,26 @@ fn Teams() -> impl IntoView {
 /// Trainyard's jobs, by others, or free, as a bar and in numbers.
 #[component]
 fn Nodes() -> impl IntoView {
-    let nodes = Resource::new(|| (), |_| node_use());
+    let drain = ServerAction::<DrainNode>::new();
+    let resume = ServerAction::<ResumeNode>::new();
+    let nodes = Resource::new(
+        move || (drain.version().get(), resume.version().get()),
+        |_| node_use(),
+    );
+    let error = Signal::derive(move || {
+        drain
+            .value()
+            .get()
+            .and_then(Result::err)
+            .or_else(|| resume.value().get().and_then(Result::err))
+    });
     view! {
         <h2>"GPU nodes"</h2>
+        <p class="hint">
+            "A drained node takes no new jobs (for a driver update, a failing GPU): those waiting for it say so. "
+            "What runs there goes on to its end, or, with \"stop its jobs\", is stopped and queued again without spending its retries."
+        </p>
+        {move || error.get().map(|e| view! { <p class="field-error" data-testid="drain-error">{e.to_string()}</p> })}
         <Suspense fallback=|| view! { <p class="muted">"Loading nodes…"</p> }>
             {move || Suspend::new(async move {
                 match nodes.await {
@@ -517,7 +534,7 @@ fn Nodes() -> impl IntoView {
                                     <thead><tr>
                                         <th>"Node"</th><th>"State"</th><th>"GPUs"</th>
                                         <th class="num">"Trainyard"</th><th class="num">"Others"</th>
-                                        <th class="num">"Free"</th><th>"Jobs"</th>
+                                        <th class="num">"Free"</th><th>"Jobs"</th><th>"Drain"</th>
                                     </tr></thead>
                                     <tbody>
                                         {view.nodes.into_iter().map(|n| {
@@ -526,7 +543,16 @@ fn Nodes() -> impl IntoView {
                                             view! {
                                                 <tr data-node=n.name.clone()>
                                                     <td>{n.name.clone()}</td>
-                                                    <td data-testid="node-state">{if n.takes_jobs { "takes jobs" } else { "takes no new jobs" }}</td>
+                                                    <td data-testid="node-state">{match &n.drain {
+                                                        Some(d) => format!(
+                                                            "drained by {}: {}{}",
+                                                            d.by.as_deref().unwrap_or("a removed account"),
+                                                            d.reason,
+                                                            if d.stop_jobs { " (its jobs stopped and queued again)" } else { "" }
+                                                        ),
+                                                        None if n.takes_jobs => "takes jobs".to_owned(),
+                                                        None => "takes no new jobs".to_owned(),
+                                                    }}</td>
                                                     <td>
                                                         <div class="gpu-bar" role="img" aria-label=title.clone() title=title>
                                                             <span class="gpu-used" style=share(n.used)></span>
@@ -541,6 +567,25 @@ fn Nodes() -> impl IntoView {
                                                         {n.jobs.iter().map(|id| view! {
                                                             <a href=format!("/jobs/{id}")>{format!("#{id}")}</a>" "
                                                         }).collect_view()}
+                                                    </td>
+                                                    <td>
+                                                        {let name = n.name.clone(); if n.drain.is_some() {
+                                                            view! {
+                                                                <ActionForm action=resume attr:class="inline-form">
+                                                                    <input type="hidden" name="node" value=name/>
+                                                                    <button type="submit" class="secondary" data-testid="resume-node">"Resume"</button>
+                                                                </ActionForm>
+                                                            }.into_any()
+                                                        } else {
+                                                            view! {
+                                                                <ActionForm action=drain attr:class="inline-form">
+                                                                    <input type="hidden" name="drain[node]" value=name/>
+                                                                    <input type="text" name="drain[reason]" required maxlength=trainyard_domain::MAX_DRAIN_REASON_CHARS.to_string() placeholder="why (e.g. driver update)" aria-label="why the node is drained" data-testid="drain-reason"/>
+                                                                    <label><input type="checkbox" name="drain[stop_jobs]" value="on" data-testid="drain-stop-jobs"/>" stop its jobs"</label>
+                                                                    <button type="submit" class="secondary" data-testid="drain-node">"Drain"</button>
+                                                                </ActionForm>
+                                                            }.into_any()
+                                                        }}
                                                     </td>
                                                 </tr>
                                             }

@@ -285,6 +285,40 @@ test('a job waiting for the only GPU shows its place and reason', async ({ page,
   }
 });
 
+test('an admin drains the node from the admin page and resumes it', async ({ page, request }) => {
+  await page.goto('/admin');
+  const node = page.getByTestId('nodes').locator('tbody tr');
+  await expect(node).toHaveCount(1);
+  const name = await node.getAttribute('data-node');
+  let waiting = 0;
+  try {
+    await node.getByTestId('drain-reason').fill('driver update');
+    await node.getByTestId('drain-node').click();
+    await expect(node.getByTestId('node-state')).toHaveText('drained by local: driver update');
+    await expect(node.getByTestId('resume-node')).toBeVisible();
+
+    // A job that needs the node waits, and says why.
+    waiting = await submitByApi(request, {
+      name: 'waits for the drain',
+      command: 'sleep 120',
+      resources: { gpus: 1, memory: '64Mi' },
+    });
+    await page.goto('/jobs');
+    await expect(page.locator(`tr[data-job="${waiting}"]`)).toContainText(
+      `needs 1 GPU on one node; ${name}, the only node with that many, takes no new jobs now: it is drained (driver update)`,
+    );
+
+    await page.goto('/admin');
+    await node.getByTestId('resume-node').click();
+    await expect(node.getByTestId('node-state')).toHaveText('takes jobs');
+    await page.goto(`/jobs/${waiting}`);
+    await expectState(page, 'Running');
+  } finally {
+    await request.delete(`/api/trainyard/v1/nodes/${name}/drain`);
+    if (waiting) await cancelByApi(request, waiting);
+  }
+});
+
 test('the form says what each field takes and offers only what the template uses', async ({ page }) => {
   await page.goto('/submit?template=cpu-demo');
   const form = page.getByTestId('submit-job');

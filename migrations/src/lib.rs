@@ -27,6 +27,7 @@ mod m20261205_000022_webhooks;
 mod m20261206_000023_trace_spans;
 mod m20261206_000024_traces_from_spans;
 mod m20261206_000025_upload_entries;
+mod m20261206_000026_node_drains;
 
 pub struct Migrator;
 
@@ -59,6 +60,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000023_trace_spans::Migration),
             Box::new(m20261206_000024_traces_from_spans::Migration),
             Box::new(m20261206_000025_upload_entries::Migration),
+            Box::new(m20261206_000026_node_drains::Migration),
         ]
     }
 }

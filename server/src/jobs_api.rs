@@ -634,6 +634,50 @@ pub async fn nodes(
     Ok(Json(state.jobs.nodes().await?))
 }
 
+/// What `PUT /api/trainyard/v1/nodes/{node}/drain` takes.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrainAsked {
+    reason: String,
+    #[serde(default)]
+    stop_jobs: bool,
+}
+
+/// `PUT /api/trainyard/v1/nodes/{node}/drain` (admins) with
+/// `{"reason": "driver update", "stop_jobs": false}`: the node takes no new
+/// jobs; with `stop_jobs`, what runs there is stopped and queued again, its
+/// retries untouched. Again on a drained node: the new reason and choice.
+pub async fn drain_node(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(node): Path<String>,
+    body: Bytes,
+) -> Result<Json<trainyard_domain::NodeDrain>, JobsError> {
+    admin_only(&principal, "drain nodes")?;
+    let asked: DrainAsked =
+        small_json(&body, "a drain", r#"{"reason": "why", "stop_jobs": false}"#)?;
+    let drain = state
+        .jobs
+        .drain_node(&node, &asked.reason, asked.stop_jobs, &principal.user)
+        .await?;
+    Ok(Json(drain))
+}
+
+/// `DELETE /api/trainyard/v1/nodes/{node}/drain` (admins): the node takes
+/// jobs again.
+pub async fn resume_node(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(node): Path<String>,
+) -> Result<StatusCode, JobsError> {
+    admin_only(&principal, "resume drained nodes")?;
+    if state.jobs.resume_node(&node, &principal.user).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(StoreError::NotFound(format!("node {node:?} is not drained")).into())
+    }
+}
+
 /// `PUT /api/trainyard/v1/templates/{slug}` with the template as YAML or
 /// JSON: creates or replaces a template made by an admin.
 pub async fn save_template(

@@ -376,6 +376,10 @@ pub fn router(state: AppState) -> Router {
                     axum::routing::delete(agent_api::remove_node),
                 )
                 .route(
+                    "/api/trainyard/v1/nodes/{node}/drain",
+                    axum::routing::put(jobs_api::drain_node).delete(jobs_api::resume_node),
+                )
+                .route(
                     "/api/trainyard/v1/nodes/{node}/tokens",
                     get(agent_api::node_tokens).post(agent_api::create_node_token),
                 )

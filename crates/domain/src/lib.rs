@@ -144,8 +144,12 @@ pub struct ExecutorNodes {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecutorNode {
     pub name: String,
-    /// Takes new jobs (not cordoned, Ready, not tainted against them).
+    /// Takes new jobs (not drained, not cordoned, Ready, not tainted
+    /// against them).
     pub takes_jobs: bool,
+    /// An admin's drain of it, if drained.
+    #[serde(default)]
+    pub drain: Option<NodeDrain>,
     pub gpus: u32,
     /// Held by Trainyard's jobs that start or run there.
     pub used: u32,
@@ -155,6 +159,23 @@ pub struct ExecutorNode {
     /// The Trainyard jobs on it, by id.
     pub jobs: Vec<i64>,
 }
+
+/// An admin's drain of a node: it takes no new jobs; those running there
+/// go on to their end, or (`stop_jobs`) are stopped and queued again, their
+/// retries untouched, to run elsewhere or once the node is back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeDrain {
+    pub node: String,
+    pub reason: String,
+    pub stop_jobs: bool,
+    /// The admin's username (None: an account removed since).
+    pub by: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    pub since: i64,
+}
+
+/// The longest reason a drain may give, in characters.
+pub const MAX_DRAIN_REASON_CHARS: usize = 500;
 
 /// A message of serde's (what a YAML or JSON document got wrong) in a
 /// person's words: "invalid type: string \"two\", expected u32" reads

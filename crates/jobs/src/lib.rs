@@ -242,6 +242,34 @@ impl Pace {
     }
 }
 
+/// A waiting job's reason in words; nodes closed by an admin's drain say
+/// why ("gpu-1, the only node with that many, takes no new jobs now: it is
+/// drained (driver update)").
+fn reason_text(
+    reason: &sched::Reason,
+    drains: &HashMap<String, trainyard_domain::NodeDrain>,
+) -> String {
+    let mut text = reason.to_string();
+    if let sched::Reason::Closed { nodes, more, .. } = reason {
+        let drained: Vec<&trainyard_domain::NodeDrain> =
+            nodes.iter().filter_map(|n| drains.get(n)).collect();
+        match drained.as_slice() {
+            [] => {}
+            [one] if nodes.len() == 1 && *more == 0 => {
+                text.push_str(&format!(": it is drained ({})", one.reason));
+            }
+            _ => {
+                let said: Vec<String> = drained
+                    .iter()
+                    .map(|d| format!("{} ({})", d.node, d.reason))
+                    .collect();
+                text.push_str(&format!("; drained: {}", said.join(", ")));
+            }
+        }
+    }
+    text
+}
+
 impl Jobs {
     pub fn new(store: Store, config: JobsConfig, executor: Arc<dyn Executor>) -> Jobs {
         let active = tokio::sync::Mutex::new(ActiveJobs {
@@ -994,6 +1022,80 @@ impl Jobs {
         Ok(removal)
     }
 
+    /// Drains `node` for the admin `by`: the scheduler places nothing new
+    /// there; with `stop_jobs`, what runs there is stopped and queued again
+    /// without spending its retries. A node the executor does not offer
+    /// (and that is not drained already) is refused: it names the nodes.
+    pub async fn drain_node(
+        &self,
+        node: &str,
+        reason: &str,
+        stop_jobs: bool,
+        by: &User,
+    ) -> Result<trainyard_domain::NodeDrain, StoreError> {
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(FieldError::new(
+                "reason",
+                "say why the node is drained (people whose jobs wait read it)",
+            )
+            .into());
+        }
+        let chars = reason.chars().count();
+        if chars > trainyard_domain::MAX_DRAIN_REASON_CHARS || reason.chars().any(char::is_control)
+        {
+            return Err(FieldError::new(
+                "reason",
+                format!(
+                    "give one line of at most {} characters (this one has {chars})",
+                    trainyard_domain::MAX_DRAIN_REASON_CHARS
+                ),
+            )
+            .into());
+        }
+        let known = match self.inner.executor.capacity().await {
+            Ok(capacity) => capacity.whole().iter().any(|n| n.name == node),
+            // The executor away: a name it offered before may be drained.
+            Err(_) => true,
+        };
+        let drained = self
+            .store()
+            .node_drains()
+            .await?
+            .iter()
+            .any(|d| d.node == node);
+        if !known && !drained {
+            let nodes = self.nodes().await?;
+            let names: Vec<&str> = nodes.nodes.iter().map(|n| n.name.as_str()).collect();
+            return Err(StoreError::NotFound(format!(
+                "the {} executor has no node named {node:?}; its nodes: {}",
+                nodes.executor,
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )));
+        }
+        let drain = self
+            .store()
+            .drain_node(node, reason, stop_jobs, Some(by.id))
+            .await?;
+        tracing::info!(node, admin = %by.username, reason, stop_jobs, "node drained");
+        self.wake();
+        Ok(drain)
+    }
+
+    /// Ends the drain of `node`; false when it was not drained.
+    pub async fn resume_node(&self, node: &str, by: &User) -> Result<bool, StoreError> {
+        let resumed = self.store().resume_node(node).await?;
+        if resumed {
+            tracing::info!(node, admin = %by.username, "node resumed");
+            self.wake();
+        }
+        Ok(resumed)
+    }
+
     /// The executor's nodes and who holds their GPUs: Trainyard's jobs
     /// (those that start or run), what is not Trainyard's, and what is
     /// free. An executor that cannot tell now says why.
@@ -1025,6 +1127,13 @@ impl Jobs {
             .iter()
             .map(|n| (n.name.as_str(), n.gpus))
             .collect();
+        let mut drains: HashMap<String, trainyard_domain::NodeDrain> = self
+            .store()
+            .node_drains()
+            .await?
+            .into_iter()
+            .map(|d| (d.node.clone(), d))
+            .collect();
         let nodes = capacity
             .whole()
             .iter()
@@ -1032,9 +1141,11 @@ impl Jobs {
                 let offered = offered.get(n.name.as_str()).copied().unwrap_or(0);
                 let (used, mut jobs) = on.remove(&n.name).unwrap_or_default();
                 jobs.sort_unstable();
+                let drain = drains.remove(&n.name);
                 trainyard_domain::ExecutorNode {
                     name: n.name.clone(),
-                    takes_jobs: n.schedulable,
+                    takes_jobs: n.schedulable && drain.is_none(),
+                    drain,
                     gpus: n.gpus,
                     used,
                     others: n.gpus.saturating_sub(offered),
@@ -1389,9 +1500,22 @@ impl Jobs {
             })
             .collect();
         let usage = self.usage(now, &so_far).await?;
+        let drains: HashMap<String, trainyard_domain::NodeDrain> = self
+            .store()
+            .node_drains()
+            .await?
+            .into_iter()
+            .map(|d| (d.node.clone(), d))
+            .collect();
+        let mut nodes = capacity.nodes.clone();
+        for n in &mut nodes {
+            if drains.contains_key(&n.name) {
+                n.schedulable = false;
+            }
+        }
         let state = sched::State {
             now,
-            nodes: capacity.nodes.clone(),
+            nodes,
             teams,
             running: running_now,
             pending: queued
@@ -1437,7 +1561,26 @@ impl Jobs {
                 .into_iter()
                 .collect();
         let flags = self.write_borrowed(&running, &borrowed_now).await;
-        let preempted = self.preempt(&running, &decision.preempt).await;
+        let mut stops: Vec<(i64, String)> = decision
+            .preempt
+            .iter()
+            .map(|p| (p.job as i64, p.to_string()))
+            .collect();
+        for r in &running {
+            if let Some(drain) = r.job.node.as_deref().and_then(|n| drains.get(n))
+                && drain.stop_jobs
+            {
+                stops.push((
+                    r.job.id,
+                    format!(
+                        "node {} is drained ({}): the job is stopped and queued again, \
+                         its retries untouched",
+                        drain.node, drain.reason
+                    ),
+                ));
+            }
+        }
+        let preempted = self.preempt(&running, stops).await;
         let borrowed_starts: std::collections::HashSet<sched::JobId> = decision
             .starts
             .iter()
@@ -1448,7 +1591,7 @@ impl Jobs {
         let launching = std::time::Instant::now();
         let launched = self.launch(starts, &borrowed_starts).await;
         // Positions are written even when a start could not be recorded.
-        let positions = self.write_positions(&decision.waiting).await;
+        let positions = self.write_positions(&decision.waiting, &drains).await;
         tracing::debug!(
             active = running.len() + queued.len(),
             placed,
@@ -1613,24 +1756,25 @@ impl Jobs {
         self.store().move_jobs(moves).await.map(|_| ())
     }
 
-    /// Asks borrowed attempts to give their GPUs back: the reason goes to
-    /// their timeline, and the executor stops them (SIGTERM, the stop
-    /// grace, SIGKILL); once ended they go back to the queue.
+    /// Asks attempts to give their GPUs back (borrowed ones for their
+    /// owners, those on a node drained with `stop_jobs`): the reason goes
+    /// to their timeline, and the executor stops them (SIGTERM, the stop
+    /// grace, SIGKILL); once ended they go back to the queue, their retries
+    /// untouched.
     async fn preempt(
         &self,
         running: &[Arc<JobRecord>],
-        preempt: &[sched::Preemption],
+        preempt: Vec<(i64, String)>,
     ) -> Result<(), StoreError> {
         let by_id: HashMap<i64, &JobRecord> = running.iter().map(|r| (r.job.id, &**r)).collect();
         let mut first_error = None;
-        for p in preempt {
-            let Some(record) = by_id.get(&(p.job as i64)) else {
+        for (job, reason) in preempt {
+            let Some(record) = by_id.get(&job) else {
                 continue;
             };
             if record.preempt_reason.is_some() || record.job.cancel_requested {
                 continue;
             }
-            let reason = p.to_string();
             tracing::info!(job = record.job.id, %reason, "preempting");
             let marked = self
                 .store()
@@ -1660,7 +1804,11 @@ impl Jobs {
         first_error.map_or(Ok(()), Err)
     }
 
-    async fn write_positions(&self, waiting: &[sched::Waiting]) -> Result<(), StoreError> {
+    async fn write_positions(
+        &self,
+        waiting: &[sched::Waiting],
+        drains: &HashMap<String, trainyard_domain::NodeDrain>,
+    ) -> Result<(), StoreError> {
         let changed: Vec<(i64, u32, String)> = {
             let mut last = self
                 .inner
@@ -1671,7 +1819,7 @@ impl Jobs {
             let mut seen = HashMap::with_capacity(waiting.len());
             for w in waiting {
                 let id = w.job as i64;
-                let now = (w.position as u32, w.reason.to_string());
+                let now = (w.position as u32, reason_text(&w.reason, drains));
                 if last.get(&id) != Some(&now) {
                     changed.push((id, now.0, now.1.clone()));
                 }

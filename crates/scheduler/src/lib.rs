@@ -27,7 +27,10 @@
 //! - No starvation: the first job in order that does not fit for lack of
 //!   room holds the node closest to fitting it; later jobs may not start
 //!   there, so it drains for the held job as jobs end (every job has a
-//!   maximum runtime).
+//!   maximum runtime). A later job may still start there if it takes none
+//!   of what the held job waits for: of each resource (GPUs, CPU, memory)
+//!   it asks none, or leaves the held job's whole request free already (a
+//!   CPU job beside a node held for GPUs), so it never delays the held job.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -165,6 +168,13 @@ pub struct Placement {
 pub enum Reason {
     /// Asks for more than any node has: it can never run.
     NeverFits { gpus: u32, largest_node: u32 },
+    /// Only nodes that take no new jobs now (drained, cordoned, not Ready)
+    /// are big enough: `nodes` names the first few, `more` the others.
+    Closed {
+        gpus: u32,
+        nodes: Vec<String>,
+        more: usize,
+    },
     /// The team is at its quota and borrowing found nothing idle.
     Quota {
         team: String,
@@ -233,6 +243,26 @@ impl fmt::Display for Reason {
                 "needs {} on one node; the largest node has {largest_node}",
                 gpus_text(*gpus, "")
             ),
+            Reason::Closed { gpus, nodes, more } => {
+                let named = match (nodes.as_slice(), more) {
+                    ([one], 0) => format!("{one}, the only node with that many, takes"),
+                    (names, 0) => format!(
+                        "the {} nodes with that many ({}) take",
+                        names.len(),
+                        names.join(", ")
+                    ),
+                    (names, more) => format!(
+                        "the {} nodes with that many ({} and {more} more) take",
+                        names.len() + more,
+                        names.join(", ")
+                    ),
+                };
+                write!(
+                    f,
+                    "needs {} on one node; {named} no new jobs now",
+                    gpus_text(*gpus, "")
+                )
+            }
             Reason::Quota {
                 team,
                 in_use,
@@ -274,7 +304,7 @@ impl fmt::Display for Reason {
             ),
             Reason::HeldFor { job, node } => write!(
                 f,
-                "the GPUs freeing up on {node} are kept for job {job}, which is ahead in the queue"
+                "what frees up on {node} is kept for job {job}, which is ahead in the queue"
             ),
         }
     }
@@ -358,9 +388,24 @@ struct Free {
 struct Hold {
     job: JobId,
     borrower: bool,
+    /// What the held job asks for: a later job may still start there if
+    /// it takes none of what the held job waits for (see
+    /// [`Free::leaves_room_for`]).
+    needs: Resources,
 }
 
 impl Free {
+    /// Whether `r`, started here now, takes nothing that the job this node
+    /// is held for will need: of each resource it either asks none, or
+    /// leaves the held job's whole request free already. What is free only
+    /// grows as jobs end, so such a job never delays the held one.
+    fn leaves_room_for(&self, r: &Resources, needs: &Resources) -> bool {
+        self.fits(r)
+            && (r.gpus == 0 || self.free_gpus - r.gpus >= needs.gpus)
+            && (r.cpu_millis == 0 || self.cpu_millis - r.cpu_millis >= needs.cpu_millis)
+            && (r.memory_mib == 0 || self.memory_mib - r.memory_mib >= needs.memory_mib)
+    }
+
     fn fits(&self, r: &Resources) -> bool {
         self.free_gpus >= r.gpus
             && self.cpu_millis >= r.cpu_millis
@@ -389,6 +434,11 @@ impl Free {
 /// preempted, then the earliest-started, fill the quota; the rest are
 /// borrowed.
 pub fn borrowed_jobs(teams: &[Team], running: &[RunningJob]) -> Vec<JobId> {
+    // With no guarantee anywhere nothing is ever taken back: nothing is
+    // borrowed (what a job's page would say "may be preempted" of).
+    if !any_guarantee(teams) {
+        return Vec::new();
+    }
     let quota: HashMap<TeamId, u32> = teams.iter().map(|t| (t.id, t.quota_gpus)).collect();
     let mut by_team: HashMap<TeamId, Vec<&RunningJob>> = HashMap::new();
     for job in running {
@@ -410,6 +460,11 @@ pub fn borrowed_jobs(teams: &[Team], running: &[RunningJob]) -> Vec<JobId> {
         }
     }
     borrowed
+}
+
+/// Whether some team is guaranteed GPUs: only then may a job be preempted.
+fn any_guarantee(teams: &[Team]) -> bool {
+    teams.iter().any(|t| t.quota_gpus > 0)
 }
 
 /// One scheduling cycle.
@@ -491,6 +546,9 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         .max()
         .unwrap_or(0);
 
+    let any_open = state.nodes.iter().any(|n| n.schedulable);
+    let guarantees = any_guarantee(&state.teams);
+
     let order = queue_order(state, policy, &teams);
     let mut decision = Decision::default();
     let mut preempted: std::collections::HashSet<JobId> = Default::default();
@@ -510,14 +568,8 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                 reason,
             });
         };
-        if r.gpus > largest_node {
-            wait(
-                Reason::NeverFits {
-                    gpus: r.gpus,
-                    largest_node,
-                },
-                &mut decision,
-            );
+        if r.gpus > largest_node || !any_open {
+            wait(closed_or_never(state, r.gpus, largest_node), &mut decision);
             continue;
         }
         let team = teams.get(&job.team);
@@ -563,6 +615,19 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                 chosen = Some(h);
             }
         }
+        // Backfill: a node held for another job, where this one takes
+        // nothing that job waits for.
+        if chosen.is_none() {
+            chosen = held_nodes
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    free[i]
+                        .held_by
+                        .is_some_and(|h| h.job != job.id && free[i].leaves_room_for(r, &h.needs))
+                })
+                .min_by_key(|&i| (free[i].free_gpus, i));
+        }
         if let Some(i) = chosen {
             let listed = by_free.remove(&(free[i].free_gpus, i));
             let gpus = free[i].take(r);
@@ -574,7 +639,9 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                 job: job.id,
                 node: state.nodes[i].id,
                 gpus,
-                borrowed: !within_quota,
+                // A job of no GPUs borrows none; with no guarantees
+                // anywhere, nothing is borrowed.
+                borrowed: !within_quota && r.gpus > 0 && guarantees,
             });
             continue;
         }
@@ -593,7 +660,14 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                     gpus: r.gpus,
                 });
             }
-            hold(&mut free, &mut by_free, &mut held_nodes, i, job.id, false);
+            hold(
+                &mut free,
+                &mut by_free,
+                &mut held_nodes,
+                i,
+                (job.id, *r),
+                false,
+            );
             *in_use.entry(job.team).or_default() += r.gpus;
             // What is stopping there is this job's now.
             let jobs = victims.len() + std::mem::take(&mut stopping[i]).jobs;
@@ -642,7 +716,7 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                     &mut by_free,
                     &mut held_nodes,
                     i,
-                    job.id,
+                    (job.id, *r),
                     !within_quota,
                 );
             }
@@ -674,14 +748,18 @@ fn hold(
     by_free: &mut BTreeSet<(u32, usize)>,
     held_nodes: &mut Vec<usize>,
     i: usize,
-    job: JobId,
+    (job, needs): (JobId, Resources),
     borrower: bool,
 ) {
     by_free.remove(&(free[i].free_gpus, i));
     if free[i].held_by.is_none() {
         held_nodes.push(i);
     }
-    free[i].held_by = Some(Hold { job, borrower });
+    free[i].held_by = Some(Hold {
+        job,
+        borrower,
+        needs,
+    });
 }
 
 /// Pending jobs in queue order.
@@ -797,6 +875,27 @@ fn preemption_plan(
         }
     }
     best.map(|(_, _, i, victims)| (i, victims))
+}
+
+/// Why a job that no open node is big enough for waits: nodes that take
+/// nothing new now would hold it, or none would.
+fn closed_or_never(state: &State, gpus: u32, largest_node: u32) -> Reason {
+    /// Closed nodes named in a reason; the rest are counted.
+    const NAMED: usize = 3;
+    let mut big_enough = state
+        .nodes
+        .iter()
+        .filter(|n| !n.schedulable && n.gpus >= gpus)
+        .map(|n| n.name.clone());
+    let nodes: Vec<String> = big_enough.by_ref().take(NAMED).collect();
+    if nodes.is_empty() {
+        return Reason::NeverFits { gpus, largest_node };
+    }
+    Reason::Closed {
+        gpus,
+        nodes,
+        more: big_enough.count(),
+    }
 }
 
 /// The schedulable node closest to fitting `r`: the most free GPUs among

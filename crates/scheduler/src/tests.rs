@@ -227,7 +227,7 @@ fn every_waiting_job_has_a_reason_in_words() {
     // Job 2 holds node 1 (3 free), so job 3 may not take it.
     assert_eq!(
         reason_of(&d, 3),
-        "the GPUs freeing up on node-1 are kept for job 2, which is ahead in the queue"
+        "what frees up on node-1 is kept for job 2, which is ahead in the queue"
     );
     assert_eq!(
         admissible(&state.nodes, &gpus(9)).unwrap_err().to_string(),
@@ -272,7 +272,51 @@ fn cordoned_nodes_take_no_new_jobs() {
     assert_eq!(started(&d), vec![2]);
     assert_eq!(
         reason_of(&d, 1),
-        "needs 4 GPUs on one node; the largest node has 2"
+        "needs 4 GPUs on one node; node-1, the only node with that many, takes no new jobs now"
+    );
+}
+
+/// A job that only closed nodes (drained, cordoned) could hold says which
+/// nodes those are, not that it can never run; one no node could ever hold
+/// still says so, and a job without GPUs waits while no node is open.
+#[test]
+fn jobs_that_only_closed_nodes_could_hold_name_them() {
+    let closed = |id, gpus| Node {
+        schedulable: false,
+        ..node(id, gpus)
+    };
+    let state = State {
+        nodes: (1..=5)
+            .map(|i| closed(i, 8))
+            .chain([node(6, 2), closed(7, 1)])
+            .collect(),
+        teams: vec![team(1, 64)],
+        pending: vec![pending(1, 1, 4), pending(2, 1, 16), pending(3, 1, 1)],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(started(&d), vec![3]);
+    assert_eq!(
+        reason_of(&d, 1),
+        "needs 4 GPUs on one node; the 5 nodes with that many (node-1, node-2, node-3 \
+         and 2 more) take no new jobs now"
+    );
+    assert_eq!(
+        reason_of(&d, 2),
+        "needs 16 GPUs on one node; the largest node has 2"
+    );
+    let all_closed = State {
+        nodes: vec![closed(1, 0), closed(2, 0)],
+        teams: vec![team(1, 0)],
+        pending: vec![pending(1, 1, 0)],
+        ..State::default()
+    };
+    let d = schedule(&all_closed, &Policy::default());
+    assert!(started(&d).is_empty());
+    assert_eq!(
+        reason_of(&d, 1),
+        "needs 0 GPUs on one node; the 2 nodes with that many (node-1, node-2) take no new \
+         jobs now"
     );
 }
 
@@ -443,9 +487,19 @@ fn decisions_never_overcommit_and_respect_quotas() {
             );
         }
 
+        // With no guarantee anywhere, nothing is borrowed (nor preempted).
+        let guarantees = state.teams.iter().any(|t| t.quota_gpus > 0);
+        if !guarantees {
+            assert!(
+                d.starts.iter().all(|p| !p.borrowed)
+                    && borrowed_jobs(&state.teams, &state.running).is_empty()
+                    && d.preempt.is_empty(),
+                "seed {seed}: borrowed without any guarantee"
+            );
+        }
         // Quotas: a team's own (not borrowed) GPUs stay within its quota,
         // and nothing is borrowed when borrowing is off.
-        for t in &state.teams {
+        for t in state.teams.iter().filter(|_| guarantees) {
             let owned_running: u32 = {
                 let borrowed: HashSet<JobId> = borrowed_jobs(&state.teams, &state.running)
                     .into_iter()
@@ -729,7 +783,7 @@ fn with_no_quotas_the_queue_is_fair_share_between_people() {
     assert!(d.starts.is_empty());
     assert_eq!(
         reason_of(&d, 4),
-        "the GPUs freeing up on node-1 are kept for job 3, which is ahead in the queue"
+        "what frees up on node-1 is kept for job 3, which is ahead in the queue"
     );
 }
 
@@ -831,4 +885,76 @@ fn a_preemption_under_way_is_not_made_twice() {
         d.preempt.iter().map(|p| p.job).collect::<Vec<_>>(),
         vec![10]
     );
+}
+
+/// A node held for a job that waits for GPUs still runs later jobs that
+/// take none of what it waits for: no GPUs, and CPU and memory beside the
+/// held job's whole request. Those that would take any of it wait.
+#[test]
+fn a_held_node_runs_later_jobs_that_take_nothing_the_held_job_waits_for() {
+    let cpu_job = |id: JobId, cpu_millis: u32| PendingJob {
+        resources: Resources {
+            gpus: 0,
+            cpu_millis,
+            memory_mib: 512,
+        },
+        ..pending(id, 1, 0)
+    };
+    let state = State {
+        nodes: vec![Node {
+            cpu_millis: 4000,
+            memory_mib: 8192,
+            ..node(1, 4)
+        }],
+        teams: vec![team(1, 0)],
+        // 2 GPUs, 1 CPU and 1 GiB in use: 2 GPUs, 3 CPUs and 7 GiB free.
+        running: vec![running(1, 1, 1, &[0, 1], 0)],
+        pending: vec![
+            pending(2, 1, 4),
+            cpu_job(3, 500),
+            pending(4, 1, 1),
+            cpu_job(5, 2000),
+            cpu_job(6, 1500),
+        ],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    // Job 2 holds the node; 3 and then 6 leave its CPU and memory free.
+    assert_eq!(started(&d), vec![3, 6]);
+    assert_eq!(
+        reason_of(&d, 2),
+        "no node has 4 free GPUs; largest free block is 2"
+    );
+    let held = "what frees up on node-1 is kept for job 2, which is ahead in the queue";
+    // 4 takes a GPU job 2 waits for; 5 would leave it 0.5 CPUs of its 1.
+    assert_eq!(reason_of(&d, 4), held);
+    assert_eq!(reason_of(&d, 5), held);
+}
+
+/// Nothing is borrowed where nothing could be taken back: with no team
+/// guaranteed GPUs, or for a job of no GPUs beside a team's GPU jobs.
+#[test]
+fn jobs_borrow_only_gpus_that_a_guarantee_could_take_back() {
+    let cpu_only = PendingJob {
+        resources: gpus(0),
+        ..pending(3, 1, 0)
+    };
+    let mut state = State {
+        nodes: vec![node(1, 8)],
+        teams: vec![team(1, 0), team(2, 0)],
+        running: vec![running(10, 1, 1, &[0], 0)],
+        pending: vec![pending(1, 1, 1), pending(2, 2, 1), cpu_only],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(started(&d), vec![1, 2, 3]);
+    assert!(d.starts.iter().all(|p| !p.borrowed), "{:?}", d.starts);
+    assert!(borrowed_jobs(&state.teams, &state.running).is_empty());
+    // Team 2 guaranteed 1 GPU: team 1's GPU jobs beyond its own (none) are
+    // borrowed, its job of no GPUs is not, as borrowed_jobs says later.
+    state.teams[1].quota_gpus = 1;
+    let d = schedule(&state, &Policy::default());
+    let flags: Vec<(JobId, bool)> = d.starts.iter().map(|p| (p.job, p.borrowed)).collect();
+    assert_eq!(flags, [(1, true), (2, false), (3, false)]);
+    assert_eq!(borrowed_jobs(&state.teams, &state.running), [10]);
 }

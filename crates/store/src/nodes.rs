@@ -209,3 +209,93 @@ pub enum NodeRemoval {
     /// Jobs are starting or running on it: nothing was removed.
     Busy(u64),
 }
+
+/// Drains in all: a name a cluster never had cannot fill the table.
+pub const MAX_DRAINS: i64 = 10_000;
+
+impl Store {
+    /// Drains `node` (again: the new reason and choice replace the old),
+    /// by the admin `by`.
+    pub async fn drain_node(
+        &self,
+        node: &str,
+        reason: &str,
+        stop_jobs: bool,
+        by: Option<i64>,
+    ) -> Result<trainyard_domain::NodeDrain, StoreError> {
+        let _turn = self.write_turn().await;
+        let txn = self.begin_write().await?;
+        let mut sql = self.sql();
+        sql.push("SELECT COUNT(*) AS n FROM node_drains WHERE node <> ")
+            .bind(node.to_owned());
+        let held: i64 = match txn.query_one_raw(sql.build()).await? {
+            Some(row) => crate::tracking::get(&row, "n")?,
+            None => 0,
+        };
+        if held >= MAX_DRAINS {
+            return Err(StoreError::Rejected(format!(
+                "{held} nodes are drained already, the most this server keeps; resume some first"
+            )));
+        }
+        let mut sql = self.sql();
+        sql.push("INSERT INTO node_drains (node, reason, stop_jobs, user_id, created_at) VALUES (")
+            .bind(node.to_owned())
+            .push(", ")
+            .bind(reason.to_owned())
+            .push(", ")
+            .bind(stop_jobs)
+            .push(", ")
+            .bind(by)
+            .push(", ")
+            .bind(now_millis())
+            .push(
+                ") ON CONFLICT (node) DO UPDATE SET reason = excluded.reason, \
+                 stop_jobs = excluded.stop_jobs, user_id = excluded.user_id, \
+                 created_at = excluded.created_at",
+            );
+        txn.execute_raw(sql.build()).await?;
+        txn.commit().await?;
+        // The supervisor looks again at once.
+        self.job_writes.changed(None);
+        self.node_drains()
+            .await?
+            .into_iter()
+            .find(|d| d.node == node)
+            .ok_or_else(|| StoreError::NotFound(format!("node {node} is not drained")))
+    }
+
+    /// Ends the drain of `node`; false when it was not drained.
+    pub async fn resume_node(&self, node: &str) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let mut sql = self.sql();
+        sql.push("DELETE FROM node_drains WHERE node = ")
+            .bind(node.to_owned());
+        let done = self.connection().execute_raw(sql.build()).await?;
+        self.job_writes.changed(None);
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Every drain, by node name.
+    pub async fn node_drains(&self) -> Result<Vec<trainyard_domain::NodeDrain>, StoreError> {
+        use crate::tracking::get;
+        let rows = self
+            .connection()
+            .query_all_raw(sea_orm::Statement::from_string(
+                self.connection().get_database_backend(),
+                "SELECT d.node, d.reason, d.stop_jobs, d.created_at, u.username \
+                 FROM node_drains d LEFT JOIN users u ON u.id = d.user_id ORDER BY d.node",
+            ))
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(trainyard_domain::NodeDrain {
+                    node: get(row, "node")?,
+                    reason: get(row, "reason")?,
+                    stop_jobs: get(row, "stop_jobs")?,
+                    by: get(row, "username")?,
+                    since: get(row, "created_at")?,
+                })
+            })
+            .collect()
+    }
+}

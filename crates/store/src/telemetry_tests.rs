@@ -303,3 +303,50 @@ async fn pruning_drops_each_tier_past_its_age_and_xids_are_kept() {
         .unwrap();
     assert!(none.get(&busy).is_none_or(Vec::is_empty), "{none:?}");
 }
+
+/// A drain is kept by node name (a node no agent registered included),
+/// replaced by a new one, named with its admin, and ended by a resume.
+#[tokio::test]
+async fn nodes_are_drained_redrained_and_resumed() {
+    let (_db, store) = crate::test_support::store().await;
+    let ana = crate::test_support::person(&store, "ana", &[]).await;
+    assert!(store.node_drains().await.unwrap().is_empty());
+    let first = store
+        .drain_node("gpu-7", "driver update", false, Some(ana.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        (first.node.as_str(), first.reason.as_str(), first.stop_jobs),
+        ("gpu-7", "driver update", false)
+    );
+    assert_eq!(first.by.as_deref(), Some("ana"));
+    assert!(first.since > 0);
+    store.drain_node("gpu-2", "fan", false, None).await.unwrap();
+    let again = store
+        .drain_node("gpu-7", "GPU 3 has XID 79", true, Some(ana.id))
+        .await
+        .unwrap();
+    assert!(again.stop_jobs);
+    let drains = store.node_drains().await.unwrap();
+    let listed: Vec<(&str, &str, Option<&str>)> = drains
+        .iter()
+        .map(|d| (d.node.as_str(), d.reason.as_str(), d.by.as_deref()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("gpu-2", "fan", None),
+            ("gpu-7", "GPU 3 has XID 79", Some("ana"))
+        ]
+    );
+    assert!(store.resume_node("gpu-7").await.unwrap());
+    assert!(!store.resume_node("gpu-7").await.unwrap());
+    let left: Vec<String> = store
+        .node_drains()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.node)
+        .collect();
+    assert_eq!(left, ["gpu-2"]);
+}

@@ -579,7 +579,7 @@ async fn the_queue_goes_by_priority_then_by_usage() {
         state(d) == "RUNNING"
     })
     .await;
-    let held = format!("are kept for job {wide}, which is ahead in the queue");
+    let held = format!("is kept for job {wide}, which is ahead in the queue");
     wait_until(&server, &ada, heavy, 30, "held back", |d| {
         d["job"]["pending_reason"]
             .as_str()
@@ -785,4 +785,172 @@ async fn admins_make_teams_ahead_and_jobs_move_between_teams() {
     let detail = job_as(&server, &ada, retried).await;
     let team = &detail["job"]["team"];
     assert!(team == "vision" || team == "nlp", "{detail}");
+}
+
+/// An admin drains the machine's node: nothing new starts there and the
+/// queue says why; drained again with `stop_jobs`, what runs is stopped and
+/// queued again with its retries untouched; resumed, both run.
+#[tokio::test]
+async fn an_admin_drains_a_node_and_resumes_it() {
+    let db = trainyard_test_db::TestDb::new().await;
+    let store = Store::connect(&db.url, 1).await.unwrap();
+    store.migrate().await.unwrap();
+    let (ada, _) = person(&store, "ada", &["vision"], false).await;
+    let (admin, _) = person(&store, "root", &["gpu-admins"], true).await;
+    store.close().await.unwrap();
+    let server = TestServer::start_in(
+        db,
+        tempfile::tempdir().unwrap(),
+        &[
+            ("TRAINYARD_OIDC_ISSUER_URL", "http://127.0.0.1:9"),
+            ("TRAINYARD_OIDC_CLIENT_ID", "trainyard"),
+            ("TRAINYARD_SIMULATED_GPUS", "2"),
+        ],
+    )
+    .await;
+    let listed = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/nodes",
+        &admin,
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let node = listed.json()["nodes"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let drain_path = format!("/api/trainyard/v1/nodes/{node}/drain");
+    let drain = |auth: &str, body: Value| {
+        let (auth, path) = (auth.to_owned(), drain_path.clone());
+        let server = &server;
+        async move { call(server, "PUT", &path, &auth, &body).await }
+    };
+
+    // Admins only; the reason is said; the node is one the executor has.
+    let refused = drain(&ada, json!({"reason": "mine now"})).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let unsaid = drain(&admin, json!({"reason": "  "})).await;
+    assert_eq!(unsaid.status, 400, "{}", unsaid.body);
+    assert_eq!(unsaid.json()["fields"][0]["field"], "reason");
+    let unknown = call(
+        &server,
+        "PUT",
+        "/api/trainyard/v1/nodes/no-such-node/drain",
+        &admin,
+        &json!({"reason": "x"}),
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert!(
+        unknown.body.contains(&format!("its nodes: {node}")),
+        "{}",
+        unknown.body
+    );
+
+    let mut spec = sleeper("running");
+    spec["retries"] = json!(1);
+    let running = submit_as(&server, &ada, spec).await;
+    wait_until(&server, &ada, running, 60, "running", |d| {
+        state(d) == "RUNNING"
+    })
+    .await;
+    let drained = drain(&admin, json!({"reason": "driver update"})).await;
+    assert_eq!(drained.status, 200, "{}", drained.body);
+    assert_eq!(drained.json()["by"], "root");
+    assert_eq!(drained.json()["stop_jobs"], false);
+    let shown = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/nodes",
+        &admin,
+        &Value::Null,
+    )
+    .await
+    .json();
+    assert_eq!(shown["nodes"][0]["takes_jobs"], false);
+    assert_eq!(shown["nodes"][0]["drain"]["reason"], "driver update");
+
+    // A GPU is free, but nothing new starts there; the job says why.
+    let waiting = submit_as(&server, &ada, sleeper("waiting")).await;
+    let detail = wait_until(&server, &ada, waiting, 30, "given a reason", |d| {
+        d["job"]["pending_reason"].is_string()
+    })
+    .await;
+    assert_eq!(state(&detail), "QUEUED");
+    assert_eq!(
+        detail["job"]["pending_reason"],
+        format!(
+            "needs 1 GPU on one node; {node}, the only node with that many, takes no new \
+             jobs now: it is drained (driver update)"
+        )
+    );
+    assert_eq!(state(&job_as(&server, &ada, running).await), "RUNNING");
+
+    // Drained again, stopping what runs there: requeued, retries untouched.
+    let stopping = drain(
+        &admin,
+        json!({"reason": "GPU 1 fell off the bus", "stop_jobs": true}),
+    )
+    .await;
+    assert_eq!(stopping.status, 200, "{}", stopping.body);
+    let requeued = wait_until(&server, &ada, running, 60, "requeued", |d| {
+        state(d) == "QUEUED" && d["job"]["attempt"] == 1
+    })
+    .await;
+    // One more allowed for the stop: none of its own was spent.
+    assert_eq!(
+        requeued["job"]["retries"], 2,
+        "no retry was spent: {requeued}"
+    );
+    let why = format!(
+        "node {node} is drained (GPU 1 fell off the bus): the job is stopped and queued \
+         again, its retries untouched"
+    );
+    let events = requeued["events"].as_array().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "preempting" && e["message"] == why.as_str()),
+        "{events:?}"
+    );
+
+    // Resumed: both run; a second resume finds no drain.
+    assert_eq!(
+        call(&server, "DELETE", &drain_path, &ada, &Value::Null)
+            .await
+            .status,
+        403
+    );
+    let resumed = call(&server, "DELETE", &drain_path, &admin, &Value::Null).await;
+    assert_eq!(resumed.status, 204, "{}", resumed.body);
+    for id in [running, waiting] {
+        wait_until(&server, &ada, id, 60, "running again", |d| {
+            state(d) == "RUNNING"
+        })
+        .await;
+    }
+    assert_eq!(
+        call(
+            &server,
+            "GET",
+            "/api/trainyard/v1/nodes",
+            &admin,
+            &Value::Null
+        )
+        .await
+        .json()["nodes"][0]["takes_jobs"],
+        true
+    );
+    assert_eq!(
+        call(&server, "DELETE", &drain_path, &admin, &Value::Null)
+            .await
+            .status,
+        404
+    );
+    for id in [running, waiting] {
+        let cancel = format!("/api/trainyard/v1/jobs/{id}/cancel");
+        call(&server, "POST", &cancel, &ada, &json!({})).await;
+    }
 }
