@@ -36,9 +36,7 @@ fn admin_only(what: &str) -> Result<trainyard_domain::identity::Principal, AppEr
     if principal.user.is_admin {
         Ok(principal)
     } else {
-        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-            response.set_status(http::StatusCode::FORBIDDEN);
-        }
+        crate::error::set_error_status(http::StatusCode::FORBIDDEN);
         Err(AppError::Forbidden(format!("only admins may {what}")))
     }
 }
@@ -51,9 +49,7 @@ fn from_a_session() -> Result<trainyard_domain::identity::Principal, AppError> {
     if principal.has_session() {
         return Ok(principal);
     }
-    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-        response.set_status(http::StatusCode::FORBIDDEN);
-    }
+    crate::error::set_error_status(http::StatusCode::FORBIDDEN);
     Err(AppError::Forbidden(
         "tokens are made and revoked in the browser, not with a token".to_owned(),
     ))
@@ -545,7 +541,7 @@ pub async fn submit_job(form: SubmitForm) -> Result<i64, AppError> {
         slug => jobs.store().get_template(slug).await?,
     };
     let spec = crate::submit::spec_from_form(&form, template.as_ref().map(|t| &t.spec))
-        .map_err(AppError::Fields)?;
+        .map_err(|fields| AppError::from(trainyard_jobs::SubmitError::Invalid(fields)))?;
     let record = jobs.submit(spec, &caller()?.user).await?;
     leptos_axum::redirect(&format!("/jobs/{}", record.job.id));
     Ok(record.job.id)

@@ -95,10 +95,34 @@ impl From<trainyard_store::StoreError> for AppError {
                 )
             }
         };
-        if let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>() {
-            response.set_status(status);
-        }
+        set_error_status(status);
         error
+    }
+}
+
+/// Sets the status of a failed server function's response, or of the page
+/// being rendered (400, 403, 404, …), except for a form posted without
+/// JavaScript (a POST that accepts HTML and names the page it came from):
+/// the framework answers that with a redirect back to the form, which then
+/// shows the errors, and a browser does not follow a redirect whose status
+/// is an error's.
+#[cfg(feature = "ssr")]
+pub fn set_error_status(status: http::StatusCode) {
+    use leptos::prelude::use_context;
+    let plain_form = use_context::<http::request::Parts>().is_some_and(|parts| {
+        parts.method == http::Method::POST
+            && parts.headers.contains_key(http::header::REFERER)
+            && parts
+                .headers
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|accept| accept.contains("text/html"))
+    });
+    if plain_form {
+        return;
+    }
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        response.set_status(status);
     }
 }
 
@@ -107,11 +131,7 @@ impl From<trainyard_jobs::SubmitError> for AppError {
     fn from(err: trainyard_jobs::SubmitError) -> Self {
         match err {
             trainyard_jobs::SubmitError::Invalid(fields) => {
-                if let Some(response) =
-                    leptos::prelude::use_context::<leptos_axum::ResponseOptions>()
-                {
-                    response.set_status(http::StatusCode::BAD_REQUEST);
-                }
+                set_error_status(http::StatusCode::BAD_REQUEST);
                 AppError::Fields(fields)
             }
             trainyard_jobs::SubmitError::Store(e) => e.into(),

@@ -71,9 +71,7 @@ fn admin() -> Result<(), AppError> {
     if principal.user.is_admin {
         return Ok(());
     }
-    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-        response.set_status(http::StatusCode::FORBIDDEN);
-    }
+    crate::error::set_error_status(http::StatusCode::FORBIDDEN);
     Err(AppError::Forbidden(
         "only admins may see every GPU; a job's own GPUs are on its page".to_owned(),
     ))
@@ -126,9 +124,7 @@ pub async fn remove_gpu_node(node: String) -> Result<(), AppError> {
             ),
             _ => (http::StatusCode::CONFLICT, AppError::Conflict(why)),
         };
-        if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-            response.set_status(status);
-        }
+        crate::error::set_error_status(status);
         return Err(error);
     }
     leptos_axum::redirect("/admin/gpus");

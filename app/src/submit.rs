@@ -19,13 +19,24 @@ fn number<T: std::str::FromStr>(
     field: &str,
     value: &str,
     default: T,
-    what: &str,
+    (what, least, most): (&str, f64, f64),
     errors: &mut Vec<FieldError>,
 ) -> T {
     match text(value) {
         None => default,
         Some(v) => v.parse().unwrap_or_else(|_| {
-            errors.push(FieldError::new(field, format!("`{v}` is not {what}")));
+            // Say what is wrong with a number this field cannot hold.
+            let why = match v.parse::<f64>() {
+                Ok(n) if n.is_finite() && n.fract() == 0.0 && (least..=most).contains(&n) => {
+                    format!("`{v}`: write it as a whole number, {}", n as i64)
+                }
+                Ok(n) if n.is_finite() && n.fract() == 0.0 => format!(
+                    "`{v}` is out of range: give {what} from {} to {}",
+                    least as i64, most as i64
+                ),
+                _ => format!("`{v}` is not {what}"),
+            };
+            errors.push(FieldError::new(field, why));
             default
         }),
     }
@@ -109,10 +120,20 @@ pub fn spec_from_form(
             "resources.gpus",
             &form.gpus,
             0,
-            "a whole number",
+            (
+                "a whole number",
+                0.0,
+                f64::from(trainyard_domain::job::MAX_GPUS),
+            ),
             &mut errors,
         ),
-        cpus: number("resources.cpus", &form.cpus, 1.0, "a number", &mut errors),
+        cpus: number(
+            "resources.cpus",
+            &form.cpus,
+            1.0,
+            ("a number", 0.0, f64::MAX),
+            &mut errors,
+        ),
         memory: text(&form.memory).unwrap_or_else(|| "4Gi".to_owned()),
     };
     let spec = JobSpec {
@@ -129,8 +150,28 @@ pub fn spec_from_form(
         env: BTreeMap::new(),
         hyperparameters,
         max_runtime: text(&form.max_runtime),
-        retries: number("retries", &form.retries, 0, "a whole number", &mut errors),
-        priority: number("priority", &form.priority, 0, "a whole number", &mut errors),
+        retries: number(
+            "retries",
+            &form.retries,
+            0,
+            (
+                "a whole number",
+                0.0,
+                f64::from(trainyard_domain::job::MAX_RETRIES),
+            ),
+            &mut errors,
+        ),
+        priority: number(
+            "priority",
+            &form.priority,
+            0,
+            (
+                "a whole number",
+                f64::from(*trainyard_domain::job::PRIORITY_RANGE.start()),
+                f64::from(*trainyard_domain::job::PRIORITY_RANGE.end()),
+            ),
+            &mut errors,
+        ),
         project: text(&form.project),
         datasets: form
             .datasets
@@ -145,6 +186,12 @@ pub fn spec_from_form(
     if errors.is_empty() {
         Ok(spec)
     } else {
+        // What else is wrong, said at once: the spec's own checks of the
+        // fields the boxes above did not already refuse.
+        if let Err(more) = spec.check() {
+            let said: Vec<String> = errors.iter().map(|e| e.field.clone()).collect();
+            errors.extend(more.into_iter().filter(|e| !said.contains(&e.field)));
+        }
         Err(errors)
     }
 }
@@ -187,5 +234,48 @@ mod tests {
         let errors = spec_from_form(&form, None).unwrap_err();
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(fields, ["hyperparameters", "resources.gpus"]);
+    }
+
+    /// Numbers a box cannot hold say why, and the other wrong boxes are
+    /// named beside them, not one round later.
+    #[test]
+    fn every_wrong_box_is_named_at_once_with_its_cause() {
+        let form = SubmitForm {
+            name: "x".into(),
+            command: "run".into(),
+            gpus: "-1".into(),
+            retries: "1.5".into(),
+            priority: "-99999999999".into(),
+            cpus: "-1".into(),
+            memory: "lots".into(),
+            ..Default::default()
+        };
+        let errors = spec_from_form(&form, None).unwrap_err();
+        let said: Vec<(&str, &str)> = errors
+            .iter()
+            .map(|e| (e.field.as_str(), e.message.as_str()))
+            .collect();
+        assert_eq!(
+            &said[..3],
+            [
+                (
+                    "resources.gpus",
+                    "`-1` is out of range: give a whole number from 0 to 64"
+                ),
+                ("retries", "`1.5` is not a whole number"),
+                (
+                    "priority",
+                    "`-99999999999` is out of range: give a whole number from -10 to 10"
+                ),
+            ]
+        );
+        let rest: Vec<&str> = said[3..].iter().map(|(f, _)| *f).collect();
+        assert_eq!(rest, ["resources.cpus", "resources.memory"]);
+        let written = SubmitForm {
+            gpus: "1.0".into(),
+            ..form
+        };
+        let errors = spec_from_form(&written, None).unwrap_err();
+        assert_eq!(errors[0].message, "`1.0`: write it as a whole number, 1");
     }
 }

@@ -113,21 +113,58 @@ pub async fn submit(
     let json = spec_file.extension().is_some_and(|e| e == "json");
     let mut spec = trainyard_jobs::parse_spec(!json, &text)
         .map_err(|e| CliError(format!("{}: {}", spec_file.display(), e.message)))?;
+    for name in datasets {
+        if !spec.datasets.contains(name) {
+            spec.datasets.push(name.clone());
+        }
+    }
+    // What the server would refuse of the spec itself is said before an
+    // archive is sent for it (whose upload then names the project).
+    let mut checked = spec.clone();
+    if project.is_some() {
+        checked.project = None;
+    }
+    if let Err(errors) = checked.check() {
+        let said: Vec<String> = errors
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
+        return Err(CliError(format!(
+            "{}: {}",
+            spec_file.display(),
+            said.join("; ")
+        )));
+    }
+    let mut uploaded = None;
     if let Some(archive) = project {
+        if let Some(named) = &spec.project {
+            eprintln!(
+                "--file {} replaces the spec's project {named}",
+                archive.display()
+            );
+        }
         let upload = upload(remote, archive, "project", &file_name(archive)).await?;
         spec.project = upload["id"].as_str().map(str::to_owned);
+        uploaded = spec.project.clone();
     }
-    spec.datasets.extend(datasets.iter().cloned());
     let client = remote.client()?;
-    let answer: Value = remote
-        .send(
-            client
-                .post(remote.url("/api/trainyard/v1/jobs"))
-                .json(&spec),
-        )
-        .await?
-        .json()
-        .await?;
+    let sent = client
+        .post(remote.url("/api/trainyard/v1/jobs"))
+        .json(&spec)
+        .send()
+        .await
+        .map_err(|e| remote.unreachable(e))?;
+    // The archive sent for a job the server refused (4xx: nothing was
+    // made) is not kept against the person's quota.
+    if sent.status().is_client_error()
+        && let Some(id) = uploaded
+    {
+        let path = format!("/api/trainyard/v1/uploads/{id}");
+        if remote.send(client.delete(remote.url(&path))).await.is_ok() {
+            eprintln!("removed the project uploaded for it ({id})");
+        }
+    }
+    let answer: Value = remote.checked(sent).await?.json().await?;
     let id = answer["job"]["id"]
         .as_i64()
         .ok_or_else(|| CliError("the server's answer has no job id".into()))?;

@@ -22,9 +22,7 @@ pub struct ArtifactRoot(pub std::path::PathBuf);
 /// Answers 400: the request was wrong.
 #[cfg(feature = "ssr")]
 fn bad_request() {
-    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-        response.set_status(http::StatusCode::BAD_REQUEST);
-    }
+    crate::error::set_error_status(http::StatusCode::BAD_REQUEST);
 }
 
 /// A query typed in a filter box, parsed for `scope`: one that is too long

@@ -1286,6 +1286,16 @@ impl Jobs {
             StoreError::Rejected(format!("job {id} has no experiment left to log to"))
         })?;
         let spec = old.job.spec.clone();
+        // Its datasets are linked at its start: one deleted since would
+        // fail it there, after its wait in the queue.
+        for name in &spec.datasets {
+            if self.store().dataset(name).await?.is_none() {
+                return Err(StoreError::Rejected(format!(
+                    "job {id} reads the dataset `{name}`, which no longer exists; upload it \
+                     again under that name, then retry"
+                )));
+            }
+        }
         // The team as its owner's teams are now: one they left no longer
         // lends them its GPUs (nor sees the new run).
         let mut team_id = old.team_id;

@@ -621,6 +621,32 @@ async fn a_job_runs_its_uploaded_project_with_a_dataset() {
         .map(|f| f["field"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(fields, ["project", "datasets.0"]);
+
+    // A dataset deleted since: the retry is refused, saying which, rather
+    // than queued to fail at its start.
+    let deleted = common::request(
+        server.addr,
+        "DELETE",
+        &format!("/api/trainyard/v1/uploads/{dataset_id}"),
+        &[],
+        b"",
+    )
+    .await;
+    assert!(deleted.status < 300, "{}", deleted.body);
+    let retry = post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{id}/retry"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(retry.status, 400, "{}", retry.body);
+    assert!(
+        retry
+            .body
+            .contains("reads the dataset `digits`, which no longer exists"),
+        "{}",
+        retry.body
+    );
 }
 
 /// `trainyard job-files`, as a Kubernetes pod's init container runs it:
@@ -856,6 +882,45 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
     assert_eq!(code, 1);
     assert!(stderr.contains("command: give a command"), "{stderr}");
     assert!(stderr.contains("resources.gpus"), "{stderr}");
+    let uploads = || async {
+        server.get("/api/trainyard/v1/uploads").await.json()["uploads"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(uploads().await, 1, "nothing was sent for the broken spec");
+    // One the server refuses after its project was sent: the project goes.
+    std::fs::write(
+        &spec,
+        "name: elsewhere\ncommand: sh run.sh\nteam: nowhere\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = cli(&server, &["submit", &spec_arg, "--file", &archive_arg]).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("team"), "{stderr}");
+    assert!(
+        stderr.contains("removed the project uploaded for it"),
+        "{stderr}"
+    );
+    assert_eq!(uploads().await, 1);
+    // A dataset named by the spec and by --dataset is read once.
+    let data = dir.path().join("digits.tar.gz");
+    std::fs::write(&data, tar_gz(&[("n.txt", "1 2 3")])).unwrap();
+    let data_arg = data.display().to_string();
+    let (code, _, stderr) = cli(&server, &["upload-dataset", "digits", &data_arg]).await;
+    assert_eq!(code, 0, "{stderr}");
+    std::fs::write(
+        &spec,
+        "name: reads\ncommand: cat data/digits/n.txt\ndatasets: [digits]\nresources: {memory: 64Mi}\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = cli(
+        &server,
+        &["submit", &spec_arg, "--dataset", "digits", "--follow"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "1 2 3");
 
     std::fs::write(
         &spec,
