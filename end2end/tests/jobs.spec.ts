@@ -305,7 +305,7 @@ test('an admin drains the node from the admin page and resumes it', async ({ pag
     });
     await page.goto('/jobs');
     await expect(page.locator(`tr[data-job="${waiting}"]`)).toContainText(
-      `needs 1 GPU on one node; ${name}, the only node with that many, takes no new jobs now: it is drained (driver update)`,
+      `${name}, the only node it fits on, takes no new jobs now: it is drained (driver update)`,
     );
 
     await page.goto('/admin');

@@ -147,8 +147,8 @@ pub struct ExecutorNode {
     /// Takes new jobs (not drained, not cordoned, Ready, not tainted
     /// against them).
     pub takes_jobs: bool,
-    /// An admin's drain of it, if drained.
-    #[serde(default)]
+    /// An admin's drain of it, if drained (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<NodeDrain>,
     pub gpus: u32,
     /// Held by Trainyard's jobs that start or run there.

@@ -243,7 +243,7 @@ impl Pace {
 }
 
 /// A waiting job's reason in words; nodes closed by an admin's drain say
-/// why ("gpu-1, the only node with that many, takes no new jobs now: it is
+/// why ("gpu-1, the only node it fits on, takes no new jobs now: it is
 /// drained (driver update)").
 fn reason_text(
     reason: &sched::Reason,
@@ -1055,8 +1055,9 @@ impl Jobs {
         }
         let known = match self.inner.executor.capacity().await {
             Ok(capacity) => capacity.whole().iter().any(|n| n.name == node),
-            // The executor away: a name it offered before may be drained.
-            Err(_) => true,
+            // The executor away: a node's name (as Kubernetes names them)
+            // may be drained, as it may have been offered before.
+            Err(_) => trainyard_domain::telemetry::check_node_name(node).is_ok(),
         };
         let drained = self
             .store()
@@ -1134,7 +1135,7 @@ impl Jobs {
             .into_iter()
             .map(|d| (d.node.clone(), d))
             .collect();
-        let nodes = capacity
+        let mut nodes: Vec<trainyard_domain::ExecutorNode> = capacity
             .whole()
             .iter()
             .map(|n| {
@@ -1154,6 +1155,20 @@ impl Jobs {
                 }
             })
             .collect();
+        // Drains of nodes the executor does not offer now (gone, or not
+        // Ready): listed, so that they can be seen and ended.
+        let mut gone: Vec<trainyard_domain::NodeDrain> = drains.into_values().collect();
+        gone.sort_by(|a, b| a.node.cmp(&b.node));
+        nodes.extend(gone.into_iter().map(|d| trainyard_domain::ExecutorNode {
+            name: d.node.clone(),
+            takes_jobs: false,
+            drain: Some(d),
+            gpus: 0,
+            used: 0,
+            others: 0,
+            free: 0,
+            jobs: Vec::new(),
+        }));
         Ok(trainyard_domain::ExecutorNodes {
             executor,
             nodes,

@@ -60,6 +60,13 @@ pub struct Node {
     pub schedulable: bool,
 }
 
+impl Node {
+    /// Whether the node, empty, would hold `r`.
+    pub fn holds(&self, r: &Resources) -> bool {
+        self.gpus >= r.gpus && self.cpu_millis >= r.cpu_millis && self.memory_mib >= r.memory_mib
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Team {
     pub id: TeamId,
@@ -170,11 +177,7 @@ pub enum Reason {
     NeverFits { gpus: u32, largest_node: u32 },
     /// Only nodes that take no new jobs now (drained, cordoned, not Ready)
     /// are big enough: `nodes` names the first few, `more` the others.
-    Closed {
-        gpus: u32,
-        nodes: Vec<String>,
-        more: usize,
-    },
+    Closed { nodes: Vec<String>, more: usize },
     /// The team is at its quota and borrowing found nothing idle.
     Quota {
         team: String,
@@ -243,25 +246,21 @@ impl fmt::Display for Reason {
                 "needs {} on one node; the largest node has {largest_node}",
                 gpus_text(*gpus, "")
             ),
-            Reason::Closed { gpus, nodes, more } => {
+            Reason::Closed { nodes, more } => {
                 let named = match (nodes.as_slice(), more) {
-                    ([one], 0) => format!("{one}, the only node with that many, takes"),
+                    ([one], 0) => format!("{one}, the only node it fits on, takes"),
                     (names, 0) => format!(
-                        "the {} nodes with that many ({}) take",
+                        "the {} nodes it fits on ({}) take",
                         names.len(),
                         names.join(", ")
                     ),
                     (names, more) => format!(
-                        "the {} nodes with that many ({} and {more} more) take",
+                        "the {} nodes it fits on ({} and {more} more) take",
                         names.len() + more,
                         names.join(", ")
                     ),
                 };
-                write!(
-                    f,
-                    "needs {} on one node; {named} no new jobs now",
-                    gpus_text(*gpus, "")
-                )
+                write!(f, "{named} no new jobs now")
             }
             Reason::Quota {
                 team,
@@ -546,7 +545,6 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         .max()
         .unwrap_or(0);
 
-    let any_open = state.nodes.iter().any(|n| n.schedulable);
     let guarantees = any_guarantee(&state.teams);
 
     let order = queue_order(state, policy, &teams);
@@ -568,15 +566,20 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                 reason,
             });
         };
-        if r.gpus > largest_node || !any_open {
-            wait(closed_or_never(state, r.gpus, largest_node), &mut decision);
+        // No open node could ever hold it (closed ones may): it waits
+        // without holding a node it could never use.
+        if !state.nodes.iter().any(|n| n.schedulable && n.holds(r)) {
+            wait(closed_or_never(state, r, largest_node), &mut decision);
             continue;
         }
         let team = teams.get(&job.team);
         let team_name = || team.map(|t| t.name.clone()).unwrap_or_default();
         let quota = team.map(|t| t.quota_gpus).unwrap_or(0);
         let used = in_use.get(&job.team).copied().unwrap_or(0);
-        let within_quota = used + r.gpus <= quota;
+        // A job of no GPUs takes none of a guarantee, and claims none: it
+        // neither takes back borrowed GPUs nor passes a borrower's hold.
+        let within_quota = r.gpus == 0 || used + r.gpus <= quota;
+        let claims = within_quota && r.gpus > 0;
         if !within_quota && !job.borrow {
             wait(
                 Reason::OwnGpusOnly {
@@ -603,7 +606,7 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
             .range((r.gpus, 0)..)
             .map(|&(_, i)| i)
             .find(|&i| free[i].held_by.is_none() && free[i].fits(r));
-        if within_quota {
+        if claims {
             let yielding = held_nodes
                 .iter()
                 .copied()
@@ -646,7 +649,7 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
             continue;
         }
         // No room. A job within its quota may take back borrowed GPUs.
-        if within_quota
+        if claims
             && let Some((i, victims)) =
                 preemption_plan(r, &free, &borrowed_on_node, &stopping, &preempted, job.team)
         {
@@ -704,20 +707,20 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         // The first job that lacks room holds the node nearest to fitting
         // it, so that node drains for it; so does the first borrower, on a
         // node that jobs within their quota may still take.
-        let first = if within_quota {
+        let first = if claims {
             !std::mem::replace(&mut holding_owner, true)
         } else {
             !std::mem::replace(&mut holding_borrower, true)
         };
         if first {
-            if let Some(i) = nearest_node(r, &by_free, &free, &held_nodes, within_quota) {
+            if let Some(i) = nearest_node(r, &by_free, &free, &held_nodes, claims) {
                 hold(
                     &mut free,
                     &mut by_free,
                     &mut held_nodes,
                     i,
                     (job.id, *r),
-                    !within_quota,
+                    !claims,
                 );
             }
             wait(reason, &mut decision);
@@ -877,22 +880,31 @@ fn preemption_plan(
     best.map(|(_, _, i, victims)| (i, victims))
 }
 
-/// Why a job that no open node is big enough for waits: nodes that take
+/// Why a job that no open node could ever hold waits: nodes that take
 /// nothing new now would hold it, or none would.
-fn closed_or_never(state: &State, gpus: u32, largest_node: u32) -> Reason {
+fn closed_or_never(state: &State, r: &Resources, largest_node: u32) -> Reason {
     /// Closed nodes named in a reason; the rest are counted.
     const NAMED: usize = 3;
     let mut big_enough = state
         .nodes
         .iter()
-        .filter(|n| !n.schedulable && n.gpus >= gpus)
+        .filter(|n| !n.schedulable && n.holds(r))
         .map(|n| n.name.clone());
     let nodes: Vec<String> = big_enough.by_ref().take(NAMED).collect();
     if nodes.is_empty() {
-        return Reason::NeverFits { gpus, largest_node };
+        if r.gpus > largest_node {
+            return Reason::NeverFits {
+                gpus: r.gpus,
+                largest_node,
+            };
+        }
+        return Reason::NoCpuOrMemory {
+            gpus: r.gpus,
+            cpu_millis: r.cpu_millis,
+            memory_mib: r.memory_mib,
+        };
     }
     Reason::Closed {
-        gpus,
         nodes,
         more: big_enough.count(),
     }

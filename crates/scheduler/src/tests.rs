@@ -272,7 +272,7 @@ fn cordoned_nodes_take_no_new_jobs() {
     assert_eq!(started(&d), vec![2]);
     assert_eq!(
         reason_of(&d, 1),
-        "needs 4 GPUs on one node; node-1, the only node with that many, takes no new jobs now"
+        "node-1, the only node it fits on, takes no new jobs now"
     );
 }
 
@@ -298,8 +298,7 @@ fn jobs_that_only_closed_nodes_could_hold_name_them() {
     assert_eq!(started(&d), vec![3]);
     assert_eq!(
         reason_of(&d, 1),
-        "needs 4 GPUs on one node; the 5 nodes with that many (node-1, node-2, node-3 \
-         and 2 more) take no new jobs now"
+        "the 5 nodes it fits on (node-1, node-2, node-3 and 2 more) take no new jobs now"
     );
     assert_eq!(
         reason_of(&d, 2),
@@ -313,10 +312,10 @@ fn jobs_that_only_closed_nodes_could_hold_name_them() {
     };
     let d = schedule(&all_closed, &Policy::default());
     assert!(started(&d).is_empty());
+    assert!(d.waiting.iter().all(|w| w.position > 0));
     assert_eq!(
         reason_of(&d, 1),
-        "needs 0 GPUs on one node; the 2 nodes with that many (node-1, node-2) take no new \
-         jobs now"
+        "the 2 nodes it fits on (node-1, node-2) take no new jobs now"
     );
 }
 
@@ -957,4 +956,33 @@ fn jobs_borrow_only_gpus_that_a_guarantee_could_take_back() {
     let flags: Vec<(JobId, bool)> = d.starts.iter().map(|p| (p.job, p.borrowed)).collect();
     assert_eq!(flags, [(1, true), (2, false), (3, false)]);
     assert_eq!(borrowed_jobs(&state.teams, &state.running), [10]);
+}
+
+/// A job only a closed node has the memory for waits naming it, and holds
+/// no open node it could never use: that node's GPUs go to others.
+#[test]
+fn a_job_that_only_a_closed_node_has_room_for_holds_no_open_node() {
+    let big = Node {
+        memory_mib: 1024 * 1024,
+        schedulable: false,
+        ..node(1, 8)
+    };
+    let small = Node {
+        memory_mib: 64 * 1024,
+        ..node(2, 8)
+    };
+    let mut hungry = pending(1, 1, 1);
+    hungry.resources.memory_mib = 512 * 1024;
+    let state = State {
+        nodes: vec![big, small],
+        teams: vec![team(1, 8)],
+        pending: vec![hungry, pending(2, 1, 1)],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert_eq!(started(&d), vec![2]);
+    assert_eq!(
+        reason_of(&d, 1),
+        "node-1, the only node it fits on, takes no new jobs now"
+    );
 }

@@ -181,6 +181,7 @@ async fn a_tie_of_step_and_time_keeps_the_largest_value_as_latest() {
     let one_at_a_time = [
         ("a", vec![3.0, 1.0]),
         ("b", vec![1.0, 3.0]),
+        ("c", vec![3.0, 1.0]),
         ("e", vec![3.0, f64::NAN]),
         ("f", vec![f64::NAN, 3.0]),
         ("g", vec![f64::NAN]),
@@ -223,6 +224,7 @@ async fn a_tie_of_step_and_time_keeps_the_largest_value_as_latest() {
     };
     assert_eq!(latest("a"), -5.0);
     assert_eq!(latest("b"), 3.0);
+    assert_eq!(latest("c"), 3.0);
     assert_eq!(latest("e"), 3.0);
     assert_eq!(latest("f"), 3.0);
     assert!(latest("g").is_nan());

@@ -132,17 +132,32 @@ pub type ApiResult = Result<axum::Json<serde_json::Value>, ApiError>;
 
 /// May the caller write to this run? A job's token writes to its own run
 /// only; everyone else must own the run (or be an admin).
+/// Whether `run_id` is a job's run `own` or a run made under it (its
+/// `mlflow.parentRunId` is `own`, in `own`'s experiment): what a job's
+/// token writes to (`mlflow.start_run(nested=True)`: a sweep's trials).
+pub async fn run_or_child_of(state: &AppState, own: &str, run_id: &str) -> Result<bool, ApiError> {
+    if run_id == own {
+        return Ok(true);
+    }
+    if state.store.run_parent(run_id).await?.as_deref() != Some(own) {
+        return Ok(false);
+    }
+    let (theirs, ours) = (
+        state.store.run_experiment(run_id).await?,
+        state.store.run_experiment(own).await?,
+    );
+    Ok(theirs.is_some() && theirs == ours)
+}
+
 pub async fn may_change_run(
     state: &AppState,
     principal: &crate::auth::Principal,
     run_id: &str,
 ) -> Result<(), ApiError> {
     if !principal.run_scope_allows(run_id) {
-        // A job's token also writes to the runs it made under its own
-        // (`mlflow.start_run(nested=True)`: a sweep's trials).
         let child_of_own = match &principal.via {
             crate::auth::Via::RunToken { run_id: own } => {
-                state.store.run_parent(run_id).await?.as_deref() == Some(own.as_str())
+                run_or_child_of(state, own, run_id).await?
             }
             _ => false,
         };

@@ -38,9 +38,14 @@ pub async fn may_change_model(
             .logged_model_place(model_id)
             .await?
             .and_then(|(_, run)| run);
-        if source.as_deref() != Some(run_id.as_str()) {
+        let ours = match source.as_deref() {
+            Some(source) => super::run_or_child_of(state, run_id, source).await?,
+            None => false,
+        };
+        if !ours {
             return Err(crate::auth::permission_denied(format!(
-                "this job's token changes models of its own run only, not model {model_id}"
+                "this job's token changes models of its own run and the runs made under it \
+                 only, not model {model_id}"
             )));
         }
     }

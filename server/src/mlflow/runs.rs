@@ -86,6 +86,18 @@ pub async fn create(
     Ok(Json(json!({ "run": wire::run(&run) })))
 }
 
+/// A job's token does not move runs: which run one was made under is
+/// what lets the token write to it.
+fn keeps_parent(principal: &crate::auth::Principal, key: &str) -> Result<(), ApiError> {
+    if key == "mlflow.parentRunId" && matches!(principal.via, crate::auth::Via::RunToken { .. }) {
+        return Err(crate::auth::permission_denied(
+            "a job's token does not set or remove mlflow.parentRunId: a run is placed under the \
+             job's run when it is made",
+        ));
+    }
+    Ok(())
+}
+
 /// A job's token makes runs only under its own run, in its experiment
 /// (`mlflow.start_run(nested=True)` in the job: a sweep's trials, a grid
 /// search's candidates), one level down; what it may write to then.
@@ -379,6 +391,7 @@ pub async fn set_tag(
 ) -> ApiResult {
     let (run_id, tag) = req.checked(MAX_TAG_VALUE_LEN, "Tag")?;
     may_change_run(&state, &principal, &run_id).await?;
+    keeps_parent(&principal, &tag.0)?;
     state.store.log_batch(&run_id, &[], &[], &[tag]).await?;
     Ok(Json(json!({})))
 }
@@ -440,6 +453,7 @@ pub async fn delete_tag(
     let run_id = req.run.id()?;
     may_change_run(&state, &principal, &run_id).await?;
     let key = required(req.key, "key")?;
+    keeps_parent(&principal, &key)?;
     state.store.delete_run_tag(&run_id, &key).await?;
     Ok(Json(json!({})))
 }
@@ -490,6 +504,9 @@ pub async fn log_batch(
         )));
     }
     let tags = key_values(req.tags, "tags", MAX_TAG_VALUE_LEN)?;
+    for (key, _) in &tags {
+        keeps_parent(&principal, key)?;
+    }
     state
         .store
         .log_batch(&run_id, &metrics, &params, &tags)

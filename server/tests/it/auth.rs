@@ -742,6 +742,7 @@ cid = child["run"]["info"]["run_id"]
 print("child-metric", call("/api/2.0/mlflow/runs/log-metric", metric(cid)))
 print("child-artifact", put("/api/2.0/mlflow-artifacts/artifacts/" + exp + "/" + cid + "/artifacts/trial.json"))
 print("child-end", send("/api/2.0/mlflow/runs/update", {"run_id": cid, "status": "FINISHED"})[0])
+print("retag", send("/api/2.0/mlflow/runs/set-tag", {"run_id": cid, "key": "mlflow.parentRunId", "value": os.environ["OTHER_RUN"]})[0])
 print("child-of-other", under(os.environ["OTHER_RUN"])[0])
 print("child-elsewhere", under(own, os.environ["OTHER_EXP"])[0])
 print("grandchild", under(cid)[0])
@@ -933,6 +934,7 @@ print("scorer-delete", send("/api/3.0/mlflow/scorers/delete", {"experiment_id": 
         "child-metric 200",
         "child-artifact 200",
         "child-end 200",
+        "retag 403",
         "child-of-other 403",
         "child-elsewhere 403",
         "grandchild 403",

@@ -882,8 +882,8 @@ async fn an_admin_drains_a_node_and_resumes_it() {
     assert_eq!(
         detail["job"]["pending_reason"],
         format!(
-            "needs 1 GPU on one node; {node}, the only node with that many, takes no new \
-             jobs now: it is drained (driver update)"
+            "{node}, the only node it fits on, takes no new jobs now: it is drained \
+             (driver update)"
         )
     );
     assert_eq!(state(&job_as(&server, &ada, running).await), "RUNNING");
