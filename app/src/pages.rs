@@ -487,6 +487,16 @@ fn Nodes() -> impl IntoView {
         move || (drain.version().get(), resume.version().get()),
         |_| node_use(),
     );
+    // The error shown is the last action's: one completing clears the
+    // other's.
+    Effect::new(move |_| {
+        drain.version().track();
+        resume.value().set(None);
+    });
+    Effect::new(move |_| {
+        resume.version().track();
+        drain.value().set(None);
+    });
     let error = Signal::derive(move || {
         drain
             .value()

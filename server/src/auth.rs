@@ -716,7 +716,8 @@ mod tests {
         assert!(run_token_allows(&post, "/api/2.0/mlflow/runs/log-batch"));
         assert!(run_token_allows(&post, "/api/2.0/mlflow/runs/log-model"));
         assert!(run_token_allows(&Method::GET, "/api/2.0/mlflow/runs/get"));
-        assert!(!run_token_allows(&post, "/api/2.0/mlflow/runs/create"));
+        // Runs under its own: the handler checks the parent and experiment.
+        assert!(run_token_allows(&post, "/api/2.0/mlflow/runs/create"));
         assert!(!run_token_allows(
             &post,
             "/api/2.0/mlflow/experiments/create"

@@ -77,6 +77,39 @@ impl IntoResponse for JobsError {
     }
 }
 
+/// axum's own refusals (a path or query that does not parse, a body past
+/// its limit) are plain text; on Trainyard's API they answer as its other
+/// errors do, in JSON, with the same words.
+pub async fn json_refusals(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let api = request.uri().path().starts_with("/api/trainyard/");
+    let response = next.run(request).await;
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/plain"));
+    if !api || !status.is_client_error() || !plain {
+        return response;
+    }
+    // axum's messages are one line; a longer body is not one of them.
+    let Ok(body) = axum::body::to_bytes(response.into_body(), 16 * 1024).await else {
+        return JobsError::new(status, "INVALID_PARAMETER_VALUE", "the request was refused")
+            .into_response();
+    };
+    let code = match status {
+        StatusCode::NOT_FOUND => "RESOURCE_DOES_NOT_EXIST",
+        StatusCode::PAYLOAD_TOO_LARGE => "REQUEST_LIMIT_EXCEEDED",
+        StatusCode::METHOD_NOT_ALLOWED => "ENDPOINT_NOT_FOUND",
+        _ => "INVALID_PARAMETER_VALUE",
+    };
+    let message = String::from_utf8_lossy(&body).trim().to_owned();
+    JobsError::new(status, code, message).into_response()
+}
+
 impl From<StoreError> for JobsError {
     fn from(err: StoreError) -> Self {
         match err {

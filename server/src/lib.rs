@@ -448,6 +448,7 @@ pub fn router(state: AppState) -> Router {
             AppState,
             _,
         >(page_context(&state, provider), shell))
+        .layer(axum::middleware::from_fn(jobs_api::json_refusals))
         // Every request passes here: who is calling, and may they.
         .layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),

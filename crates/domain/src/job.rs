@@ -161,7 +161,10 @@ impl Default for ResourceSpec {
 
 /// A hyperparameter value as written in the spec.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a hyperparameter is a number, true or false, or text (not a list, a mapping or nothing)"
+)]
 pub enum ParamValue {
     Bool(bool),
     Int(i64),
@@ -401,6 +404,11 @@ impl JobSpec {
             err(
                 "resources.cpus",
                 format!("must be more than 0 and at most {MAX_CPUS}"),
+            );
+        } else if (r.cpus * 1000.0).round() < 1.0 {
+            err(
+                "resources.cpus",
+                format!("is {}; the least is 0.001 (a thousandth of a CPU)", r.cpus),
             );
         }
         let memory_mib = match parse_memory(&r.memory) {
@@ -665,6 +673,26 @@ mod tests {
             "is set by Trainyard for every job; remove it"
         );
         assert_eq!(errors[11].message, "is 99; it must be from -10 to 10");
+
+        let mut tiny = spec();
+        tiny.resources = Some(ResourceSpec {
+            cpus: 0.0001,
+            ..ResourceSpec::default()
+        });
+        assert_eq!(
+            tiny.check().unwrap_err()[0].message,
+            "is 0.0001; the least is 0.001 (a thousandth of a CPU)"
+        );
+        let listed = serde_json::from_str::<JobSpec>(
+            r#"{"name": "x", "command": "y", "hyperparameters": {"lr": [1, 2]}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            listed.contains("a hyperparameter is a number, true or false, or text")
+                && !listed.contains("untagged"),
+            "{listed}"
+        );
 
         let mut neither = spec();
         neither.command = None;

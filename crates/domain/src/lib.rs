@@ -254,6 +254,23 @@ pub fn serde_in_words(message: &str) -> String {
     if let Some(field) = m.strip_prefix("missing field ") {
         return format!("{field} is required");
     }
+    // serde-saphyr's: "duplicate mapping key: lr, set DuplicateKeyPolicy in
+    // Options if acceptable" (a setting of ours, not the writer's).
+    const POLICY: &str = ", set DuplicateKeyPolicy in Options if acceptable";
+    if let Some(at) = m.find("duplicate mapping key") {
+        let (before, rest) = m.split_at(at);
+        let key = rest
+            .strip_prefix("duplicate mapping key")
+            .unwrap_or_default()
+            .split(POLICY)
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches(':')
+            .trim();
+        let key = if key.is_empty() { "a key" } else { key };
+        let after = rest.split_once(POLICY).map_or("", |(_, after)| after);
+        return format!("{before}{key} is given twice in one mapping; keep one{after}");
+    }
     m.to_owned()
 }
 
@@ -432,6 +449,10 @@ mod words_tests {
                 "`gpu` is not a field here; use one of `gpus`, `cpus`",
             ),
             ("missing field `command`", "`command` is required"),
+            (
+                "duplicate mapping key: lr, set DuplicateKeyPolicy in Options if acceptable",
+                "lr is given twice in one mapping; keep one",
+            ),
             ("something else entirely", "something else entirely"),
         ];
         for (serde, words) in cases {

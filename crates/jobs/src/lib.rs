@@ -96,7 +96,12 @@ fn parse_document<T: serde::de::DeserializeOwned>(
     let value: serde_json::Value = if yaml {
         let text = std::str::from_utf8(body)
             .map_err(|_| plain("the YAML is not UTF-8 text".to_owned()))?;
-        serde_saphyr::from_str(text).map_err(|e| plain(format!("not valid YAML: {e}")))?
+        serde_saphyr::from_str(text).map_err(|e| {
+            plain(format!(
+                "not valid YAML: {}",
+                trainyard_domain::serde_in_words(&e.to_string())
+            ))
+        })?
     } else {
         serde_json::from_slice(body).map_err(|e| {
             plain(format!(
@@ -1594,6 +1599,7 @@ impl Jobs {
         for r in &running {
             if let Some(drain) = r.job.node.as_deref().and_then(|n| drains.get(n))
                 && drain.stop_jobs
+                && !stops.iter().any(|(job, _)| *job == r.job.id)
             {
                 stops.push((
                     r.job.id,
@@ -2424,12 +2430,22 @@ impl Jobs {
         if let Err(error) = self.store().revoke_run_tokens(run_id).await {
             tracing::warn!(run = run_id, %error, "could not revoke the job's tracking token");
         }
+        let now = now_millis();
         if let Err(error) = self
             .store()
-            .update_run(run_id, Some(status), Some(now_millis()), None)
+            .update_run(run_id, Some(status), Some(now), None)
             .await
         {
             tracing::warn!(run = run_id, %error, "could not record the end of the job's run");
+        }
+        // The runs it made under its own and left running (the job was
+        // stopped, or its script never ended them) end with it.
+        match self.store().end_child_runs(run_id, status, now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(run = run_id, runs = n, "ended the job's nested runs"),
+            Err(error) => {
+                tracing::warn!(run = run_id, %error, "could not end the job's nested runs");
+            }
         }
     }
 }

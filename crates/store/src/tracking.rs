@@ -723,6 +723,50 @@ impl Store {
         Ok(self.get_run(run_id).await?.info)
     }
 
+    /// Ends the runs made under `parent` (`mlflow.parentRunId`, in its
+    /// experiment) that are still RUNNING, with `status` at `end_time`: a
+    /// job's nested runs when the job ends (killed, their client never ended
+    /// them). Returns how many.
+    pub async fn end_child_runs(
+        &self,
+        parent: &str,
+        status: &str,
+        end_time: i64,
+    ) -> Result<u64, StoreError> {
+        let _turn = self.write_turn().await;
+        let txn = self.begin_write().await?;
+        let mut sql = self.sql();
+        sql.push(
+            "SELECT r.id FROM tags t JOIN runs r ON r.id = t.run_id \
+             WHERE t.key = 'mlflow.parentRunId' AND t.value = ",
+        )
+        .bind(parent.to_owned())
+        .push(" AND r.status = 'RUNNING' AND r.experiment_id = (SELECT p.experiment_id FROM runs p WHERE p.id = ")
+        .bind(parent.to_owned())
+        .push(")");
+        let ids: Vec<String> = txn
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| get(row, "id"))
+            .collect::<Result<_, _>>()?;
+        for chunk in ids.chunks(500) {
+            let mut sql = self.sql();
+            sql.push("UPDATE runs SET status = ")
+                .bind(status.to_owned())
+                .push(", end_time = ")
+                .bind(end_time)
+                .push(" WHERE id IN ")
+                .bind_list(chunk.iter().cloned());
+            txn.execute_raw(sql.build()).await?;
+        }
+        txn.commit().await?;
+        for id in &ids {
+            self.run_changed(id);
+        }
+        Ok(ids.len() as u64)
+    }
+
     /// Sets an active run's status, in one statement, reading nothing back
     /// (what a job's start and end need). A run that is deleted or gone is
     /// left as it is: false.

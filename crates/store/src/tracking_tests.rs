@@ -232,6 +232,59 @@ async fn a_tie_of_step_and_time_keeps_the_largest_value_as_latest() {
     assert_eq!(latest("batch_nan"), 2.0);
 }
 
+/// A job's end ends the runs it left running under its run, in its
+/// experiment; finished ones, others' and those elsewhere stay as they are.
+#[tokio::test]
+async fn a_runs_unended_children_end_with_it() {
+    let (_db, store) = store().await;
+    let exp = store
+        .create_experiment_with("sweep", None, &[], Owner::default())
+        .await
+        .unwrap();
+    let other = store
+        .create_experiment_with("elsewhere", None, &[], Owner::default())
+        .await
+        .unwrap();
+    let parent = new_run(&store, exp, "job").await;
+    let child = |experiment_id: i64, parent: &str| NewRun {
+        experiment_id,
+        user_id: "alice".into(),
+        tags: vec![kv("mlflow.parentRunId", parent)],
+        ..NewRun::default()
+    };
+    let mut ids = Vec::new();
+    for new in [
+        child(exp, &parent),
+        child(exp, &parent),
+        child(other, &parent),
+        child(exp, "someone-elses"),
+    ] {
+        ids.push(store.create_run(new).await.unwrap().info.run_id);
+    }
+    store
+        .update_run(&ids[1], Some("FAILED"), Some(5), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.end_child_runs(&parent, "KILLED", 42).await.unwrap(),
+        1
+    );
+    let mut states = Vec::new();
+    for id in &ids {
+        let info = store.get_run(id).await.unwrap().info;
+        states.push((info.status, info.end_time));
+    }
+    assert_eq!(
+        states,
+        [
+            ("KILLED".to_owned(), Some(42)),
+            ("FAILED".to_owned(), Some(5)),
+            ("RUNNING".to_owned(), None),
+            ("RUNNING".to_owned(), None),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn deleting_an_experiment_deletes_its_runs() {
     let (_db, store) = store().await;

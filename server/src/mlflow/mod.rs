@@ -130,8 +130,6 @@ impl From<StoreError> for ApiError {
 
 pub type ApiResult = Result<axum::Json<serde_json::Value>, ApiError>;
 
-/// May the caller write to this run? A job's token writes to its own run
-/// only; everyone else must own the run (or be an admin).
 /// Whether `run_id` is a job's run `own` or a run made under it (its
 /// `mlflow.parentRunId` is `own`, in `own`'s experiment): what a job's
 /// token writes to (`mlflow.start_run(nested=True)`: a sweep's trials).
@@ -149,6 +147,9 @@ pub async fn run_or_child_of(state: &AppState, own: &str, run_id: &str) -> Resul
     Ok(theirs.is_some() && theirs == ours)
 }
 
+/// May the caller write to this run? A job's token writes to its own run
+/// and the runs made under it ([`run_or_child_of`]); everyone else must own
+/// the run (or be an admin).
 pub async fn may_change_run(
     state: &AppState,
     principal: &crate::auth::Principal,

@@ -742,6 +742,7 @@ cid = child["run"]["info"]["run_id"]
 print("child-metric", call("/api/2.0/mlflow/runs/log-metric", metric(cid)))
 print("child-artifact", put("/api/2.0/mlflow-artifacts/artifacts/" + exp + "/" + cid + "/artifacts/trial.json"))
 print("child-end", send("/api/2.0/mlflow/runs/update", {"run_id": cid, "status": "FINISHED"})[0])
+print("left-running", under(own)[1]["run"]["info"]["run_id"])
 print("retag", send("/api/2.0/mlflow/runs/set-tag", {"run_id": cid, "key": "mlflow.parentRunId", "value": os.environ["OTHER_RUN"]})[0])
 print("child-of-other", under(os.environ["OTHER_RUN"])[0])
 print("child-elsewhere", under(own, os.environ["OTHER_EXP"])[0])
@@ -963,6 +964,33 @@ print("scorer-delete", send("/api/3.0/mlflow/scorers/delete", {"experiment_id": 
     ] {
         assert!(log.body.contains(line), "{line}: {}", log.body);
     }
+    // A run it made under its own and left running ended with the job.
+    let left = log
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("left-running "))
+        .unwrap_or_else(|| panic!("{}", log.body))
+        .trim()
+        .to_owned();
+    let child = call(
+        &server,
+        "GET",
+        &format!("/api/2.0/mlflow/runs/get?run_id={left}"),
+        Some(&alice),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(
+        child.json()["run"]["info"]["status"],
+        "FINISHED",
+        "{}",
+        child.body
+    );
+    assert!(
+        !child.json()["run"]["info"]["end_time"].is_null(),
+        "{}",
+        child.body
+    );
     // The run is alice's, and the token died with the job.
     let run_id = state["run_id"].as_str().unwrap();
     let run = call(

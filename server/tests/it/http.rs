@@ -134,6 +134,36 @@ async fn unknown_pages_get_a_404_page() {
         page.body.contains("Experiments"),
         "the 404 keeps the navigation"
     );
+    // A job page of no job, whatever its id's characters, is not found.
+    for path in ["/jobs/99999", "/jobs/abc"] {
+        let page = server.get(path).await;
+        assert_eq!(page.status, 404, "{path}: {}", page.body);
+    }
+}
+
+/// A path or query that does not parse, on Trainyard's own API, is refused
+/// in JSON as its other errors are, with axum's words.
+#[tokio::test]
+async fn the_jobs_api_refuses_what_does_not_parse_in_json() {
+    let server = TestServer::start().await;
+    for (path, says) in [
+        ("/api/trainyard/v1/jobs/abc", "abc"),
+        ("/api/trainyard/v1/jobs?limit=-1", "limit"),
+    ] {
+        let refused = server.get(path).await;
+        assert_eq!(refused.status, 400, "{path}: {}", refused.body);
+        assert_eq!(
+            refused.header("content-type"),
+            Some("application/json"),
+            "{path}"
+        );
+        let body = refused.json();
+        assert_eq!(body["error_code"], "INVALID_PARAMETER_VALUE", "{path}");
+        assert!(
+            body["message"].as_str().unwrap().contains(says),
+            "{path}: {body}"
+        );
+    }
 }
 
 #[tokio::test]
