@@ -604,12 +604,7 @@ pub fn JobPage() -> impl IntoView {
         |(id, _, _, _)| async move {
             match id {
                 Some(id) => get_job(id).await.map(Some),
-                None => {
-                    // `/jobs/abc`: no job, as `/jobs/99999`.
-                    #[cfg(feature = "ssr")]
-                    crate::error::set_error_status(http::StatusCode::NOT_FOUND);
-                    Ok(None)
-                }
+                None => Ok(None),
             }
         },
     );
