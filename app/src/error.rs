@@ -126,6 +126,16 @@ pub fn set_error_status(status: http::StatusCode) {
     }
 }
 
+/// Marks the page being rendered as not found (404) when its resource finds
+/// nothing: a page of no job, run or trace is still drawn, with its words
+/// and the navigation, but says so in its status. Only a blocking resource
+/// can set it, since the status leaves with the page's first bytes. Does
+/// nothing in the browser.
+pub fn page_not_found() {
+    #[cfg(feature = "ssr")]
+    set_error_status(http::StatusCode::NOT_FOUND);
+}
+
 #[cfg(feature = "ssr")]
 impl From<trainyard_jobs::SubmitError> for AppError {
     fn from(err: trainyard_jobs::SubmitError) -> Self {

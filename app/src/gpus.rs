@@ -439,9 +439,16 @@ pub fn NodeGpusPage() -> impl IntoView {
     let node = move || params.read().get("node").unwrap_or_default();
     let window = chosen_window("6h");
     let zoom: RwSignal<Option<(i64, i64)>> = RwSignal::new(None);
-    let data = Resource::new(
+    // Blocking, so that a page of no node answers 404.
+    let data = Resource::new_blocking(
         move || (node(), window.get(), zoom.get()),
-        |(node, window, zoom)| get_node_gpus(node, window, zoom),
+        |(node, window, zoom)| async move {
+            let data = get_node_gpus(node, window, zoom).await;
+            if matches!(data, Ok(None)) {
+                crate::error::page_not_found();
+            }
+            data
+        },
     );
     let shown = Signal::derive(move || data.get().and_then(Result::ok).flatten());
     let remove = ServerAction::<RemoveGpuNode>::new();

@@ -592,7 +592,9 @@ pub fn JobPage() -> impl IntoView {
     let cancel = ServerAction::<CancelJob>::new();
     let retry = ServerAction::<RetryJob>::new();
     let move_team = ServerAction::<MoveJobTeam>::new();
-    let page = Resource::new(
+    // Blocking, so that a page of no job answers 404 (its status leaves
+    // with the first bytes).
+    let page = Resource::new_blocking(
         move || {
             (
                 id(),
@@ -604,7 +606,10 @@ pub fn JobPage() -> impl IntoView {
         |(id, _, _, _)| async move {
             match id {
                 Some(id) => get_job(id).await.map(Some),
-                None => Ok(None),
+                None => {
+                    crate::error::page_not_found();
+                    Ok(None)
+                }
             }
         },
     );
@@ -857,7 +862,14 @@ fn follow_log(
 pub fn TemplateEditor() -> impl IntoView {
     let params = use_params_map();
     let slug = move || params.read().get("slug").unwrap_or_default();
-    let text = Resource::new(slug, template_text);
+    // Blocking, so that the editor of no template answers 404.
+    let text = Resource::new_blocking(slug, |slug| async move {
+        let text = template_text(slug).await;
+        if matches!(text, Ok(None)) {
+            crate::error::page_not_found();
+        }
+        text
+    });
     let save = ServerAction::<SaveTemplate>::new();
     let delete = ServerAction::<DeleteTemplate>::new();
     let error = move || {

@@ -269,11 +269,12 @@ pub async fn jobs(remote: &Remote, state: Option<&str>, limit: u64) -> Result<Ex
             .chars()
             .take(32)
             .collect();
+        // As numbers, not JSON values, whose display ignores the widths.
         println!(
             "{:>6}  {:<10}  {:>4}  {:<32}  {waiting}",
-            job["id"],
+            job["id"].as_i64().unwrap_or_default(),
             job["state"].as_str().unwrap_or(""),
-            job["gpus"],
+            job["gpus"].as_u64().unwrap_or_default(),
             name
         );
     }
@@ -376,13 +377,21 @@ async fn follow_logs(remote: &Remote, id: i64) -> Result<ExitCode> {
                 .map(|c| format!(", exit code {c}"))
                 .unwrap_or_default();
             eprintln!("job {id} {}{code}", state.to_lowercase());
-            return Ok(if state == "SUCCEEDED" {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            });
+            return Ok(follow_exit(&state, job["exit_code"].as_i64()));
         }
         tokio::time::sleep(FOLLOW_POLL).await;
+    }
+}
+
+/// How a followed job's end leaves the command, so that a script can act
+/// on it as on the job's own command: 0 when it succeeded, its exit code
+/// when it failed with one, 1 for every other end (cancelled, lost, killed
+/// by a signal, out of memory, past its runtime).
+fn follow_exit(state: &str, exit_code: Option<i64>) -> ExitCode {
+    match (state, exit_code) {
+        ("SUCCEEDED", _) => ExitCode::SUCCESS,
+        ("FAILED", Some(code @ 1..=255)) => ExitCode::from(code as u8),
+        _ => ExitCode::FAILURE,
     }
 }
 

@@ -52,7 +52,8 @@ enum Command {
         /// A dataset the job reads (repeat for more).
         #[arg(long = "dataset", value_name = "NAME")]
         datasets: Vec<String>,
-        /// Stay, print the log as it is written, and exit as the job does.
+        /// Stay, print the log as it is written, and exit as the job does:
+        /// 0, its exit code if it failed with one, else 1.
         #[arg(long, short)]
         follow: bool,
         #[command(flatten)]
@@ -71,7 +72,8 @@ enum Command {
     /// Print a job's log.
     Logs {
         id: i64,
-        /// Follow it until the job ends.
+        /// Follow it until the job ends, and exit as it does (as submit
+        /// --follow).
         #[arg(long, short)]
         follow: bool,
         #[command(flatten)]

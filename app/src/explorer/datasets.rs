@@ -192,7 +192,8 @@ fn Fields(fields: Vec<(String, String)>) -> impl IntoView {
 #[component]
 pub fn DatasetsPage() -> impl IntoView {
     let experiment = experiment_param();
-    let found = Resource::new(move || experiment.get(), experiment_datasets);
+    // Blocking, so that the datasets of no experiment answer 404.
+    let found = Resource::new_blocking(move || experiment.get(), experiment_datasets);
     view! {
         <Suspense fallback=|| view! { <p class="muted">"Loading datasets…"</p> }>
             {move || found.get().map(|f| match f {
@@ -264,7 +265,8 @@ pub fn DatasetPage() -> impl IntoView {
             .get("after")
             .and_then(|a| a.parse::<i64>().ok())
     });
-    let page = Resource::new(
+    // Blocking, so that a page of no dataset answers 404.
+    let page = Resource::new_blocking(
         move || (experiment.get(), dataset.get(), after.get()),
         |(experiment, dataset, after)| dataset_records(experiment, dataset, after),
     );

@@ -606,7 +606,8 @@ pub fn TracesPage() -> impl IntoView {
             .unwrap_or(0)
     });
     let filter = Memo::new(move |_| query.read().get("q").unwrap_or_default());
-    let traces = Resource::new(
+    // Blocking, so that the traces of no experiment answer 404.
+    let traces = Resource::new_blocking(
         move || (experiment.get(), filter.get(), offset.get()),
         |(id, q, offset)| experiment_traces(id, q, offset),
     );
@@ -748,7 +749,8 @@ fn trace_name(t: &TraceInfo) -> String {
 pub fn TracePage() -> impl IntoView {
     let params = use_params_map();
     let trace_id = Memo::new(move |_| params.read().get("trace").unwrap_or_default());
-    let trace = Resource::new(move || trace_id.get(), get_trace);
+    // Blocking, so that a page of no trace answers 404.
+    let trace = Resource::new_blocking(move || trace_id.get(), get_trace);
     let open = RwSignal::new(None::<usize>);
     view! {
         <Suspense fallback=|| view! { <p class="muted">"Loading the trace…"</p> }>

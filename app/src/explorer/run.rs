@@ -36,7 +36,8 @@ pub fn RunPage() -> impl IntoView {
     let edit = ServerAction::<EditRun>::new();
     let delete = ServerAction::<DeleteRunPage>::new();
     let tag = ServerAction::<SetRunTag>::new();
-    let detail = Resource::new(
+    // Blocking, so that a page of no run answers 404.
+    let detail = Resource::new_blocking(
         move || {
             (
                 run_id.get(),

@@ -151,7 +151,8 @@ fn Version(row: ScorerRow) -> impl IntoView {
 #[component]
 pub fn ScorersPage() -> impl IntoView {
     let experiment = super::experiment_param();
-    let found = Resource::new(move || experiment.get(), experiment_scorers);
+    // Blocking, so that the scorers of no experiment answer 404.
+    let found = Resource::new_blocking(move || experiment.get(), experiment_scorers);
     view! {
         <Suspense fallback=|| view! { <p class="muted">"Loading scorers…"</p> }>
             {move || found.get().map(|f| match f {

@@ -134,12 +134,16 @@ pub fn ExperimentPage() -> impl IntoView {
         let s = state.get();
         (id.get(), s.q, s.sort, s.cols, s.offset)
     });
-    let info = Resource::new(
+    // Blocking, so that a page of no experiment answers 404.
+    let info = Resource::new_blocking(
         move || id.get(),
         |id| async move {
             match id {
                 Some(id) => get_experiment_view(id).await,
-                None => Err(AppError::NotFound("no such experiment".to_owned())),
+                None => {
+                    crate::error::page_not_found();
+                    Err(AppError::NotFound("no such experiment".to_owned()))
+                }
             }
         },
     );

@@ -134,6 +134,36 @@ async fn unknown_pages_get_a_404_page() {
         page.body.contains("Experiments"),
         "the 404 keeps the navigation"
     );
+    // A page of something that is not there says so in its status too,
+    // whatever its id's characters; the pages that are there answer 200.
+    for path in [
+        "/jobs/99999",
+        "/jobs/abc",
+        "/experiments/99999",
+        "/experiments/abc",
+        "/experiments/0/runs/0123456789abcdef0123456789abcdef",
+        "/experiments/99999/traces",
+        "/experiments/0/traces/tr-0123456789abcdef0123456789abcdef",
+        "/experiments/99999/datasets",
+        "/experiments/0/datasets/d-0123456789abcdef0123456789abcdef",
+        "/experiments/99999/scorers",
+        "/templates/no-such-template/edit",
+        "/admin/gpus/no-such-node",
+    ] {
+        let page = server.get(path).await;
+        assert_eq!(page.status, 404, "{path}: {}", page.body);
+        assert!(page.body.contains("Experiments"), "{path}: a whole page");
+    }
+    for path in [
+        "/experiments/0",
+        "/experiments/0/traces",
+        "/experiments/0/datasets",
+        "/experiments/0/scorers",
+        "/templates/new",
+    ] {
+        let page = server.get(path).await;
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+    }
 }
 
 /// A path or query that does not parse, on Trainyard's own API, is refused

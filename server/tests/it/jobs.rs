@@ -875,6 +875,11 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
     assert!(!node.is_empty());
     let row = stdout.lines().find(|l| l.contains("cli job")).unwrap();
     assert!(row.trim_end().ends_with(&node), "{stdout}");
+    // In columns under their heads: the id right-aligned in 6, the state
+    // after two spaces.
+    let head = stdout.lines().next().unwrap();
+    assert!(head.starts_with("    ID  STATE"), "{stdout}");
+    assert!(row.starts_with("     1  SUCCEEDED"), "{stdout}");
 
     // A spec with problems is refused before anything runs, field by field.
     std::fs::write(&spec, "name: broken\nresources: {gpus: 99}\n").unwrap();
@@ -921,6 +926,15 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
     .await;
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "1 2 3");
+    // A followed job that fails leaves the command with its exit code.
+    std::fs::write(
+        &spec,
+        "name: fails\ncommand: exit 3\nresources: {memory: 64Mi}\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = cli(&server, &["submit", &spec_arg, "--follow"]).await;
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("failed, exit code 3"), "{stderr}");
 
     std::fs::write(
         &spec,
