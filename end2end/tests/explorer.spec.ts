@@ -178,8 +178,14 @@ test('filter, select, compare, smooth, log scale, zoom, hover, hide, group', asy
   await expect(loss).toHaveAttribute('data-series', '3');
   await expect(figures.locator('tr[data-metric="loss"] td[data-run]:visible')).toHaveCount(3);
   await expect(page.locator('[data-testid="param-diff"] thead th:visible')).toHaveCount(4);
+  // Hidden in the URL too: a reload (or the link) keeps it hidden.
+  await expect(page).toHaveURL(/[?&]hide=/);
+  await page.reload();
+  await loss.scrollIntoViewIfNeeded();
+  await expect(loss).toHaveAttribute('data-series', '3');
   await page.getByTestId('legend').locator('button').first().click();
   await expect(loss).toHaveAttribute('data-series', '4');
+  await expect(page).not.toHaveURL(/[?&]hide=/);
   // Whether a param differs is asked of the runs shown: with the runs of
   // another lr than the first's hidden, lr is the same in all shown.
   const lrRow = page.locator('[data-testid="param-diff"] tr[data-param="lr"]');

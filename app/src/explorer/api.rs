@@ -161,6 +161,8 @@ pub async fn list_runs_page(
     store
         .experiment_as(&user, experiment_id, trainyard_store::Access::Read)
         .await?;
+    // Plain words search run names, as in MLflow's UI.
+    let query = trainyard_domain::query::name_search(&query).unwrap_or(query);
     let filter = parse_query(&query, Scope::Runs)?;
     let viewer = trainyard_store::Viewer::of(&user);
     let columns: Vec<String> = match columns {

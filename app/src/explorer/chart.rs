@@ -253,6 +253,8 @@ pub(crate) fn MetricChart(
             return;
         }
         let x = frame.x_at(px);
+        // A lone point answers within 5 % of the chart's width of it.
+        let reach = (frame.x_max - frame.x_min).abs() * 0.05;
         let values = drawn.with_untracked(|d| {
             d.as_ref()
                 .and_then(|r| r.as_ref().ok())
@@ -270,7 +272,7 @@ pub(crate) fn MetricChart(
                             } else {
                                 s.clone()
                             };
-                            trainyard_charts::value_at(&shown, x)
+                            trainyard_charts::value_at(&shown, x, reach)
                                 .map(|(_, y)| (s.label.clone(), s.color, y))
                         })
                         .collect::<Vec<_>>()

@@ -42,6 +42,9 @@ struct CompareState {
     scatter: Option<String>,
     /// The x range every chart shows (a drag over one zooms all).
     zoom: Option<(f64, f64)>,
+    /// Runs hidden from the charts and tables (a click on the legend),
+    /// sorted.
+    hidden: Vec<String>,
 }
 
 impl CompareState {
@@ -57,7 +60,6 @@ impl CompareState {
             }
         }
         CompareState {
-            runs,
             metrics: list("metric"),
             options: ChartOptions {
                 x_axis: map
@@ -82,6 +84,17 @@ impl CompareState {
                 let (a, b): (f64, f64) = (a.parse().ok()?, b.parse().ok()?);
                 (a.is_finite() && b.is_finite() && a < b).then_some((a, b))
             }),
+            hidden: {
+                let mut hidden: Vec<String> = list("hide")
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|h| runs.contains(h))
+                    .collect();
+                hidden.sort();
+                hidden.dedup();
+                hidden
+            },
+            runs,
         }
     }
 
@@ -129,6 +142,7 @@ impl CompareState {
             pairs.push(("x0", a));
             pairs.push(("x1", b));
         }
+        pairs.extend(self.hidden.iter().map(|h| ("hide", h.as_str())));
         format!("/compare{}", query_string(pairs))
     }
 
@@ -224,7 +238,26 @@ fn Comparison(runs: Vec<CompareRun>, state: Memo<CompareState>) -> impl IntoView
     let tag_keys = union_keys(runs.iter().map(|r| r.tags.as_slice()));
     let differing = differing_params(&runs, &param_keys);
     let runs = StoredValue::new(runs);
-    let hidden: RwSignal<HashSet<String>> = RwSignal::new(HashSet::new());
+    // Hidden runs, kept in the URL both ways as the zoom is.
+    let hidden: RwSignal<HashSet<String>> =
+        RwSignal::new(state.get_untracked().hidden.into_iter().collect());
+    {
+        let go = go.clone();
+        Effect::new(move |_| {
+            let mut h: Vec<String> = hidden.get().into_iter().collect();
+            h.sort();
+            let s = state.get_untracked();
+            if s.hidden != h {
+                go(CompareState { hidden: h, ..s });
+            }
+        });
+        Effect::new(move |_| {
+            let h: HashSet<String> = state.get().hidden.into_iter().collect();
+            if hidden.with_untracked(|now| *now != h) {
+                hidden.set(h);
+            }
+        });
+    }
 
     // Controls edit a signal; the URL follows it.
     let options = RwSignal::new(state.get_untracked().options);
@@ -848,6 +881,7 @@ mod tests {
             metric: Some("acc".to_owned()),
             scatter: Some("lr".to_owned()),
             zoom: Some((-12.5, 40.0)),
+            hidden: vec!["b".to_owned()],
         };
         let url = state.to_query();
         let query = url.strip_prefix("/compare").unwrap();

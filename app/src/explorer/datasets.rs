@@ -244,7 +244,7 @@ pub fn DatasetsPage() -> impl IntoView {
                         }}
                     }.into_any()
                 }
-                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                Err(e) => view! { <Title text="Datasets"/><ErrorNote error=e/> }.into_any(),
             })}
         </Suspense>
     }
@@ -329,7 +329,7 @@ pub fn DatasetPage() -> impl IntoView {
                         }}
                     }.into_any()
                 }
-                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                Err(e) => view! { <Title text="Dataset"/><ErrorNote error=e/> }.into_any(),
             })}
         </Suspense>
     }

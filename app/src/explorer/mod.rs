@@ -166,7 +166,10 @@ pub fn ExperimentsPage() -> impl IntoView {
                                 <th>"Name"</th><th class="num">"Runs"</th><th>"Last activity"</th><th><span class="visually-hidden">"Actions"</span></th>
                             </tr></thead>
                             <tbody>
-                                {list.into_iter().map(|e| {
+                                // Keyed by id and name: a row keeps its own
+                                // state (an open rename box) when others
+                                // leave, and a renamed one starts closed.
+                                <For each=move || list.clone() key=|e| (e.id, e.name.clone()) let:e>{
                                     let id = e.id;
                                     let is_default = id == 0;
                                     let name = e.name.clone();
@@ -202,7 +205,8 @@ pub fn ExperimentsPage() -> impl IntoView {
                                             </td>
                                         </tr>
                                     }
-                                }).collect_view()}
+                                    .into_any()
+                                }</For>
                             </tbody>
                         </table>
                     }.into_any(),

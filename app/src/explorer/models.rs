@@ -439,7 +439,9 @@ fn Registry(view: ModelsView) -> impl IntoView {
             <h2>"Registered models"</h2>
             {more.then(|| view! { <p class="muted">"The first 200 by name."</p> })}
             {view.registered.into_iter().map(|model| {
-                let versions: Vec<_> = view.versions.iter().filter(|v| v.name == model.name).cloned().collect();
+                // Newest version first, as MLflow lists them.
+                let mut versions: Vec<_> = view.versions.iter().filter(|v| v.name == model.name).cloned().collect();
+                versions.sort_by_key(|v| std::cmp::Reverse(v.version));
                 let runs = runs.clone();
                 let aliases = model.aliases.iter().map(|(a, v)| format!("@{a} → v{v}")).collect::<Vec<_>>().join(", ");
                 view! {
@@ -700,7 +702,7 @@ pub fn TracesPage() -> impl IntoView {
                     {search_box()}
                     <super::table::QueryErrorNote query=filter.get_untracked() error/>
                 }.into_any(),
-                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                Err(e) => view! { <Title text="Traces"/><ErrorNote error=e/> }.into_any(),
             })}
         </Suspense>
     }
@@ -823,7 +825,7 @@ pub fn TracePage() -> impl IntoView {
                         <TraceAssessments assessments=assessments/>
                     }.into_any()
                 }
-                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                Err(e) => view! { <Title text="Trace"/><ErrorNote error=e/> }.into_any(),
             })}
         </Suspense>
     }

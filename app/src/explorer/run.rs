@@ -29,6 +29,12 @@ fn is_live(status: &str) -> bool {
 pub fn RunPage() -> impl IntoView {
     let params = use_params_map();
     let run_id = Memo::new(move |_| params.read().get("run").unwrap_or_default());
+    let experiment = Memo::new(move |_| {
+        params
+            .read()
+            .get("experiment")
+            .and_then(|e| e.parse::<i64>().ok())
+    });
     // Bumped by the server's pushes: fresh figures and chart data.
     let tick = RwSignal::new(0u32);
     // Bumped when the run logs a metric it had not logged before.
@@ -46,7 +52,20 @@ pub fn RunPage() -> impl IntoView {
                 tag.version().get(),
             )
         },
-        |(id, _, _, _)| get_run_detail(id),
+        move |(id, _, _, _)| async move {
+            let detail = get_run_detail(id.clone()).await;
+            // Under its own experiment's address only.
+            match detail {
+                Ok(d) if Some(d.experiment_id) != experiment.get_untracked() => {
+                    crate::error::page_not_found();
+                    Err(AppError::NotFound(format!(
+                        "run {id} is not in this experiment; it is in experiment {} ({})",
+                        d.experiment_id, d.experiment_name
+                    )))
+                }
+                other => other,
+            }
+        },
     );
     // Apart from the facts, so that live updates do not remount the charts;
     // asked again only when a new metric key appears.

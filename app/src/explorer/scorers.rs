@@ -217,7 +217,7 @@ pub fn ScorersPage() -> impl IntoView {
                         }}
                     }.into_any()
                 }
-                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                Err(e) => view! { <Title text="Scorers"/><ErrorNote error=e/> }.into_any(),
             })}
         </Suspense>
     }

@@ -177,6 +177,8 @@ pub fn ExperimentPage() -> impl IntoView {
                     Err(AppError::Query(error)) => view! {
                         <QueryErrorNote query=state.get_untracked().q error/>
                     }.into_any(),
+                    // An experiment that is not there is said once, above.
+                    Err(AppError::NotFound(_)) => ().into_any(),
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -204,7 +206,7 @@ fn ExperimentHead(
         <section class="page-head">
             <h1 data-testid="experiment-name">{summary.name.clone()}</h1>
             {archived.then(|| view! { <span class="badge badge-off">"archived"</span> })}
-            <span class="muted" data-testid="experiment-runs">{summary.runs} " runs"</span>
+            <span class="muted" data-testid="experiment-runs">{summary.runs} " " {crate::pages::plural(summary.runs, "run", "runs")}</span>
             <a href=format!("/experiments/{}/traces", summary.id)>"Traces"</a>
             <a href=format!("/experiments/{}/datasets", summary.id)>"Datasets"</a>
             <a href=format!("/experiments/{}/scorers", summary.id)>"Scorers"</a>

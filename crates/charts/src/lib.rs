@@ -369,8 +369,9 @@ fn interpolate(points: &[(f64, f64)], x: f64) -> Option<f64> {
 /// The point of `series` nearest to data `x` (for the hover readout), as (x, y); y may be
 /// non-finite, a readout shows that as it is. None if the series has no point with a finite x,
 /// or if `x` lies beyond the first or last point by more than the gap to its neighbour. A
-/// series of a single x answers for any x.
-pub fn value_at(series: &Series, x: f64) -> Option<(f64, f64)> {
+/// series of a single x (a metric logged once, or the one point of a run in a zoomed view)
+/// has no gap to go by: it answers within `reach` of that x.
+pub fn value_at(series: &Series, x: f64, reach: f64) -> Option<(f64, f64)> {
     if !x.is_finite() {
         return None;
     }
@@ -393,6 +394,9 @@ pub fn value_at(series: &Series, x: f64) -> Option<(f64, f64)> {
         .map(|p| p.0)
         .filter(|v| *v < last)
         .fold(f64::NEG_INFINITY, f64::max);
+    if first == last {
+        return ((x - first).abs() <= reach).then_some(nearest);
+    }
     let outside = x < first - (second - first) || x > last + (last - before_last);
     (!outside).then_some(nearest)
 }
@@ -556,17 +560,18 @@ mod tests {
     #[test]
     fn value_at_finds_the_nearest_point() {
         let s = series(&[0.0, 10.0, 20.0], &[1.0, 2.0, 3.0]);
-        assert_eq!(value_at(&s, 4.0), Some((0.0, 1.0)));
-        assert_eq!(value_at(&s, 6.0), Some((10.0, 2.0)));
-        assert_eq!(value_at(&s, 29.0), Some((20.0, 3.0)));
-        assert_eq!(value_at(&s, 31.0), None);
-        assert_eq!(value_at(&s, -11.0), None);
-        assert_eq!(value_at(&s, f64::NAN), None);
-        assert_eq!(value_at(&series(&[], &[]), 0.0), None);
-        assert_eq!(
-            value_at(&series(&[5.0], &[f64::NAN]), 1e9).map(|p| p.0),
-            Some(5.0)
-        );
+        assert_eq!(value_at(&s, 4.0, 1.0), Some((0.0, 1.0)));
+        assert_eq!(value_at(&s, 6.0, 1.0), Some((10.0, 2.0)));
+        assert_eq!(value_at(&s, 29.0, 1.0), Some((20.0, 3.0)));
+        assert_eq!(value_at(&s, 31.0, 1.0), None);
+        assert_eq!(value_at(&s, -11.0, 1.0), None);
+        assert_eq!(value_at(&s, f64::NAN, 1.0), None);
+        assert_eq!(value_at(&series(&[], &[]), 0.0, 1.0), None);
+        // One point answers near it only: not past a run's last step when
+        // it is the only one in view.
+        let one = series(&[5.0], &[f64::NAN]);
+        assert_eq!(value_at(&one, 5.5, 1.0).map(|p| p.0), Some(5.0));
+        assert_eq!(value_at(&one, 107.0, 1.0), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! Serde only: this crate is compiled to wasm too, so it holds no I/O.
 
 pub mod explorer;
+pub mod float_text;
 pub mod identity;
 pub mod job;
 pub mod query;
@@ -581,6 +582,7 @@ pub mod tracking {
     pub struct Point {
         pub step: i64,
         pub timestamp: i64,
+        #[serde(with = "crate::float_text")]
         pub value: f64,
     }
 

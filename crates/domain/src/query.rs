@@ -335,6 +335,37 @@ pub const MAX_NESTING: usize = 32;
 /// How many comparisons one filter may hold; each becomes a term of the SQL.
 pub const MAX_COMPARISONS: usize = 500;
 
+/// The runs search box's plain words, as MLflow's UI takes them: text with
+/// no operator, quote or parenthesis, not naming a key (`metrics.…`), is a
+/// search of run names, `attributes.run_name ILIKE '%text%'`. None for
+/// anything else, which is parsed as a filter.
+pub fn name_search(text: &str) -> Option<String> {
+    let text = text.trim();
+    let keyword = |w: &str| {
+        matches!(
+            w.to_ascii_uppercase().as_str(),
+            "AND" | "OR" | "NOT" | "IN" | "LIKE" | "ILIKE" | "IS" | "NULL" | "BETWEEN"
+        )
+    };
+    let names_a_key = [
+        "metrics.",
+        "params.",
+        "tags.",
+        "attributes.",
+        "attribute.",
+        "metric.",
+        "param.",
+        "tag.",
+    ]
+    .iter()
+    .any(|prefix| text.to_ascii_lowercase().starts_with(prefix));
+    let plain = !text.is_empty()
+        && !names_a_key
+        && !text.contains(['=', '<', '>', '!', '(', ')', '\'', '"', '`', '\\'])
+        && !text.split_whitespace().any(keyword);
+    plain.then(|| format!("attributes.run_name ILIKE '%{text}%'"))
+}
+
 /// Parses a filter; an empty or blank filter is `None` (everything matches).
 pub fn parse_filter(input: &str, scope: Scope) -> Result<Option<Expr>, QueryError> {
     let tokens = lex(input)?;
@@ -1230,6 +1261,35 @@ fn describe(field: &Field) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn plain_words_search_run_names() {
+        use super::name_search;
+        assert_eq!(
+            name_search(" trial-042 ").as_deref(),
+            Some("attributes.run_name ILIKE '%trial-042%'")
+        );
+        assert_eq!(
+            name_search("resnet sweep").as_deref(),
+            Some("attributes.run_name ILIKE '%resnet sweep%'")
+        );
+        for filter in [
+            "",
+            "metrics.loss < 1",
+            "metrics.loss",
+            "lr = 1",
+            "a and b",
+            "x'",
+        ] {
+            assert_eq!(name_search(filter), None, "{filter}");
+        }
+        // What it makes parses, and finds the name.
+        let made = name_search("trial-042").unwrap();
+        assert!(
+            super::parse_filter(&made, super::Scope::Runs)
+                .unwrap()
+                .is_some()
+        );
+    }
     use super::*;
 
     fn runs(q: &str) -> Expr {
