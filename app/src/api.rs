@@ -381,6 +381,9 @@ pub struct JobDetail {
     /// The teams the caller may file the job under now (empty: it has
     /// ended, or it is not theirs to change).
     pub team_choices: Vec<String>,
+    /// Whether the caller may cancel it or run it again (its owner or an
+    /// admin; a teammate sees it only).
+    pub yours: bool,
 }
 
 #[server(endpoint = "get_job")]
@@ -391,11 +394,11 @@ pub async fn get_job(id: i64) -> Result<JobDetail, AppError> {
         .job_as(&user, id, trainyard_store::Access::Read)
         .await?;
     let events = store.job_events(id).await?;
-    let may_change = !record.job.state.is_terminal()
-        && store
-            .job_as(&user, id, trainyard_store::Access::Change)
-            .await
-            .is_ok();
+    let yours = store
+        .job_as(&user, id, trainyard_store::Access::Change)
+        .await
+        .is_ok();
+    let may_change = yours && !record.job.state.is_terminal();
     let team_choices = if !may_change {
         Vec::new()
     } else if user.is_admin {
@@ -412,6 +415,7 @@ pub async fn get_job(id: i64) -> Result<JobDetail, AppError> {
         job: record.job,
         events,
         team_choices,
+        yours,
     })
 }
 
@@ -458,10 +462,12 @@ pub async fn get_log_tail(id: i64) -> Result<LogTail, AppError> {
 #[server(endpoint = "cancel_job")]
 pub async fn cancel_job(id: i64) -> Result<(), AppError> {
     let jobs = jobs()?;
-    jobs.store()
-        .job_as(&caller()?.user, id, trainyard_store::Access::Change)
+    let user = caller()?.user;
+    let record = jobs
+        .store()
+        .job_as(&user, id, trainyard_store::Access::Change)
         .await?;
-    jobs.cancel(id).await?;
+    jobs.cancel(id, record.acted_on_by(&user)).await?;
     Ok(())
 }
 
@@ -469,10 +475,12 @@ pub async fn cancel_job(id: i64) -> Result<(), AppError> {
 #[server(endpoint = "retry_job")]
 pub async fn retry_job(id: i64) -> Result<i64, AppError> {
     let jobs = jobs()?;
-    jobs.store()
-        .job_as(&caller()?.user, id, trainyard_store::Access::Change)
+    let user = caller()?.user;
+    let record = jobs
+        .store()
+        .job_as(&user, id, trainyard_store::Access::Change)
         .await?;
-    let record = jobs.retry(id).await?;
+    let record = jobs.retry(id, record.acted_on_by(&user)).await?;
     leptos_axum::redirect(&format!("/jobs/{}", record.job.id));
     Ok(record.job.id)
 }

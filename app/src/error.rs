@@ -42,6 +42,18 @@ impl FromServerFnError for AppError {
 }
 
 impl AppError {
+    /// The HTTP status this error answers with: a refusal of the input 400,
+    /// not found 404, not allowed 403, a clash 409, a failure 500.
+    pub fn status(&self) -> u16 {
+        match self {
+            AppError::Invalid(_) | AppError::Fields(_) | AppError::Query(_) => 400,
+            AppError::NotFound(_) => 404,
+            AppError::Forbidden(_) => 403,
+            AppError::Conflict(_) => 409,
+            AppError::Internal(_) | AppError::Call(_) => 500,
+        }
+    }
+
     /// The field a form should mark, if any.
     pub fn field(&self) -> Option<&str> {
         match self {

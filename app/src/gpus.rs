@@ -113,6 +113,9 @@ pub async fn remove_gpu_node(node: String) -> Result<(), AppError> {
     admin()?;
     let by = crate::api::caller()?.user.username;
     let removal = crate::api::jobs()?.remove_node(&node, &by).await?;
+    if removal == trainyard_jobs::NodeRemoval::Removed {
+        telemetry()?.forget_node(&node).await;
+    }
     if let Some(why) = removal.refusal(&node) {
         let (status, error) = match removal {
             trainyard_jobs::NodeRemoval::Missing => {
@@ -450,7 +453,17 @@ pub fn NodeGpusPage() -> impl IntoView {
             data
         },
     );
-    let shown = Signal::derive(move || data.get().and_then(Result::ok).flatten());
+    // The charts draw once the page is alive in the browser: drawn from
+    // the data on the server and empty at hydration (or the other way
+    // round) would not hydrate.
+    let alive = RwSignal::new(false);
+    Effect::new(move || alive.set(true));
+    let shown = Signal::derive(move || {
+        alive
+            .get()
+            .then(|| data.get().and_then(Result::ok).flatten())
+            .flatten()
+    });
     let remove = ServerAction::<RemoveGpuNode>::new();
     view! {
         <Title text=move || format!("GPUs of {}", node())/>
@@ -480,7 +493,9 @@ pub fn NodeGpusPage() -> impl IntoView {
                 view! { <GpuChart quantity=q data=shown zoom=zoom download=download/> }.into_any()
             }).collect_view()}
         </div>
-        <details class="node-remove" data-testid="node-remove">
+        // Open when the removal was refused, so that its reason shows.
+        <details class="node-remove" data-testid="node-remove"
+            open=move || remove.value().with(|v| matches!(v, Some(Err(_))))>
             <summary>"Remove this node"</summary>
             <p class="muted">
                 "For a node that is gone for good: its GPUs, their history and its agent tokens go; "

@@ -158,10 +158,14 @@ pub fn JobsPage() -> impl IntoView {
                     }.into_any(),
                     Ok(list) => {
                         let now = now_ms();
+                        // Whose each is, where the list has others' jobs.
+                        let whose = all();
                         view! {
                             <table class="table" data-testid="jobs">
                                 <thead><tr>
-                                    <th class="num">"#"</th><th>"Name"</th><th>"Team"</th><th>"State"</th><th>"Queue"</th>
+                                    <th class="num">"#"</th><th>"Name"</th>
+                                    {whose.then(|| view! { <th>"Owner"</th> })}
+                                    <th>"Team"</th><th>"State"</th><th>"Queue"</th>
                                     <th>"GPUs"</th><th>"Ran for"</th><th>"Submitted"</th>
                                 </tr></thead>
                                 <tbody>
@@ -171,6 +175,9 @@ pub fn JobsPage() -> impl IntoView {
                                             <tr data-job=j.id data-state=j.state.as_str()>
                                                 <td class="num">{j.id}</td>
                                                 <td><a href=href>{j.name.clone()}</a></td>
+                                                {whose.then(|| view! {
+                                                    <td data-testid="job-owner">{j.owner.clone().unwrap_or_else(|| "–".to_owned())}</td>
+                                                })}
                                                 <td>{j.team.clone().unwrap_or_else(|| "–".to_owned())}</td>
                                                 <td>
                                                     <span class=state_class(j.state)>{j.state.label()}</span>
@@ -653,19 +660,20 @@ pub fn JobPage() -> impl IntoView {
                         let job = p.job;
                         let now = now_ms();
                         let cancellable = !job.state.is_terminal();
+                        let yours = p.yours;
                         view! {
                             <Title text=format!("Job {} · {}", job.id, job.name)/>
                             <section class="page-head">
                                 <h1>{job.name.clone()}</h1>
                                 <span class=state_class(job.state) data-testid="job-state">{job.state.label()}</span>
                                 {borrowed_badge(&job)}
-                                {(!cancellable).then(|| view! {
+                                {(yours && !cancellable).then(|| view! {
                                     <ActionForm action=retry attr:class="inline-form">
                                         <input type="hidden" name="id" value=job.id/>
                                         <button type="submit" class="secondary" data-testid="retry">"Run again"</button>
                                     </ActionForm>
                                 })}
-                                {cancellable.then(|| view! {
+                                {(yours && cancellable).then(|| view! {
                                     <ActionForm action=cancel attr:class="inline-form">
                                         <input type="hidden" name="id" value=job.id/>
                                         <button type="submit" class="danger" data-testid="cancel"
@@ -676,7 +684,8 @@ pub fn JobPage() -> impl IntoView {
                                 })}
                             </section>
                             <dl class="facts">
-                                <dt>"Job"</dt><dd>"#" {job.id} {job.template.clone().map(|t| format!(" · template {t}"))}</dd>
+                                <dt>"Job"</dt><dd>"#" {job.id} {job.template.clone().map(|t| format!(" · template {t}"))}
+                                    {job.owner.clone().map(|o| view! { " · by " <span data-testid="job-owner">{o}</span> })}</dd>
                                 <dt>"Queue"</dt><dd data-testid="job-queue">{
                                     let q = queue_text(&job);
                                     if q.is_empty() { "–".to_owned() } else { q }

@@ -403,6 +403,8 @@ fn Teams() -> impl IntoView {
     );
     let error = Signal::derive(move || set.value().get().and_then(Result::err));
     let create_error = Signal::derive(move || create.value().get().and_then(Result::err));
+    // The GPUs the guarantees are promised out of.
+    let capacity = Resource::new(|| (), |_| node_use());
     view! {
         <h2>"Teams"</h2>
         <p class="hint">
@@ -417,7 +419,22 @@ fn Teams() -> impl IntoView {
                     Ok(list) if list.is_empty() => view! {
                         <p class="empty">"No teams yet: they come from the identity provider's groups at sign-in."</p>
                     }.into_any(),
-                    Ok(list) => view! {
+                    Ok(list) => {
+                        let promised: u64 = list.iter().map(|t| u64::from(t.quota_gpus)).sum();
+                        let there: Option<u64> = capacity
+                            .await
+                            .ok()
+                            .filter(|n| n.unavailable.is_none())
+                            .map(|n| n.nodes.iter().map(|n| u64::from(n.gpus)).sum());
+                        view! {
+                        {there.filter(|&there| promised > there).map(|there| view! {
+                            <p class="warning" data-testid="overcommitted">
+                                {format!(
+                                    "The guarantees add up to {promised} GPUs, more than the {there} the nodes have: \
+                                     not every team can have its guarantee at once. Lower some, or add GPUs."
+                                )}
+                            </p>
+                        })}
                         <table class="table" data-testid="teams">
                             <thead><tr>
                                 <th>"Team"</th><th class="num">"People"</th><th>"Guaranteed GPUs"</th><th>"Weight"</th>
@@ -452,7 +469,8 @@ fn Teams() -> impl IntoView {
                                 }).collect_view()}
                             </tbody>
                         </table>
-                    }.into_any(),
+                    }.into_any()
+                    }
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                 }
             })}

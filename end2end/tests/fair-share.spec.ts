@@ -135,6 +135,17 @@ test('an admin adds a team ahead of its people and files a job under it', async 
   await form.getByTestId('new-team-name').fill('robotics');
   await form.getByTestId('add-team').click();
   await expect(root.getByRole('alert')).toContainText('team `robotics` already exists');
+  // Guarantees past the GPUs there are: the page says so. (A team named
+  // as its Keycloak path is the group sign-in reads.)
+  await form.getByTestId('new-team-name').fill('/overpromised');
+  await form.getByTestId('new-team-quota').fill('5');
+  await form.getByTestId('add-team').click();
+  const overpromised = root.getByTestId('teams').locator('tr[data-team="overpromised"]');
+  await expect(overpromised.getByTestId('quota')).toHaveValue('5');
+  await expect(root.getByTestId('overcommitted')).toContainText('more than the 1 the nodes have');
+  await overpromised.getByTestId('quota').fill('0');
+  await overpromised.getByTestId('save-team').click();
+  await expect(overpromised.getByTestId('quota')).toHaveValue('0');
 
   // Alice, in one team, cannot move her job; the admin files it under robotics.
   const hers = await submitSleeper(alice, 'misfiled', '0');

@@ -74,6 +74,7 @@ pub async fn register(
             ),
         ));
     }
+    not_the_servers_own(&state, node).await?;
     let gpus: Vec<GpuInfo> = registration
         .gpus
         .iter()
@@ -136,6 +137,24 @@ fn admin_only(principal: &Principal) -> Result<(), JobsError> {
     crate::jobs_api::admin_only(principal, "make, list or revoke node tokens")
 }
 
+/// On the local executor the server samples its own machine's GPUs, and
+/// jobs hold them by index: an agent there would register them over again
+/// (as it finds them, under other ids), taking them from under the jobs.
+async fn not_the_servers_own(state: &AppState, node: &str) -> Result<(), JobsError> {
+    let nodes = state.jobs.nodes().await?;
+    if nodes.executor == "local" && nodes.nodes.iter().any(|n| n.name == node) {
+        return Err(JobsError::new(
+            StatusCode::CONFLICT,
+            "INVALID_STATE",
+            format!(
+                "node {node} is this server's own machine, whose GPUs the server samples itself; \
+                 agents run on other machines, each with its own name (--node)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn checked_node(node: &str) -> Result<(), JobsError> {
     trainyard_domain::telemetry::check_node_name(node).map_err(invalid)
 }
@@ -149,6 +168,7 @@ pub async fn create_node_token(
 ) -> Result<(StatusCode, Json<NewApiToken>), JobsError> {
     admin_only(&principal)?;
     checked_node(&node)?;
+    not_the_servers_own(&state, &node).await?;
     let token = state
         .store
         .create_node_token(principal.user.id, &node)
@@ -182,7 +202,10 @@ pub async fn remove_node(
         .remove_node(&node, &principal.user.username)
         .await?;
     let (status, code) = match &removal {
-        trainyard_jobs::NodeRemoval::Removed => return Ok(StatusCode::NO_CONTENT),
+        trainyard_jobs::NodeRemoval::Removed => {
+            state.telemetry.forget_node(&node).await;
+            return Ok(StatusCode::NO_CONTENT);
+        }
         trainyard_jobs::NodeRemoval::Missing => (StatusCode::NOT_FOUND, "RESOURCE_DOES_NOT_EXIST"),
         trainyard_jobs::NodeRemoval::ExecutorUnsure(_) => {
             (StatusCode::SERVICE_UNAVAILABLE, "TEMPORARILY_UNAVAILABLE")

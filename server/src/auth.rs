@@ -360,7 +360,8 @@ impl Auth {
                     return Ok(Some(agent_principal(node)));
                 }
                 return Err(unauthenticated(
-                    "unknown, revoked or expired token; make a new one under Settings → API tokens",
+                    "unknown, revoked or expired token; make a new one under Settings → API tokens \
+                     (a node agent's: an admin makes it with POST /api/trainyard/v1/nodes/NODE/tokens)",
                 ));
             };
             let via = match (found.run_id, found.node) {

@@ -235,10 +235,13 @@ pub async fn upload_dataset(remote: &Remote, name: &str, archive: &Path) -> Resu
 }
 
 /// `trainyard jobs [--state S]`: newest first.
-pub async fn jobs(remote: &Remote, state: Option<&str>, limit: u64) -> Result<ExitCode> {
+pub async fn jobs(remote: &Remote, state: Option<&str>, all: bool, limit: u64) -> Result<ExitCode> {
     let mut path = format!("/api/trainyard/v1/jobs?limit={limit}");
     if let Some(state) = state {
         path.push_str(&format!("&state={state}"));
+    }
+    if all {
+        path.push_str("&scope=all");
     }
     let answer = remote.get_json(&path).await?;
     let empty = Vec::new();
@@ -247,9 +250,22 @@ pub async fn jobs(remote: &Remote, state: Option<&str>, limit: u64) -> Result<Ex
         eprintln!("no jobs");
         return Ok(ExitCode::SUCCESS);
     }
+    // Whose each is, where the list has others' jobs.
+    let owner = |name: &str| {
+        if all {
+            let name: String = name.chars().take(16).collect();
+            format!("{name:<16}  ")
+        } else {
+            String::new()
+        }
+    };
     println!(
-        "{:>6}  {:<10}  {:>4}  {:<32}  WHERE (OR WAITING FOR)",
-        "ID", "STATE", "GPUS", "NAME"
+        "{:>6}  {:<10}  {:>4}  {}{:<32}  WHERE (OR WAITING FOR)",
+        "ID",
+        "STATE",
+        "GPUS",
+        owner("OWNER"),
+        "NAME"
     );
     for job in list {
         // A waiting job's place and reason; a placed one's node (and pod).
@@ -271,10 +287,11 @@ pub async fn jobs(remote: &Remote, state: Option<&str>, limit: u64) -> Result<Ex
             .collect();
         // As numbers, not JSON values, whose display ignores the widths.
         println!(
-            "{:>6}  {:<10}  {:>4}  {:<32}  {waiting}",
+            "{:>6}  {:<10}  {:>4}  {}{:<32}  {waiting}",
             job["id"].as_i64().unwrap_or_default(),
             job["state"].as_str().unwrap_or(""),
             job["gpus"].as_u64().unwrap_or_default(),
+            owner(job["owner"].as_str().unwrap_or("–")),
             name
         );
     }

@@ -537,8 +537,9 @@ pub async fn cancel(
     Caller(principal): Caller,
     Path(id): Path<i64>,
 ) -> Result<Json<JobAnswer>, JobsError> {
-    job_as(&state, &principal, id, Access::Change).await?;
-    let record = state.jobs.cancel(id).await?;
+    let record = job_as(&state, &principal, id, Access::Change).await?;
+    let by = record.acted_on_by(&principal.user);
+    let record = state.jobs.cancel(id, by).await?;
     Ok(Json(JobAnswer { job: record.job }))
 }
 
@@ -601,8 +602,9 @@ pub async fn retry(
     Caller(principal): Caller,
     Path(id): Path<i64>,
 ) -> Result<(StatusCode, Json<JobAnswer>), JobsError> {
-    job_as(&state, &principal, id, Access::Change).await?;
-    let record = state.jobs.retry(id).await?;
+    let record = job_as(&state, &principal, id, Access::Change).await?;
+    let by = record.acted_on_by(&principal.user);
+    let record = state.jobs.retry(id, by).await?;
     Ok((StatusCode::CREATED, Json(JobAnswer { job: record.job })))
 }
 

@@ -449,6 +449,7 @@ pub fn router(state: AppState) -> Router {
             _,
         >(page_context(&state, provider), shell))
         .layer(axum::middleware::from_fn(jobs_api::json_refusals))
+        .layer(axum::middleware::from_fn(server_fn_status))
         // Every request passes here: who is calling, and may they.
         .layer(axum::middleware::from_fn_with_state(
             state.auth.clone(),
@@ -468,6 +469,40 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// A server function's error leaves with 500 unless the function set
+/// another status. The error says what it is, so its status follows from
+/// it (400 for input, 403, 404, 409): a refusal of what someone typed is
+/// not logged and counted as the server failing.
+async fn server_fn_status(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    // Server functions answer at `/api/NAME`; the APIs below `/api/` have
+    // deeper paths.
+    let server_fn = request
+        .uri()
+        .path()
+        .strip_prefix("/api/")
+        .is_some_and(|name| !name.is_empty() && !name.contains('/'));
+    let response = next.run(request).await;
+    if !server_fn || response.status() != axum::http::StatusCode::INTERNAL_SERVER_ERROR {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // An error is a few lines of JSON.
+    let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
+        return axum::response::IntoResponse::into_response(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        );
+    };
+    if let Ok(error) = serde_json::from_slice::<trainyard_app::error::AppError>(&bytes)
+        && let Ok(status) = axum::http::StatusCode::from_u16(error.status())
+    {
+        parts.status = status;
+    }
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// Connects to the database with the keys that open its sealed secrets

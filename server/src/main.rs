@@ -59,11 +59,15 @@ enum Command {
         #[command(flatten)]
         remote: RemoteArgs,
     },
-    /// List jobs, newest first.
+    /// List jobs, newest first: yours, or with --all every one you may
+    /// see (your teams'; an admin's: all), with their owners.
     Jobs {
         /// Only these states, e.g. QUEUED,RUNNING.
         #[arg(long)]
         state: Option<String>,
+        /// Every job you may see, not only yours.
+        #[arg(long)]
+        all: bool,
         #[arg(long, default_value_t = 50)]
         limit: u64,
         #[command(flatten)]
@@ -272,9 +276,10 @@ fn run_client(command: &Command) -> Option<ExitCode> {
             } => cli::submit(&remote.remote(), spec, file.as_deref(), datasets, *follow).await,
             Command::Jobs {
                 state,
+                all,
                 limit,
                 remote,
-            } => cli::jobs(&remote.remote(), state.as_deref(), *limit).await,
+            } => cli::jobs(&remote.remote(), state.as_deref(), *all, *limit).await,
             Command::Logs { id, follow, remote } => cli::logs(&remote.remote(), *id, *follow).await,
             Command::Cancel { id, remote } => cli::cancel(&remote.remote(), *id).await,
             Command::UploadDataset {

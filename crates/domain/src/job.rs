@@ -241,6 +241,9 @@ pub struct Job {
     /// The team its GPUs count against, by name.
     #[serde(default)]
     pub team: Option<String>,
+    /// Who submitted it, by username (none for jobs from before sign-in).
+    #[serde(default)]
+    pub owner: Option<String>,
     /// Runs on GPUs borrowed beyond its team's quota: may be preempted.
     #[serde(default)]
     pub borrowed: bool,

@@ -86,9 +86,12 @@ pub struct NewTeam {
 }
 
 impl NewTeam {
-    /// The name as kept (trimmed), and every field's error.
+    /// The name as kept, and every field's error. It is kept as sign-in
+    /// reads group names: trimmed, and without the leading `/` of
+    /// Keycloak's full group paths (`/robotics` is the group `robotics`),
+    /// so that the team is the one its members join.
     pub fn check(&self) -> Result<String, Vec<FieldError>> {
-        let name = self.name.trim();
+        let name = self.name.trim().trim_start_matches('/');
         let mut errors = Vec::new();
         if name.is_empty() {
             errors.push(FieldError::new(
@@ -176,6 +179,21 @@ pub struct UsageView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_team_is_named_as_sign_in_reads_its_group() {
+        let named = |name: &str| {
+            NewTeam {
+                name: name.to_owned(),
+                quota_gpus: None,
+                share: None,
+            }
+            .check()
+        };
+        assert_eq!(named(" /robotics ").unwrap(), "robotics");
+        assert_eq!(named("vision").unwrap(), "vision");
+        assert_eq!(named("/").unwrap_err()[0].field, "name");
+    }
 
     #[test]
     fn changes_out_of_range_name_their_field() {

@@ -421,6 +421,17 @@ impl Jobs {
                 }
             },
         };
+        // A priority above 0 goes before fair share: only admins give one
+        // (anyone may step back with a negative one).
+        if spec.priority > 0 && !owner.is_admin {
+            errors.push(FieldError::new(
+                "priority",
+                format!(
+                    "is {}; above 0 only admins may give, since it goes before others' fair share: ask one, or use 0 (or below 0 to let others go first)",
+                    spec.priority
+                ),
+            ));
+        }
         let mut datasets = Vec::new();
         for (i, name) in spec.datasets.iter().enumerate() {
             match self.store().dataset(name).await? {
@@ -1182,8 +1193,10 @@ impl Jobs {
     }
 
     /// Asks a job to stop; the supervisor stops it.
-    pub async fn cancel(&self, id: i64) -> Result<JobRecord, StoreError> {
-        let record = self.store().request_cancel(id).await?;
+    /// `by`: who asked, when not the job's owner (an admin), for its
+    /// timeline.
+    pub async fn cancel(&self, id: i64, by: Option<&str>) -> Result<JobRecord, StoreError> {
+        let record = self.store().request_cancel(id, by).await?;
         if record.job.state == JobState::Cancelled {
             if let Some(run_id) = &record.job.run_id {
                 self.end_run(run_id, "KILLED").await;
@@ -1294,7 +1307,9 @@ impl Jobs {
     /// Submits a finished job again, as a new job with the same spec and
     /// files (as they were at its submission), and a new run, under a team
     /// its owner is in now. The old job keeps its history.
-    pub async fn retry(&self, id: i64) -> Result<JobRecord, StoreError> {
+    /// `by`: who asked, when not the job's owner (an admin), for the new
+    /// job's timeline.
+    pub async fn retry(&self, id: i64, by: Option<&str>) -> Result<JobRecord, StoreError> {
         let old = self.store().get_job(id).await?;
         if !old.job.state.is_terminal() {
             return Err(StoreError::Rejected(format!(
@@ -1345,7 +1360,10 @@ impl Jobs {
                 run,
                 params,
                 tags: vec![("trainyard.retry_of".to_owned(), id.to_string())],
-                submitted: format!("queued, a retry of job {id}"),
+                submitted: format!(
+                    "queued, a retry of job {id}{}",
+                    by.map(|name| format!(" by {name}")).unwrap_or_default()
+                ),
             })
             .await?;
         let from = self.files_dir(id);
@@ -1440,8 +1458,20 @@ impl Jobs {
             match record.job.state {
                 JobState::Queued if self.files_ready(&record.job) => queued.push(record),
                 JobState::Starting | JobState::Running => {
+                    let id = record.job.id;
+                    // Stopped for another job: that job takes its room now.
+                    let stopped_for_others = record.preempt_reason.is_some();
                     if let Some(record) = self.watch(record).await? {
                         running.push(record);
+                    } else if !stopped_for_others
+                        && let Ok(again) = self.store().get_job(id).await
+                        && again.job.state == JobState::Queued
+                        && self.files_ready(&again.job)
+                    {
+                        // Requeued (its node lost, or retried): it is in
+                        // this cycle's queue, in its place, before what its
+                        // room would otherwise go to.
+                        queued.push(Arc::new(again));
                     }
                 }
                 _ => {}
@@ -2368,13 +2398,16 @@ impl Jobs {
             &[JobState::Starting, JobState::Running],
             JobChange {
                 retries: Some(job.retries.saturating_add(1)),
+                // Its place in the queue (and the priority it earned
+                // waiting) is kept: it was stopped for others.
+                queued_at: Some(job.queued_at.unwrap_or(job.created_at)),
                 ..Default::default()
             },
             |next| {
                 (
                     "requeued".into(),
                     format!(
-                        "{said}; placed again without spending a retry (attempt {})",
+                        "{said}; queued again in its place, without spending a retry (attempt {})",
                         next + 1
                     ),
                 )
@@ -2413,7 +2446,8 @@ impl Jobs {
                     node: Some(None),
                     pod: Some(None),
                     started_at: Some(None),
-                    queued_at: Some(now_millis()),
+                    // At the back, unless the caller keeps its place.
+                    queued_at: change.queued_at.or(Some(now_millis())),
                     attempt: Some(next),
                     borrowed: Some(false),
                     preempt_reason: Some(None),

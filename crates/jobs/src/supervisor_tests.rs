@@ -296,17 +296,19 @@ async fn a_failure_is_retried_with_a_new_run_until_the_retries_are_spent() {
     assert_eq!(s.job(id).await.job.pod.as_deref(), Some("pod-of-0"));
     s.fake.set_fate(id, exited(3));
     s.jobs.cycle().await.unwrap();
-    let requeued = s.job(id).await;
-    assert_eq!(requeued.job.state, JobState::Queued);
-    assert_eq!(requeued.handle, None, "the old attempt's handle is gone");
-    assert_eq!(requeued.job.node, None);
-    assert_eq!(requeued.job.pod, None, "nor its pod");
-
-    // Started again on the next look, under a new handle and run.
-    s.jobs.cycle().await.unwrap();
+    // Queued again and, its GPU being free, started again in the same
+    // look, under a new handle and run; the old attempt's pod is not its.
     let second = s.job(id).await;
     assert_eq!(second.job.attempt, 1);
     assert_eq!(second.job.state, JobState::Running);
+    assert_eq!(second.job.pod, None, "not the old attempt's pod");
+    assert!(
+        s.timeline(id)
+            .await
+            .iter()
+            .any(|e| e.starts_with("retried: exited with code 3")),
+        "it was queued again in between"
+    );
     assert_ne!(second.job.run_id, first.job.run_id);
     assert_eq!(second.handle.as_deref(), Some(&*format!("job-{id}-1")));
     assert_eq!(s.run_status(&first).await, "FAILED");
@@ -422,11 +424,10 @@ async fn a_lost_attempt_is_recorded_and_retried() {
     s.fake
         .set_fate(id, Observation::Lost("lost: its node is gone".to_owned()));
     s.jobs.cycle().await.unwrap();
+    // Queued again, and started again in the same look.
     let record = s.job(id).await;
     assert_eq!(record.job.attempt, 1);
-    assert_eq!(record.job.state, JobState::Queued);
-    s.jobs.cycle().await.unwrap();
-    assert_eq!(s.job(id).await.job.state, JobState::Running);
+    assert_eq!(record.job.state, JobState::Running);
     assert_eq!(s.fake.started().len(), 2);
     let timeline = s.timeline(id).await;
     assert!(
@@ -442,7 +443,7 @@ async fn a_cancel_is_passed_on_and_its_end_recorded() {
     let s = setup(vec![node(0, "a", 1)]).await;
     let id = s.submit(r#"{"name": "long", "command": "x"}"#).await;
     s.jobs.cycle().await.unwrap();
-    s.jobs.cancel(id).await.unwrap();
+    s.jobs.cancel(id, None).await.unwrap();
     s.jobs.cycle().await.unwrap();
     assert_eq!(*s.fake.stopped.lock().unwrap(), vec![id]);
     assert_eq!(s.job(id).await.job.state, JobState::Running);
@@ -535,7 +536,7 @@ async fn a_job_cancelled_in_the_queue_is_retired_so_its_leftovers_go() {
     // run again would be.
     let s = setup(vec![node(0, "a", 0)]).await;
     let id = s.submit(r#"{"name": "waits", "command": "x"}"#).await;
-    s.jobs.cancel(id).await.unwrap();
+    s.jobs.cancel(id, None).await.unwrap();
     assert_eq!(s.job(id).await.job.state, JobState::Cancelled);
     assert_eq!(*s.fake.retired.lock().unwrap(), vec![id]);
 }
@@ -659,8 +660,7 @@ async fn a_disrupted_attempt_runs_again_without_spending_a_retry() {
             ..Ending::of(EndReason::Disrupted)
         }),
     );
-    s.jobs.cycle().await.unwrap();
-    assert_eq!(s.job(id).await.job.state, JobState::Queued);
+    // Queued again, and placed again in the same look.
     s.jobs.cycle().await.unwrap();
     let again = s.job(id).await;
     assert_eq!(again.job.state, JobState::Running, "placed again");
@@ -671,7 +671,7 @@ async fn a_disrupted_attempt_runs_again_without_spending_a_retry() {
     let timeline = s.timeline(id).await;
     assert!(
         timeline.iter().any(|e| e
-            == "requeued: disrupted: node a was deleted; placed again without spending a retry (attempt 2)"),
+            == "requeued: disrupted: node a was deleted; queued again in its place, without spending a retry (attempt 2)"),
         "{timeline:?}"
     );
     // A failure after that still has no retry left: it fails.
@@ -684,6 +684,39 @@ async fn a_disrupted_attempt_runs_again_without_spending_a_retry() {
     );
     s.jobs.cycle().await.unwrap();
     assert_eq!(s.job(id).await.job.state, JobState::Failed);
+}
+
+/// A job stopped for others (preempted, drained, its node lost) keeps its
+/// place: it goes before what was queued after it, not behind.
+#[tokio::test]
+async fn a_disrupted_job_keeps_its_place_in_the_queue() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let gpu = r#""resources": {"gpus": 1}"#;
+    let first = s
+        .submit(&format!(r#"{{"name": "first", "command": "x", {gpu}}}"#))
+        .await;
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(first).await.job.state, JobState::Running);
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let later = s
+        .submit(&format!(r#"{{"name": "later", "command": "x", {gpu}}}"#))
+        .await;
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(later).await.job.state, JobState::Queued);
+    s.fake.set_fate(
+        first,
+        Observation::Ended(Ending {
+            message: Some("node a was drained".to_owned()),
+            ..Ending::of(EndReason::Disrupted)
+        }),
+    );
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(
+        s.job(first).await.job.state,
+        JobState::Running,
+        "it went first again"
+    );
+    assert_eq!(s.job(later).await.job.state, JobState::Queued);
 }
 
 #[tokio::test]
@@ -715,7 +748,7 @@ async fn why_a_started_attempt_waits_is_written_once_for_each_new_reason() {
     );
     // It still runs, and a cancel reaches it while it waits.
     assert_eq!(s.job(id).await.job.state, JobState::Running);
-    s.jobs.cancel(id).await.unwrap();
+    s.jobs.cancel(id, None).await.unwrap();
     s.fake.set_fate(id, Observation::Waiting(why.to_owned()));
     s.jobs.cycle().await.unwrap();
     assert_eq!(*s.fake.stopped.lock().unwrap(), vec![id]);

@@ -140,6 +140,18 @@ impl Telemetry {
         Ok(node_id)
     }
 
+    /// Forgets what is kept in memory of a node that was removed: its
+    /// agent's next readings are refused as of a node not registered, so
+    /// that it registers again, and its GPUs leave the overview.
+    pub async fn forget_node(&self, node: &str) {
+        self.inner.nodes.lock().await.remove(node);
+        self.inner
+            .latest
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, l| l.node != node);
+    }
+
     /// The GPUs of a node that jobs hold now, for its agent.
     pub fn held(&self, node: &str) -> Vec<HeldGpu> {
         let mut held: Vec<_> = self

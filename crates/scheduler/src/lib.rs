@@ -683,9 +683,20 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
             );
             continue;
         }
+        // A held node it would fit on: what frees up there is another's.
+        let held_for = |free: &[Free]| {
+            held_nodes
+                .iter()
+                .find(|&&i| free[i].fits(r) && free[i].held_by.is_some_and(|h| h.job != job.id))
+                .map(|&i| Reason::HeldFor {
+                    job: free[i].held_by.map(|h| h.job).unwrap_or_default(),
+                    node: state.nodes[i].name.clone(),
+                })
+        };
         let largest_unheld = by_free.iter().next_back().map_or(0, |&(g, _)| g);
         if !within_quota && quota > 0 && largest_unheld == 0 {
-            wait(quota_reason(), &mut decision);
+            let reason = held_for(&free).unwrap_or_else(quota_reason);
+            wait(reason, &mut decision);
             continue;
         }
         let largest_free = held_nodes
@@ -727,19 +738,8 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
             continue;
         }
         // Would it fit on a held node? Then say so.
-        match held_nodes
-            .iter()
-            .find(|&&i| free[i].fits(r) && free[i].held_by.is_some_and(|h| h.job != job.id))
-        {
-            Some(&i) => wait(
-                Reason::HeldFor {
-                    job: free[i].held_by.map(|h| h.job).unwrap_or_default(),
-                    node: state.nodes[i].name.clone(),
-                },
-                &mut decision,
-            ),
-            None => wait(reason, &mut decision),
-        }
+        let reason = held_for(&free).unwrap_or(reason);
+        wait(reason, &mut decision);
     }
     decision
 }

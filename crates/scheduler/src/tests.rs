@@ -986,3 +986,26 @@ fn a_job_that_only_a_closed_node_has_room_for_holds_no_open_node() {
         "node-1, the only node it fits on, takes no new jobs now"
     );
 }
+
+/// A job past its team's guarantee, whose only free GPU is kept for a job
+/// ahead, says that, not that nothing is idle to borrow.
+#[test]
+fn a_borrower_waiting_on_a_held_gpu_is_told_whose_it_is() {
+    let state = State {
+        nodes: vec![node(1, 4)],
+        teams: vec![team(1, 2), team(3, 0)],
+        running: vec![
+            running(10, 1, 1, &[0], 0),
+            running(11, 1, 1, &[1], 0),
+            running(12, 3, 1, &[2], 0),
+        ],
+        pending: vec![pending(1, 3, 4), pending(2, 1, 1)],
+        ..State::default()
+    };
+    let d = schedule(&state, &Policy::default());
+    assert!(started(&d).is_empty());
+    assert_eq!(
+        reason_of(&d, 2),
+        "what frees up on node-1 is kept for job 1, which is ahead in the queue"
+    );
+}

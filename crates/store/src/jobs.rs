@@ -60,6 +60,12 @@ impl JobRecord {
     pub fn owner(&self) -> trainyard_domain::identity::Owner {
         trainyard_domain::identity::Owner::new(self.owner_id, self.team_id)
     }
+
+    /// Who acts on it, named for its timeline when that is not its owner
+    /// (an admin).
+    pub fn acted_on_by<'a>(&self, user: &'a trainyard_domain::identity::User) -> Option<&'a str> {
+        (self.owner_id != Some(user.id)).then_some(user.username.as_str())
+    }
 }
 
 /// What a caller wants to do with a thing.
@@ -241,6 +247,7 @@ fn record(m: job::Model) -> Result<JobRecord, StoreError> {
             finished_at: m.finished_at,
             spec,
             team: None,
+            owner: None,
             borrowed: m.borrowed,
         },
         owner_id: m.owner_id,
@@ -312,7 +319,10 @@ impl Store {
         txn.commit().await?;
         self.run_changed(&run_id);
         self.job_writes.changed(Some(&[model.id]));
-        record(model)
+        // Its team and owner named, as every job that is answered.
+        let mut made = record(model)?;
+        self.name_teams(std::slice::from_mut(&mut made)).await?;
+        Ok(made)
     }
 
     /// A job with its team's name filled in, for people to read.
@@ -384,22 +394,36 @@ impl Store {
         Ok(records)
     }
 
-    /// Fills in the names of the jobs' teams, for people to read.
+    /// Fills in the names of the jobs' teams and owners, for people to
+    /// read.
     async fn name_teams(&self, records: &mut [JobRecord]) -> Result<(), StoreError> {
         let ids: std::collections::BTreeSet<i64> =
             records.iter().filter_map(|r| r.team_id).collect();
-        if ids.is_empty() {
-            return Ok(());
+        if !ids.is_empty() {
+            let names: std::collections::HashMap<i64, String> = crate::entity::team::Entity::find()
+                .filter(crate::entity::team::Column::Id.is_in(ids))
+                .all(self.connection())
+                .await?
+                .into_iter()
+                .map(|t| (t.id, t.name))
+                .collect();
+            for r in records.iter_mut() {
+                r.job.team = r.team_id.and_then(|t| names.get(&t).cloned());
+            }
         }
-        let names: std::collections::HashMap<i64, String> = crate::entity::team::Entity::find()
-            .filter(crate::entity::team::Column::Id.is_in(ids))
-            .all(self.connection())
-            .await?
-            .into_iter()
-            .map(|t| (t.id, t.name))
-            .collect();
-        for r in records {
-            r.job.team = r.team_id.and_then(|t| names.get(&t).cloned());
+        let owners: std::collections::BTreeSet<i64> =
+            records.iter().filter_map(|r| r.owner_id).collect();
+        if !owners.is_empty() {
+            let names: std::collections::HashMap<i64, String> = crate::entity::user::Entity::find()
+                .filter(crate::entity::user::Column::Id.is_in(owners))
+                .all(self.connection())
+                .await?
+                .into_iter()
+                .map(|u| (u.id, u.username))
+                .collect();
+            for r in records.iter_mut() {
+                r.job.owner = r.owner_id.and_then(|u| names.get(&u).cloned());
+            }
         }
         Ok(())
     }
@@ -743,7 +767,10 @@ impl Store {
 
     /// Asks for a job to stop. A queued job is cancelled at once; a running
     /// one is marked, and the executor stops it. Finished jobs are refused.
-    pub async fn request_cancel(&self, id: i64) -> Result<JobRecord, StoreError> {
+    /// `by`: who asked, when not the job's owner (an admin), for its
+    /// timeline.
+    pub async fn request_cancel(&self, id: i64, by: Option<&str>) -> Result<JobRecord, StoreError> {
+        let by = by.map(|name| format!(" by {name}")).unwrap_or_default();
         let current = self.get_job(id).await?;
         if current.job.state.is_terminal() {
             return Err(StoreError::Rejected(format!(
@@ -760,7 +787,7 @@ impl Store {
                 JobChange {
                     finished_at: Some(Some(now)),
                     cancel_requested: Some(true),
-                    event: Some(("cancelled".into(), "cancelled while queued".into())),
+                    event: Some(("cancelled".into(), format!("cancelled while queued{by}"))),
                     ..Default::default()
                 },
             )
@@ -787,7 +814,7 @@ impl Store {
                     id,
                     now,
                     "cancel".to_owned(),
-                    "cancel requested; stopping".to_owned(),
+                    format!("cancel requested{by}; stopping"),
                 )
                 .await?;
             }

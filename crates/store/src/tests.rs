@@ -430,8 +430,8 @@ async fn followers_are_told_which_jobs_were_written() {
         .await
         .unwrap();
     assert_eq!(moved, vec![true, false]);
-    store.request_cancel(a).await.unwrap();
-    store.request_cancel(b).await.unwrap();
+    store.request_cancel(a, None).await.unwrap();
+    store.request_cancel(b, Some("root")).await.unwrap();
     let team = store
         .create_team(
             "follow-team",

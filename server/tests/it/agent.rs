@@ -460,6 +460,14 @@ async fn an_admin_removes_a_node_with_its_gpus_samples_and_tokens() {
     let kept = request(server.addr, "DELETE", &own_path, &[], b"").await;
     assert_eq!(kept.status, 409, "{}", kept.body);
     assert!(kept.body.contains("executor's nodes"), "{}", kept.body);
+    // Nor does an agent take its GPUs over: the server samples them.
+    let agent_there = request(server.addr, "POST", &format!("{own_path}/tokens"), &[], b"").await;
+    assert_eq!(agent_there.status, 409, "{}", agent_there.body);
+    assert!(
+        agent_there.body.contains("own machine"),
+        "{}",
+        agent_there.body
+    );
 
     let removed = remove("gpu-gone").await;
     assert_eq!(removed.status, 204, "{}", removed.body);
@@ -479,6 +487,19 @@ async fn an_admin_removes_a_node_with_its_gpus_samples_and_tokens() {
     )
     .await;
     assert_eq!(after.status, 401, "{}", after.body);
+    assert!(after.body.contains("nodes/NODE/tokens"), "{}", after.body);
+    // With a new token its readings are refused as of a node the server
+    // does not know (the agent then registers again), not kept nowhere.
+    let token = node_token(&server, "gpu-gone").await;
+    let unknown = bearer(
+        &server,
+        &token,
+        "POST",
+        "/api/trainyard/v1/agent/readings",
+        &batch,
+    )
+    .await;
+    assert_eq!(unknown.status, 409, "{}", unknown.body);
     assert_eq!(remove("gpu-gone").await.status, 404);
     assert_eq!(remove("Bad Name!").await.status, 400);
 }

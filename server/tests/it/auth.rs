@@ -486,7 +486,11 @@ async fn jobs_are_seen_by_their_team_and_changed_by_their_owner() {
             status
         );
     }
-    for (who, status) in [(&carol, 404), (&bob, 200)] {
+    for (who, status, yours) in [
+        (&carol, 404, None),
+        (&bob, 200, Some(false)),
+        (&alice, 200, Some(true)),
+    ] {
         let answer = request(
             server.addr,
             "POST",
@@ -499,6 +503,10 @@ async fn jobs_are_seen_by_their_team_and_changed_by_their_owner() {
         )
         .await;
         assert_eq!(answer.status, status, "{}", answer.body);
+        // Only its owner's page offers Cancel.
+        if let Some(yours) = yours {
+            assert_eq!(answer.json()["yours"], yours, "{}", answer.body);
+        }
     }
     // Lists: mine, and all that one may see.
     let list = |who: &str, scope: &str| {
@@ -565,14 +573,50 @@ async fn jobs_are_seen_by_their_team_and_changed_by_their_owner() {
     let again = call(&server, "POST", &retry, Some(&admin), &Value::Null).await;
     assert_eq!(again.status, 201, "{}", again.body);
     let again_id = again.json()["job"]["id"].as_i64().unwrap();
-    // The run again still belongs to alice.
+    // The run again still belongs to alice, and says who ran it again.
     assert!(list(&alice, "mine").await.contains(&again_id));
+    assert_eq!(again.json()["job"]["owner"], "alice", "{}", again.body);
+    let timeline = |id: i64| {
+        let server = &server;
+        let alice = alice.clone();
+        async move {
+            call(
+                server,
+                "GET",
+                &format!("/api/trainyard/v1/jobs/{id}"),
+                Some(&alice),
+                &Value::Null,
+            )
+            .await
+            .json()["events"]
+                .to_string()
+        }
+    };
+    assert!(
+        timeline(again_id)
+            .await
+            .contains(&format!("a retry of job {id} by root")),
+        "{}",
+        timeline(again_id).await
+    );
+    // An admin's cancel is named in the timeline; its owner's is not.
     let stop = format!("/api/trainyard/v1/jobs/{again_id}/cancel");
     assert_eq!(
-        call(&server, "POST", &stop, Some(&alice), &Value::Null)
+        call(&server, "POST", &stop, Some(&admin), &Value::Null)
             .await
             .status,
         200
+    );
+    assert!(
+        timeline(again_id).await.contains(" by root"),
+        "{}",
+        timeline(again_id).await
+    );
+    let own = timeline(id).await;
+    assert!(own.contains("cancel"), "{own}");
+    assert!(
+        !own.contains("queued by") && !own.contains("requested by"),
+        "{own}"
     );
 
     // A project upload is its uploader's to use.

@@ -476,6 +476,7 @@ async fn the_queue_goes_by_priority_then_by_usage() {
     let (ada, ada_id) = person(&store, "ada", &["vision"], false).await;
     let (bob, _) = person(&store, "bob", &["vision"], false).await;
     let (carol, _) = person(&store, "carol", &["nlp"], false).await;
+    let (root, _) = person(&store, "root", &["vision"], true).await;
     let vision = store
         .team_policies()
         .await
@@ -533,15 +534,19 @@ async fn the_queue_goes_by_priority_then_by_usage() {
         d["job"]["pending_reason"], "no node has 1 free GPU; largest free block is 0",
         "no quotas: plain fair share"
     );
+    // A priority above 0 would pass fair share: admins only give one.
+    let urgent = json!({"name": "urgent", "command": "sleep 600", "priority": 5,
+                        "resources": {"gpus": 1, "cpus": 0.1, "memory": "64Mi"}});
+    let refused = call(&server, "POST", "/api/trainyard/v1/jobs", &ada, &urgent).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("priority") && refused.body.contains("admins"),
+        "{}",
+        refused.body
+    );
     // A higher priority still goes first.
-    let urgent = submit_as(
-        &server,
-        &ada,
-        json!({"name": "urgent", "command": "sleep 600", "priority": 5,
-               "resources": {"gpus": 1, "cpus": 0.1, "memory": "64Mi"}}),
-    )
-    .await;
-    wait_until(&server, &ada, urgent, 30, "first", |d| {
+    let urgent = submit_as(&server, &root, urgent).await;
+    wait_until(&server, &root, urgent, 30, "first", |d| {
         position(d) == Some(1)
     })
     .await;
@@ -571,7 +576,7 @@ async fn the_queue_goes_by_priority_then_by_usage() {
         &Value::Null,
     )
     .await;
-    wait_until(&server, &ada, urgent, 60, "running", |d| {
+    wait_until(&server, &root, urgent, 60, "running", |d| {
         state(d) == "RUNNING"
     })
     .await;
@@ -587,7 +592,7 @@ async fn the_queue_goes_by_priority_then_by_usage() {
     })
     .await;
     assert_eq!(state(&job_as(&server, &bob, wide).await), "QUEUED");
-    for (id, who) in [(urgent, &ada), (light, &bob)] {
+    for (id, who) in [(urgent, &root), (light, &bob)] {
         call(
             &server,
             "POST",

@@ -122,6 +122,31 @@ async fn bad_input_to_a_server_function_names_the_field() {
         ["dup", "Default"],
         "nothing but the first `dup` was stored"
     );
+
+    // Whatever way a function refuses, its status says what the error is.
+    for (path, form, status, variant) in [
+        (
+            "/api/create_team",
+            "name=%20&quota_gpus=&share=",
+            400,
+            "Fields",
+        ),
+        (
+            "/api/create_team",
+            "name=x&quota_gpus=1.5&share=",
+            400,
+            "Fields",
+        ),
+        ("/api/revoke_token", "id=424242", 404, "NotFound"),
+    ] {
+        let refused = server.post_form(path, form).await;
+        assert_eq!(refused.status, status, "{path} {form}: {}", refused.body);
+        assert!(
+            refused.json().get(variant).is_some(),
+            "{path} {form}: {}",
+            refused.body
+        );
+    }
 }
 
 #[tokio::test]

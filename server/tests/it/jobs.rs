@@ -880,6 +880,11 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
     let head = stdout.lines().next().unwrap();
     assert!(head.starts_with("    ID  STATE"), "{stdout}");
     assert!(row.starts_with("     1  SUCCEEDED"), "{stdout}");
+    // Every job one may see, with whose each is.
+    let (code, all, _) = cli(&server, &["jobs", "--all"]).await;
+    assert_eq!(code, 0);
+    assert!(all.lines().next().unwrap().contains("OWNER"), "{all}");
+    assert!(all.contains("cli job"), "{all}");
 
     // A spec with problems is refused before anything runs, field by field.
     std::fs::write(&spec, "name: broken\nresources: {gpus: 99}\n").unwrap();

@@ -654,7 +654,7 @@ async fn an_evicted_attempt_runs_again_on_another_node_without_spending_a_retry(
     assert!(
         events.iter().any(
             |e| e.starts_with(&format!("requeued: disrupted: on node {node}, "))
-                && e.ends_with("placed again without spending a retry (attempt 2)")
+                && e.ends_with("queued again in its place, without spending a retry (attempt 2)")
         ),
         "{events:?}"
     );
@@ -687,7 +687,7 @@ async fn a_deleted_nodes_attempt_runs_again_on_another_node_without_spending_a_r
     assert!(
         events.iter().any(|e| e
             == &format!(
-                "requeued: disrupted: on node {node}, which was deleted from the cluster; placed again without spending a retry (attempt 2)"
+                "requeued: disrupted: on node {node}, which was deleted from the cluster; queued again in its place, without spending a retry (attempt 2)"
             )),
         "{events:?}"
     );
