@@ -190,6 +190,12 @@ fn chosen_window(default: &'static str) -> Signal<String> {
 #[component]
 pub fn GpusPage() -> impl IntoView {
     let window = chosen_window("24h");
+    view! { <crate::pages::AdminOnly><Gpus window/></crate::pages::AdminOnly> }
+}
+
+/// The cluster's heatmap and the GPU-hours, for admins.
+#[component]
+fn Gpus(window: Signal<String>) -> impl IntoView {
     let overview = Resource::new(|| (), |_| get_gpu_overview());
     view! {
         <Title text="GPUs"/>
@@ -253,7 +259,7 @@ fn Usage(window: Signal<String>) -> impl IntoView {
                 </nav>
             </div>
             <p class="muted">
-                "Allocated: GPUs × hours held by jobs. Busy: utilization × the hours with samples, so an allocated GPU at 25 % for 4 hours is 1 busy hour. GPUs without telemetry count as allocated, not sampled."
+                "Allocated: GPUs × hours held by jobs, each attempt of a retried or preempted job counted, from the start of the hour the window begins in. Busy: utilization × the hours with samples, so an allocated GPU at 25 % for 4 hours is 1 busy hour. GPUs without telemetry count as allocated, not sampled."
             </p>
             <Suspense fallback=|| view! { <p class="muted">"Summing GPU-hours…"</p> }>
                 {move || Suspend::new(async move {

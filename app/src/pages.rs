@@ -284,13 +284,52 @@ pub fn TemplatesPage() -> impl IntoView {
 #[component]
 pub fn AdminPage() -> impl IntoView {
     view! {
-        <Title text="Admin"/>
-        <section class="page-head"><h1>"Admin"</h1></section>
-        <p><a href="/admin/gpus" data-testid="admin-gpus">"GPU utilization: the heatmap of every GPU, each node's charts, idle GPUs"</a></p>
-        <Users/>
-        <Teams/>
-        <Nodes/>
-        <Webhooks/>
+        <AdminOnly>
+            <Title text="Admin"/>
+            <section class="page-head"><h1>"Admin"</h1></section>
+            <p><a href="/admin/gpus" data-testid="admin-gpus">"GPU utilization: the heatmap of every GPU, each node's charts, idle GPUs"</a></p>
+            <Users/>
+            <Teams/>
+            <Nodes/>
+            <Webhooks/>
+        </AdminOnly>
+    }
+}
+
+/// Whether the caller may see the admin pages: 403 with the reason if not.
+#[server(endpoint = "check_admin")]
+pub async fn check_admin() -> Result<(), AppError> {
+    let principal = crate::api::caller()?;
+    if principal.user.is_admin {
+        return Ok(());
+    }
+    crate::error::set_error_status(http::StatusCode::FORBIDDEN);
+    Err(AppError::Forbidden(format!(
+        "the admin pages are for admins, and {} is not one; an admin makes others admins on Admin → Users, or through the admin group of your institution's sign-in",
+        principal.user.username
+    )))
+}
+
+/// A page only admins may see: to anyone else it answers 403 and says so
+/// once, rather than drawing forms whose every section is refused.
+#[component]
+pub fn AdminOnly(children: ChildrenFn) -> impl IntoView {
+    // Blocking, so that the page's status is 403 for them.
+    let gate = Resource::new_blocking(|| (), |_| check_admin());
+    let children = StoredValue::new(children);
+    view! {
+        <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match gate.await {
+                    Ok(()) => children.read_value()().into_any(),
+                    Err(e) => view! {
+                        <Title text="Admins only"/>
+                        <section class="page-head"><h1>"Admins only"</h1></section>
+                        <div data-testid="admins-only"><ErrorNote error=e/></div>
+                    }.into_any(),
+                }
+            })}
+        </Suspense>
     }
 }
 

@@ -551,4 +551,19 @@ test('a run is renamed, described and deleted from its page', async ({ page, bas
   await page.getByTestId('run-delete').click();
   await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}$`));
   await expect(page.getByTestId('match-count')).toHaveText('1 run');
+
+  // Deleted runs are listed apart, and one comes back from its page.
+  await hydrated(page);
+  await page.getByTestId('deleted-runs').click();
+  await expect(page).toHaveURL(/deleted=1/);
+  await expect(page.getByTestId('deleted-runs-hint')).toBeVisible();
+  await expect(page.getByTestId('match-count')).toHaveText('1 run');
+  await page.locator('.runs-table td.name a', { hasText: 'renamed run' }).click();
+  await expect(page.getByTestId('run-name')).toHaveText('renamed run');
+  await hydrated(page);
+  await page.getByTestId('run-restore').click();
+  await expect(page.getByTestId('run-restore')).toHaveCount(0);
+  await expect(page.getByTestId('run-edit')).toBeVisible();
+  await page.goto(`/experiments/${seeded.experiment_id}`);
+  await expect(page.getByTestId('match-count')).toHaveText('2 runs');
 });

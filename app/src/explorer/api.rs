@@ -152,6 +152,9 @@ pub async fn list_runs_page(
     sort: Option<String>,
     columns: Option<Vec<String>>,
     offset: u64,
+    /// The deleted runs of an experiment that is not.
+    #[server(default)]
+    deleted: bool,
 ) -> Result<RunsPage, AppError> {
     use trainyard_domain::explorer::{Cell, Column, MAX_COLUMNS, PAGE_ROWS, RunRow, Sort};
     use trainyard_domain::query::Scope;
@@ -213,7 +216,7 @@ pub async fn list_runs_page(
         None => Vec::new(),
     };
     let experiment = store.get_experiment(experiment_id).await?;
-    let view = if experiment.lifecycle_stage == "active" {
+    let view = if experiment.lifecycle_stage == "active" && !deleted {
         ViewType::ActiveOnly
     } else {
         ViewType::DeletedOnly
@@ -232,6 +235,8 @@ pub async fn list_runs_page(
             &viewer,
         )
         .await?;
+    let ids: Vec<String> = runs.iter().map(|r| r.info.run_id.clone()).collect();
+    let children = store.child_run_counts(&ids).await?;
     let rows = runs
         .into_iter()
         .map(|run| {
@@ -256,7 +261,6 @@ pub async fn list_runs_page(
                 })
                 .collect();
             RunRow {
-                run_id: run.info.run_id,
                 experiment_id: run.info.experiment_id,
                 name: run.info.run_name,
                 status: run.info.status,
@@ -264,6 +268,13 @@ pub async fn list_runs_page(
                 start_time: run.info.start_time,
                 end_time: run.info.end_time,
                 cells,
+                parent_run_id: run
+                    .tags
+                    .iter()
+                    .find(|(key, _)| key == "mlflow.parentRunId")
+                    .map(|(_, v)| v.clone()),
+                children: children.get(&run.info.run_id).copied().unwrap_or(0),
+                run_id: run.info.run_id,
             }
         })
         .collect();
@@ -345,13 +356,42 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
         .find(|(k, _)| k == NOTE_TAG)
         .map(|(_, v)| v.clone())
         .filter(|v| !v.trim().is_empty());
+    let parent_id = run
+        .tags
+        .iter()
+        .find(|(k, _)| k == "mlflow.parentRunId")
+        .map(|(_, v)| v.clone());
     let tags = user_tags(run.tags);
     let user = caller()?.user;
-    let may_change = run.info.lifecycle_stage == "active"
+    // The run it was made under, where the caller may read it.
+    let mut parent = None;
+    if let Some(id) = parent_id
         && store
-            .run_as(&user, &run.info.run_id, trainyard_store::Access::Change)
+            .run_as(&user, &id, trainyard_store::Access::Read)
             .await
-            .is_ok();
+            .is_ok()
+    {
+        let run = store.get_run(&id).await?;
+        parent = Some(trainyard_domain::explorer::RunLink {
+            run_id: run.info.run_id,
+            experiment_id: run.info.experiment_id,
+            name: run.info.run_name,
+        });
+    }
+    let children = store
+        .child_run_counts(std::slice::from_ref(&run.info.run_id))
+        .await?
+        .remove(&run.info.run_id)
+        .unwrap_or(0);
+    let changeable = store
+        .run_as(&user, &run.info.run_id, trainyard_store::Access::Change)
+        .await
+        .is_ok();
+    let may_change = run.info.lifecycle_stage == "active" && changeable;
+    // A deleted run comes back into an experiment that is there.
+    let may_restore = run.info.lifecycle_stage != "active"
+        && changeable
+        && experiment.lifecycle_stage == "active";
     let mut io = store.run_io(std::slice::from_ref(&run.info.run_id)).await?;
     let datasets = run_datasets(
         io.remove(&run.info.run_id)
@@ -444,6 +484,9 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
         traces,
         note,
         may_change,
+        parent,
+        children,
+        may_restore,
     })
 }
 
@@ -553,6 +596,30 @@ pub async fn delete_run_page(run_id: String) -> Result<(), AppError> {
     let run = store.get_run(&run_id).await?;
     store.set_run_deleted(&run_id, true).await?;
     leptos_axum::redirect(&format!("/experiments/{}", run.info.experiment_id));
+    Ok(())
+}
+
+/// Brings a deleted run back into its experiment, from its page.
+#[server(endpoint = "restore_run_page")]
+pub async fn restore_run_page(run_id: String) -> Result<(), AppError> {
+    let store = store()?;
+    let user = caller()?.user;
+    store
+        .run_as(&user, &run_id, trainyard_store::Access::Change)
+        .await?;
+    let run = store.get_run(&run_id).await?;
+    let experiment = store.get_experiment(run.info.experiment_id).await?;
+    if experiment.lifecycle_stage != "active" {
+        return Err(AppError::Conflict(format!(
+            "its experiment {} is archived: restore the experiment first (Experiments → Archived)",
+            experiment.name
+        )));
+    }
+    store.set_run_deleted(&run_id, false).await?;
+    leptos_axum::redirect(&format!(
+        "/experiments/{}/runs/{}",
+        run.info.experiment_id, run_id
+    ));
     Ok(())
 }
 

@@ -12,7 +12,8 @@ use trainyard_domain::explorer::{Cell, RunDetail, XAxis};
 use trainyard_domain::format_utc;
 
 use super::api::{
-    DeleteRunPage, EditRun, SetRunTag, artifact_preview, get_run_detail, get_run_metric_keys,
+    DeleteRunPage, EditRun, RestoreRunPage, SetRunTag, artifact_preview, get_run_detail,
+    get_run_metric_keys,
 };
 use super::chart::{ChartOptions, Line, MetricChart};
 use super::status_class;
@@ -41,6 +42,7 @@ pub fn RunPage() -> impl IntoView {
     let keys_tick = RwSignal::new(0u32);
     let edit = ServerAction::<EditRun>::new();
     let delete = ServerAction::<DeleteRunPage>::new();
+    let restore = ServerAction::<RestoreRunPage>::new();
     let tag = ServerAction::<SetRunTag>::new();
     // Blocking, so that a page of no run answers 404.
     let detail = Resource::new_blocking(
@@ -50,9 +52,10 @@ pub fn RunPage() -> impl IntoView {
                 tick.get(),
                 edit.version().get(),
                 tag.version().get(),
+                restore.version().get(),
             )
         },
-        move |(id, _, _, _)| async move {
+        move |(id, _, _, _, _)| async move {
             let detail = get_run_detail(id.clone()).await;
             // Under its own experiment's address only.
             match detail {
@@ -80,7 +83,7 @@ pub fn RunPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading the run…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(d) => view! { <RunHead detail=d edit delete/> }.into_any(),
+                    Ok(d) => view! { <RunHead detail=d edit delete restore/> }.into_any(),
                     Err(e) => view! { <Title text="Run"/><ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -180,6 +183,7 @@ fn RunHead(
     detail: RunDetail,
     edit: ServerAction<EditRun>,
     delete: ServerAction<DeleteRunPage>,
+    restore: ServerAction<RestoreRunPage>,
 ) -> impl IntoView {
     let d = detail;
     let error = move || {
@@ -187,6 +191,7 @@ fn RunHead(
             .get()
             .and_then(Result::err)
             .or_else(|| delete.value().get().and_then(Result::err))
+            .or_else(|| restore.value().get().and_then(Result::err))
     };
     // The description box is filled in the browser only: a textarea's
     // server-rendered text is not escaped by this Leptos.
@@ -213,6 +218,14 @@ fn RunHead(
             <h1 data-testid="run-name">{d.name.clone()}</h1>
             <span class=status_class(&d.status) data-testid="run-status">{d.status.clone()}</span>
             {(d.lifecycle_stage != "active").then(|| view! { <span class="badge badge-off">"deleted"</span> })}
+            {d.may_restore.then({
+                let run_id = d.run_id.clone();
+                move || view! {
+                <ActionForm action=restore attr:class="inline-form">
+                    <input type="hidden" name="run_id" value=run_id/>
+                    <button type="submit" class="secondary" data-testid="run-restore">"Restore run"</button>
+                </ActionForm>
+            }})}
         </section>
         {d.note.clone().map(|note| view! { <p class="run-note" data-testid="run-note">{note}</p> })}
         {move || error().map(|e| view! { <crate::pages::ErrorNote error=e/> })}
@@ -252,6 +265,23 @@ fn RunHead(
             <div><dt>"Started"</dt><dd>{format_utc(d.start_time)}</dd></div>
             <div><dt>"Ended"</dt><dd>{d.end_time.map(format_utc).unwrap_or_else(|| "–".to_owned())}</dd></div>
             <div><dt>"Duration"</dt><dd>{duration}</dd></div>
+            {d.parent.clone().map(|p| view! {
+                <div><dt>"Parent run"</dt><dd>
+                    <a href=format!("/experiments/{}/runs/{}", p.experiment_id, p.run_id) data-testid="run-parent">{p.name}</a>
+                </dd></div>
+            })}
+            {(d.children > 0).then(|| view! {
+                <div><dt>"Child runs"</dt><dd>
+                    <a data-testid="run-children"
+                        href=format!(
+                            "/experiments/{}{}",
+                            d.experiment_id,
+                            super::query_string([("q", trainyard_domain::explorer::children_query(&d.run_id).as_str())])
+                        )>
+                        {format!("{} {}", d.children, if d.children == 1 { "run" } else { "runs" })}
+                    </a>
+                </dd></div>
+            })}
             <div><dt>"Job"</dt>
             <dd>{match d.job_id {
                 Some(id) => view! { <a href=format!("/jobs/{id}") data-testid="run-job">{format!("job {id}")}</a> }.into_any(),

@@ -15,7 +15,9 @@ use leptos_router::NavigateOptions;
 use leptos_router::components::Form;
 use leptos_router::hooks::{use_navigate, use_params_map, use_query_map};
 use leptos_router::params::ParamsMap;
-use trainyard_domain::explorer::{Cell, Column, ExperimentView, PAGE_ROWS, RunRow, RunsPage, Sort};
+use trainyard_domain::explorer::{
+    Cell, Column, ExperimentView, PAGE_ROWS, RunRow, RunsPage, Sort, children_query,
+};
 use trainyard_domain::format_utc;
 use trainyard_domain::query::QueryError;
 
@@ -40,6 +42,8 @@ pub(crate) struct TableState {
     pub sel: Vec<String>,
     /// The first row shown (without JavaScript, pages are links).
     pub offset: u64,
+    /// The deleted runs rather than the others (`deleted=1`).
+    pub deleted: bool,
 }
 
 impl TableState {
@@ -62,6 +66,7 @@ impl TableState {
                 .unwrap_or(0)
                 / PAGE_ROWS
                 * PAGE_ROWS,
+            deleted: map.get("deleted").is_some_and(|d| d == "1"),
         }
     }
 
@@ -84,6 +89,9 @@ impl TableState {
         pairs.extend(self.sel.iter().map(|s| ("sel", s.as_str())));
         if self.offset > 0 {
             pairs.push(("offset", &offset));
+        }
+        if self.deleted {
+            pairs.push(("deleted", "1"));
         }
         match query_string(pairs) {
             q if q.is_empty() => "?".to_owned(),
@@ -132,7 +140,7 @@ pub fn ExperimentPage() -> impl IntoView {
     // What the rows depend on: not the selection.
     let fetch_key = Memo::new(move |_| {
         let s = state.get();
-        (id.get(), s.q, s.sort, s.cols, s.offset)
+        (id.get(), s.q, s.sort, s.cols, s.offset, s.deleted)
     });
     // Blocking, so that a page of no experiment answers 404.
     let info = Resource::new_blocking(
@@ -149,9 +157,9 @@ pub fn ExperimentPage() -> impl IntoView {
     );
     let first = Resource::new(
         move || fetch_key.get(),
-        |(id, q, sort, cols, offset)| async move {
+        |(id, q, sort, cols, offset, deleted)| async move {
             match id {
-                Some(id) => list_runs_page(id, q, sort, cols, offset).await,
+                Some(id) => list_runs_page(id, q, sort, cols, offset, deleted).await,
                 None => Err(AppError::NotFound("no such experiment".to_owned())),
             }
         },
@@ -211,7 +219,20 @@ fn ExperimentHead(
             <a href=format!("/experiments/{}/datasets", summary.id)>"Datasets"</a>
             <a href=format!("/experiments/{}/scorers", summary.id)>"Scorers"</a>
             <a href=format!("/models?experiment={}", summary.id)>"Logged models"</a>
+            {(!archived).then(|| view! {
+                <a data-testid="deleted-runs" href=move || {
+                    let s = current();
+                    TableState { deleted: !s.deleted, offset: 0, sel: Vec::new(), ..s }.to_query()
+                }>
+                    {move || if current().deleted { "Back to the runs" } else { "Deleted runs" }}
+                </a>
+            })}
         </section>
+        {move || current().deleted.then(|| view! {
+            <p class="hint" data-testid="deleted-runs-hint">
+                "The deleted runs of this experiment: open one to restore it."
+            </p>
+        })}
         <Form method="GET" action="" attr:class="query-box" attr:role="search">
             <label for="run-query">"Filter runs"</label>
             <input id="run-query" type="search" name="q" value=move || current().q
@@ -219,6 +240,7 @@ fn ExperimentHead(
                 autocomplete="off" spellcheck="false" maxlength="4000"
                 data-testid="query"/>
             {move || current().sort.map(|s| view! { <input type="hidden" name="sort" value=s/> })}
+            {move || current().deleted.then(|| view! { <input type="hidden" name="deleted" value="1"/> })}
             {move || current().cols.map(|cols| {
                 let cols = if cols.is_empty() { vec![String::new()] } else { cols };
                 cols.into_iter().map(|c| view! { <input type="hidden" name="col" value=c/> }).collect_view()
@@ -681,7 +703,26 @@ fn RunRowView(
                         move |_| toggle(id.clone())
                     }/>
             </td>
-            <td class="name" title=row.name.clone()><a href=href tabindex="-1">{row.name.clone()}</a></td>
+            <td class="name" title=row.name.clone()>
+                {row.parent_run_id.clone().map(|parent| view! {
+                    <a class="parent-link" tabindex="-1" data-testid="parent-link"
+                        href=format!("/experiments/{}/runs/{}", row.experiment_id, parent)
+                        title="Made under another run: open its parent"
+                        aria-label="Open its parent run">"↳"</a>
+                })}
+                <a href=href tabindex="-1">{row.name.clone()}</a>
+                {(row.children > 0).then(|| view! {
+                    <a class="children-link" tabindex="-1" data-testid="children-link"
+                        href=format!(
+                            "/experiments/{}{}",
+                            row.experiment_id,
+                            query_string([("q", children_query(&row.run_id).as_str())])
+                        )
+                        title=format!("{} {} made under this run: show them", row.children, if row.children == 1 { "run" } else { "runs" })>
+                        {format!("+{}", row.children)}
+                    </a>
+                })}
+            </td>
             <td><span class=status_class(&row.status)>{row.status.clone()}</span></td>
             <td>{format_utc(row.start_time)}</td>
             <td class="num">{duration}</td>
@@ -751,8 +792,15 @@ fn fetch_missing_pages(
                 });
                 let s = state.get_untracked();
                 leptos::task::spawn_local(async move {
-                    if let Ok(found) =
-                        list_runs_page(experiment_id, s.q, s.sort, s.cols, page * PAGE_ROWS).await
+                    if let Ok(found) = list_runs_page(
+                        experiment_id,
+                        s.q,
+                        s.sort,
+                        s.cols,
+                        page * PAGE_ROWS,
+                        s.deleted,
+                    )
+                    .await
                     {
                         cache.update(|c| {
                             c.insert(page, found.rows);

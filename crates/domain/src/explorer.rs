@@ -204,6 +204,17 @@ pub struct RunRow {
     pub start_time: i64,
     pub end_time: Option<i64>,
     pub cells: Vec<Option<Cell>>,
+    /// The run it was made under (`mlflow.parentRunId`), if any.
+    #[serde(default)]
+    pub parent_run_id: Option<String>,
+    /// How many runs were made under it (not deleted).
+    #[serde(default)]
+    pub children: u64,
+}
+
+/// The runs table's query for the runs made under `run_id`.
+pub fn children_query(run_id: &str) -> String {
+    format!("tags.mlflow.parentRunId = '{}'", run_id.replace('\'', ""))
 }
 
 /// Rows `offset..offset + rows.len()` of `total` matching runs.
@@ -313,6 +324,24 @@ pub struct RunDetail {
     /// The caller may rename, describe and delete it.
     #[serde(default)]
     pub may_change: bool,
+    /// The run it was made under (`mlflow.parentRunId`), where the caller
+    /// may read it.
+    #[serde(default)]
+    pub parent: Option<RunLink>,
+    /// How many runs were made under it (not deleted).
+    #[serde(default)]
+    pub children: u64,
+    /// It is deleted, and the caller may bring it back.
+    #[serde(default)]
+    pub may_restore: bool,
+}
+
+/// Another run, as a link to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunLink {
+    pub run_id: String,
+    pub experiment_id: i64,
+    pub name: String,
 }
 
 /// The longest tag key the run page sets (MLflow's).

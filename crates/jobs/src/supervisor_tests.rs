@@ -842,3 +842,51 @@ fn cycles_are_paced_by_what_the_last_one_cost_and_slower_with_nothing_queued() {
     };
     assert_eq!(after(slower, true), Duration::from_secs(8));
 }
+
+/// Admin → GPUs' GPU-hours count every attempt of a job, the disrupted
+/// one as the one that runs now, not only the latest.
+#[tokio::test]
+async fn gpu_hours_count_every_attempt_of_a_job() {
+    use trainyard_domain::telemetry::UsageBy;
+    let s = setup(vec![node(0, "a", 1), node(1, "b", 1)]).await;
+    let id = s
+        .submit(r#"{"name": "moved", "command": "x", "resources": {"gpus": 1}}"#)
+        .await;
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(id).await.job.state, JobState::Running);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    s.fake.set_fate(
+        id,
+        Observation::Ended(Ending {
+            message: Some("node a was deleted".to_owned()),
+            ..Ending::of(EndReason::Disrupted)
+        }),
+    );
+    s.jobs.cycle().await.unwrap();
+    let again = s.job(id).await;
+    assert_eq!(again.job.state, JobState::Running, "placed again");
+    assert_eq!(again.job.attempt, 1);
+    let telemetry = crate::telemetry::Telemetry::new(
+        s.jobs.store().clone(),
+        crate::telemetry::TelemetrySettings {
+            sample_every: std::time::Duration::from_secs(10),
+            idle_percent: 5.0,
+            idle_after: std::time::Duration::from_secs(1800),
+        },
+    );
+    let now = trainyard_store::now_millis();
+    let usage = telemetry
+        .usage((now - 3_600_000, now), UsageBy::Person, now)
+        .await
+        .unwrap();
+    assert_eq!(usage.rows.len(), 1, "{usage:?}");
+    assert_eq!(usage.total.jobs, 1, "{usage:?}");
+    let held_ms = usage.total.allocated_hours * 3_600_000.0;
+    let latest_ms = (now - again.job.started_at.unwrap()) as f64;
+    // The first attempt's 400 ms and more, beside the latest one's.
+    assert!(
+        held_ms >= latest_ms + 399.0,
+        "{held_ms} ms held, the latest attempt {latest_ms} ms: {usage:?}"
+    );
+    assert!(held_ms < latest_ms + 60_000.0, "{usage:?}");
+}

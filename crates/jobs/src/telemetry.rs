@@ -583,11 +583,13 @@ impl Telemetry {
         Ok(w)
     }
 
-    /// GPU-hours over `[from, to)` per person or team: what jobs held
-    /// (GPUs × hours), the part of it with samples, and the utilization ×
-    /// hours of that part. A job counts from its start to its end, or to
-    /// now while it runs; a job waiting to retry counts its last attempt
-    /// up to its return to the queue.
+    /// GPU-hours over `[from, to)`, from the hour `from` falls in, per
+    /// person or team: what jobs held (GPUs × hours), the part of it with
+    /// samples, and the utilization × hours of that part. What attempts
+    /// that ended held is read from the accounting, which keeps it by the
+    /// hour (every attempt: one preempted, lost or retried counts too);
+    /// a running attempt counts from its start to now. Samples are read
+    /// for each job's latest attempt, on the GPUs it holds or held.
     pub async fn usage(
         &self,
         (from_ms, to_ms): (i64, i64),
@@ -595,6 +597,8 @@ impl Telemetry {
         now_ms: i64,
     ) -> Result<GpuUsage, StoreError> {
         const HOUR_MS: f64 = 3_600_000.0;
+        // Ended attempts are kept by the whole hour.
+        let from_ms = from_ms.div_euclid(HOUR_MS as i64) * HOUR_MS as i64;
         let store = &self.inner.store;
         let jobs = store.jobs_on_gpus_between(from_ms, to_ms).await?;
         let gpu_ids: HashMap<(String, u32), i64> = store
@@ -620,35 +624,57 @@ impl Telemetry {
         // The last minute's samples, not yet in the tiers, read once.
         let fresh = store.gpu_fresh_points(from_ms, to_ms).await?;
         let period_ms = self.inner.settings.sample_every.as_millis().max(1) as f64;
+        let nobody = match by {
+            UsageBy::Person => "(unknown)",
+            UsageBy::Team => "(no team)",
+        };
+        // The accounting's 0 is nobody, as a job's None is.
+        let name_of = |who: Option<i64>| {
+            who.filter(|id| *id != 0)
+                .map(|id| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}")))
+                .unwrap_or_else(|| nobody.to_owned())
+        };
         let mut rows: HashMap<String, GpuUsageRow> = HashMap::new();
+        for ended in store.gpu_usage_by_day(from_ms, to_ms, None).await? {
+            let who = match by {
+                UsageBy::Person => ended.user_id,
+                UsageBy::Team => ended.team_id,
+            };
+            let name = name_of(Some(who));
+            rows.entry(name.clone())
+                .or_insert_with(|| GpuUsageRow::new(name))
+                .allocated_hours += ended.gpu_seconds / 3600.0;
+        }
         for r in jobs {
             let job = &r.job;
             let Some(started) = job.started_at else {
                 continue;
             };
-            let ended = match (job.finished_at, job.state) {
+            let running = job.finished_at.is_none()
+                && matches!(job.state, JobState::Running | JobState::Starting);
+            let ended = match (job.finished_at, running) {
                 (Some(finished), _) => finished,
-                (None, JobState::Running | JobState::Starting) => now_ms,
-                (None, _) => job.queued_at.filter(|q| *q > started).unwrap_or(started),
+                (None, true) => now_ms,
+                (None, false) => job.queued_at.filter(|q| *q > started).unwrap_or(started),
             };
             let (from, to) = (started.max(from_ms), ended.min(to_ms).min(now_ms));
             if to <= from {
                 continue;
             }
             let hours = (to - from) as f64 / HOUR_MS;
-            let (who, nobody) = match by {
-                UsageBy::Person => (r.owner_id, "(unknown)"),
-                UsageBy::Team => (r.team_id, "(no team)"),
-            };
-            let name = who
-                .map(|id| names.get(&id).cloned().unwrap_or_else(|| format!("#{id}")))
-                .unwrap_or_else(|| nobody.to_owned());
+            let name = name_of(match by {
+                UsageBy::Person => r.owner_id,
+                UsageBy::Team => r.team_id,
+            });
             let row = rows
                 .entry(name.clone())
                 .or_insert_with(|| GpuUsageRow::new(name));
             row.jobs += 1;
-            let held = job.gpus_held().len().max(job.gpus as usize);
-            row.allocated_hours += held as f64 * hours;
+            // An ended attempt is in the accounting read above.
+            if running {
+                let held = job.gpus_held().len().max(job.gpus as usize);
+                row.allocated_hours += held as f64 * hours;
+            }
             let ids: Vec<i64> = match &job.node {
                 Some(node) => job
                     .gpus_held()
@@ -692,6 +718,12 @@ impl Telemetry {
                 row.sampled_hours += sampled;
                 row.busy_hours += util / 100.0 * sampled;
             }
+        }
+        // The accounting's span of an attempt ends when its end was
+        // recorded, a moment after the job's own: the samples never count
+        // for more than what was held.
+        for row in rows.values_mut() {
+            row.allocated_hours = row.allocated_hours.max(row.sampled_hours);
         }
         let mut rows: Vec<GpuUsageRow> = rows.into_values().collect();
         rows.sort_by(|a, b| {

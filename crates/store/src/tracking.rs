@@ -646,6 +646,31 @@ impl Store {
         }
     }
 
+    /// How many runs (not deleted) were made under each of `run_ids`
+    /// (their `mlflow.parentRunId` tag); runs with none are left out.
+    pub async fn child_run_counts(
+        &self,
+        run_ids: &[String],
+    ) -> Result<HashMap<String, u64>, StoreError> {
+        let mut counts = HashMap::new();
+        for chunk in run_ids.chunks(500) {
+            let mut sql = self.sql();
+            sql.push(
+                "SELECT t.value AS parent, COUNT(*) AS children FROM tags t \
+                 JOIN runs r ON r.id = t.run_id \
+                 WHERE t.key = 'mlflow.parentRunId' AND r.lifecycle_stage = 'active' AND t.value IN ",
+            )
+            .bind_list(chunk.iter().cloned())
+            .push(" GROUP BY t.value");
+            for row in self.connection().query_all_raw(sql.build()).await? {
+                let parent: String = get(&row, "parent")?;
+                let children: i64 = get(&row, "children")?;
+                counts.insert(parent, children.max(0) as u64);
+            }
+        }
+        Ok(counts)
+    }
+
     /// The lifecycle stage of a run, or not found.
     async fn run_stage(
         &self,

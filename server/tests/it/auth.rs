@@ -1347,6 +1347,35 @@ async fn admins_alone_list_people_and_end_their_sessions() {
     assert_eq!(refused.status, 403, "{}", refused.body);
     let refused = form(&p.alice.bearer(), "/api/end_sessions", "user_id=1").await;
     assert_eq!(refused.status, 403, "{}", refused.body);
+    // The admin pages say so once, with a 403, instead of forms that fail.
+    for path in ["/admin", "/admin/gpus"] {
+        let page = request(
+            server.addr,
+            "GET",
+            path,
+            &[("Cookie", &p.alice.cookie)],
+            b"",
+        )
+        .await;
+        assert_eq!(page.status, 403, "{path}: {}", page.body);
+        assert!(page.body.contains("Admins only"), "{path}: {}", page.body);
+        assert!(
+            page.body.contains("alice is not one"),
+            "{path}: {}",
+            page.body
+        );
+        assert!(!page.body.contains("Add a team"), "{path}: no forms");
+        let page = request(
+            server.addr,
+            "GET",
+            path,
+            &[("Cookie", &p.admin.cookie)],
+            b"",
+        )
+        .await;
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert!(!page.body.contains("Admins only"), "{path}");
+    }
 
     let listed = form(&p.admin.bearer(), "/api/list_users", "").await;
     assert_eq!(listed.status, 200, "{}", listed.body);

@@ -289,6 +289,124 @@ async fn compare_figures_give_last_min_and_max_with_their_steps() {
     );
 }
 
+/// Nested runs (a sweep's parent and its trials): the table marks a child
+/// and counts a parent's children with the query that lists them; the run
+/// page links both ways.
+#[tokio::test]
+async fn nested_runs_link_to_their_parent_and_count_their_children() {
+    let server = TestServer::start().await;
+    let parent = new_run(&server, "0", "sweep").await;
+    let mut trials = Vec::new();
+    for i in 0..3 {
+        let trial = new_run(&server, "0", &format!("trial-{i}")).await;
+        mlflow(
+            &server,
+            "runs/set-tag",
+            json!({"run_id": trial, "key": "mlflow.parentRunId", "value": parent}),
+        )
+        .await;
+        trials.push(trial);
+    }
+    // A deleted child is not counted.
+    mlflow(&server, "runs/delete", json!({"run_id": trials[2]})).await;
+    let page = server_fn(
+        &server,
+        "list_runs_page",
+        json!({"experiment_id": 0, "query": "", "sort": null, "columns": null, "offset": 0}),
+    )
+    .await
+    .json();
+    let rows = page["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{page}");
+    let row = |id: &str| rows.iter().find(|r| r["run_id"] == id).unwrap().clone();
+    assert_eq!(row(&parent)["children"], 2);
+    assert_eq!(row(&parent)["parent_run_id"], Value::Null);
+    assert_eq!(row(&trials[0])["parent_run_id"], parent.as_str());
+    assert_eq!(row(&trials[0])["children"], 0);
+    // The query behind the parent's count lists exactly its children.
+    let query = format!("tags.mlflow.parentRunId = '{parent}'");
+    let children = server_fn(
+        &server,
+        "list_runs_page",
+        json!({"experiment_id": 0, "query": query, "sort": null, "columns": null, "offset": 0}),
+    )
+    .await;
+    assert_eq!(children.status, 200, "{}", children.body);
+    assert_eq!(children.json()["total"], 2);
+    let html = server.get("/experiments/0").await;
+    assert!(
+        html.body.contains(r#"data-testid="children-link""#),
+        "{}",
+        html.body
+    );
+    assert!(html.body.contains("+2"), "{}", html.body);
+    assert!(html.body.contains(r#"data-testid="parent-link""#));
+
+    let child = server
+        .post_form("/api/get_run_detail", &format!("run_id={}", trials[0]))
+        .await
+        .json();
+    assert_eq!(child["parent"]["run_id"], parent.as_str(), "{child}");
+    assert_eq!(child["parent"]["name"], "sweep");
+    let html = server
+        .get(&format!("/experiments/0/runs/{}", trials[0]))
+        .await;
+    assert!(
+        html.body.contains(r#"data-testid="run-parent""#),
+        "{}",
+        html.body
+    );
+    assert!(html.body.contains(&format!("/experiments/0/runs/{parent}")));
+    let top = server
+        .post_form("/api/get_run_detail", &format!("run_id={parent}"))
+        .await
+        .json();
+    assert_eq!(top["children"], 2, "{top}");
+    assert_eq!(top["parent"], Value::Null);
+    let html = server.get(&format!("/experiments/0/runs/{parent}")).await;
+    assert!(
+        html.body.contains(r#"data-testid="run-children""#),
+        "{}",
+        html.body
+    );
+    assert!(html.body.contains("2 runs"), "{}", html.body);
+
+    // The deleted trial is in the experiment's deleted runs, and comes back.
+    let deleted = server_fn(
+        &server,
+        "list_runs_page",
+        json!({"experiment_id": 0, "query": "", "sort": null, "columns": null, "offset": 0, "deleted": true}),
+    )
+    .await
+    .json();
+    assert_eq!(deleted["total"], 1, "{deleted}");
+    assert_eq!(deleted["rows"][0]["run_id"], trials[2].as_str());
+    let html = server.get("/experiments/0?deleted=1").await;
+    assert!(html.body.contains("trial-2"), "{}", html.body);
+    assert!(
+        !html.body.contains("trial-1"),
+        "only the deleted: {}",
+        html.body
+    );
+    let gone = server
+        .post_form("/api/get_run_detail", &format!("run_id={}", trials[2]))
+        .await
+        .json();
+    assert_eq!(gone["may_restore"], true, "{gone}");
+    assert_eq!(gone["may_change"], false);
+    let restored = server
+        .post_form("/api/restore_run_page", &format!("run_id={}", trials[2]))
+        .await;
+    assert!(restored.status < 400, "{}", restored.body);
+    let back = common::run(&server, &trials[2]).await;
+    assert_eq!(back["info"]["lifecycle_stage"], "active", "{back}");
+    let top = server
+        .post_form("/api/get_run_detail", &format!("run_id={parent}"))
+        .await
+        .json();
+    assert_eq!(top["children"], 3, "counted again: {top}");
+}
+
 #[tokio::test]
 async fn the_run_page_shows_facts_params_charts_and_artifacts() {
     let server = TestServer::start().await;
