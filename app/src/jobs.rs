@@ -640,8 +640,10 @@ pub fn JobPage() -> impl IntoView {
             .is_some_and(|p| !p.job.state.is_terminal())
     });
     let live = RwSignal::new(String::new());
+    // Set once the page let go of the log's start to stay light.
+    let trimmed = RwSignal::new(false);
     let log_box = NodeRef::<leptos::html::Pre>::new();
-    follow_log(id, log, live, tick, log_box);
+    follow_log(id, log, live, trimmed, tick, log_box);
     let gpu_zoom = RwSignal::new(None);
     let gpus = crate::gpus::job_gpus(id, tick, gpu_zoom);
     let cancel_error = move || {
@@ -762,8 +764,21 @@ pub fn JobPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match log.await {
                     Ok(Some(tail)) => view! {
+                        {move || trimmed.get().then(|| view! {
+                            <p class="hint" data-testid="log-trimmed">
+                                "This page keeps the log's last "
+                                {LIVE_LOG_KEEP / 1024} " KiB as it grows; "
+                                {move || id().map(|id| view! {
+                                    <a href=format!("/api/trainyard/v1/jobs/{id}/logs?download=1")>"download"</a>
+                                })}
+                                " it whole, or follow it with " <code>"trainyard logs -f"</code> "."
+                            </p>
+                        })}
                         <pre class="log" data-testid="log" node_ref=log_box tabindex="0"
-                            aria-label="The job's log">{tail.text}{move || live.get()}</pre>
+                            aria-label="The job's log">
+                            {move || (!trimmed.get()).then(|| tail.text.clone())}
+                            {move || live.get()}
+                        </pre>
                     }.into_any(),
                     Ok(None) => ().into_any(),
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
@@ -803,8 +818,34 @@ fn at_end(el: &web_sys::Element) -> bool {
     el.scroll_top() + el.client_height() >= el.scroll_height() - 24
 }
 
+/// How much of a growing log the job page keeps: past
+/// [`LIVE_LOG_MAX`] bytes the start goes, at a line, down to about
+/// [`LIVE_LOG_KEEP`] (a job that prints a megabyte a second would
+/// otherwise slow the page to a halt).
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+const LIVE_LOG_MAX: usize = 512 * 1024;
+const LIVE_LOG_KEEP: usize = 256 * 1024;
+
+/// Drops the start of `text` once it is past [`LIVE_LOG_MAX`], keeping
+/// about the last [`LIVE_LOG_KEEP`] bytes from a line's start; true if it
+/// did.
+#[cfg_attr(not(any(feature = "hydrate", test)), allow(dead_code))]
+fn keep_log_end(text: &mut String) -> bool {
+    if text.len() <= LIVE_LOG_MAX {
+        return false;
+    }
+    let mut cut = text.len() - LIVE_LOG_KEEP;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    let cut = text[cut..].find('\n').map_or(cut, |i| cut + i + 1);
+    text.drain(..cut);
+    true
+}
+
 /// In the browser: follows the log from where the tail ended through the
-/// server's event stream, appending to `live`; when the job has ended,
+/// server's event stream, appending to `live` (its start dropped past
+/// [`LIVE_LOG_MAX`], `trimmed` then set); when the job has ended,
 /// bumps `tick` so the page reads its final state. The box shows the end
 /// of the log and keeps to it as lines arrive, like `tail -f`, unless the
 /// person scrolled up to read.
@@ -813,6 +854,7 @@ fn follow_log(
     id: impl Fn() -> Option<i64> + Send + Sync + 'static,
     log: Resource<Result<Option<crate::api::LogTail>, AppError>>,
     live: RwSignal<String>,
+    trimmed: RwSignal<bool>,
     tick: RwSignal<u32>,
     log_box: NodeRef<leptos::html::Pre>,
 ) {
@@ -841,7 +883,14 @@ fn follow_log(
             Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
                 if let Some(text) = e.data().as_string() {
                     let follow = log_box.get_untracked().is_some_and(|el| at_end(&el));
-                    live.update(|l| l.push_str(&text));
+                    let mut cut = false;
+                    live.update(|l| {
+                        l.push_str(&text);
+                        cut = keep_log_end(l);
+                    });
+                    if cut && !trimmed.get_untracked() {
+                        trimmed.set(true);
+                    }
                     if follow {
                         // Once the new text is laid out.
                         request_animation_frame(move || {
@@ -982,4 +1031,29 @@ fn main_metrics(mut keys: Vec<String>) -> Vec<String> {
     keys.sort_by_key(|k| (!k.to_lowercase().contains("loss"), k.clone()));
     keys.truncate(2);
     keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_growing_log_keeps_its_end_from_a_line_start() {
+        let line = "step 1234: loss 0.123456 — ünïcode\n";
+        let mut log = String::new();
+        while log.len() <= LIVE_LOG_MAX {
+            assert!(!keep_log_end(&mut log));
+            log.push_str(line);
+        }
+        let before = log.len();
+        assert!(keep_log_end(&mut log));
+        assert!(log.len() <= LIVE_LOG_KEEP && log.len() + line.len() > LIVE_LOG_KEEP);
+        assert!(log.starts_with("step 1234"), "cut at a line's start");
+        assert!(log.ends_with(line));
+        assert!(before > log.len());
+        // One line longer than what is kept: cut inside it, on a character.
+        let mut long = "é".repeat(LIVE_LOG_MAX);
+        assert!(keep_log_end(&mut long));
+        assert!(long.len() <= LIVE_LOG_KEEP + 1 && long.chars().all(|c| c == 'é'));
+    }
 }

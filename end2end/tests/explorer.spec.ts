@@ -334,6 +334,23 @@ test('a run page mounts charts as they scroll in and follows a live run', async 
   await expect(lossValues.locator('[data-figure="last"]')).toHaveText('0.0123');
   // The lowest loss so far (the curve stays above 0.05), and where it was.
   await expect(lossValues.locator('[data-figure="min"]')).toHaveText('0.0123 @10000');
+  // A metric it had not logged gets its chart; the charts drawn before are
+  // redrawn without an error in the page (a chart's answer arriving after
+  // it went once panicked).
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => {
+    if (m.text().includes('panicked')) errors.push(m.text());
+  });
+  const before = await charts.count();
+  const added = await request.post('/api/2.0/mlflow/runs/log-batch', {
+    data: { run_id: live, metrics: [{ key: 'zz_new_metric', value: 5, timestamp: Date.now(), step: 10_001 }] },
+  });
+  expect(added.status()).toBe(200);
+  await expect(charts).toHaveCount(before + 1);
+  await expect(page.locator('figure.chart[data-metric="zz_new_metric"]')).toHaveCount(1);
+  await page.waitForTimeout(1_000);
+  expect(errors).toEqual([]);
   const ended = await request.post('/api/2.0/mlflow/runs/update', {
     data: { run_id: live, status: 'FINISHED', end_time: Date.now() },
   });

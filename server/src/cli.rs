@@ -38,6 +38,12 @@ impl Remote {
     }
 
     fn client(&self) -> Result<reqwest::Client> {
+        if !(self.server.starts_with("http://") || self.server.starts_with("https://")) {
+            return Err(CliError(format!(
+                "the server `{}` needs its scheme: http://{0} or https://{0} (--server or TRAINYARD_SERVER)",
+                self.server
+            )));
+        }
         let mut headers = reqwest::header::HeaderMap::new();
         if let Some(token) = &self.token {
             let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
@@ -188,7 +194,15 @@ async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Resu
     let file = tokio::fs::File::open(archive)
         .await
         .map_err(|e| CliError(format!("cannot read {}: {e}", archive.display())))?;
-    let total = file.metadata().await?.len();
+    let meta = file.metadata().await?;
+    if meta.is_dir() {
+        return Err(CliError(format!(
+            "{0} is a folder: send it as an archive, e.g. `tar czf {1}.tar.gz -C {0} .` then `--file {1}.tar.gz` (or a zip)",
+            archive.display(),
+            file_name(archive)
+        )));
+    }
+    let total = meta.len();
     let shown = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut sent: u64 = 0;
     let label = archive.display().to_string();
@@ -347,7 +361,9 @@ async fn follow_logs(remote: &Remote, id: i64) -> Result<ExitCode> {
         let job = &detail["job"];
         let state = job["state"].as_str().unwrap_or("").to_owned();
         let this_attempt = job["attempt"].as_u64().unwrap_or(0);
-        if attempt.is_some_and(|a| a != this_attempt) {
+        if let Some(before) = attempt.filter(|a| *a != this_attempt) {
+            // The end of the attempt before, written after the last look.
+            print_log_from(remote, &client, id, before, offset).await?;
             eprintln!("-- attempt {} --", this_attempt + 1);
             offset = 0;
         }
@@ -364,26 +380,7 @@ async fn follow_logs(remote: &Remote, id: i64) -> Result<ExitCode> {
             said = status;
         }
         // Everything written so far, then look again.
-        loop {
-            let response = remote
-                .send(client.get(remote.url(&format!(
-                    "/api/trainyard/v1/jobs/{id}/logs?offset={offset}&attempt={this_attempt}"
-                ))))
-                .await?;
-            let next: u64 = response
-                .headers()
-                .get("x-log-offset")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(offset);
-            let bytes = response.bytes().await?;
-            if bytes.is_empty() {
-                break;
-            }
-            std::io::stdout().write_all(&bytes)?;
-            std::io::stdout().flush()?;
-            offset = next;
-        }
+        offset = print_log_from(remote, &client, id, this_attempt, offset).await?;
         let ended = matches!(
             state.as_str(),
             "SUCCEEDED" | "FAILED" | "CANCELLED" | "LOST"
@@ -393,10 +390,50 @@ async fn follow_logs(remote: &Remote, id: i64) -> Result<ExitCode> {
                 .as_i64()
                 .map(|c| format!(", exit code {c}"))
                 .unwrap_or_default();
-            eprintln!("job {id} {}{code}", state.to_lowercase());
+            // Why, in the timeline's words (out of memory, past its
+            // runtime, cancelled by whom), where it did not succeed.
+            let why = detail["events"]
+                .as_array()
+                .and_then(|events| events.last())
+                .and_then(|e| e["message"].as_str())
+                .filter(|_| state != "SUCCEEDED")
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            eprintln!("job {id} {}{code}{why}", state.to_lowercase());
             return Ok(follow_exit(&state, job["exit_code"].as_i64()));
         }
         tokio::time::sleep(FOLLOW_POLL).await;
+    }
+}
+
+/// Prints an attempt's log from `offset` to where it ends now; returns
+/// that end.
+async fn print_log_from(
+    remote: &Remote,
+    client: &reqwest::Client,
+    id: i64,
+    attempt: u64,
+    mut offset: u64,
+) -> Result<u64> {
+    loop {
+        let response = remote
+            .send(client.get(remote.url(&format!(
+                "/api/trainyard/v1/jobs/{id}/logs?offset={offset}&attempt={attempt}"
+            ))))
+            .await?;
+        let next: u64 = response
+            .headers()
+            .get("x-log-offset")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(offset);
+        let bytes = response.bytes().await?;
+        if bytes.is_empty() {
+            return Ok(offset);
+        }
+        std::io::stdout().write_all(&bytes)?;
+        std::io::stdout().flush()?;
+        offset = next;
     }
 }
 

@@ -1038,7 +1038,11 @@ async fn download(
         }
     });
     let body = axum::body::Body::from_stream(pieces);
-    let name = format!("attachment; filename=\"job-{id}-attempt-{attempt}.log\"");
+    // Numbered from 1, as the job's page says ("Attempt 2 of 3").
+    let name = format!(
+        "attachment; filename=\"job-{id}-attempt-{}.log\"",
+        attempt + 1
+    );
     Ok((
         [
             (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_owned()),

@@ -593,7 +593,9 @@ fn load_series(
             };
             leptos::task::spawn_local(async move {
                 let answer = chart_series(request).await;
-                if generation.get_value() != mine {
+                // A chart gone meanwhile (its page redrew its charts for a
+                // new metric) has nothing to draw it in.
+                if generation.try_get_value() != Some(mine) {
                     return;
                 }
                 match answer {

@@ -169,6 +169,24 @@ fn union_keys<'a>(lists: impl Iterator<Item = &'a [(String, impl Sized + 'a)]>) 
     keys
 }
 
+/// The `n` metrics the most runs logged (a metric of one run alone is
+/// charted after those all share), in the picker's order.
+fn most_shared_metrics(runs: &[CompareRun], n: usize) -> Vec<String> {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for run in runs {
+        for (key, _) in &run.metrics {
+            match counts.iter_mut().find(|(k, _)| k == key) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((key.clone(), 1)),
+            }
+        }
+    }
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut keys: Vec<String> = counts.into_iter().take(n).map(|(k, _)| k).collect();
+    keys.sort();
+    keys
+}
+
 /// The runs not hidden, each with its place in the comparison (its colour).
 fn shown<'a>(runs: &'a [CompareRun], hidden: &HashSet<String>) -> Vec<(usize, &'a CompareRun)> {
     runs.iter()
@@ -311,13 +329,8 @@ fn Comparison(runs: Vec<CompareRun>, state: Memo<CompareState>) -> impl IntoView
         Some((by, groups))
     });
     let chosen_metrics = {
-        let metric_keys = metric_keys.clone();
-        Memo::new(move |_| {
-            state
-                .get()
-                .metrics
-                .unwrap_or_else(|| metric_keys.iter().take(DEFAULT_METRICS).cloned().collect())
-        })
+        let defaults = runs.with_value(|r| most_shared_metrics(r, DEFAULT_METRICS));
+        Memo::new(move |_| state.get().metrics.unwrap_or_else(|| defaults.clone()))
     };
 
     let toggle_metric = {
@@ -363,7 +376,18 @@ fn Comparison(runs: Vec<CompareRun>, state: Memo<CompareState>) -> impl IntoView
                                 let id = id.clone();
                                 move |_| hidden.update(|h| { if !h.remove(&id) { h.insert(id.clone()); } })
                             }>
-                            <span class="swatch" style=format!("background:{}", swatch(i))></span>
+                            // Grouped, a run wears its group's colour, as
+                            // the group's line does.
+                            <span class="swatch" style={
+                                let id = id.clone();
+                                move || {
+                                    let color = group
+                                        .get()
+                                        .and_then(|(_, groups)| groups.iter().position(|(_, ids)| ids.contains(&id)))
+                                        .unwrap_or(i);
+                                    format!("background:{}", swatch(color))
+                                }
+                            }></span>
                             {r.name.clone()}
                         </button>
                         " "
@@ -862,6 +886,37 @@ fn MetricSelect(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_default_charts_are_the_metrics_most_runs_logged() {
+        use trainyard_domain::explorer::{Cell, CompareRun};
+        let run = |id: &str, keys: &[&str]| CompareRun {
+            run_id: id.to_owned(),
+            experiment_id: 0,
+            name: id.to_owned(),
+            status: "FINISHED".to_owned(),
+            start_time: 0,
+            metrics: keys
+                .iter()
+                .map(|k| (k.to_string(), Cell::Num(1.0)))
+                .collect(),
+            params: Vec::new(),
+            tags: Vec::new(),
+        };
+        // A sweep's parent logs acc, bm, f1 and loss; its three trials loss
+        // and val_acc: val_acc comes before the parent's own.
+        let runs = [
+            run("parent", &["acc", "bm", "f1", "loss"]),
+            run("a", &["loss", "val_acc"]),
+            run("b", &["loss", "val_acc"]),
+            run("c", &["loss", "val_acc"]),
+        ];
+        assert_eq!(
+            super::most_shared_metrics(&runs, 4),
+            ["acc", "bm", "loss", "val_acc"]
+        );
+        assert_eq!(super::most_shared_metrics(&runs, 1), ["loss"]);
+    }
+
     use super::*;
 
     #[test]

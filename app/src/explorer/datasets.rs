@@ -100,6 +100,18 @@ pub async fn dataset_records(
         .await?;
     let experiment = store.get_experiment(experiment_id).await?;
     let dataset = store.get_dataset(&dataset_id).await?;
+    // Under an experiment it is shown in only.
+    if !store
+        .dataset_experiment_ids(&dataset_id)
+        .await?
+        .contains(&experiment_id)
+    {
+        crate::error::page_not_found();
+        return Err(AppError::NotFound(format!(
+            "the dataset {} is not in the experiment {}; its page is under an experiment it was added to",
+            dataset.name, experiment.name
+        )));
+    }
     let page = store
         .dataset_records(&dataset_id, RECORDS_PAGE, after)
         .await?;

@@ -24,15 +24,23 @@ pub async fn get_models(experiment: Option<i64>) -> Result<ModelsView, AppError>
     let user = caller()?.user;
     let viewer = trainyard_store::Viewer::of(&user);
     let store = store()?;
+    // Prompts live in the registry too; as in MLflow, they are not models.
+    let not_prompt = {
+        use trainyard_domain::query::{CmpOp, Expr, Field, Literal, Predicate};
+        Expr::Test(
+            Field::Tag("mlflow.prompt.is_prompt".to_owned()),
+            Predicate::Cmp(CmpOp::Ne, Literal::Str("true".to_owned())),
+        )
+    };
     let mut registered = store
-        .search_registered_models(None, &[], MODELS_SHOWN + 1, 0, &viewer)
+        .search_registered_models(Some(&not_prompt), &[], MODELS_SHOWN + 1, 0, &viewer)
         .await?;
     let more_registered = registered.len() as u64 > MODELS_SHOWN;
     registered.truncate(MODELS_SHOWN as usize);
     let names: std::collections::HashSet<&str> =
         registered.iter().map(|m| m.name.as_str()).collect();
     let mut versions = store
-        .search_model_versions(None, &[], VERSIONS_SHOWN, 0, &viewer)
+        .search_model_versions(Some(&not_prompt), &[], VERSIONS_SHOWN, 0, &viewer)
         .await?;
     versions.retain(|v| names.contains(v.name.as_str()));
     let (logged, more_logged) = match experiment {

@@ -233,7 +233,18 @@ pub fn serde_in_words(message: &str) -> String {
             .and_then(|rest| rest.rsplit_once(", expected "))
         {
             let range = prefix == "invalid value: ";
-            return format!("{}; give {}", got(found), kind(expected, range));
+            let wanted = kind(expected, range);
+            // A number or a flag where text belongs: the same in quotes.
+            let scalar = ["integer", "floating point", "boolean"]
+                .iter()
+                .find_map(|p| found.trim().strip_prefix(p))
+                .map(|v| v.trim().trim_matches('`'));
+            if wanted == "text"
+                && let Some(value) = scalar
+            {
+                return format!("{}; give text: write it in quotes, \"{value}\"", got(found));
+            }
+            return format!("{}; give {wanted}", got(found));
         }
     }
     if let Some(rest) = m.strip_prefix("unknown field ") {
@@ -440,6 +451,10 @@ mod words_tests {
             (
                 "invalid type: sequence, expected a string",
                 "got a list; give text",
+            ),
+            (
+                "invalid type: floating point `0.1`, expected a string",
+                "got 0.1; give text: write it in quotes, \"0.1\"",
             ),
             (
                 "invalid type: string \"yes\", expected a boolean",

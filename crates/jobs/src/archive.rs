@@ -140,6 +140,50 @@ pub fn extract(archive: &Path, into: &Path, limits: Limits) -> Result<Extracted,
     }
 }
 
+/// What archivers add beside a folder's files and nobody means to upload.
+const JUNK: [&str; 2] = ["__MACOSX", ".DS_Store"];
+
+/// A project packed with its folder (`tar czf proj.tar.gz proj`, GitHub's
+/// "Download ZIP", macOS's Compress): when the unpacked `root` holds one
+/// folder and nothing else (besides [`JUNK`]), that folder's contents
+/// become the top, so `python train.py` and `requirements.txt` are where
+/// a job looks. Returns the folder's name if it did. Links are never
+/// followed: what is moved was just unpacked, and links are refused.
+pub fn lift_single_folder(root: &Path) -> std::io::Result<Option<String>> {
+    let mut folder = None;
+    for entry in std::fs::read_dir(root)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if JUNK.iter().any(|j| name == *j) {
+            continue;
+        }
+        if folder.is_some() || !entry.file_type()?.is_dir() {
+            return Ok(None);
+        }
+        folder = Some(name);
+    }
+    let Some(name) = folder else {
+        return Ok(None);
+    };
+    for junk in JUNK {
+        let path = root.join(junk);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path)?,
+            Ok(_) => std::fs::remove_file(&path)?,
+            Err(_) => {}
+        }
+    }
+    // Out of the way first: it may hold an entry of its own name.
+    let aside = root.join(".trainyard-lifting");
+    std::fs::rename(root.join(&name), &aside)?;
+    for entry in std::fs::read_dir(&aside)? {
+        let entry = entry?;
+        std::fs::rename(entry.path(), root.join(entry.file_name()))?;
+    }
+    std::fs::remove_dir(&aside)?;
+    Ok(Some(name.to_string_lossy().into_owned()))
+}
+
 struct Writer<'a> {
     root: &'a Path,
     limits: Limits,
@@ -750,6 +794,47 @@ mod tests {
             .collect();
         let (result, _dir) = unpack(&tar_gz(&entries));
         assert!(refused(result).contains("more than 100 files and folders"));
+    }
+
+    #[test]
+    fn a_project_packed_with_its_folder_is_lifted_to_the_top() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("p");
+        std::fs::create_dir_all(root.join("proj/proj")).unwrap();
+        std::fs::create_dir_all(root.join("__MACOSX/proj")).unwrap();
+        std::fs::write(root.join("proj/train.py"), "print(1)").unwrap();
+        std::fs::write(root.join("proj/proj/inner.txt"), "x").unwrap();
+        assert_eq!(lift_single_folder(&root).unwrap().as_deref(), Some("proj"));
+        assert_eq!(
+            std::fs::read_to_string(root.join("train.py")).unwrap(),
+            "print(1)"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("proj/inner.txt")).unwrap(),
+            "x"
+        );
+        assert!(!root.join("__MACOSX").exists());
+        let mut names: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["proj", "train.py"]);
+        // A top with a file beside the folder, or two folders, stays.
+        let flat = dir.path().join("flat");
+        std::fs::create_dir_all(flat.join("src")).unwrap();
+        std::fs::write(flat.join("train.py"), "").unwrap();
+        assert_eq!(lift_single_folder(&flat).unwrap(), None);
+        assert!(flat.join("src").is_dir() && flat.join("train.py").is_file());
+        let two = dir.path().join("two");
+        std::fs::create_dir_all(two.join("a")).unwrap();
+        std::fs::create_dir_all(two.join("b")).unwrap();
+        assert_eq!(lift_single_folder(&two).unwrap(), None);
+        // One file alone is no folder to lift.
+        let one = dir.path().join("one");
+        std::fs::create_dir_all(&one).unwrap();
+        std::fs::write(one.join("train.py"), "").unwrap();
+        assert_eq!(lift_single_folder(&one).unwrap(), None);
     }
 
     #[test]

@@ -400,6 +400,19 @@ impl Jobs {
             },
             None => None,
         };
+        // A template that runs the submitter's project has nothing to run
+        // without one.
+        if let Some(t) = template.as_ref().filter(|t| t.spec.project)
+            && spec.project.is_none()
+        {
+            errors.push(FieldError::new(
+                "project",
+                format!(
+                    "the template `{}` runs your project: upload its archive (zip or tar.gz) with the job, with the form's Project, or `trainyard submit --file project.tar.gz`",
+                    t.slug
+                ),
+            ));
+        }
         let team_id = match spec.team.as_deref().map(str::trim) {
             None => owner.primary_team(),
             Some(name) => match owner.teams.iter().find(|t| t.name == name) {
@@ -769,6 +782,9 @@ impl Jobs {
                 std::fs::create_dir_all(parent)?;
             }
             let done = archive::extract(&source, &target, limits)?;
+            if !dataset && let Some(folder) = archive::lift_single_folder(&target)? {
+                tracing::info!(%folder, "the project's one folder is its top");
+            }
             if dataset {
                 // Shared by every job that names it: nobody writes to it by accident.
                 read_only(&target)?;
@@ -1540,6 +1556,10 @@ impl Jobs {
                     user: user_of(r),
                     priority: r.job.priority,
                     started_at: r.job.started_at.unwrap_or(0),
+                    // Stopped at its maximum runtime at the latest.
+                    ends_by: r.job.started_at.map(|at| {
+                        at.saturating_add((r.job.max_runtime_secs as i64).saturating_mul(1000))
+                    }),
                     node,
                     gpus: r.job.gpu_indices.clone(),
                     resources: resources(&r.job),
@@ -1588,6 +1608,7 @@ impl Jobs {
                     submitted_at: r.job.queued_at.unwrap_or(r.job.created_at),
                     resources: resources(&r.job),
                     borrow: r.job.spec.preemptible,
+                    max_runtime_ms: Some((r.job.max_runtime_secs as i64).saturating_mul(1000)),
                 })
                 .collect(),
             usage,

@@ -38,6 +38,7 @@ fn main() {
                 user: (id % 2000) as u32,
                 priority: 0,
                 started_at: id as i64,
+                ends_by: Some(id as i64 + 86_400_000),
                 node: n.id,
                 gpus: (first..first + count).collect(),
                 resources: Resources {
@@ -77,6 +78,7 @@ fn main() {
             },
             // One job in ten may not be preempted.
             borrow: i % 10 != 0,
+            max_runtime_ms: Some(86_400_000),
         })
         .collect();
     let state = State {

@@ -27,10 +27,13 @@
 //! - No starvation: the first job in order that does not fit for lack of
 //!   room holds the node closest to fitting it; later jobs may not start
 //!   there, so it drains for the held job as jobs end (every job has a
-//!   maximum runtime). A later job may still start there if it takes none
-//!   of what the held job waits for: of each resource (GPUs, CPU, memory)
-//!   it asks none, or leaves the held job's whole request free already (a
-//!   CPU job beside a node held for GPUs), so it never delays the held job.
+//!   maximum runtime). A later job may still start there if it cannot
+//!   delay the held job (backfill, as Slurm's): it takes none of what the
+//!   held job waits for (of each resource it asks none, or leaves the held
+//!   job's whole request free already); or, from the running jobs' maximum
+//!   runtimes, the held job's latest start (its shadow time) is known and
+//!   the later job ends before it, or takes only what will be left over
+//!   beside the held job then (a CPU job beside a node held for GPUs).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -86,6 +89,8 @@ pub struct PendingJob {
     /// Milliseconds since the Unix epoch.
     pub submitted_at: i64,
     pub resources: Resources,
+    /// Its maximum runtime, where it has one: it ends within it.
+    pub max_runtime_ms: Option<i64>,
     /// May run beyond its team's quota on borrowed GPUs (and so be
     /// preempted). False: it waits for the team's own GPUs.
     pub borrow: bool,
@@ -98,6 +103,8 @@ pub struct RunningJob {
     pub user: UserId,
     pub priority: i32,
     pub started_at: i64,
+    /// When it is stopped at the latest (its maximum runtime), if known.
+    pub ends_by: Option<i64>,
     pub node: NodeId,
     /// GPU indices on the node.
     pub gpus: Vec<u32>,
@@ -391,6 +398,54 @@ struct Hold {
     /// it takes none of what the held job waits for (see
     /// [`Free::leaves_room_for`]).
     needs: Resources,
+    /// When it can start at the latest, and what is left beside it then.
+    shadow: Option<Shadow>,
+}
+
+/// The latest time a held job can start (every job on its node stopped by
+/// its maximum runtime, in order, until it fits), and what is free beyond
+/// its request then: what a later job may take without delaying it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shadow {
+    at: i64,
+    extra: Resources,
+}
+
+impl Shadow {
+    /// From what is free now and when each job on the node ends at the
+    /// latest; None if it never fits that way (a job without a known end
+    /// holds what it needs).
+    fn of(free: &Free, needs: &Resources, ends: &[(i64, Resources)]) -> Option<Shadow> {
+        let mut ends = ends.to_vec();
+        ends.sort_by_key(|(at, _)| *at);
+        let (mut gpus, mut cpu, mut memory) = (free.free_gpus, free.cpu_millis, free.memory_mib);
+        for (at, r) in ends {
+            gpus += r.gpus;
+            cpu += r.cpu_millis;
+            memory += r.memory_mib;
+            if gpus >= needs.gpus && cpu >= needs.cpu_millis && memory >= needs.memory_mib {
+                return Some(Shadow {
+                    at,
+                    extra: Resources {
+                        gpus: gpus - needs.gpus,
+                        cpu_millis: cpu - needs.cpu_millis,
+                        memory_mib: memory - needs.memory_mib,
+                    },
+                });
+            }
+        }
+        None
+    }
+
+    /// Whether `r`, a job of `max_runtime_ms` started at `now`, leaves the
+    /// held job its start: it ends before the shadow time, or takes only
+    /// what is left over beside the held job then.
+    fn spares(&self, r: &Resources, max_runtime_ms: Option<i64>, now: i64) -> bool {
+        max_runtime_ms.is_some_and(|ms| now.saturating_add(ms) <= self.at)
+            || (r.gpus <= self.extra.gpus
+                && r.cpu_millis <= self.extra.cpu_millis
+                && r.memory_mib <= self.extra.memory_mib)
+    }
 }
 
 impl Free {
@@ -501,6 +556,17 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         }
         f.cpu_millis = f.cpu_millis.saturating_sub(job.resources.cpu_millis);
         f.memory_mib = f.memory_mib.saturating_sub(job.resources.memory_mib);
+    }
+    // When what runs on each node ends at the latest; None where a job
+    // has no known end (no shadow time there).
+    let mut ends: Vec<Option<Vec<(i64, Resources)>>> = vec![Some(Vec::new()); state.nodes.len()];
+    for job in &state.running {
+        if let Some(&i) = node_index.get(&job.node) {
+            match (job.ends_by, &mut ends[i]) {
+                (Some(at), Some(list)) => list.push((at, job.resources)),
+                _ => ends[i] = None,
+            }
+        }
     }
     // Best fit: schedulable nodes ordered by free GPUs.
     let mut by_free: BTreeSet<(u32, usize)> = free
@@ -618,21 +684,43 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                 chosen = Some(h);
             }
         }
-        // Backfill: a node held for another job, where this one takes
-        // nothing that job waits for.
+        // Backfill: a node held for another job, where this one cannot
+        // delay that job.
         if chosen.is_none() {
             chosen = held_nodes
                 .iter()
                 .copied()
                 .filter(|&i| {
-                    free[i]
-                        .held_by
-                        .is_some_and(|h| h.job != job.id && free[i].leaves_room_for(r, &h.needs))
+                    free[i].held_by.is_some_and(|h| {
+                        h.job != job.id
+                            && free[i].fits(r)
+                            && (free[i].leaves_room_for(r, &h.needs)
+                                || h.shadow
+                                    .is_some_and(|s| s.spares(r, job.max_runtime_ms, state.now)))
+                    })
                 })
                 .min_by_key(|&i| (free[i].free_gpus, i));
         }
         if let Some(i) = chosen {
             let listed = by_free.remove(&(free[i].free_gpus, i));
+            // What may still run at a held job's shadow time leaves less
+            // beside it.
+            if let Some(hold) = &mut free[i].held_by
+                && let Some(shadow) = &mut hold.shadow
+                && job
+                    .max_runtime_ms
+                    .is_none_or(|ms| state.now.saturating_add(ms) > shadow.at)
+            {
+                shadow.extra = Resources {
+                    gpus: shadow.extra.gpus.saturating_sub(r.gpus),
+                    cpu_millis: shadow.extra.cpu_millis.saturating_sub(r.cpu_millis),
+                    memory_mib: shadow.extra.memory_mib.saturating_sub(r.memory_mib),
+                };
+            }
+            match (job.max_runtime_ms, &mut ends[i]) {
+                (Some(ms), Some(list)) => list.push((state.now.saturating_add(ms), *r)),
+                _ => ends[i] = None,
+            }
             let gpus = free[i].take(r);
             if listed {
                 by_free.insert((free[i].free_gpus, i));
@@ -668,7 +756,9 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                 &mut by_free,
                 &mut held_nodes,
                 i,
-                (job.id, *r),
+                // Its start is when the preempted jobs stop, not known
+                // from runtimes: no backfill beyond what it does not need.
+                (job.id, *r, None),
                 false,
             );
             *in_use.entry(job.team).or_default() += r.gpus;
@@ -725,12 +815,15 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
         };
         if first {
             if let Some(i) = nearest_node(r, &by_free, &free, &held_nodes, claims) {
+                let shadow = ends[i]
+                    .as_deref()
+                    .and_then(|list| Shadow::of(&free[i], r, list));
                 hold(
                     &mut free,
                     &mut by_free,
                     &mut held_nodes,
                     i,
-                    (job.id, *r),
+                    (job.id, *r, shadow),
                     !claims,
                 );
             }
@@ -751,7 +844,7 @@ fn hold(
     by_free: &mut BTreeSet<(u32, usize)>,
     held_nodes: &mut Vec<usize>,
     i: usize,
-    (job, needs): (JobId, Resources),
+    (job, needs, shadow): (JobId, Resources, Option<Shadow>),
     borrower: bool,
 ) {
     by_free.remove(&(free[i].free_gpus, i));
@@ -762,6 +855,7 @@ fn hold(
         job,
         borrower,
         needs,
+        shadow,
     });
 }
 

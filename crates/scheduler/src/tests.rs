@@ -41,6 +41,7 @@ fn pending(id: JobId, team: TeamId, n: u32) -> PendingJob {
         submitted_at: id as i64,
         resources: gpus(n),
         borrow: true,
+        max_runtime_ms: None,
     }
 }
 
@@ -51,6 +52,7 @@ fn running(id: JobId, team: TeamId, node: NodeId, gpu_list: &[u32], started_at: 
         user: team * 100,
         priority: 0,
         started_at,
+        ends_by: None,
         node,
         gpus: gpu_list.to_vec(),
         resources: gpus(gpu_list.len() as u32),
@@ -384,6 +386,8 @@ fn random_state(rng: &mut Rng) -> State {
                 // Now and then one already asked to stop, or not preemptible.
                 preempting: rng.below(8) == 0,
                 preemptible: rng.below(8) != 0,
+                ends_by: (rng.below(4) != 0)
+                    .then(|| state.now + rng.below(10 * HOUR as u64) as i64),
                 ..running(next_id, team, n.id, &taken, rng.below(1000) as i64)
             });
             next_id += 1;
@@ -404,6 +408,7 @@ fn random_state(rng: &mut Rng) -> State {
             },
             // Now and then a job that may not be preempted.
             borrow: rng.below(5) != 0,
+            max_runtime_ms: (rng.below(2) == 0).then(|| rng.below(10 * HOUR as u64) as i64 + 1),
         });
         next_id += 1;
     }
@@ -637,6 +642,7 @@ impl Sim {
                 submitted_at: j.started_at,
                 resources: j.resources,
                 borrow: true,
+                max_runtime_ms: None,
             });
         }
         for p in d.starts {
@@ -658,6 +664,7 @@ impl Sim {
                 user: j.user,
                 priority: j.priority,
                 started_at: now,
+                ends_by: None,
                 node: p.node,
                 gpus: p.gpus,
                 resources: j.resources,
@@ -928,6 +935,101 @@ fn a_held_node_runs_later_jobs_that_take_nothing_the_held_job_waits_for() {
     // 4 takes a GPU job 2 waits for; 5 would leave it 0.5 CPUs of its 1.
     assert_eq!(reason_of(&d, 4), held);
     assert_eq!(reason_of(&d, 5), held);
+}
+
+/// With every running job's maximum runtime known, a node held for a
+/// job also runs a later job that ends before the held job could start
+/// (its shadow time), or that takes only what will be left over beside it
+/// then; one that could delay it waits (EASY backfill).
+#[test]
+fn a_held_node_backfills_what_cannot_delay_the_held_job() {
+    const MIN: i64 = 60_000;
+    let cpu_job = |id: JobId, cpu_millis: u32, minutes: Option<i64>| PendingJob {
+        resources: Resources {
+            gpus: 0,
+            cpu_millis,
+            memory_mib: 512,
+        },
+        max_runtime_ms: minutes.map(|m| m * MIN),
+        ..pending(id, 1, 0)
+    };
+    let gpu_job = |id: JobId, n: u32, minutes: Option<i64>| PendingJob {
+        max_runtime_ms: minutes.map(|m| m * MIN),
+        ..pending(id, 1, n)
+    };
+    // 2 CPUs and 2 GPUs (the QA box); a 1-GPU job with 1 CPU runs until
+    // minute 60 at the latest.
+    let state = |pending: Vec<PendingJob>, ends_by: Option<i64>| State {
+        now: 0,
+        nodes: vec![Node {
+            cpu_millis: 2000,
+            memory_mib: 8192,
+            ..node(1, 2)
+        }],
+        teams: vec![team(1, 0)],
+        running: vec![RunningJob {
+            ends_by,
+            ..running(1, 1, 1, &[0], 0)
+        }],
+        pending,
+        ..State::default()
+    };
+    // Job 2 (2 GPUs, 1 CPU) holds the node until job 1 ends (minute 60);
+    // then 1 CPU is left beside it. Two CPU jobs of half a CPU take that
+    // and start now, though the CPU free now (1) is less than job 2's 1
+    // plus their own; a third would take what job 2 needs at minute 60.
+    let d = schedule(
+        &state(
+            vec![
+                gpu_job(2, 2, Some(600)),
+                cpu_job(3, 500, Some(600)),
+                cpu_job(4, 500, None),
+                cpu_job(7, 100, None),
+            ],
+            Some(60 * MIN),
+        ),
+        &Policy::default(),
+    );
+    assert_eq!(started(&d), vec![3, 4], "{:?}", d.waiting);
+    assert!(reason_of(&d, 7).contains("CPU"), "{}", reason_of(&d, 7));
+    let held = "what frees up on node-1 is kept for job 2, which is ahead in the queue";
+    // A job that ends by minute 30 cannot delay it, GPUs or not; one that
+    // might run past minute 60 on a GPU it needs waits.
+    let d = schedule(
+        &state(
+            vec![
+                gpu_job(2, 2, Some(600)),
+                gpu_job(3, 1, Some(600)),
+                cpu_job(5, 1000, Some(30)),
+            ],
+            Some(60 * MIN),
+        ),
+        &Policy::default(),
+    );
+    assert_eq!(started(&d), vec![5], "ends by minute 30, before 60");
+    assert_eq!(reason_of(&d, 3), held);
+    let d = schedule(
+        &state(
+            vec![gpu_job(2, 2, Some(600)), gpu_job(6, 1, Some(30))],
+            Some(60 * MIN),
+        ),
+        &Policy::default(),
+    );
+    assert_eq!(
+        started(&d),
+        vec![6],
+        "a short GPU job ends before minute 60"
+    );
+    // A running job without a known end: no shadow time, so only what
+    // leaves job 2's whole request free now may start (as before).
+    let d = schedule(
+        &state(
+            vec![gpu_job(2, 2, Some(600)), cpu_job(3, 500, Some(1))],
+            None,
+        ),
+        &Policy::default(),
+    );
+    assert!(started(&d).is_empty(), "{:?}", d.starts);
 }
 
 /// Nothing is borrowed where nothing could be taken back: with no team

@@ -633,3 +633,90 @@ async fn a_live_run_pushes_its_changes_until_it_ends() {
     read_events(&mut stream, &mut seen, 3).await;
     assert!(seen.contains("data: FINISHED 1"), "{seen}");
 }
+
+/// Prompts live in the registry (MLflow's `register_prompt`) but are not
+/// models: the Models page leaves them and their versions out.
+#[tokio::test]
+async fn the_models_page_leaves_prompts_out() {
+    let server = TestServer::start().await;
+    for (name, tags) in [
+        ("classifier", json!([])),
+        (
+            "summarize",
+            json!([{"key": "mlflow.prompt.is_prompt", "value": "true"}]),
+        ),
+    ] {
+        mlflow(
+            &server,
+            "registered-models/create",
+            json!({"name": name, "tags": tags}),
+        )
+        .await;
+    }
+    mlflow(
+        &server,
+        "model-versions/create",
+        json!({"name": "classifier", "source": "s3://models/classifier/1"}),
+    )
+    .await;
+    mlflow(
+        &server,
+        "model-versions/create",
+        json!({"name": "summarize", "source": "dummy-source",
+               "tags": [{"key": "mlflow.prompt.is_prompt", "value": "true"}]}),
+    )
+    .await;
+    let view = server.post_form("/api/get_models", "").await;
+    assert_eq!(view.status, 200, "{}", view.body);
+    let view = view.json();
+    let names: Vec<&str> = view["registered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["classifier"], "{view}");
+    let versions: Vec<&str> = view["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, ["classifier"], "{view}");
+}
+
+/// A dataset's page is under an experiment it was added to, and not found
+/// under another.
+#[tokio::test]
+async fn a_dataset_page_is_found_only_under_its_experiments() {
+    let server = TestServer::start().await;
+    let other = server
+        .post_form("/api/create_experiment", "name=elsewhere")
+        .await
+        .json()
+        .as_i64()
+        .unwrap();
+    let made = post_json(
+        server.addr,
+        "/api/3.0/mlflow/datasets/create",
+        &json!({"name": "questions", "experiment_ids": ["0"]}),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let id = made.json()["dataset"]["dataset_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let page = server.get(&format!("/experiments/0/datasets/{id}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("questions"));
+    let page = server
+        .get(&format!("/experiments/{other}/datasets/{id}"))
+        .await;
+    assert_eq!(page.status, 404, "{}", page.body);
+    assert!(
+        page.body.contains("not in the experiment elsewhere"),
+        "{}",
+        page.body
+    );
+}

@@ -621,6 +621,21 @@ async fn a_job_runs_its_uploaded_project_with_a_dataset() {
         .map(|f| f["field"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(fields, ["project", "datasets.0"]);
+    // A template that runs one's project is refused without one.
+    let answer = post_json(
+        server.addr,
+        "/api/trainyard/v1/jobs",
+        &json!({"name": "x", "template": "byo-script"}),
+    )
+    .await;
+    assert_eq!(answer.status, 400, "{}", answer.body);
+    assert_eq!(
+        answer.json()["fields"][0]["field"],
+        "project",
+        "{}",
+        answer.body
+    );
+    assert!(answer.body.contains("runs your project"), "{}", answer.body);
 
     // A dataset deleted since: the retry is refused, saying which, rather
     // than queued to fail at its start.
@@ -940,6 +955,74 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
     let (code, _, stderr) = cli(&server, &["submit", &spec_arg, "--follow"]).await;
     assert_eq!(code, 3, "{stderr}");
     assert!(stderr.contains("failed, exit code 3"), "{stderr}");
+    // Each attempt's whole output, the end of the one before included,
+    // then why it ended in the timeline's words.
+    std::fs::write(
+        &spec,
+        "name: retried
+command: echo start; sleep 1; echo about to fail; exit 4
+retries: 1
+resources: {memory: 64Mi}
+",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = cli(&server, &["submit", &spec_arg, "--follow"]).await;
+    assert_eq!(code, 4, "{stderr}");
+    assert_eq!(
+        stdout.matches("about to fail").count(),
+        2,
+        "{stdout}\n{stderr}"
+    );
+    assert!(stderr.contains("-- attempt 2 --"), "{stderr}");
+    let last = stderr.lines().last().unwrap();
+    assert!(
+        last.contains("failed, exit code 4: ") && last.len() > "failed, exit code 4: ".len() + 8,
+        "{stderr}"
+    );
+    // A project packed with its folder runs from that folder's top.
+    std::fs::write(
+        &spec,
+        "name: packed\ncommand: sh run.sh\nresources: {memory: 64Mi}\n",
+    )
+    .unwrap();
+    let packed = dir.path().join("packed.tar.gz");
+    std::fs::write(
+        &packed,
+        tar_gz(&[("proj/run.sh", "echo lifted\n"), ("proj/lib/x.txt", "x")]),
+    )
+    .unwrap();
+    let packed_arg = packed.display().to_string();
+    let (code, stdout, stderr) = cli(
+        &server,
+        &["submit", &spec_arg, "--file", &packed_arg, "--follow"],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "lifted\n");
+    // A folder for --file, and a server without its scheme, are said so.
+    let (code, _, stderr) = cli(
+        &server,
+        &[
+            "submit",
+            &spec_arg,
+            "--file",
+            &dir.path().display().to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("is a folder: send it as an archive"),
+        "{stderr}"
+    );
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_trainyard"))
+        .args(["jobs", "--server", &server.addr.to_string()])
+        .env_remove("TRAINYARD_TOKEN")
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("needs its scheme: http://"), "{said}");
 
     std::fs::write(
         &spec,
