@@ -438,10 +438,12 @@ impl Shadow {
     }
 
     /// Whether `r`, a job of `max_runtime_ms` started at `now`, leaves the
-    /// held job its start: it ends before the shadow time, or takes only
+    /// held job its start: it ends before the shadow time (strictly: a job
+    /// of the same runtime as those the held job waits for, started with
+    /// them, would end with them and take what they free), or takes only
     /// what is left over beside the held job then.
     fn spares(&self, r: &Resources, max_runtime_ms: Option<i64>, now: i64) -> bool {
-        max_runtime_ms.is_some_and(|ms| now.saturating_add(ms) <= self.at)
+        max_runtime_ms.is_some_and(|ms| now.saturating_add(ms) < self.at)
             || (r.gpus <= self.extra.gpus
                 && r.cpu_millis <= self.extra.cpu_millis
                 && r.memory_mib <= self.extra.memory_mib)
@@ -709,7 +711,7 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                 && let Some(shadow) = &mut hold.shadow
                 && job
                     .max_runtime_ms
-                    .is_none_or(|ms| state.now.saturating_add(ms) > shadow.at)
+                    .is_none_or(|ms| state.now.saturating_add(ms) >= shadow.at)
             {
                 shadow.extra = Resources {
                     gpus: shadow.extra.gpus.saturating_sub(r.gpus),

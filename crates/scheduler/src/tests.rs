@@ -1020,6 +1020,17 @@ fn a_held_node_backfills_what_cannot_delay_the_held_job() {
         vec![6],
         "a short GPU job ends before minute 60"
     );
+    // One that would end just as job 1 does (the same runtime, started
+    // with it) is not before: job 2 would find its GPU taken then.
+    let d = schedule(
+        &state(
+            vec![gpu_job(2, 2, Some(600)), gpu_job(6, 1, Some(60))],
+            Some(60 * MIN),
+        ),
+        &Policy::default(),
+    );
+    assert!(started(&d).is_empty(), "{:?}", d.starts);
+    assert_eq!(reason_of(&d, 6), held);
     // A running job without a known end: no shadow time, so only what
     // leaves job 2's whole request free now may start (as before).
     let d = schedule(
