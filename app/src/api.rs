@@ -495,6 +495,27 @@ pub async fn list_template_specs() -> Result<Vec<Template>, AppError> {
     Ok(store()?.templates().await?)
 }
 
+/// Each template that could never start here as it stands, with why (what
+/// it asks beyond the largest node): the catalog and the form say so before
+/// anyone submits, and the form's fields can ask for less.
+#[server(endpoint = "templates_too_big")]
+pub async fn templates_too_big() -> Result<Vec<(String, String)>, AppError> {
+    let jobs = jobs()?;
+    let mut out = Vec::new();
+    for t in jobs.store().templates().await? {
+        let r = &t.spec.resources;
+        let Ok(memory_mib) = trainyard_domain::job::parse_memory(&r.memory) else {
+            continue;
+        };
+        let cpu_millis = (r.cpus * 1000.0).round() as u32;
+        if let Err(errors) = jobs.fits(r.gpus, cpu_millis, memory_mib).await {
+            let why: Vec<String> = errors.into_iter().map(|e| e.message).collect();
+            out.push((t.slug, why.join("; ")));
+        }
+    }
+    Ok(out)
+}
+
 /// The submit form as posted: every field as text, read here, so an empty
 /// or mistyped box becomes a field error rather than a failed call.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -7,7 +7,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use trainyard_domain::job::Job;
 use trainyard_domain::template::{ParamSpec, ParamType, Template};
-use trainyard_domain::{JobState, format_utc};
+use trainyard_domain::{JobState, format_bytes, format_utc};
 
 use crate::api::{
     CancelJob, DeleteTemplate, MoveJobTeam, RetryJob, SaveTemplate, SubmitJob, get_job,
@@ -45,7 +45,7 @@ fn resources_text(job: &Job) -> String {
         "{} CPU{} · {}",
         f64::from(job.cpu_millis) / 1000.0,
         if job.cpu_millis == 1000 { "" } else { "s" },
-        trainyard_domain::format_bytes(job.memory_mib.saturating_mul(1 << 20))
+        format_bytes(job.memory_mib.saturating_mul(1 << 20))
     )
 }
 
@@ -295,17 +295,24 @@ pub fn SubmitPage() -> impl IntoView {
             .flatten()
             .map(|me| me.user.teams)
             .unwrap_or_default();
-        let template = if slug.is_empty() {
-            Ok(None)
+        let (template, beyond) = if slug.is_empty() {
+            (Ok(None), None)
         } else {
-            get_template(slug).await
+            // Asks beyond what this server has, said before submitting.
+            let beyond = crate::api::templates_too_big()
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .find(|(s, _)| *s == slug)
+                .map(|(_, why)| why);
+            (get_template(slug).await, beyond)
         };
         // The experiments the caller sees, suggested as they type.
         let experiments = crate::explorer::api::list_experiments(false)
             .await
             .map(|list| list.into_iter().map(|e| e.name).collect())
             .unwrap_or_default();
-        template.map(|t| (t, teams, experiments))
+        template.map(|t| (t, teams, experiments, beyond))
     });
     let submit = ServerAction::<SubmitJob>::new();
     let error = Signal::derive(move || submit.value().get().and_then(Result::err));
@@ -315,13 +322,13 @@ pub fn SubmitPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match template.await {
-                    Ok((None, _, _)) if !slug().is_empty() => view! {
+                    Ok((None, _, _, _)) if !slug().is_empty() => view! {
                         <p class="error" role="alert">
                             "There is no template “" {slug()} "” in the catalog. "
                             <a href="/templates">"Choose one from the catalog"</a>
                         </p>
                     }.into_any(),
-                    Ok((t, teams, experiments)) => submit_form(t, teams, experiments, submit, error).into_any(),
+                    Ok((t, teams, experiments, beyond)) => submit_form(t, teams, experiments, beyond, submit, error).into_any(),
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -333,6 +340,7 @@ fn submit_form(
     template: Option<Template>,
     teams: Vec<trainyard_domain::identity::Team>,
     experiments: Vec<String>,
+    beyond: Option<String>,
     submit: ServerAction<SubmitJob>,
     error: Signal<Option<AppError>>,
 ) -> impl IntoView {
@@ -429,6 +437,11 @@ fn submit_form(
             })}
             <fieldset class="row">
                 <legend>"Resources"</legend>
+                {beyond.map(|why| view! {
+                    <p class="hint warn" data-testid="too-big">
+                        "As the template asks, more than this server has: " {why} ". Ask for less here."
+                    </p>
+                })}
                 <Field label="GPUs" field="resources.gpus" error=error>
                     <input type="number" name="form[gpus]" min="0" max="64" step="1" value=resources.gpus/>
                 </Field>
@@ -560,14 +573,23 @@ fn start_upload(file: web_sys::File, state: RwSignal<UploadState>) {
         let get = |value: &wasm_bindgen::JsValue, key: &str| {
             js_sys::Reflect::get(value, &key.into()).unwrap_or(wasm_bindgen::JsValue::UNDEFINED)
         };
-        if status == 201 {
+        if status == 200 || status == 201 {
             let upload = get(&body, "upload");
             let id = get(&upload, "id").as_string().unwrap_or_default();
             let files = get(&upload, "files").as_f64().unwrap_or(0.0);
             let bytes = get(&upload, "bytes").as_f64().unwrap_or(0.0);
+            // 200: the same archive as one uploaded before, which is reused.
+            let again = if status == 200 {
+                ", the same as before"
+            } else {
+                ""
+            };
             state.set(UploadState::Done(
                 id,
-                format!("{files} files, {:.1} MiB unpacked", bytes / 1_048_576.0),
+                format!(
+                    "{files} files, {} unpacked{again}",
+                    format_bytes(bytes as u64)
+                ),
             ));
         } else {
             let message = get(&body, "message")
@@ -718,7 +740,16 @@ pub fn JobPage() -> impl IntoView {
                                     <dt>"Pod"</dt><dd data-testid="job-pod"><code>{pod}</code></dd>
                                 })}
                                 <dt>"CPUs, memory"</dt><dd data-testid="job-resources">{resources_text(&job)}</dd>
-                                <dt>"Attempt"</dt><dd>{job.attempt + 1} " of " {job.retries + 1}</dd>
+                                <dt>"Attempt"</dt><dd>{job.attempt + 1} " of " {job.retries + 1}
+                                    // The log below is this attempt's; the earlier ones' are kept.
+                                    {(job.attempt > 0).then(|| view! {
+                                        <span class="muted" data-testid="earlier-logs">" · logs of attempt "
+                                            {(0..job.attempt).map(|a| view! {
+                                                " " <a href=format!("/api/trainyard/v1/jobs/{}/logs?attempt={a}&download=1", job.id)>{a + 1}</a>
+                                            }).collect_view()}
+                                        </span>
+                                    })}
+                                </dd>
                                 <dt>"Ran for"</dt><dd>{ran_for(&job, now)}</dd>
                                 <dt>"Exit code"</dt><dd>{job.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "–".to_owned())}</dd>
                                 <dt>"Run"</dt><dd>{match (job.experiment_id, job.run_id.clone()) {

@@ -8,6 +8,8 @@ pub mod explorer;
 pub mod gpus;
 mod jobs;
 mod lazy;
+#[cfg(feature = "ssr")]
+mod markdown;
 mod pages;
 #[cfg(any(feature = "ssr", test))]
 mod submit;

@@ -230,7 +230,15 @@ fn recent_view(recent: crate::api::Recent) -> impl IntoView {
 
 #[component]
 pub fn TemplatesPage() -> impl IntoView {
-    let templates = Resource::new(|| (), |_| list_template_specs());
+    let templates = Resource::new(
+        || (),
+        |_| async {
+            let list = list_template_specs().await?;
+            // A note on a card is no reason to hide the catalog.
+            let too_big = crate::api::templates_too_big().await.unwrap_or_default();
+            Ok::<_, AppError>((list, too_big))
+        },
+    );
     view! {
         <Title text="Templates"/>
         <section class="page-head">
@@ -241,15 +249,16 @@ pub fn TemplatesPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p class="muted">"Loading templates…"</p> }>
             {move || Suspend::new(async move {
                 match templates.await {
-                    Ok(list) if list.is_empty() => view! {
+                    Ok((list, _)) if list.is_empty() => view! {
                         <p class="empty" data-testid="templates-empty">
                             "The catalog is empty. Templates describe a training recipe (command, parameters, resources) that anyone can launch on their own data; "
                             "they live in the templates folder (the templates_dir setting)."
                         </p>
                     }.into_any(),
-                    Ok(list) => view! {
+                    Ok((list, too_big)) => view! {
                         <ul class="catalog" data-testid="templates">
                             {list.into_iter().map(|t| {
+                                let beyond = too_big.iter().find(|(slug, _)| *slug == t.slug).map(|(_, why)| why.clone());
                                 let r = &t.spec.resources;
                                 let needs = format!(
                                     "{} · {} CPU · {}",
@@ -263,6 +272,11 @@ pub fn TemplatesPage() -> impl IntoView {
                                         <strong>{t.spec.title.clone()}</strong>
                                         <p>{with_code(&t.spec.description)}</p>
                                         <p class="hint">{needs}</p>
+                                        {beyond.map(|why| view! {
+                                            <p class="hint warn" data-testid="too-big">
+                                                "More than this server has: " {why} ". Ask for less on the form."
+                                            </p>
+                                        })}
                                         {(!params.is_empty()).then(|| view! { <p class="hint">"Parameters: " {params.join(", ")}</p> })}
                                         {t.spec.data.clone().map(|d| view! { <p class="hint">"Data: " {d}</p> })}
                                         <a class="button" href=format!("/submit?template={}", t.slug)>"Use this template"</a>

@@ -31,11 +31,13 @@ frame = pd.DataFrame({"width": [0.1, 0.5, 0.9], "label": [0, 1, 1]})
 
 @mlflow.trace(span_type="TOOL")
 def score(width):
+    mlflow.get_current_active_span().set_attribute("scale", "doubled")
     return width * 2
 
 
 @mlflow.trace
 def predict(width):
+    mlflow.update_current_trace(tags={"stage": "canary"})
     return int(score(width) > 0.6)
 
 

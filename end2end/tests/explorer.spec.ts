@@ -526,19 +526,28 @@ test('a run is renamed, described and deleted from its page', async ({ page, bas
   await expect(page.getByTestId('run-note')).toHaveCount(0);
   await page.getByTestId('run-edit').locator('summary').click();
   await page.getByTestId('run-edit-name').fill('renamed run');
-  // Markup in a description is text, never markup.
-  await page.getByTestId('run-edit-note').fill('Baseline with warmup.\n<b>not bold</b>');
+  // A description is Markdown, as in MLflow's UI; HTML in it is text,
+  // never markup.
+  const note = 'Baseline with **warmup**.\n<b>not bold</b> [script](javascript:alert(1))';
+  await page.getByTestId('run-edit-note').fill(note);
   await page.getByTestId('run-edit-save').click();
   await expect(page.getByTestId('run-name')).toHaveText('renamed run');
-  await expect(page.getByTestId('run-note')).toHaveText('Baseline with warmup.\n<b>not bold</b>');
+  await expect(page.getByTestId('run-note').locator('strong')).toHaveText('warmup');
+  await expect(page.getByTestId('run-note')).toContainText('<b>not bold</b>');
   await expect(page.getByTestId('run-note').locator('b')).toHaveCount(0);
-  // The mlflow client reads the same.
+  await expect(page.getByTestId('run-note').getByRole('link', { name: 'script' })).toHaveAttribute('href', '#');
+  // The mlflow client reads what was written.
   const run = await (await page.request.get(`/api/2.0/mlflow/runs/get?run_id=${seeded.runs[0]}`)).json();
   expect(run.run.info.run_name).toBe('renamed run');
-  expect(run.run.data.tags).toContainEqual({ key: 'mlflow.note.content', value: 'Baseline with warmup.\n<b>not bold</b>' });
-  // A fresh server render shows the description too.
+  expect(run.run.data.tags).toContainEqual({ key: 'mlflow.note.content', value: note });
+  // A fresh server render shows the description too, and the edit box
+  // holds its Markdown.
   await page.reload();
-  await expect(page.getByTestId('run-note')).toContainText('Baseline with warmup.');
+  await expect(page.getByTestId('run-note').locator('strong')).toHaveText('warmup');
+  await hydrated(page);
+  await page.getByTestId('run-edit').locator('summary').click();
+  await expect(page.getByTestId('run-edit-note')).toHaveValue(note);
+  await page.getByTestId('run-edit').locator('summary').click();
 
   // Tags: set one, change it, remove it; system tags keep no button, and
   // a system key is refused with the field named.

@@ -196,6 +196,7 @@ test('a project archive uploads with progress and the job runs it', async ({ pag
   }).toPass({ timeout: 20_000 });
   await expect(page.getByTestId('upload-progress')).toContainText('uploading');
   await expect(page.getByTestId('upload-done')).toContainText('3 files', { timeout: 30_000 });
+  await expect(page.getByTestId('upload-done')).toContainText('4.0 MiB unpacked');
   await cdp.send('Network.emulateNetworkConditions', {
     offline: false,
     latency: 0,

@@ -119,6 +119,12 @@ test("an experiment's traces open to their span tree", async ({ page, baseURL })
   await spans.nth(1).getByRole('button', { name: 'score' }).click();
   await expect(page.getByTestId('span-inputs')).toContainText('"width": 0.7');
   await expect(page.getByTestId('span-outputs')).toContainText('1.4');
+  // Its own attributes, beside the trace's tags and the run that logged it.
+  await expect(page.getByTestId('span-attributes')).toContainText('scale');
+  await expect(page.getByTestId('span-attributes')).toContainText('doubled');
+  await expect(page.getByTestId('trace-tags')).toContainText('stage');
+  await expect(page.getByTestId('trace-tags')).toContainText('canary');
+  await expect(page.getByTestId('trace-run')).toHaveAttribute('href', `/experiments/${seeded.experiment_id}/runs/${seeded.run_id}`);
   // Its assessments: the judge's verdict, overridden by a person's, and an
   // expectation.
   const assessments = page.locator('[data-testid="assessments"] tbody tr');

@@ -28,6 +28,7 @@ mod m20261206_000023_trace_spans;
 mod m20261206_000024_traces_from_spans;
 mod m20261206_000025_upload_entries;
 mod m20261206_000026_node_drains;
+mod m20261207_000027_upload_digests;
 
 pub struct Migrator;
 
@@ -61,6 +62,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000024_traces_from_spans::Migration),
             Box::new(m20261206_000025_upload_entries::Migration),
             Box::new(m20261206_000026_node_drains::Migration),
+            Box::new(m20261207_000027_upload_digests::Migration),
         ]
     }
 }

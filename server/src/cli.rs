@@ -149,9 +149,12 @@ pub async fn submit(
                 archive.display()
             );
         }
-        let upload = upload(remote, archive, "project", &file_name(archive)).await?;
+        let (upload, reused) = upload(remote, archive, "project", &file_name(archive)).await?;
         spec.project = upload["id"].as_str().map(str::to_owned);
-        uploaded = spec.project.clone();
+        // One sent before belongs to the jobs that used it too.
+        if !reused {
+            uploaded = spec.project.clone();
+        }
     }
     let client = remote.client()?;
     let sent = client
@@ -188,8 +191,9 @@ fn file_name(path: &Path) -> String {
         .unwrap_or_else(|| "upload".to_owned())
 }
 
-/// Streams an archive to the server, showing progress on a terminal.
-async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Result<Value> {
+/// Streams an archive to the server, showing progress on a terminal: the
+/// upload, and whether it is one kept from before (the same project).
+async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Result<(Value, bool)> {
     use futures::StreamExt;
     let file = tokio::fs::File::open(archive)
         .await
@@ -232,18 +236,27 @@ async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Resu
     }
     let answer: Value = result?.json().await?;
     let upload = answer["upload"].clone();
-    eprintln!(
-        "uploaded {}: {} files, {} unpacked",
-        archive.display(),
-        upload["files"],
-        trainyard_domain::format_bytes(upload["bytes"].as_u64().unwrap_or(0))
-    );
-    Ok(upload)
+    let reused = answer["reused"].as_bool().unwrap_or(false);
+    if reused {
+        eprintln!(
+            "{} is unchanged since upload {}: it runs from that one",
+            archive.display(),
+            upload["id"].as_str().unwrap_or("?")
+        );
+    } else {
+        eprintln!(
+            "uploaded {}: {} files, {} unpacked",
+            archive.display(),
+            upload["files"],
+            trainyard_domain::format_bytes(upload["bytes"].as_u64().unwrap_or(0))
+        );
+    }
+    Ok((upload, reused))
 }
 
 /// `trainyard upload-dataset NAME ARCHIVE`
 pub async fn upload_dataset(remote: &Remote, name: &str, archive: &Path) -> Result<ExitCode> {
-    let upload = upload(remote, archive, "dataset", name).await?;
+    let (upload, _) = upload(remote, archive, "dataset", name).await?;
     println!("{}", upload["name"].as_str().unwrap_or(name));
     Ok(ExitCode::SUCCESS)
 }
@@ -333,15 +346,37 @@ pub async fn cancel(remote: &Remote, id: i64) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `trainyard logs [-f] ID`: the log; with `-f`, follows it until the job
+/// `trainyard logs [-f] [--attempt N] ID`: the log of the latest attempt,
+/// or of attempt N (1 is the first); with `-f`, follows it until the job
 /// ends, and exits 0 only if it succeeded.
-pub async fn logs(remote: &Remote, id: i64, follow: bool) -> Result<ExitCode> {
+pub async fn logs(
+    remote: &Remote,
+    id: i64,
+    follow: bool,
+    attempt: Option<u32>,
+) -> Result<ExitCode> {
     if follow {
         return follow_logs(remote, id).await;
     }
     let client = remote.client()?;
+    let mut which = String::new();
+    if let Some(asked) = attempt {
+        let job = remote
+            .get_json(&format!("/api/trainyard/v1/jobs/{id}"))
+            .await?;
+        let attempts = job["job"]["attempt"].as_u64().unwrap_or(0) + 1;
+        if u64::from(asked) > attempts {
+            return Err(CliError(format!(
+                "--attempt {asked}: job {id} has made {attempts} attempt{}; give 1 to {attempts}",
+                if attempts == 1 { "" } else { "s" }
+            )));
+        }
+        which = format!("&attempt={}", asked - 1);
+    }
     let bytes = remote
-        .send(client.get(remote.url(&format!("/api/trainyard/v1/jobs/{id}/logs?download=1"))))
+        .send(client.get(remote.url(&format!(
+            "/api/trainyard/v1/jobs/{id}/logs?download=1{which}"
+        ))))
         .await?
         .bytes()
         .await?;

@@ -752,13 +752,18 @@ pub struct UploadQuery {
 #[derive(Serialize)]
 pub struct UploadAnswer {
     pub upload: trainyard_domain::job::Upload,
+    /// The same project archive was uploaded before: this is that upload
+    /// (200, not 201), and nothing more counts against the quota.
+    pub reused: bool,
 }
 
 /// `POST /api/trainyard/v1/uploads?kind=project|dataset&name=NAME` with the
 /// archive (zip, tar or tar.gz) as the body. The body is streamed to a file
 /// (413 past `upload_max_bytes`), then unpacked safely: an archive with a path
 /// out of its folder, a link, a device file, or more than the limits is
-/// refused whole, and nothing of it is kept.
+/// refused whole, and nothing of it is kept. A project archive its sender
+/// uploaded before (the same SHA-256) is answered 200 with that upload and
+/// `reused`, not unpacked again.
 pub async fn upload(
     State(state): State<AppState>,
     Caller(principal): Caller,
@@ -815,6 +820,7 @@ pub async fn upload(
         .await
         .map_err(io_error)?;
     let mut received: u64 = 0;
+    let mut digest = sha2::Sha256::default();
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk
@@ -823,14 +829,19 @@ pub async fn upload(
         if received > limit {
             return Err(too_large());
         }
+        sha2::Digest::update(&mut digest, &chunk);
         file.write_all(&chunk).await.map_err(io_error)?;
     }
+    let digest: String = sha2::Digest::finalize(digest)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     file.sync_all().await.map_err(io_error)?;
     drop(file);
     let kind = q.kind.as_deref().unwrap_or("project");
-    let upload = state
+    let (upload, reused) = state
         .jobs
-        .upload(kind, &q.name, &temp, &principal.user)
+        .upload(kind, &q.name, &temp, Some(&digest), &principal.user)
         .await
         .map_err(|e| match e {
             trainyard_jobs::UploadError::Invalid(field) => {
@@ -851,6 +862,9 @@ pub async fn upload(
             },
             trainyard_jobs::UploadError::Store(e) => e.into(),
         })?;
+    if reused {
+        return Ok((StatusCode::OK, Json(UploadAnswer { upload, reused })));
+    }
     // What an archive holds is known once it is unpacked and recorded; read
     // again then, uploads that arrived meanwhile count too.
     let used = state.store.upload_use_of(principal.user.id).await?;
@@ -871,7 +885,7 @@ pub async fn upload(
         state.jobs.discard_upload(&upload).await?;
         return Err(refusal);
     }
-    Ok((StatusCode::CREATED, Json(UploadAnswer { upload })))
+    Ok((StatusCode::CREATED, Json(UploadAnswer { upload, reused })))
 }
 
 /// What to do past either upload quota.

@@ -78,8 +78,11 @@ enum Command {
         id: i64,
         /// Follow it until the job ends, and exit as it does (as submit
         /// --follow).
-        #[arg(long, short)]
+        #[arg(long, short, conflicts_with = "attempt")]
         follow: bool,
+        /// An earlier attempt's log (1 is the first), not the latest's.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        attempt: Option<u32>,
         #[command(flatten)]
         remote: RemoteArgs,
     },
@@ -280,7 +283,12 @@ fn run_client(command: &Command) -> Option<ExitCode> {
                 limit,
                 remote,
             } => cli::jobs(&remote.remote(), state.as_deref(), *all, *limit).await,
-            Command::Logs { id, follow, remote } => cli::logs(&remote.remote(), *id, *follow).await,
+            Command::Logs {
+                id,
+                follow,
+                attempt,
+                remote,
+            } => cli::logs(&remote.remote(), *id, *follow, *attempt).await,
             Command::Cancel { id, remote } => cli::cancel(&remote.remote(), *id).await,
             Command::UploadDataset {
                 name,

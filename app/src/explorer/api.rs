@@ -482,6 +482,7 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
         datasets,
         models,
         traces,
+        note_html: note.as_deref().map(crate::markdown::to_html),
         note,
         may_change,
         parent,

@@ -184,7 +184,7 @@ fn fields(json: &str) -> Vec<(String, String)> {
 }
 
 #[component]
-fn Fields(fields: Vec<(String, String)>) -> impl IntoView {
+pub(super) fn Fields(fields: Vec<(String, String)>) -> impl IntoView {
     if fields.is_empty() {
         return view! { <span class="muted">"–"</span> }.into_any();
     }

@@ -13,6 +13,8 @@ use trainyard_domain::tracking::{LoggedModel, TraceInfo};
 use crate::error::AppError;
 use crate::pages::ErrorNote;
 
+use super::datasets::Fields;
+
 #[cfg(feature = "ssr")]
 use crate::api::{caller, store};
 
@@ -244,17 +246,29 @@ async fn read_nofollow(path: &std::path::Path, max: u64) -> std::io::Result<Opti
 #[cfg(feature = "ssr")]
 fn raw_spans(json: &serde_json::Value) -> Vec<trainyard_domain::explorer::RawSpan> {
     use serde_json::Value;
-    use trainyard_domain::explorer::{MAX_SPANS, RawSpan, SPAN_TEXT, TraceSpan};
+    use trainyard_domain::explorer::{
+        MAX_SPAN_ATTRIBUTES, MAX_SPANS, RawSpan, SPAN_TEXT, TraceSpan,
+    };
+    // Shown in their own places (the type, the inputs and outputs) or
+    // MLflow's own bookkeeping.
+    const SHOWN_APART: [&str; 4] = [
+        "mlflow.spanType",
+        "mlflow.spanInputs",
+        "mlflow.spanOutputs",
+        "mlflow.traceRequestId",
+    ];
+    let cut = |text: String| -> String {
+        match text.char_indices().nth(SPAN_TEXT) {
+            Some((at, _)) => format!("{}…", &text[..at]),
+            None => text,
+        }
+    };
     let text = |v: Option<&Value>| -> String {
-        let text = match v {
+        cut(match v {
             None | Some(Value::Null) => String::new(),
             Some(Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),
-        };
-        match text.char_indices().nth(SPAN_TEXT) {
-            Some((cut, _)) => format!("{}…", &text[..cut]),
-            None => text,
-        }
+        })
     };
     let nanos = |v: Option<&Value>| -> i64 {
         match v {
@@ -297,6 +311,19 @@ fn raw_spans(json: &serde_json::Value) -> Vec<trainyard_domain::explorer::RawSpa
                     inputs: text(attribute("mlflow.spanInputs")),
                     outputs: text(attribute("mlflow.spanOutputs")),
                     exception: exception_of(span),
+                    attributes: attributes
+                        .and_then(Value::as_object)
+                        .map(|all| {
+                            all.iter()
+                                .filter(|(key, _)| !SHOWN_APART.contains(&key.as_str()))
+                                .take(MAX_SPAN_ATTRIBUTES)
+                                .map(|(key, value)| {
+                                    let value = trainyard_store::spans::attribute_text(value);
+                                    (cut(key.clone()), cut(value))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 },
             }
         })
@@ -771,6 +798,15 @@ pub fn TracePage() -> impl IntoView {
                     let total = t.spans.iter().map(|s| s.start_us + s.duration_us).max().unwrap_or(0).max(1);
                     let spans = t.spans.clone();
                     let assessments = t.info.assessments.clone();
+                    // The client's own; MLflow's (`mlflow.…`) are its bookkeeping.
+                    let own = |pairs: &[(String, String)]| -> Vec<(String, String)> {
+                        pairs.iter().filter(|(k, _)| !k.starts_with("mlflow.")).cloned().collect()
+                    };
+                    let tags = own(&t.info.tags);
+                    let metadata = own(&t.info.metadata);
+                    let source_run = t.info.metadata.iter()
+                        .find(|(k, _)| k == "mlflow.sourceRun")
+                        .map(|(_, run)| run.clone());
                     view! {
                         <Title text=format!("Trace {name}")/>
                         <nav class="crumbs" aria-label="Breadcrumbs">
@@ -790,6 +826,17 @@ pub fn TracePage() -> impl IntoView {
                                 }).collect_view()}
                             </p>
                         })}
+                        {source_run.map(|run| view! {
+                            <p class="muted">"Logged by run "
+                                <a href=format!("/experiments/{experiment}/runs/{run}") data-testid="trace-run">{run.clone()}</a>
+                            </p>
+                        })}
+                        {(!tags.is_empty()).then(|| view! {
+                            <h2>"Tags"</h2><div data-testid="trace-tags"><Fields fields=tags/></div>
+                        })}
+                        {(!metadata.is_empty()).then(|| view! {
+                            <h2>"Metadata"</h2><div data-testid="trace-metadata"><Fields fields=metadata/></div>
+                        })}
                         {t.note.clone().map(|n| view! { <p class="muted" data-testid="trace-note">{n}</p> })}
                         {t.truncated.then(|| view! { <p class="muted">"Only the first 2,000 spans are shown."</p> })}
                         <table class="table spans" data-testid="spans">
@@ -801,7 +848,7 @@ pub fn TracePage() -> impl IntoView {
                                     let bar = format!("left: {left:.2}%; width: {width:.2}%");
                                     let failed = s.status == "ERROR";
                                     let indent = format!("padding-left: {}rem", s.depth as f64 * 1.25);
-                                    let detail = (s.inputs.clone(), s.outputs.clone(), s.status_message.clone(), s.exception.clone());
+                                    let detail = (s.inputs.clone(), s.outputs.clone(), s.status_message.clone(), s.exception.clone(), s.attributes.clone());
                                     view! {
                                         <tr data-span=s.name.clone() data-depth=s.depth.to_string() class:failed=failed>
                                             <td style=indent>
@@ -813,7 +860,7 @@ pub fn TracePage() -> impl IntoView {
                                             <td class="timeline"><span class="span-bar" class:failed=failed style=bar></span></td>
                                         </tr>
                                         {move || (open.get() == Some(i)).then(|| {
-                                            let (inputs, outputs, message, exception) = detail.clone();
+                                            let (inputs, outputs, message, exception, attributes) = detail.clone();
                                             view! {
                                                 <tr class="span-detail"><td colspan="4">
                                                     {(!message.is_empty()).then(|| view! { <p class="error">{message}</p> })}
@@ -822,6 +869,10 @@ pub fn TracePage() -> impl IntoView {
                                                     })}
                                                     <h4>"Inputs"</h4><pre tabindex="0" data-testid="span-inputs">{inputs}</pre>
                                                     <h4>"Outputs"</h4><pre tabindex="0" data-testid="span-outputs">{outputs}</pre>
+                                                    {(!attributes.is_empty()).then(|| view! {
+                                                        <h4>"Attributes"</h4>
+                                                        <div data-testid="span-attributes"><Fields fields=attributes/></div>
+                                                    })}
                                                 </td></tr>
                                             }
                                             .into_any()

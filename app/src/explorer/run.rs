@@ -227,7 +227,7 @@ fn RunHead(
                 </ActionForm>
             }})}
         </section>
-        {d.note.clone().map(|note| view! { <p class="run-note" data-testid="run-note">{note}</p> })}
+        {d.note_html.clone().map(|html| view! { <div class="run-note markdown" data-testid="run-note" inner_html=html></div> })}
         {move || error().map(|e| view! { <crate::pages::ErrorNote error=e/> })}
         {d.may_change.then(|| {
             let note_text = note_text.clone();

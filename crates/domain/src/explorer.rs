@@ -318,9 +318,12 @@ pub struct RunDetail {
     pub models: Vec<RunModel>,
     /// Its traces, newest first (at most [`RUN_TRACES_SHOWN`]).
     pub traces: Vec<RunTrace>,
-    /// Its description (`mlflow.note.content`), as MLflow's UI shows it.
+    /// Its description (`mlflow.note.content`), as written, and as HTML
+    /// (Markdown, as MLflow's UI shows it; made safe on the server).
     #[serde(default)]
     pub note: Option<String>,
+    #[serde(default)]
+    pub note_html: Option<String>,
     /// The caller may rename, describe and delete it.
     #[serde(default)]
     pub may_change: bool,
@@ -756,7 +759,15 @@ pub struct TraceSpan {
     /// stack trace's last [`SPAN_TEXT`] characters; empty when none.
     #[serde(default)]
     pub exception: String,
+    /// Its other attributes (the model, its settings, token counts, the
+    /// client's own), by name, each value cut at [`SPAN_TEXT`]; at most
+    /// [`MAX_SPAN_ATTRIBUTES`].
+    #[serde(default)]
+    pub attributes: Vec<(String, String)>,
 }
+
+/// Attributes a span's page lists at most.
+pub const MAX_SPAN_ATTRIBUTES: usize = 64;
 
 /// A trace with its spans in tree order (a parent before its children,
 /// children by start).
@@ -867,6 +878,7 @@ mod span_tests {
                 inputs: String::new(),
                 outputs: String::new(),
                 exception: String::new(),
+                attributes: Vec::new(),
             },
         }
     }

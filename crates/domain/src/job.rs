@@ -335,6 +335,58 @@ fn valid_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// The `{name}` placeholders of a command that the shell would not take as
+/// its own, with whether each is inside double quotes: not inside single
+/// quotes (awk's `'{print}'`), not `${VAR}`, not escaped, and only names
+/// that a hyperparameter could have (so not `{}`, `{a,b}` or `{ cmd; }`).
+pub fn placeholders(command: &str) -> Vec<(&str, bool)> {
+    let bytes = command.as_bytes();
+    let (mut single, mut double) = (false, false);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if !single => i += 1,
+            b'\'' if !double => single = !single,
+            b'"' if !single => double = !double,
+            b'{' if !single && (i == 0 || bytes[i - 1] != b'$') => {
+                if let Some(len) = command[i + 1..].find('}') {
+                    let name = &command[i + 1..i + 1 + len];
+                    if valid_param_name(name) {
+                        out.push((name, double));
+                        i += len + 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Why a command's placeholder names no hyperparameter, for the first such:
+/// `--lr {lr}` without `lr` would run the braces as written. Inside double
+/// quotes (where Python's f-strings live) only once the job has
+/// hyperparameters, and so uses placeholders.
+fn unknown_placeholder(
+    command: &str,
+    hyperparameters: &BTreeMap<String, ParamValue>,
+) -> Option<String> {
+    let (name, _) = placeholders(command).into_iter().find(|(name, quoted)| {
+        !hyperparameters.contains_key(*name) && (!quoted || !hyperparameters.is_empty())
+    })?;
+    let known = if hyperparameters.is_empty() {
+        "the job has none".to_owned()
+    } else {
+        let names: Vec<&str> = hyperparameters.keys().map(String::as_str).collect();
+        format!("it has {}", names.join(", "))
+    };
+    Some(format!(
+        "`{{{name}}}` names no hyperparameter ({known}); add `{name}` to hyperparameters, or write its value in the command"
+    ))
+}
+
 /// Hyperparameter names become `HP_<NAME>` variables and `{name}` in commands.
 pub(crate) fn valid_param_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_KEY_LEN && valid_env_name(name)
@@ -384,6 +436,11 @@ impl JobSpec {
                 "command",
                 format!("is {} bytes long; the limit is {MAX_COMMAND_LEN}", c.len()),
             ),
+            (None, Some(c)) => {
+                if let Some(message) = unknown_placeholder(c, &self.hyperparameters) {
+                    err("command", message);
+                }
+            }
             _ => {}
         }
         if let Some(image) = &self.image
@@ -614,6 +671,47 @@ mod tests {
         assert_eq!(checked.cpu_millis, 7500);
         assert_eq!(checked.memory_mib, 30 * 1024);
         assert_eq!(checked.max_runtime_secs, 5400);
+    }
+
+    #[test]
+    fn placeholders_are_braces_the_shell_would_not_read_as_its_own() {
+        let found = |c: &'static str| placeholders(c);
+        assert_eq!(
+            found("python t.py --lr {lr} --bs {batch_size}"),
+            vec![("lr", false), ("batch_size", false)]
+        );
+        assert_eq!(found(r#"python -c "print(f'{x}')""#), vec![("x", true)]);
+        // Single quotes, ${VAR}, escapes, find's {}, brace expansion and
+        // brace groups are the shell's.
+        assert!(found("awk '{print}' f; echo ${HOME} \\{lr} {} {a,b} {1..3}").is_empty());
+        assert!(found("{ echo a; } && find . -exec rm {} \\;").is_empty());
+        assert!(found("echo \"it's {").is_empty());
+    }
+
+    #[test]
+    fn a_placeholder_that_names_no_hyperparameter_is_refused() {
+        let with = |command: &str, params: &[&str]| {
+            let mut s = spec();
+            s.command = Some(command.into());
+            s.hyperparameters = params
+                .iter()
+                .map(|p| ((*p).to_owned(), ParamValue::Int(1)))
+                .collect();
+            s.check().err().map(|e| e[0].message.clone())
+        };
+        let message = with("python train.py --lr {lr}", &[]).unwrap();
+        assert!(
+            message.contains("`{lr}` names no hyperparameter (the job has none)"),
+            "{message}"
+        );
+        let message = with("python train.py --lr {lr}", &["learning_rate"]).unwrap();
+        assert!(message.contains("it has learning_rate"), "{message}");
+        assert_eq!(with("python train.py --lr {lr}", &["lr"]), None);
+        // An f-string in double quotes is Python's while the job has no
+        // hyperparameters, and a placeholder once it has.
+        assert_eq!(with(r#"python -c "print(f'{x}')""#, &[]), None);
+        assert!(with(r#"python -c "print(f'{x}')""#, &["lr"]).is_some());
+        assert_eq!(with("awk '{print}' data.txt", &["lr"]), None);
     }
 
     #[test]

@@ -183,6 +183,15 @@ impl TemplateSpec {
                 "give one requirement per entry",
             ));
         }
+        if let Some((name, _)) = crate::job::placeholders(&self.command)
+            .into_iter()
+            .find(|(name, _)| !self.parameters.contains_key(*name))
+        {
+            errors.push(FieldError::new(
+                "command",
+                format!("`{{{name}}}` names no parameter; add `{name}` under parameters"),
+            ));
+        }
         for (name, param) in &self.parameters {
             let field = format!("parameters.{name}");
             if !crate::job::valid_param_name(name) {
@@ -347,6 +356,22 @@ mod tests {
                 "parameters.optimizer",
                 "parameters.optimizer.default"
             ]
+        );
+    }
+
+    #[test]
+    fn a_command_naming_no_parameter_is_refused() {
+        let mut t = template();
+        t.command = "python train.py --lr {lr} --bs {batch_size} | awk '{print}'".into();
+        let errors = t.check().unwrap_err();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "command");
+        assert!(
+            errors[0]
+                .message
+                .contains("`{batch_size}` names no parameter"),
+            "{}",
+            errors[0].message
         );
     }
 }

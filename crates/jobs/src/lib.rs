@@ -667,14 +667,17 @@ impl Jobs {
     }
 
     /// Unpacks an uploaded archive (a file the caller wrote and removes) as
-    /// a project, or as a dataset named `name`, and records it.
+    /// a project, or as a dataset named `name`, and records it. A project
+    /// whose archive (by its SHA-256, `digest`) its owner uploaded before
+    /// is that upload, unpacked once: true beside it.
     pub async fn upload(
         &self,
         kind: &str,
         name: &str,
         archive_file: &Path,
+        digest: Option<&str>,
         owner: &User,
-    ) -> Result<Upload, UploadError> {
+    ) -> Result<(Upload, bool), UploadError> {
         let name = name.trim();
         let dataset = match kind {
             "project" => false,
@@ -697,6 +700,13 @@ impl Jobs {
                 what: format!("a dataset named `{name}`"),
             }
             .into());
+        }
+        if !dataset
+            && let Some(digest) = digest
+            && let Some(kept) = self.store().project_by_digest(owner.id, digest).await?
+            && self.upload_dir(&kept).is_dir()
+        {
+            return Ok((kept, true));
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
         let probe = Upload {
@@ -721,13 +731,15 @@ impl Jobs {
             files: 0,
             bytes: 0,
             entries: 0,
+            digest: (!dataset).then(|| digest.map(str::to_owned)).flatten(),
         };
         // Its own task: a client that goes away mid-way does not leave a
         // half-recorded upload behind.
         let jobs = self.clone();
-        tokio::spawn(async move { jobs.unpack(source, into, dataset, record).await })
+        let upload = tokio::spawn(async move { jobs.unpack(source, into, dataset, record).await })
             .await
-            .map_err(|e| archive::ArchiveError::Io(std::io::Error::other(e)))?
+            .map_err(|e| archive::ArchiveError::Io(std::io::Error::other(e)))??;
+        Ok((upload, false))
     }
 
     /// Removes an upload: its record, then its files. A dataset that a job
@@ -821,48 +833,66 @@ impl Jobs {
     /// forever. An executor that cannot tell its capacity now refuses
     /// nothing: the job is queued (and the log says why it was not checked).
     async fn admit(&self, checked: &CheckedJob) -> Result<(), Vec<FieldError>> {
+        self.fits(
+            checked.spec.resources().gpus,
+            checked.cpu_millis,
+            checked.memory_mib,
+        )
+        .await
+    }
+
+    /// Whether a job asking for these could ever start here: each resource
+    /// beyond the largest node is an error naming its field and what the
+    /// node has (the catalog's cards say so before anyone submits). Ok
+    /// while the executor cannot tell its capacity.
+    pub async fn fits(
+        &self,
+        gpus: u32,
+        cpu_millis: u32,
+        memory_mib: u64,
+    ) -> Result<(), Vec<FieldError>> {
         let capacity = match self.inner.executor.limits().await {
             Ok(capacity) => capacity,
             Err(error) => {
-                tracing::warn!(%error, "cannot tell the executor's capacity; the job is queued unchecked");
+                tracing::warn!(%error, "cannot tell the executor's capacity; nothing is refused for its size");
                 return Ok(());
             }
         };
         let mut errors = Vec::new();
-        let spec = &checked.spec;
         let resources = sched::Resources {
-            gpus: spec.resources().gpus,
+            gpus,
             cpu_millis: 0,
             memory_mib: 0,
         };
-        let (_, cpu_millis, memory_mib) = capacity.largest();
         if sched::admissible(capacity.whole(), &resources).is_err() {
             errors.push(FieldError::new(
                 "resources.gpus",
                 format!(
                     "asks for {}; {}",
-                    sched::gpus_text(spec.resources().gpus, ""),
+                    sched::gpus_text(gpus, ""),
                     capacity.gpus_said
                 ),
             ));
         }
-        if checked.cpu_millis > cpu_millis {
+        let (asked_cpu, asked_memory) = (cpu_millis, memory_mib);
+        let (_, cpu_millis, memory_mib) = capacity.largest();
+        if asked_cpu > cpu_millis {
             errors.push(FieldError::new(
                 "resources.cpus",
                 format!(
                     "asks for {} CPUs; {} has {}",
-                    checked.cpu_millis as f64 / 1000.0,
+                    asked_cpu as f64 / 1000.0,
                     capacity.place,
                     cpu_millis / 1000
                 ),
             ));
         }
-        if checked.memory_mib > memory_mib {
+        if asked_memory > memory_mib {
             errors.push(FieldError::new(
                 "resources.memory",
                 format!(
                     "asks for {} MiB; {} has {} MiB",
-                    checked.memory_mib, capacity.place, memory_mib
+                    asked_memory, capacity.place, memory_mib
                 ),
             ));
         }
@@ -2135,7 +2165,7 @@ impl Jobs {
             .zip(moved)
             .filter_map(|((record, _), moved)| moved.then(|| record.job.run_id.clone()).flatten())
             .collect();
-        if let Err(error) = self.store().set_runs_status(&runs, "RUNNING").await {
+        if let Err(error) = self.store().start_runs(&runs, now_millis()).await {
             tracing::warn!(%error, "could not mark the jobs' runs RUNNING");
         }
         Ok(())
@@ -2486,11 +2516,7 @@ impl Jobs {
             tracing::warn!(run = run_id, %error, "could not revoke the job's tracking token");
         }
         let now = now_millis();
-        if let Err(error) = self
-            .store()
-            .update_run(run_id, Some(status), Some(now), None)
-            .await
-        {
+        if let Err(error) = self.store().end_job_run(run_id, status, now).await {
             tracing::warn!(run = run_id, %error, "could not record the end of the job's run");
         }
         // The runs it made under its own and left running (the job was

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use trainyard_domain::JobState;
 use trainyard_domain::identity::User;
+use trainyard_domain::tracking::RunInfo;
 use trainyard_scheduler as sched;
 use trainyard_store::{JobRecord, Store};
 use trainyard_test_db::TestDb;
@@ -199,8 +200,12 @@ impl Setup {
     }
 
     async fn run_status(&self, record: &JobRecord) -> String {
+        self.run_info(record).await.status
+    }
+
+    async fn run_info(&self, record: &JobRecord) -> RunInfo {
         let run_id = record.job.run_id.as_deref().unwrap();
-        self.jobs.store().get_run(run_id).await.unwrap().info.status
+        self.jobs.store().get_run(run_id).await.unwrap().info
     }
 }
 
@@ -528,6 +533,40 @@ async fn placement_fills_a_node_before_taking_another() {
     let record = s.job(eight).await;
     assert_eq!(record.job.state, JobState::Running);
     assert_ne!(record.job.node, Some(nodes[0].clone()));
+}
+
+#[tokio::test]
+async fn a_run_starts_when_its_job_starts_not_when_it_was_queued() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let id = s
+        .submit(r#"{"name": "trains", "command": "x", "resources": {"gpus": 1}}"#)
+        .await;
+    let waits = s
+        .submit(r#"{"name": "waits", "command": "x", "resources": {"gpus": 1}}"#)
+        .await;
+    let queued = s.run_info(&s.job(id).await).await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    s.jobs.cycle().await.unwrap();
+
+    // Its duration is how long it ran, not its wait in the queue.
+    let record = s.job(id).await;
+    let started_at = record.job.started_at.unwrap();
+    let run = s.run_info(&record).await;
+    assert_eq!(run.status, "RUNNING");
+    assert!(
+        run.start_time >= started_at,
+        "{run:?} started at {started_at}"
+    );
+    assert!(
+        run.start_time > queued.start_time,
+        "{run:?} queued {queued:?}"
+    );
+
+    // One cancelled before it ever ran shows no duration at all.
+    s.jobs.cancel(waits, None).await.unwrap();
+    let run = s.run_info(&s.job(waits).await).await;
+    assert_eq!(run.status, "KILLED");
+    assert_eq!(run.end_time, Some(run.start_time), "{run:?}");
 }
 
 #[tokio::test]

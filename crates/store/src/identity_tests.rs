@@ -696,6 +696,7 @@ async fn a_persons_uploads_are_summed_in_bytes_and_entries() {
         crate::UploadUse::default()
     );
     let upload = |id: &str, owner: i64, bytes: u64, entries: u64| crate::NewUpload {
+        digest: None,
         id: id.to_owned(),
         kind: "project".to_owned(),
         name: "p.tar.gz".to_owned(),

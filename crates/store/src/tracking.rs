@@ -792,14 +792,48 @@ impl Store {
         Ok(ids.len() as u64)
     }
 
-    /// Sets an active run's status, in one statement, reading nothing back
-    /// (what a job's start and end need). A run that is deleted or gone is
-    /// left as it is: false.
-    pub async fn set_run_status(&self, run_id: &str, status: &str) -> Result<bool, StoreError> {
+    /// Marks the runs of attempts that just started RUNNING from `at`, in
+    /// one statement a 500 runs, reading nothing back. A job's run is made
+    /// when it is queued; its start is when it starts, as MLflow's, so a
+    /// run's duration is not its wait in the queue. Deleted runs are left
+    /// as they are.
+    pub async fn start_runs(&self, run_ids: &[String], at: i64) -> Result<(), StoreError> {
+        if run_ids.is_empty() {
+            return Ok(());
+        }
+        let _turn = self.write_turn().await;
+        for chunk in run_ids.chunks(500) {
+            let mut sql = self.sql();
+            sql.push("UPDATE runs SET status = 'RUNNING', start_time = ")
+                .bind(at)
+                .push(" WHERE lifecycle_stage = 'active' AND id IN ")
+                .bind_list(chunk.iter().cloned());
+            self.connection().execute_raw(sql.build()).await?;
+        }
+        for run_id in run_ids {
+            self.run_changed(run_id);
+        }
+        Ok(())
+    }
+
+    /// Ends a job's run with `status` at `at`, reading nothing back. A run
+    /// that never started (still SCHEDULED: its job was cancelled or failed
+    /// while queued) starts when it ends, so it shows no duration. False
+    /// when the run is deleted or gone.
+    pub async fn end_job_run(
+        &self,
+        run_id: &str,
+        status: &str,
+        at: i64,
+    ) -> Result<bool, StoreError> {
         let _turn = self.write_turn().await;
         let mut sql = self.sql();
-        sql.push("UPDATE runs SET status = ")
+        sql.push("UPDATE runs SET start_time = CASE WHEN status = 'SCHEDULED' THEN ")
+            .bind(at)
+            .push(" ELSE start_time END, status = ")
             .bind(status.to_owned())
+            .push(", end_time = ")
+            .bind(at)
             .push(" WHERE id = ")
             .bind(run_id.to_owned())
             .push(" AND lifecycle_stage = 'active'");
@@ -813,30 +847,6 @@ impl Store {
             self.run_changed(run_id);
         }
         Ok(changed)
-    }
-
-    /// [`Store::set_run_status`] for many active runs in one statement.
-    pub async fn set_runs_status(
-        &self,
-        run_ids: &[String],
-        status: &str,
-    ) -> Result<(), StoreError> {
-        if run_ids.is_empty() {
-            return Ok(());
-        }
-        let _turn = self.write_turn().await;
-        for chunk in run_ids.chunks(500) {
-            let mut sql = self.sql();
-            sql.push("UPDATE runs SET status = ")
-                .bind(status.to_owned())
-                .push(" WHERE lifecycle_stage = 'active' AND id IN ")
-                .bind_list(chunk.iter().cloned());
-            self.connection().execute_raw(sql.build()).await?;
-        }
-        for run_id in run_ids {
-            self.run_changed(run_id);
-        }
-        Ok(())
     }
 
     pub async fn set_run_deleted(&self, run_id: &str, deleted: bool) -> Result<(), StoreError> {

@@ -21,6 +21,9 @@ pub struct NewUpload {
     pub bytes: u64,
     /// Its files and folders, its own included.
     pub entries: u64,
+    /// The archive's SHA-256 (hex), for a project: the same archive sent
+    /// again is this upload.
+    pub digest: Option<String>,
 }
 
 /// What one person's uploads hold, unpacked: what counts against their
@@ -63,6 +66,7 @@ impl Store {
             bytes: Set(new.bytes as i64),
             created_at: Set(now_millis()),
             entries: Set(new.entries as i64),
+            digest: Set(new.digest),
         }
         .insert(self.connection())
         .await
@@ -86,6 +90,23 @@ impl Store {
             .one(self.connection())
             .await?
             .filter(|m| user.is_admin || m.owner_id == Some(user.id))
+            .map(from_model))
+    }
+
+    /// The project its owner uploaded before from the same archive (its
+    /// SHA-256), the newest if more than one.
+    pub async fn project_by_digest(
+        &self,
+        owner_id: i64,
+        digest: &str,
+    ) -> Result<Option<Upload>, StoreError> {
+        Ok(upload::Entity::find()
+            .filter(upload::Column::OwnerId.eq(owner_id))
+            .filter(upload::Column::Digest.eq(digest))
+            .filter(upload::Column::Kind.eq("project"))
+            .order_by_desc(upload::Column::CreatedAt)
+            .one(self.connection())
+            .await?
             .map(from_model))
     }
 

@@ -279,7 +279,7 @@ async fn specs_that_cannot_run_are_refused_with_their_fields() {
         " {a}".repeat(20),
         "x".repeat(6000)
     );
-    let cases: [(&str, &str, &str); 9] = [
+    let cases: [(&str, &str, &str); 10] = [
         (
             &long,
             "command",
@@ -316,6 +316,11 @@ async fn specs_that_cannot_run_are_refused_with_their_fields() {
             "got the text \"many\"; give a whole number",
         ),
         ("name: t\n", "command", "give a command"),
+        (
+            "name: t\ncommand: python train.py --lr {lr}\nhyperparameters:\n  learning_rate: 0.1\n",
+            "command",
+            "`{lr}` names no hyperparameter (it has learning_rate)",
+        ),
         (
             "name: t\ncommand: x\nenv:\n  MLFLOW_RUN_ID: mine\n",
             "env.MLFLOW_RUN_ID",
@@ -914,7 +919,8 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
             .len()
     };
     assert_eq!(uploads().await, 1, "nothing was sent for the broken spec");
-    // One the server refuses after its project was sent: the project goes.
+    // One the server refuses after its project was sent: the project goes,
+    // but not one that earlier jobs ran from (the same archive again).
     std::fs::write(
         &spec,
         "name: elsewhere\ncommand: sh run.sh\nteam: nowhere\n",
@@ -923,6 +929,14 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
     let (code, _, stderr) = cli(&server, &["submit", &spec_arg, "--file", &archive_arg]).await;
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("team"), "{stderr}");
+    assert!(stderr.contains("is unchanged since upload"), "{stderr}");
+    assert!(!stderr.contains("removed the project"), "{stderr}");
+    assert_eq!(uploads().await, 1);
+    let changed = dir.path().join("changed.tar.gz");
+    std::fs::write(&changed, tar_gz(&[("run.sh", "echo changed\n")])).unwrap();
+    let changed_arg = changed.display().to_string();
+    let (code, _, stderr) = cli(&server, &["submit", &spec_arg, "--file", &changed_arg]).await;
+    assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains("removed the project uploaded for it"),
         "{stderr}"
@@ -977,6 +991,17 @@ resources: {memory: 64Mi}
     let last = stderr.lines().last().unwrap();
     assert!(
         last.contains("failed, exit code 4: ") && last.len() > "failed, exit code 4: ".len() + 8,
+        "{stderr}"
+    );
+    // An earlier attempt's log on its own, counted from 1 as said above.
+    let retried = last.split_whitespace().nth(1).unwrap();
+    let (code, first, stderr) = cli(&server, &["logs", "--attempt", "1", retried]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(first, "start\nabout to fail\n");
+    let (code, _, stderr) = cli(&server, &["logs", "--attempt", "3", retried]).await;
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("has made 2 attempts; give 1 to 2"),
         "{stderr}"
     );
     // A project packed with its folder runs from that folder's top.
@@ -1077,6 +1102,11 @@ async fn the_log_stream_ends_even_on_a_cut_off_character() {
     assert!(!rest.body.contains("café"), "{}", rest.body);
 }
 
+async fn delete_template(server: &TestServer, slug: &str) -> u16 {
+    let path = format!("/api/trainyard/v1/templates/{slug}");
+    request(server.addr, "DELETE", &path, &[], b"").await.status
+}
+
 #[tokio::test]
 async fn admins_write_templates_and_jobs_use_them() {
     let server = TestServer::start().await;
@@ -1113,6 +1143,40 @@ async fn admins_write_templates_and_jobs_use_them() {
     .await;
     assert_eq!(good.status, 200, "{}", good.body);
     assert_eq!(good.json()["builtin"], false);
+    // One that asks more than any node has is said so on its card and its
+    // form, before anyone submits it; the others are not.
+    let huge = put(
+        "huge",
+        "title: Huge\ndescription: wants it all\ncommand: echo big\nresources: {gpus: 64, memory: 64Mi}\n",
+    )
+    .await;
+    assert_eq!(huge.status, 200, "{}", huge.body);
+    let catalog = server.get("/templates").await.body;
+    let card = |slug: &str| {
+        let start = catalog.find(&format!(r#"data-template="{slug}""#)).unwrap();
+        let end = catalog[start..].find("</li>").unwrap();
+        catalog[start..start + end].to_owned()
+    };
+    assert!(
+        card("huge").contains(r#"data-testid="too-big""#),
+        "{}",
+        card("huge")
+    );
+    assert!(
+        card("huge").contains("asks for 64 GPUs"),
+        "{}",
+        card("huge")
+    );
+    assert!(!card("greeter").contains("too-big"), "{}", card("greeter"));
+    let form = server.get("/submit?template=huge").await.body;
+    let note = form
+        .find(r#"data-testid="too-big""#)
+        .expect("the form's note");
+    assert!(
+        form[note..].contains("more than this server has: <!>asks for 64 GPUs"),
+        "{form}"
+    );
+    assert_eq!(delete_template(&server, "huge").await, 204);
 
     let id = submit(
         &server,
@@ -1130,14 +1194,9 @@ async fn admins_write_templates_and_jobs_use_them() {
         "{}",
         shipped.body
     );
-    let delete = |slug: &str| {
-        let path = format!("/api/trainyard/v1/templates/{slug}");
-        let addr = server.addr;
-        async move { request(addr, "DELETE", &path, &[], b"").await }
-    };
-    assert_eq!(delete("cpu-demo").await.status, 400);
-    assert_eq!(delete("greeter").await.status, 204);
-    assert_eq!(delete("greeter").await.status, 404);
+    assert_eq!(delete_template(&server, "cpu-demo").await, 400);
+    assert_eq!(delete_template(&server, "greeter").await, 204);
+    assert_eq!(delete_template(&server, "greeter").await, 404);
     let bad_slug = put("Bad_Slug", "title: X\ndescription: x\ncommand: x\n").await;
     assert_eq!(bad_slug.status, 400);
     assert_eq!(bad_slug.json()["fields"][0]["field"], "slug");

@@ -145,6 +145,33 @@ async fn a_run_name_cannot_break_out_of_the_page_title() {
     }
 }
 
+/// A description is Markdown made HTML on the server: what anyone wrote in
+/// it can make no markup of its own, nor a link that runs something.
+#[tokio::test]
+async fn a_run_description_cannot_put_markup_in_its_page() {
+    let server = TestServer::start().await;
+    let id = new_run(server.addr, Some("described")).await;
+    let note = "**Fine** tuned.\n\n<script>alert(1)</script>\n<img src=x onerror=alert(2)> [x](javascript:alert(3))";
+    let set = post_json(
+        server.addr,
+        "/api/2.0/mlflow/runs/set-tag",
+        &json!({"run_id": id, "key": "mlflow.note.content", "value": note}),
+    )
+    .await;
+    assert_eq!(set.status, 200, "{}", set.body);
+    let page = server.get(&format!("/experiments/0/runs/{id}")).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("<strong>Fine</strong>"), "{}", page.body);
+    assert!(
+        page.body.contains("&lt;script&gt;alert(1)"),
+        "{}",
+        page.body
+    );
+    for markup in ["<script>alert(1)", "<img src=x", "href=\"javascript:"] {
+        assert!(!page.body.contains(markup), "{markup}: {}", page.body);
+    }
+}
+
 /// An upload on its way was readable by running jobs (a folder 0755 and
 /// files 0644); and a queued job's files too, until its launch, and for
 /// good when it was cancelled while it waited.
@@ -398,11 +425,19 @@ async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
     .await;
     let addr = server.addr;
     let send = |name: &str, bytes: usize| {
-        upload_project(addr, name, tar_gz(&[("data.txt", &"x".repeat(bytes))]))
+        let file = format!("{name}.txt");
+        upload_project(addr, name, tar_gz(&[(&file, &"x".repeat(bytes))]))
     };
     let first = send("first", 2_000).await;
     assert_eq!(first.status, 201, "{}", first.body);
+    assert_eq!(first.json()["reused"], false);
     let first_id = first.json()["upload"]["id"].as_str().unwrap().to_owned();
+    // The same archive again (a job submitted again) is that upload, and
+    // takes no more room.
+    let same = send("first", 2_000).await;
+    assert_eq!(same.status, 200, "{}", same.body);
+    assert_eq!(same.json()["reused"], true);
+    assert_eq!(same.json()["upload"]["id"], first_id.as_str());
     // Unpacked it would pass the quota: refused, and nothing of it kept.
     let second = send("second", 2_000).await;
     assert_eq!(second.status, 507, "{}", second.body);

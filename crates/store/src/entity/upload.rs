@@ -13,6 +13,7 @@ pub struct Model {
     pub bytes: i64,
     pub created_at: i64,
     pub entries: i64,
+    pub digest: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
