@@ -501,19 +501,30 @@ pub async fn list_template_specs() -> Result<Vec<Template>, AppError> {
 #[server(endpoint = "templates_too_big")]
 pub async fn templates_too_big() -> Result<Vec<(String, String)>, AppError> {
     let jobs = jobs()?;
-    let mut out = Vec::new();
+    let mut slugs = Vec::new();
+    let mut asks = Vec::new();
     for t in jobs.store().templates().await? {
         let r = &t.spec.resources;
         let Ok(memory_mib) = trainyard_domain::job::parse_memory(&r.memory) else {
             continue;
         };
-        let cpu_millis = (r.cpus * 1000.0).round() as u32;
-        if let Err(errors) = jobs.fits(r.gpus, cpu_millis, memory_mib).await {
-            let why: Vec<String> = errors.into_iter().map(|e| e.message).collect();
-            out.push((t.slug, why.join("; ")));
-        }
+        slugs.push(t.slug);
+        asks.push(trainyard_jobs::Ask {
+            gpus: r.gpus,
+            cpu_millis: (r.cpus * 1000.0).round() as u32,
+            memory_mib,
+        });
     }
-    Ok(out)
+    let fits = jobs.fits(&asks).await;
+    Ok(slugs
+        .into_iter()
+        .zip(fits)
+        .filter_map(|(slug, fit)| {
+            let errors = fit.err()?;
+            let why: Vec<String> = errors.into_iter().map(|e| e.message).collect();
+            Some((slug, why.join("; ")))
+        })
+        .collect())
 }
 
 /// The submit form as posted: every field as text, read here, so an empty

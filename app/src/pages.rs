@@ -63,22 +63,9 @@ fn follow_mlflow_link() {
         let navigate = leptos_router::hooks::use_navigate();
         Effect::new(move |_| {
             let hash = window().location().hash().unwrap_or_default();
-            if let Some(rest) = hash.strip_prefix("#/experiments/") {
-                let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-                let experiment = path.split('/').next().unwrap_or_default();
-                // `mlflow.genai.evaluate` prints its run as
-                // `#/experiments/1/evaluation-runs?selectedRunUuid=ID`.
-                let run = query
-                    .split('&')
-                    .find_map(|kv| kv.strip_prefix("selectedRunUuid="))
-                    .filter(|id| id.chars().all(|c| c.is_ascii_alphanumeric()) && !id.is_empty());
-                let path = match (path.split('/').nth(1), run) {
-                    (Some("evaluation-runs"), Some(run)) => format!("{experiment}/runs/{run}"),
-                    (Some("evaluation-runs"), None) => experiment.to_owned(),
-                    _ => path.split('#').next().unwrap_or_default().to_owned(),
-                };
+            if let Some(path) = mlflow_link_path(&hash) {
                 navigate(
-                    &format!("/experiments/{path}"),
+                    &path,
                     leptos_router::NavigateOptions {
                         replace: true,
                         ..Default::default()
@@ -87,6 +74,52 @@ fn follow_mlflow_link() {
             }
         });
     }
+}
+
+/// Our page for a hash route of MLflow's UI: a run (and its tabs, such as
+/// `/artifacts`), an evaluation run (`evaluation-runs?selectedRunUuid=ID`,
+/// as `mlflow.genai.evaluate` prints), a trace (`traces?selectedTraceId=`),
+/// an experiment's logged models (`/models/m-…`, as `log_model` prints)
+/// and registered models (`#/models/NAME/versions/1`).
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+fn mlflow_link_path(hash: &str) -> Option<String> {
+    let plain = |id: &&str| {
+        !id.is_empty()
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    };
+    if hash == "#/models" || hash.starts_with("#/models/") || hash.starts_with("#/models?") {
+        return Some("/models".to_owned());
+    }
+    let rest = hash.strip_prefix("#/experiments/")?;
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let path = path.split('#').next().unwrap_or_default();
+    let mut segments = path.split('/');
+    let experiment = segments
+        .next()
+        .filter(|e| e.chars().all(|c| c.is_ascii_digit()) && !e.is_empty())?;
+    let asked = |key: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .filter(plain)
+    };
+    let path = match (segments.next(), segments.next()) {
+        (Some("runs"), Some(run)) if plain(&run) => format!("{experiment}/runs/{run}"),
+        (Some("evaluation-runs"), _) => match asked("selectedRunUuid") {
+            Some(run) => format!("{experiment}/runs/{run}"),
+            None => experiment.to_owned(),
+        },
+        (Some("traces"), _) => match asked("selectedTraceId") {
+            Some(trace) => format!("{experiment}/traces/{trace}"),
+            None => format!("{experiment}/traces"),
+        },
+        (Some("models"), _) => return Some(format!("/models?experiment={experiment}")),
+        (Some("datasets"), _) => format!("{experiment}/datasets"),
+        _ => experiment.to_owned(),
+    };
+    Some(format!("/experiments/{path}"))
 }
 
 #[component]
@@ -763,4 +796,43 @@ pub fn NotFound() -> impl IntoView {
 /// The word for `n` things: "1 node", "2 nodes", "0 nodes".
 pub fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
     if n == 1 { one } else { many }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mlflow_link_path;
+
+    #[test]
+    fn mlflow_ui_links_open_our_pages() {
+        let to = |hash: &str| mlflow_link_path(hash);
+        assert_eq!(
+            to("#/experiments/3/runs/abc123").as_deref(),
+            Some("/experiments/3/runs/abc123")
+        );
+        assert_eq!(
+            to("#/experiments/3/runs/abc123/artifacts").as_deref(),
+            Some("/experiments/3/runs/abc123")
+        );
+        assert_eq!(
+            to("#/experiments/3/evaluation-runs?selectedRunUuid=r9").as_deref(),
+            Some("/experiments/3/runs/r9")
+        );
+        assert_eq!(
+            to("#/experiments/3/traces?selectedTraceId=tr-1f").as_deref(),
+            Some("/experiments/3/traces/tr-1f")
+        );
+        assert_eq!(
+            to("#/experiments/3/models/m-77").as_deref(),
+            Some("/models?experiment=3")
+        );
+        assert_eq!(to("#/models/digits/versions/2").as_deref(), Some("/models"));
+        assert_eq!(to("#/experiments/3").as_deref(), Some("/experiments/3"));
+        // Nothing that leaves our paths: odd ids and other hashes stay.
+        assert_eq!(
+            to("#/experiments/3/runs/..%2F..").as_deref(),
+            Some("/experiments/3")
+        );
+        assert_eq!(to("#/experiments/x/runs/a"), None);
+        assert_eq!(to("#section"), None);
+    }
 }

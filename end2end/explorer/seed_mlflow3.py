@@ -131,7 +131,11 @@ provider.force_flush()
 otel_trace_id = "tr-" + format(root.get_span_context().trace_id, "032x")
 registered = f"shapes-{experiment}"
 version = mlflow.register_model(f"models:/{model.model_id}", registered)
-mlflow.MlflowClient().set_registered_model_alias(registered, "champion", version.version)
+client = mlflow.MlflowClient()
+client.set_registered_model_alias(registered, "champion", version.version)
+client.set_registered_model_tag(registered, "task", "shapes")
+client.update_model_version(registered, version.version, description="first cut")
+client.set_model_version_tag(registered, version.version, "validated", "yes")
 print(
     json.dumps(
         {

@@ -410,6 +410,7 @@ test('a run page shows its text and image artifacts in place', async ({ page, re
     ),
   );
   await put('weights.bin', Buffer.from([0, 159, 146, 150, 0]));
+  await put('eval/predictions.csv', Buffer.from('id,label,score\n1,"cat, tabby",0.9\n2,dog,0.4\n'));
   await page.goto(`/experiments/0/runs/${run}`);
   await hydrated(page);
   const item = (path: string) => page.locator(`[data-testid="artifacts"] li[data-artifact="${path}"]`);
@@ -421,6 +422,12 @@ test('a run page shows its text and image artifacts in place', async ({ page, re
   const image = shown.locator('img');
   await expect(image).toBeVisible();
   await expect.poll(() => image.evaluate((img: HTMLImageElement) => img.naturalWidth)).toBe(2);
+  // A CSV as a table, its first row the header.
+  await item('eval/predictions.csv').getByTestId('preview-artifact').click();
+  const table = shown.getByTestId('artifact-table');
+  await expect(table.locator('thead th')).toHaveText(['id', 'label', 'score']);
+  await expect(table.locator('tbody tr')).toHaveCount(2);
+  await expect(table.locator('tbody tr').first().locator('td')).toHaveText(['1', 'cat, tabby', '0.9']);
   await item('weights.bin').getByTestId('preview-artifact').click();
   await expect(shown).toContainText('Not text');
   await item('weights.bin').getByTestId('preview-artifact').click();
@@ -439,6 +446,14 @@ test('the links the mlflow client prints open the run', async ({ page, baseURL }
   await page.goto(`${base}#/experiments/${seeded.experiment_id}/evaluation-runs?selectedRunUuid=${seeded.runs[0]}`);
   await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}/runs/${seeded.runs[0]}$`));
   await expect(page.getByTestId('run-name')).toHaveText(/lr0\.1-b32-00/);
+  // A run's tab, a logged model (as log_model prints it) and a registered
+  // model's version open the nearest page of ours.
+  await page.goto(`${base}#/experiments/${seeded.experiment_id}/runs/${seeded.runs[0]}/artifacts`);
+  await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}/runs/${seeded.runs[0]}$`));
+  await page.goto(`${base}#/experiments/${seeded.experiment_id}/models/m-0123abcd`);
+  await expect(page).toHaveURL(new RegExp(`/models\\?experiment=${seeded.experiment_id}$`));
+  await page.goto(`${base}#/models/digits/versions/2`);
+  await expect(page).toHaveURL(/\/models$/);
 });
 
 test.describe('without JavaScript', () => {

@@ -49,6 +49,10 @@ test('the Models page lists registered versions with aliases and sorts logged mo
   const version = card.locator('tr[data-version="1"]');
   await expect(version).toContainText('@champion');
   await expect(version).toContainText(`models:/${seeded.model_id}`);
+  // The model's tags, and the version's description and tags.
+  await expect(card.getByTestId('model-tags')).toHaveText('Tags: task=shapes');
+  await expect(version.getByTestId('version-notes')).toContainText('first cut');
+  await expect(version.getByTestId('version-notes')).toContainText('validated=yes');
   // The version's source run opens its page.
   await expect(version.getByRole('link')).toHaveAttribute(
     'href',

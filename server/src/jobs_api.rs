@@ -182,8 +182,7 @@ pub(crate) fn field_errors(fields: Vec<FieldError>) -> JobsError {
 /// Reads a spec as YAML when the content type says so, JSON otherwise.
 pub fn parse_spec(content_type: Option<&str>, body: &[u8]) -> Result<JobSpec, JobsError> {
     let yaml = content_type.is_some_and(|t| t.contains("yaml"));
-    trainyard_jobs::parse_spec(yaml, body)
-        .map_err(|e| JobsError::invalid(e.message, e.field.into_iter().collect()))
+    trainyard_jobs::parse_spec(yaml, body).map_err(|e| JobsError::invalid(e.message, e.fields))
 }
 
 fn spec_too_large() -> JobsError {

@@ -10,6 +10,8 @@ use trainyard_domain::explorer::{
 };
 
 use crate::error::AppError;
+#[cfg(feature = "ssr")]
+use trainyard_domain::tracking::PARENT_RUN_TAG;
 
 #[cfg(feature = "ssr")]
 use crate::api::{caller, store};
@@ -271,7 +273,7 @@ pub async fn list_runs_page(
                 parent_run_id: run
                     .tags
                     .iter()
-                    .find(|(key, _)| key == "mlflow.parentRunId")
+                    .find(|(key, _)| key == PARENT_RUN_TAG)
                     .map(|(_, v)| v.clone()),
                 children: children.get(&run.info.run_id).copied().unwrap_or(0),
                 run_id: run.info.run_id,
@@ -359,7 +361,7 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
     let parent_id = run
         .tags
         .iter()
-        .find(|(k, _)| k == "mlflow.parentRunId")
+        .find(|(k, _)| k == PARENT_RUN_TAG)
         .map(|(_, v)| v.clone());
     let tags = user_tags(run.tags);
     let user = caller()?.user;
@@ -589,12 +591,7 @@ pub async fn set_run_tag(
 /// from its page; the browser goes back to its experiment.
 #[server(endpoint = "delete_run_page")]
 pub async fn delete_run_page(run_id: String) -> Result<(), AppError> {
-    let store = store()?;
-    let user = caller()?.user;
-    store
-        .run_as(&user, &run_id, trainyard_store::Access::Change)
-        .await?;
-    let run = store.get_run(&run_id).await?;
+    let (store, run) = run_to_change(&run_id).await?;
     store.set_run_deleted(&run_id, true).await?;
     leptos_axum::redirect(&format!("/experiments/{}", run.info.experiment_id));
     Ok(())
@@ -603,12 +600,7 @@ pub async fn delete_run_page(run_id: String) -> Result<(), AppError> {
 /// Brings a deleted run back into its experiment, from its page.
 #[server(endpoint = "restore_run_page")]
 pub async fn restore_run_page(run_id: String) -> Result<(), AppError> {
-    let store = store()?;
-    let user = caller()?.user;
-    store
-        .run_as(&user, &run_id, trainyard_store::Access::Change)
-        .await?;
-    let run = store.get_run(&run_id).await?;
+    let (store, run) = run_to_change(&run_id).await?;
     let experiment = store.get_experiment(run.info.experiment_id).await?;
     if experiment.lifecycle_stage != "active" {
         return Err(AppError::Conflict(format!(
@@ -622,6 +614,21 @@ pub async fn restore_run_page(run_id: String) -> Result<(), AppError> {
         run.info.experiment_id, run_id
     ));
     Ok(())
+}
+
+/// A run the caller may change, as the buttons of its page act on it, with
+/// the store.
+#[cfg(feature = "ssr")]
+async fn run_to_change(
+    run_id: &str,
+) -> Result<(trainyard_store::Store, trainyard_domain::tracking::Run), AppError> {
+    let store = store()?;
+    let user = caller()?.user;
+    store
+        .run_as(&user, run_id, trainyard_store::Access::Change)
+        .await?;
+    let run = store.get_run(run_id).await?;
+    Ok((store, run))
 }
 
 /// A run's datasets as its page shows them: the source's URI, the schema's

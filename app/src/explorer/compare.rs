@@ -172,16 +172,16 @@ fn union_keys<'a>(lists: impl Iterator<Item = &'a [(String, impl Sized + 'a)]>) 
 /// The `n` metrics the most runs logged (a metric of one run alone is
 /// charted after those all share), in the picker's order.
 fn most_shared_metrics(runs: &[CompareRun], n: usize) -> Vec<String> {
-    let mut counts: Vec<(String, usize)> = Vec::new();
+    let mut by_key: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
     for run in runs {
         for (key, _) in &run.metrics {
-            match counts.iter_mut().find(|(k, _)| k == key) {
-                Some((_, c)) => *c += 1,
-                None => counts.push((key.clone(), 1)),
-            }
+            *by_key.entry(key.as_str()).or_default() += 1;
         }
     }
-    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut counts: Vec<(String, usize)> =
+        by_key.into_iter().map(|(k, c)| (k.to_owned(), c)).collect();
+    // Most runs first; by name among equals (the map's order, kept).
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
     let mut keys: Vec<String> = counts.into_iter().take(n).map(|(k, _)| k).collect();
     keys.sort();
     keys
@@ -322,7 +322,8 @@ fn Comparison(runs: Vec<CompareRun>, state: Memo<CompareState>) -> impl IntoView
                 .collect::<Vec<_>>()
         })
     });
-    let group = Signal::derive(move || {
+    // Grouped once per change, not on each read (every legend chip reads it).
+    let group = Memo::new(move |_| {
         let by = state.get().group?;
         let column = Column::parse(&by)?;
         let groups: Groups = runs.with_value(|r| group_runs(r, &column));
@@ -382,8 +383,7 @@ fn Comparison(runs: Vec<CompareRun>, state: Memo<CompareState>) -> impl IntoView
                                 let id = id.clone();
                                 move || {
                                     let color = group
-                                        .get()
-                                        .and_then(|(_, groups)| groups.iter().position(|(_, ids)| ids.contains(&id)))
+                                        .with(|g| g.as_ref().and_then(|(_, groups)| groups.iter().position(|(_, ids)| ids.contains(&id))))
                                         .unwrap_or(i);
                                     format!("background:{}", swatch(color))
                                 }

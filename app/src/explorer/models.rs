@@ -487,9 +487,13 @@ fn Registry(view: ModelsView) -> impl IntoView {
                             {(!aliases.is_empty()).then(|| view! { " · " <span data-testid="aliases">{aliases.clone()}</span> })}
                             " · updated " {format_utc(model.last_update_time)}
                         </p>
-                        {model.description.clone().filter(|d| !d.is_empty()).map(|d| view! { <p>{d}</p> })}
+                        {model.description.clone().filter(|d| !d.is_empty()).map(|d| view! { <p class="model-note">{d}</p> })}
+                        {
+                            let tags = own_tags(&model.tags);
+                            (!tags.is_empty()).then(|| view! { <p class="muted" data-testid="model-tags">"Tags: " {tags}</p> })
+                        }
                         <table class="table narrow" data-testid="versions">
-                            <thead><tr><th class="num">"Version"</th><th>"Aliases"</th><th>"Stage"</th><th>"Source run"</th><th>"From"</th><th>"Registered"</th></tr></thead>
+                            <thead><tr><th class="num">"Version"</th><th>"Aliases"</th><th>"Stage"</th><th>"Source run"</th><th>"From"</th><th>"Registered"</th><th>"Description, tags"</th></tr></thead>
                             <tbody>
                                 {versions.into_iter().map(|v| view! {
                                     <tr data-version=v.version.to_string()>
@@ -499,6 +503,13 @@ fn Registry(view: ModelsView) -> impl IntoView {
                                         <td>{match &v.run_id { Some(run) => run_link(run, &runs), None => view! { "–" }.into_any() }}</td>
                                         <td><code>{v.source.clone()}</code></td>
                                         <td>{format_utc(v.creation_time)}</td>
+                                        <td class="model-note" data-testid="version-notes">
+                                            {v.description.clone()}
+                                            {
+                                                let tags = own_tags(&v.tags);
+                                                (!tags.is_empty()).then(|| view! { <span class="muted">" " {tags}</span> })
+                                            }
+                                        </td>
                                     </tr>
                                 }).collect_view()}
                             </tbody>
@@ -509,6 +520,16 @@ fn Registry(view: ModelsView) -> impl IntoView {
         </section>
     }
     .into_any()
+}
+
+/// A registered model's or version's tags as `key=value`, MLflow's own
+/// (`mlflow.…`) left out.
+fn own_tags(tags: &[(String, String)]) -> String {
+    tags.iter()
+        .filter(|(k, _)| !k.starts_with("mlflow."))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How the logged models are sorted: a column, and which way.
@@ -735,7 +756,8 @@ pub fn TracesPage() -> impl IntoView {
                     <Title text="Traces"/>
                     <section class="page-head"><h1>"Traces"</h1></section>
                     {search_box()}
-                    <super::table::QueryErrorNote query=filter.get_untracked() error/>
+                    <super::table::QueryErrorNote query=filter.get_untracked() error
+                        hint="Fix it above; it takes MLflow's search_traces language: trace.*, span.*, tags.*, metadata.*, feedback.* and expectation.*, joined by AND."/>
                 }.into_any(),
                 Err(e) => view! { <Title text="Traces"/><ErrorNote error=e/> }.into_any(),
             })}

@@ -446,10 +446,14 @@ fn ArtifactView(run_id: String, url: String, path: String) -> impl IntoView {
                 match text.await {
                     Ok((path, p)) => view! {
                         <figure class="artifact-preview" data-testid="artifact-preview">
-                            <figcaption><code>{path}</code></figcaption>
+                            <figcaption><code>{path.clone()}</code></figcaption>
                             {match p.text {
                                 Some(t) => view! {
-                                    <pre class="log artifact-text" tabindex="0">{t}</pre>
+                                    // A CSV or TSV as a table, as MLflow's UI shows it.
+                                    {match trainyard_domain::explorer::delimited_rows(&path, &t, !p.truncated) {
+                                        Some(rows) => view! { <ArtifactTable rows/> }.into_any(),
+                                        None => view! { <pre class="log artifact-text" tabindex="0">{t}</pre> }.into_any(),
+                                    }}
                                     {p.truncated.then(|| view! {
                                         <p class="muted">{format!(
                                             "The first {} of {}; download it for the rest.",
@@ -470,6 +474,31 @@ fn ArtifactView(run_id: String, url: String, path: String) -> impl IntoView {
         </Suspense>
     }
     .into_any()
+}
+
+/// The rows of a CSV or TSV artifact, the first as the header.
+#[component]
+fn ArtifactTable(rows: Vec<Vec<String>>) -> impl IntoView {
+    use trainyard_domain::explorer::TABLE_ROWS;
+    let mut rows = rows.into_iter();
+    let head = rows.next().unwrap_or_default();
+    let body: Vec<Vec<String>> = rows.collect();
+    let shown = body.len();
+    view! {
+        <div class="artifact-table" tabindex="0">
+            <table class="table narrow" data-testid="artifact-table">
+                <thead><tr>{head.into_iter().map(|h| view! { <th>{h}</th> }).collect_view()}</tr></thead>
+                <tbody>
+                    {body.into_iter().map(|row| view! {
+                        <tr>{row.into_iter().map(|c| view! { <td>{c}</td> }).collect_view()}</tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+        {(shown + 1 >= TABLE_ROWS).then(|| view! {
+            <p class="muted">{format!("The first {shown} rows; download it for the rest.")}</p>
+        })}
+    }
 }
 
 /// What the run read and made besides metrics: datasets, logged models,

@@ -408,16 +408,22 @@ fn ColumnPicker(
     .into_any()
 }
 
-/// A query that does not parse: the query with a caret under the spot.
+/// A query that does not parse: the query with a caret under the spot, and
+/// where to read the language (`hint`, or the runs table's Syntax).
 #[component]
-pub(crate) fn QueryErrorNote(query: String, error: QueryError) -> impl IntoView {
+pub(crate) fn QueryErrorNote(
+    query: String,
+    error: QueryError,
+    #[prop(optional)] hint: Option<&'static str>,
+) -> impl IntoView {
+    let hint = hint.unwrap_or("Fix it above, or open Syntax for what the query language takes.");
     let caret = format!("{}^", " ".repeat(error.position.min(query.chars().count())));
     view! {
         <div class="error query-error" role="alert" data-testid="query-error">
             <strong>"The query does not parse: "</strong>
             {error.message.clone()}
             <pre><code>{query}</code>"\n"<code class="caret">{caret}</code></pre>
-            <p class="hint">"Fix it above, or open Syntax for what the query language takes."</p>
+            <p class="hint">{hint}</p>
         </div>
     }
 }

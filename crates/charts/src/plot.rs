@@ -260,7 +260,9 @@ pub(crate) fn line<DB: DrawingBackend>(
 
     let frame = frame_of(&chart, &x, &y, c.log_y);
     if empty {
-        no_data(root, &frame)?;
+        // Values a log scale cannot place (0 and below) are not no data.
+        let valued = c.series.iter().any(|s| s.y.iter().any(|v| v.is_finite()));
+        no_data(root, &frame, c.log_y && valued)?;
     } else if c.legend {
         legend(root, &frame, &c.series)?;
     }
@@ -302,7 +304,8 @@ pub(crate) fn scatter<DB: DrawingBackend>(
         label_points(root, &chart, &points)?;
     }
     if points.is_empty() {
-        no_data(root, &frame_of(&chart, &x, &y, s.log_y))?;
+        let valued = s.points.iter().any(|p| p.x.is_finite() && p.y.is_finite());
+        no_data(root, &frame_of(&chart, &x, &y, s.log_y), s.log_y && valued)?;
     }
     Ok(())
 }
@@ -432,13 +435,24 @@ fn frame_of<DB: DrawingBackend>(chart: &Chart<DB>, x: &Scale, y: &Scale, log_y: 
     }
 }
 
-fn no_data<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, f: &Frame) -> Result<(), ChartError> {
+/// "no data" in the middle of the plot; or, where there are values and
+/// none above 0 (`unloggable`), that the log scale cannot show them.
+fn no_data<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    f: &Frame,
+    unloggable: bool,
+) -> Result<(), ChartError> {
     let style = text_style(LABEL_FONT * 1.2).pos(Pos::new(HPos::Center, VPos::Center));
     let at = (
         ((f.left + f.right) / 2.0) as i32,
         ((f.top + f.bottom) / 2.0) as i32,
     );
-    root.draw_text("no data", &style, at).map_err(draw_err)
+    let text = if unloggable {
+        "no value above 0 for a log scale"
+    } else {
+        "no data"
+    };
+    root.draw_text(text, &style, at).map_err(draw_err)
 }
 
 /// Series labels in the top right corner of the plot, each after a swatch of its colour
@@ -800,6 +814,14 @@ pub(crate) mod tests {
             assert_eq!(count(&svg, "polyline"), 0);
             assert!(f.right > f.left && f.x_max > f.x_min && f.y_max > f.y_min);
         }
+        // A log scale of values at or below 0 says why it is empty.
+        let mut negative = chart(vec![series(0, &[0.0, 1.0], &[-2.0, 0.0])]);
+        negative.log_y = true;
+        let (svg, _) = line_svg(&negative).unwrap();
+        assert!(
+            svg.contains(">\nno value above 0 for a log scale\n</text>"),
+            "{svg}"
+        );
     }
 
     #[test]

@@ -214,7 +214,11 @@ pub struct RunRow {
 
 /// The runs table's query for the runs made under `run_id`.
 pub fn children_query(run_id: &str) -> String {
-    format!("tags.mlflow.parentRunId = '{}'", run_id.replace('\'', ""))
+    format!(
+        "tags.{} = '{}'",
+        crate::tracking::PARENT_RUN_TAG,
+        run_id.replace('\'', "")
+    )
 }
 
 /// Rows `offset..offset + rows.len()` of `total` matching runs.
@@ -270,6 +274,76 @@ pub struct ArtifactPreview {
     /// More follows what `text` holds.
     pub truncated: bool,
     pub size: u64,
+}
+
+/// Rows and columns of a CSV or TSV artifact its preview shows at most.
+pub const TABLE_ROWS: usize = 200;
+pub const TABLE_COLUMNS: usize = 50;
+
+/// A `.csv` or `.tsv` artifact's text as rows of cells, the first its
+/// header (quoted cells, doubled quotes and line breaks inside quotes as
+/// RFC 4180 has them): at most [`TABLE_ROWS`] rows of [`TABLE_COLUMNS`]
+/// cells. When the text is the start of a longer file (`complete` false),
+/// the last row, which may be cut off, is left out. None for other files,
+/// or when no row is whole.
+pub fn delimited_rows(path: &str, text: &str, complete: bool) -> Option<Vec<Vec<String>>> {
+    let lower = path.to_ascii_lowercase();
+    let separator = if lower.ends_with(".csv") {
+        ','
+    } else if lower.ends_with(".tsv") {
+        '\t'
+    } else {
+        return None;
+    };
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let (mut row, mut cell) = (Vec::new(), String::new());
+    let (mut quoted, mut was_quoted) = (false, false);
+    let mut chars = text.chars().peekable();
+    fn end_cell(row: &mut Vec<String>, cell: &mut String) {
+        if row.len() < TABLE_COLUMNS {
+            row.push(std::mem::take(cell));
+        } else {
+            cell.clear();
+        }
+    }
+    while let Some(c) = chars.next() {
+        if quoted {
+            match c {
+                '"' if chars.peek() == Some(&'"') => {
+                    cell.push('"');
+                    chars.next();
+                }
+                '"' => quoted = false,
+                c => cell.push(c),
+            }
+            continue;
+        }
+        match c {
+            '"' if cell.is_empty() && !was_quoted => {
+                quoted = true;
+                was_quoted = true;
+            }
+            '\r' if chars.peek() == Some(&'\n') => {}
+            '\n' | '\r' => {
+                end_cell(&mut row, &mut cell);
+                rows.push(std::mem::take(&mut row));
+                was_quoted = false;
+                if rows.len() == TABLE_ROWS {
+                    return Some(rows);
+                }
+            }
+            c if c == separator => {
+                end_cell(&mut row, &mut cell);
+                was_quoted = false;
+            }
+            c => cell.push(c),
+        }
+    }
+    if complete && !quoted && (!cell.is_empty() || !row.is_empty()) {
+        end_cell(&mut row, &mut cell);
+        rows.push(row);
+    }
+    (!rows.is_empty()).then_some(rows)
 }
 
 /// Whether the run page shows this artifact as an image (by its name):
@@ -948,5 +1022,41 @@ mod span_tests {
         assert_eq!(json_values(format!("[{zeros}]").as_bytes()), 1001);
         let parsed: serde_json::Value = serde_json::from_str(&format!("[{zeros}]")).unwrap();
         assert_eq!(parsed.as_array().unwrap().len() + 1, 1001);
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::delimited_rows;
+
+    #[test]
+    fn csv_and_tsv_artifacts_read_as_rows() {
+        let rows = delimited_rows(
+            "eval/predictions.CSV",
+            "id,text,score\r\n1,\"a, b\",0.5\n2,\"say \"\"hi\"\"\nthen\",0.25\n",
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            rows,
+            [
+                vec!["id", "text", "score"],
+                vec!["1", "a, b", "0.5"],
+                vec!["2", "say \"hi\"\nthen", "0.25"],
+            ]
+        );
+        let rows = delimited_rows("t.tsv", "a\tb\n1\t2", true).unwrap();
+        assert_eq!(rows, [vec!["a", "b"], vec!["1", "2"]]);
+        // The start of a longer file leaves out its last, cut-off row.
+        let rows = delimited_rows("p.csv", "a,b\n1,2\n3,", false).unwrap();
+        assert_eq!(rows, [vec!["a", "b"], vec!["1", "2"]]);
+        assert_eq!(delimited_rows("notes.txt", "a,b\n", true), None);
+        assert_eq!(delimited_rows("p.csv", "", true), None);
+        // Bounded in rows and columns.
+        let wide = format!("{}\n", vec!["x"; 80].join(","));
+        let many = wide.repeat(300);
+        let rows = delimited_rows("w.csv", &many, true).unwrap();
+        assert_eq!(rows.len(), super::TABLE_ROWS);
+        assert_eq!(rows[0].len(), super::TABLE_COLUMNS);
     }
 }

@@ -335,10 +335,21 @@ fn valid_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// `{{name}}` at byte `at` of a command: braces the command keeps, written
+/// doubled so that they are no placeholder (`xargs -I{{f}} … {{f}}` runs
+/// as `xargs -I{f} … {f}`). The name and the length written.
+pub fn escaped_placeholder(command: &str, at: usize) -> Option<(&str, usize)> {
+    let rest = command.get(at..)?.strip_prefix("{{")?;
+    let len = rest.find("}}")?;
+    let name = &rest[..len];
+    valid_param_name(name).then_some((name, len + 4))
+}
+
 /// The `{name}` placeholders of a command that the shell would not take as
 /// its own, with whether each is inside double quotes: not inside single
-/// quotes (awk's `'{print}'`), not `${VAR}`, not escaped, and only names
-/// that a hyperparameter could have (so not `{}`, `{a,b}` or `{ cmd; }`).
+/// quotes (awk's `'{print}'`), not `${VAR}`, not escaped (`\{x}`, or
+/// doubled: `{{x}}`), and only names that a hyperparameter could have (so
+/// not `{}`, `{a,b}` or `{ cmd; }`).
 pub fn placeholders(command: &str) -> Vec<(&str, bool)> {
     let bytes = command.as_bytes();
     let (mut single, mut double) = (false, false);
@@ -349,8 +360,12 @@ pub fn placeholders(command: &str) -> Vec<(&str, bool)> {
             b'\\' if !single => i += 1,
             b'\'' if !double => single = !single,
             b'"' if !single => double = !double,
-            b'{' if !single && (i == 0 || bytes[i - 1] != b'$') => {
-                if let Some(len) = command[i + 1..].find('}') {
+            b'{' if !single => {
+                if let Some((_, len)) = escaped_placeholder(command, i) {
+                    i += len - 1;
+                } else if (i == 0 || bytes[i - 1] != b'$')
+                    && let Some(len) = command[i + 1..].find('}')
+                {
                     let name = &command[i + 1..i + 1 + len];
                     if valid_param_name(name) {
                         out.push((name, double));
@@ -383,7 +398,7 @@ fn unknown_placeholder(
         format!("it has {}", names.join(", "))
     };
     Some(format!(
-        "`{{{name}}}` names no hyperparameter ({known}); add `{name}` to hyperparameters, or write its value in the command"
+        "`{{{name}}}` names no hyperparameter ({known}); add `{name}` to hyperparameters, or write its value in the command (or `{{{{{name}}}}}` for braces the command keeps)"
     ))
 }
 
@@ -686,6 +701,11 @@ mod tests {
         assert!(found("awk '{print}' f; echo ${HOME} \\{lr} {} {a,b} {1..3}").is_empty());
         assert!(found("{ echo a; } && find . -exec rm {} \\;").is_empty());
         assert!(found("echo \"it's {").is_empty());
+        // Doubled, braces are the command's own.
+        assert!(found("ls | xargs -I{{f}} cp {{f}} out/").is_empty());
+        assert_eq!(found("echo {{a}} {b}"), vec![("b", false)]);
+        assert_eq!(escaped_placeholder("x {{f}} y", 2), Some(("f", 5)));
+        assert_eq!(escaped_placeholder("{{}}", 0), None);
     }
 
     #[test]

@@ -568,6 +568,10 @@ pub fn format_bytes(n: u64) -> String {
 pub mod tracking {
     use serde::{Deserialize, Serialize};
 
+    /// The tag that names the run a run was made under (MLflow's nested
+    /// runs: `mlflow.start_run(nested=True)`, sweeps, autolog's children).
+    pub const PARENT_RUN_TAG: &str = "mlflow.parentRunId";
+
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     pub struct Experiment {
         pub id: i64,

@@ -65,62 +65,167 @@ impl NodeRemoval {
 
 use executor::{Attempt, EndReason, Ending, Executor, Observation, StartError, Started};
 
+/// What a job asks of one node, for [`Jobs::fits`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ask {
+    pub gpus: u32,
+    pub cpu_millis: u32,
+    pub memory_mib: u64,
+}
+
 /// A spec that could not be read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpecError {
+    /// Every problem, in words, `field: what` joined by `; `.
     pub message: String,
-    /// The field of the wrong type or name, when there is one.
-    pub field: Option<FieldError>,
+    /// The fields of the wrong type or name, when the document read.
+    pub fields: Vec<FieldError>,
 }
 
+impl SpecError {
+    fn plain(message: String) -> Self {
+        SpecError {
+            message,
+            fields: Vec::new(),
+        }
+    }
+
+    fn of(fields: Vec<FieldError>) -> Self {
+        let said: Vec<String> = fields
+            .iter()
+            .map(|f| format!("{}: {}", f.field, f.message))
+            .collect();
+        SpecError {
+            message: said.join("; "),
+            fields,
+        }
+    }
+}
+
+/// Fields of the wrong type a spec's answer names at most.
+const MAX_TYPE_ERRORS: usize = 16;
+
 /// Reads a job spec from YAML or JSON. A field of the wrong type is
-/// reported with its path (`resources.gpus`).
+/// reported with its path (`resources.gpus`), and so is every other one:
+/// those of the wrong type, then what the check finds wrong in the rest.
 pub fn parse_spec(yaml: bool, body: &[u8]) -> Result<JobSpec, SpecError> {
-    parse_document(yaml, body, "name, command, resources …")
+    let value = read_document(yaml, body, "name, command, resources …")?;
+    let (spec, mut wrong) = typed::<JobSpec>(value);
+    match spec {
+        Some(spec) if wrong.is_empty() => Ok(spec),
+        Some(spec) => {
+            // What was left out took its default: not a problem of its own.
+            let left_out = |field: &str| {
+                wrong
+                    .iter()
+                    .any(|w| field == w.field || field.starts_with(&format!("{}.", w.field)))
+            };
+            let more: Vec<FieldError> = match spec.check() {
+                Err(errors) => errors.into_iter().filter(|e| !left_out(&e.field)).collect(),
+                Ok(_) => Vec::new(),
+            };
+            wrong.extend(more);
+            Err(SpecError::of(wrong))
+        }
+        None => Err(SpecError::of(wrong)),
+    }
 }
 
 /// Reads a template from YAML or JSON (JSON is YAML too), fields by path.
 pub fn parse_template(body: &[u8]) -> Result<trainyard_domain::template::TemplateSpec, SpecError> {
-    parse_document(true, body, "title, description, command, parameters …")
+    let value = read_document(true, body, "title, description, command, parameters …")?;
+    match typed(value) {
+        (Some(template), wrong) if wrong.is_empty() => Ok(template),
+        (_, wrong) => Err(SpecError::of(wrong)),
+    }
 }
 
-fn parse_document<T: serde::de::DeserializeOwned>(
-    yaml: bool,
-    body: &[u8],
-    fields: &str,
-) -> Result<T, SpecError> {
-    let plain = |message: String| SpecError {
-        message,
-        field: None,
-    };
+/// A document's mapping of fields, from YAML or JSON.
+fn read_document(yaml: bool, body: &[u8], fields: &str) -> Result<serde_json::Value, SpecError> {
     let value: serde_json::Value = if yaml {
         let text = std::str::from_utf8(body)
-            .map_err(|_| plain("the YAML is not UTF-8 text".to_owned()))?;
+            .map_err(|_| SpecError::plain("the YAML is not UTF-8 text".to_owned()))?;
         serde_saphyr::from_str(text).map_err(|e| {
-            plain(format!(
+            SpecError::plain(format!(
                 "not valid YAML: {}",
                 trainyard_domain::serde_in_words(&e.to_string())
             ))
         })?
     } else {
         serde_json::from_slice(body).map_err(|e| {
-            plain(format!(
+            SpecError::plain(format!(
                 "the spec is not valid JSON: {e} (send YAML with Content-Type: application/yaml)"
             ))
         })?
     };
     if !value.is_object() {
-        return Err(plain(format!("it must be a mapping of fields ({fields})")));
+        return Err(SpecError::plain(format!(
+            "it must be a mapping of fields ({fields})"
+        )));
     }
-    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = trainyard_domain::serde_in_words(&e.into_inner().to_string());
-        let field = if path == "." { "spec".to_owned() } else { path };
-        SpecError {
-            message: format!("{field}: {inner}"),
-            field: Some(FieldError::new(&field, inner)),
+    Ok(value)
+}
+
+/// `value` as a `T`. Past a field of the wrong type it goes on without that
+/// field (at most [`MAX_TYPE_ERRORS`] times) to name the others: `T` when
+/// what is left reads, and each field that did not, by path.
+fn typed<T: serde::de::DeserializeOwned>(
+    mut value: serde_json::Value,
+) -> (Option<T>, Vec<FieldError>) {
+    let mut wrong: Vec<FieldError> = Vec::new();
+    loop {
+        match serde_path_to_error::deserialize::<_, T>(value.clone()) {
+            Ok(read) => return (Some(read), wrong),
+            Err(e) => {
+                let path = e.path().clone();
+                let said = e.into_inner().to_string();
+                // A field left out that has no default: that field is
+                // named already.
+                if !wrong.is_empty() && said.starts_with("missing field") {
+                    return (None, wrong);
+                }
+                let field = match path.to_string() {
+                    p if p == "." => "spec".to_owned(),
+                    p => p,
+                };
+                wrong.push(FieldError::new(
+                    &field,
+                    trainyard_domain::serde_in_words(&said),
+                ));
+                if wrong.len() >= MAX_TYPE_ERRORS || !remove_at(&mut value, &path) {
+                    return (None, wrong);
+                }
+            }
         }
-    })
+    }
+}
+
+/// Takes out the field at `path` (a key of a mapping); false when there is
+/// none to take.
+fn remove_at(value: &mut serde_json::Value, path: &serde_path_to_error::Path) -> bool {
+    use serde_path_to_error::Segment;
+    let segments: Vec<&Segment> = path.iter().collect();
+    let Some((last, parents)) = segments.split_last() else {
+        return false;
+    };
+    let mut at = value;
+    for segment in parents {
+        let next = match segment {
+            Segment::Map { key } => at.get_mut(key.as_str()),
+            Segment::Seq { index } => at.get_mut(*index),
+            _ => None,
+        };
+        match next {
+            Some(next) => at = next,
+            None => return false,
+        }
+    }
+    match last {
+        Segment::Map { key } => at
+            .as_object_mut()
+            .is_some_and(|fields| fields.remove(key.as_str()).is_some()),
+        _ => false,
+    }
 }
 
 /// Where the job service keeps what jobs start from.
@@ -647,10 +752,11 @@ impl Jobs {
             )]));
         }
         let spec = parse_template(text).map_err(|e| {
-            SubmitError::Invalid(vec![
-                e.field
-                    .unwrap_or_else(|| FieldError::new("spec", e.message)),
-            ])
+            SubmitError::Invalid(if e.fields.is_empty() {
+                vec![FieldError::new("spec", e.message)]
+            } else {
+                e.fields
+            })
         })?;
         spec.check().map_err(SubmitError::Invalid)?;
         Ok(self.store().save_template(slug, &spec).await?)
@@ -833,74 +939,73 @@ impl Jobs {
     /// forever. An executor that cannot tell its capacity now refuses
     /// nothing: the job is queued (and the log says why it was not checked).
     async fn admit(&self, checked: &CheckedJob) -> Result<(), Vec<FieldError>> {
-        self.fits(
-            checked.spec.resources().gpus,
-            checked.cpu_millis,
-            checked.memory_mib,
-        )
-        .await
+        let ask = Ask {
+            gpus: checked.spec.resources().gpus,
+            cpu_millis: checked.cpu_millis,
+            memory_mib: checked.memory_mib,
+        };
+        self.fits(&[ask]).await.pop().unwrap_or(Ok(()))
     }
 
-    /// Whether a job asking for these could ever start here: each resource
-    /// beyond the largest node is an error naming its field and what the
-    /// node has (the catalog's cards say so before anyone submits). Ok
-    /// while the executor cannot tell its capacity.
-    pub async fn fits(
-        &self,
-        gpus: u32,
-        cpu_millis: u32,
-        memory_mib: u64,
-    ) -> Result<(), Vec<FieldError>> {
+    /// Whether jobs asking for these could ever start here, each: a
+    /// resource beyond the largest node is an error naming its field and
+    /// what the node has (the catalog's cards say so before anyone
+    /// submits). The capacity is read once; while the executor cannot tell
+    /// it, each is Ok.
+    pub async fn fits(&self, asks: &[Ask]) -> Vec<Result<(), Vec<FieldError>>> {
         let capacity = match self.inner.executor.limits().await {
             Ok(capacity) => capacity,
             Err(error) => {
                 tracing::warn!(%error, "cannot tell the executor's capacity; nothing is refused for its size");
-                return Ok(());
+                return asks.iter().map(|_| Ok(())).collect();
             }
         };
-        let mut errors = Vec::new();
-        let resources = sched::Resources {
-            gpus,
-            cpu_millis: 0,
-            memory_mib: 0,
-        };
-        if sched::admissible(capacity.whole(), &resources).is_err() {
-            errors.push(FieldError::new(
-                "resources.gpus",
-                format!(
-                    "asks for {}; {}",
-                    sched::gpus_text(gpus, ""),
-                    capacity.gpus_said
-                ),
-            ));
-        }
-        let (asked_cpu, asked_memory) = (cpu_millis, memory_mib);
         let (_, cpu_millis, memory_mib) = capacity.largest();
-        if asked_cpu > cpu_millis {
-            errors.push(FieldError::new(
-                "resources.cpus",
-                format!(
-                    "asks for {} CPUs; {} has {}",
-                    asked_cpu as f64 / 1000.0,
-                    capacity.place,
-                    cpu_millis / 1000
-                ),
-            ));
-        }
-        if asked_memory > memory_mib {
-            errors.push(FieldError::new(
-                "resources.memory",
-                format!(
-                    "asks for {} MiB; {} has {} MiB",
-                    asked_memory, capacity.place, memory_mib
-                ),
-            ));
-        }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors)
-        }
+        asks.iter()
+            .map(|ask| {
+                let mut errors = Vec::new();
+                let resources = sched::Resources {
+                    gpus: ask.gpus,
+                    cpu_millis: 0,
+                    memory_mib: 0,
+                };
+                if sched::admissible(capacity.whole(), &resources).is_err() {
+                    errors.push(FieldError::new(
+                        "resources.gpus",
+                        format!(
+                            "asks for {}; {}",
+                            sched::gpus_text(ask.gpus, ""),
+                            capacity.gpus_said
+                        ),
+                    ));
+                }
+                if ask.cpu_millis > cpu_millis {
+                    errors.push(FieldError::new(
+                        "resources.cpus",
+                        format!(
+                            "asks for {} CPUs; {} has {}",
+                            ask.cpu_millis as f64 / 1000.0,
+                            capacity.place,
+                            cpu_millis / 1000
+                        ),
+                    ));
+                }
+                if ask.memory_mib > memory_mib {
+                    errors.push(FieldError::new(
+                        "resources.memory",
+                        format!(
+                            "asks for {} MiB; {} has {} MiB",
+                            ask.memory_mib, capacity.place, memory_mib
+                        ),
+                    ));
+                }
+                if errors.is_empty() {
+                    Ok(())
+                } else {
+                    Err(errors)
+                }
+            })
+            .collect()
     }
 
     /// The tracking run of one attempt (SCHEDULED once made), and its
@@ -2656,18 +2761,29 @@ pub fn hp_env_name(name: &str) -> String {
 }
 
 /// Replaces `{name}` with the hyperparameter's value, quoted for the shell.
-/// Braces that name no hyperparameter are left as written.
+/// Braces that name no hyperparameter are left as written, and so are the
+/// shell's `${name}` and `\{name}`; doubled, `{{name}}` is written `{name}`
+/// (see [`trainyard_domain::job::placeholders`], which the check reads).
 pub fn render_command(
     command: &str,
     hyperparameters: &BTreeMap<String, trainyard_domain::job::ParamValue>,
 ) -> String {
+    use trainyard_domain::job::escaped_placeholder;
     let mut out = String::with_capacity(command.len());
     let mut rest = command;
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
+        if let Some((name, len)) = escaped_placeholder(rest, open) {
+            out.push('{');
+            out.push_str(name);
+            out.push('}');
+            rest = &rest[open + len..];
+            continue;
+        }
+        let shells = matches!(out.as_bytes().last(), Some(b'$' | b'\\'));
         let after = &rest[open + 1..];
         match after.find('}') {
-            Some(close) if hyperparameters.contains_key(&after[..close]) => {
+            Some(close) if !shells && hyperparameters.contains_key(&after[..close]) => {
                 let value = hyperparameters[&after[..close]].to_string();
                 out.push_str(&shell_quote(&value));
                 rest = &after[close + 1..];
@@ -2728,6 +2844,34 @@ mod tests {
     }
 
     #[test]
+    fn every_field_of_the_wrong_type_is_named_and_the_rest_checked() {
+        let err = parse_spec(
+            false,
+            br#"{"name": "x", "command": "y", "gpu": 1, "retries": "many",
+                 "resources": {"gpus": "two", "memory": "lots"}}"#,
+        )
+        .unwrap_err();
+        let mut fields: Vec<&str> = err.fields.iter().map(|f| f.field.as_str()).collect();
+        fields.sort();
+        assert_eq!(
+            fields,
+            ["gpu", "resources.gpus", "resources.memory", "retries"],
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("resources.gpus: "), "{}", err.message);
+        assert!(err.message.contains("; "), "{}", err.message);
+        // A required field of the wrong type is named once, not again as
+        // missing.
+        let err = parse_spec(false, br#"{"name": [1], "command": 5}"#).unwrap_err();
+        let fields: Vec<&str> = err.fields.iter().map(|f| f.field.as_str()).collect();
+        assert_eq!(fields, ["command", "name"], "{}", err.message);
+        // A template too.
+        let err = parse_template(b"title: [x]\ndescription: 3\ncommand: run\n").unwrap_err();
+        assert_eq!(err.fields.len(), 2, "{}", err.message);
+    }
+
+    #[test]
     fn hyperparameters_are_substituted_quoted() {
         let hp = BTreeMap::from([
             ("lr".to_owned(), ParamValue::Float(0.001)),
@@ -2743,6 +2887,11 @@ mod tests {
                 &hp
             ),
             "train --lr 0.001 --epochs=3 --tag 'it'\\''s; rm -rf /' {unknown} {"
+        );
+        // The shell's own and doubled braces are the command's.
+        assert_eq!(
+            render_command("echo ${lr} \\{lr} {{lr}} {{x}} {lr}", &hp),
+            "echo ${lr} \\{lr} {lr} {x} 0.001"
         );
     }
 

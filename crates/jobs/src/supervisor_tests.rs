@@ -564,9 +564,21 @@ async fn a_run_starts_when_its_job_starts_not_when_it_was_queued() {
 
     // One cancelled before it ever ran shows no duration at all.
     s.jobs.cancel(waits, None).await.unwrap();
-    let run = s.run_info(&s.job(waits).await).await;
-    assert_eq!(run.status, "KILLED");
-    assert_eq!(run.end_time, Some(run.start_time), "{run:?}");
+    let cancelled = s.run_info(&s.job(waits).await).await;
+    assert_eq!(cancelled.status, "KILLED");
+    assert_eq!(
+        cancelled.end_time,
+        Some(cancelled.start_time),
+        "{cancelled:?}"
+    );
+
+    // Its end keeps its start.
+    s.fake.set_fate(id, exited(0));
+    s.jobs.cycle().await.unwrap();
+    let ended = s.run_info(&s.job(id).await).await;
+    assert_eq!(ended.status, "FINISHED");
+    assert_eq!(ended.start_time, run.start_time);
+    assert!(ended.end_time.unwrap() >= run.start_time, "{ended:?}");
 }
 
 #[tokio::test]

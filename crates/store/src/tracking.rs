@@ -795,8 +795,9 @@ impl Store {
     /// Marks the runs of attempts that just started RUNNING from `at`, in
     /// one statement a 500 runs, reading nothing back. A job's run is made
     /// when it is queued; its start is when it starts, as MLflow's, so a
-    /// run's duration is not its wait in the queue. Deleted runs are left
-    /// as they are.
+    /// run's duration is not its wait in the queue. Deleted runs, and runs
+    /// that ended meanwhile (cancelled, or ended by a quick script), are
+    /// left as they are.
     pub async fn start_runs(&self, run_ids: &[String], at: i64) -> Result<(), StoreError> {
         if run_ids.is_empty() {
             return Ok(());
@@ -806,7 +807,10 @@ impl Store {
             let mut sql = self.sql();
             sql.push("UPDATE runs SET status = 'RUNNING', start_time = ")
                 .bind(at)
-                .push(" WHERE lifecycle_stage = 'active' AND id IN ")
+                .push(
+                    " WHERE lifecycle_stage = 'active' AND end_time IS NULL \
+                     AND status IN ('SCHEDULED', 'RUNNING') AND id IN ",
+                )
                 .bind_list(chunk.iter().cloned());
             self.connection().execute_raw(sql.build()).await?;
         }

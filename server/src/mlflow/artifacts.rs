@@ -209,7 +209,8 @@ async fn entries(dir: &Path, prefix: &str, limit: usize) -> Result<Vec<Value>, A
                 continue;
             };
             let mut item = json!({ "path": format!("{prefix}{name}"), "is_dir": meta.is_dir() });
-            if meta.is_file() && meta.len() > 0 {
+            // Every file's size, an empty one's 0, as MLflow's server.
+            if meta.is_file() {
                 item["file_size"] = json!(meta.len());
             }
             files.push(item);
@@ -280,14 +281,14 @@ async fn download(
     }
     let name = file
         .file_name()
-        .map(|n| n.to_string_lossy().replace('"', ""))
+        .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let mut response = ServeFile::new(&file)
         .oneshot(request)
         .await
         .map_err(|e| ApiError::invalid(format!("cannot read '{path}': {e}")))?
         .into_response();
-    if let Ok(value) = HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+    if let Ok(value) = HeaderValue::from_str(&attachment(&name)) {
         response
             .headers_mut()
             .insert(header::CONTENT_DISPOSITION, value);
@@ -621,6 +622,31 @@ pub(super) fn io_error(err: std::io::Error) -> ApiError {
     }
 }
 
+/// `Content-Disposition` for a download named `name`: an ASCII `filename`
+/// (other characters as `_`) for old clients, and the name itself in UTF-8
+/// as `filename*` (RFC 6266), which browsers and curl prefer.
+pub fn attachment(name: &str) -> String {
+    let ascii: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let mut encoded = String::with_capacity(name.len() * 3);
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+            encoded.push(b as char);
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
+}
+
 fn uuid_like() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -636,20 +662,35 @@ fn uuid_like() -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn downloads_keep_their_names_in_any_script() {
+        assert_eq!(
+            super::attachment("model.pkl"),
+            "attachment; filename=\"model.pkl\"; filename*=UTF-8''model.pkl"
+        );
+        assert_eq!(
+            super::attachment("résumé \"final\".csv"),
+            "attachment; filename=\"r_sum_ _final_.csv\"; filename*=UTF-8''r%C3%A9sum%C3%A9%20%22final%22.csv"
+        );
+    }
+
     #[tokio::test]
     async fn a_listing_is_bounded_and_skips_uploads_under_way() {
         let dir = tempfile::tempdir().unwrap();
         for name in ["b.txt", "a.txt", ".upload-x"] {
             std::fs::write(dir.path().join(name), b"x").unwrap();
         }
+        std::fs::write(dir.path().join("empty"), b"").unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
-        let listed = entries(dir.path(), "p/", 3).await.unwrap();
+        let listed = entries(dir.path(), "p/", 4).await.unwrap();
         let paths: Vec<&str> = listed.iter().map(|f| f["path"].as_str().unwrap()).collect();
-        assert_eq!(paths, ["p/a.txt", "p/b.txt", "p/sub"]);
+        assert_eq!(paths, ["p/a.txt", "p/b.txt", "p/empty", "p/sub"]);
         assert_eq!(listed[0]["file_size"], 1);
-        let over = entries(dir.path(), "p/", 2).await.unwrap_err();
+        assert_eq!(listed[2]["file_size"], 0, "an empty file has its size too");
+        assert_eq!(listed[3].get("file_size"), None, "a folder has none");
+        let over = entries(dir.path(), "p/", 3).await.unwrap_err();
         assert!(
-            over.message.contains("more than 2 entries"),
+            over.message.contains("more than 3 entries"),
             "{}",
             over.message
         );
