@@ -620,8 +620,21 @@ max_runtime: 12h
 
 /// Saves a template an admin wrote; the browser goes back to the catalog.
 #[server(endpoint = "save_template")]
-pub async fn save_template(slug: String, text: String) -> Result<String, AppError> {
+pub async fn save_template(
+    slug: String,
+    text: String,
+    #[server(default)] new: bool,
+) -> Result<String, AppError> {
     admin_only("write templates")?;
+    // A new template (or a shipped one saved under another name) does not
+    // replace one that has its name.
+    if new && store()?.get_template(slug.trim()).await?.is_some() {
+        return Err(AppError::Conflict(format!(
+            "a template named `{}` exists already; choose another name, or edit that one (/templates/{}/edit)",
+            slug.trim(),
+            slug.trim()
+        )));
+    }
     let template = jobs()?.save_template(slug.trim(), text.as_bytes()).await?;
     leptos_axum::redirect("/templates");
     Ok(template.slug)

@@ -642,19 +642,37 @@ pub fn JobPage() -> impl IntoView {
             }
         },
     );
-    // The run the charts draw (its first attempt's; a retry's shows on reload).
-    let chart_run = Resource::new(id, |id| async move {
-        match id {
-            Some(id) => get_job(id).await.ok().and_then(|p| p.job.run_id),
-            None => None,
-        }
+    // Its attempt as the page last read it: a retry or a preemption moves
+    // the log and the charts on to the new attempt (whose log and run are
+    // new). Kept while the page reloads, so that a reload alone reads
+    // nothing again.
+    let attempt = Memo::new(move |seen: Option<&u32>| {
+        page.get()
+            .and_then(Result::ok)
+            .flatten()
+            .map(|p| p.job.attempt)
+            .or(seen.copied())
+            .unwrap_or(0)
     });
-    let log = Resource::new(id, |id| async move {
-        match id {
-            Some(id) => get_log_tail(id).await.map(Some),
-            None => Ok(None),
-        }
-    });
+    // The run the charts draw: the current attempt's.
+    let chart_run = Resource::new(
+        move || (id(), attempt.get()),
+        |(id, _)| async move {
+            match id {
+                Some(id) => get_job(id).await.ok().and_then(|p| p.job.run_id),
+                None => None,
+            }
+        },
+    );
+    let log = Resource::new(
+        move || (id(), attempt.get()),
+        |(id, _)| async move {
+            match id {
+                Some(id) => get_log_tail(id).await.map(Some),
+                None => Ok(None),
+            }
+        },
+    );
     refresh_while(tick, move || {
         page.get_untracked()
             .and_then(Result::ok)
@@ -985,6 +1003,7 @@ pub fn TemplateEditor() -> impl IntoView {
                                     ", or save it here under another name."</p>
                             })}
                             <ActionForm action=save attr:class="form" attr:data-testid="template-form">
+                                <input type="hidden" name="new" value=(!editing || builtin).to_string()/>
                                 <label>"Name (a-z, 0-9 and -)"
                                     <input type="text" name="slug" required maxlength="100"
                                         value=if builtin { String::new() } else { slug() }
@@ -998,7 +1017,11 @@ pub fn TemplateEditor() -> impl IntoView {
                             {(editing && !builtin).then(|| view! {
                                 <ActionForm action=delete attr:class="inline-form">
                                     <input type="hidden" name="slug" value=slug()/>
-                                    <button type="submit" class="danger" data-testid="delete-template">"Delete"</button>
+                                    <button type="submit" class="danger" data-testid="delete-template"
+                                        on:click=crate::pages::confirm_first(format!(
+                                            "Delete the template {}? It leaves the catalog; jobs made from it are kept.",
+                                            slug()
+                                        ))>"Delete"</button>
                                 </ActionForm>
                             })}
                         }.into_any()

@@ -352,7 +352,7 @@ pub async fn check_admin() -> Result<(), AppError> {
     }
     crate::error::set_error_status(http::StatusCode::FORBIDDEN);
     Err(AppError::Forbidden(format!(
-        "the admin pages are for admins, and {} is not one; an admin makes others admins on Admin → Users, or through the admin group of your institution's sign-in",
+        "the admin pages are for admins, and {} is not one; admins are the members of the sign-in's admin group (the server's `oidc_admin_group`): ask whoever runs Trainyard to add you to it",
         principal.user.username
     )))
 }
@@ -551,6 +551,18 @@ fn Teams() -> impl IntoView {
                                                 </ActionForm>
                                             </td>
                                         </tr>
+                                        {(!t.waiting_beyond_guarantee.is_empty()).then(|| view! {
+                                            <tr class="warning-row">
+                                                <td colspan="7" class="warning" data-testid="beyond-guarantee">
+                                                    {if t.waiting_beyond_guarantee.len() == 1 {
+                                                        format!("A queued job that may not be preempted asks for more than {}'s {} guaranteed GPUs: it starts only once the guarantee is raised, or in another team: ", t.name, t.quota_gpus)
+                                                    } else {
+                                                        format!("Queued jobs that may not be preempted ask for more than {}'s {} guaranteed GPUs: they start only once the guarantee is raised, or in another team: ", t.name, t.quota_gpus)
+                                                    }}
+                                                    {t.waiting_beyond_guarantee.iter().map(|id| view! { <a href=format!("/jobs/{id}")>{format!("#{id}")}</a>" " }).collect_view()}
+                                                </td>
+                                            </tr>
+                                        })}
                                     }
                                 }).collect_view()}
                             </tbody>
@@ -623,11 +635,15 @@ fn Nodes() -> impl IntoView {
                         let total: u32 = view.nodes.iter().map(|n| n.gpus).sum();
                         let used: u32 = view.nodes.iter().map(|n| n.used).sum();
                         let free: u32 = view.nodes.iter().filter(|n| n.takes_jobs).map(|n| n.free).sum();
+                        // Free GPUs of nodes that take no new jobs are not
+                        // free to anyone: said apart, so the figures add up.
+                        let idle_closed: u32 = view.nodes.iter().filter(|n| !n.takes_jobs).map(|n| n.free).sum();
                         let nodes = view.nodes.len();
                         let summary = format!(
-                            "{nodes} {} of the {executor} executor: {total} {}, {used} held by Trainyard's jobs, {free} free",
+                            "{nodes} {} of the {executor} executor: {total} {}, {used} held by Trainyard's jobs, {free} free{}",
                             plural(nodes as u64, "node", "nodes"),
                             plural(u64::from(total), "GPU", "GPUs"),
+                            if idle_closed > 0 { format!(", {idle_closed} unused on nodes that take no new jobs") } else { String::new() },
                         );
                         if let Some(why) = view.unavailable {
                             view! {
@@ -654,6 +670,8 @@ fn Nodes() -> impl IntoView {
                                         {view.nodes.into_iter().map(|n| {
                                             let share = |k: u32| format!("width: {}%", if n.gpus == 0 { 0.0 } else { 100.0 * k as f64 / n.gpus as f64 });
                                             let title = format!("{} of {} {} held by Trainyard's jobs, {} by others, {} free", n.used, n.gpus, plural(u64::from(n.gpus), "GPU", "GPUs"), n.others, n.free);
+                                            // Draining with "stop its jobs" asks first.
+                                            let stop_jobs = RwSignal::new(false);
                                             view! {
                                                 <tr data-node=n.name.clone()>
                                                     <td>{n.name.clone()}</td>
@@ -693,10 +711,18 @@ fn Nodes() -> impl IntoView {
                                                         } else {
                                                             view! {
                                                                 <ActionForm action=drain attr:class="inline-form">
-                                                                    <input type="hidden" name="drain[node]" value=name/>
+                                                                    <input type="hidden" name="drain[node]" value=name.clone()/>
                                                                     <input type="text" name="drain[reason]" required maxlength=trainyard_domain::MAX_DRAIN_REASON_CHARS.to_string() placeholder="why (e.g. driver update)" aria-label="why the node is drained" data-testid="drain-reason"/>
-                                                                    <label><input type="checkbox" name="drain[stop_jobs]" value="on" data-testid="drain-stop-jobs"/>" stop its jobs"</label>
-                                                                    <button type="submit" class="secondary" data-testid="drain-node">"Drain"</button>
+                                                                    <label><input type="checkbox" name="drain[stop_jobs]" value="on" data-testid="drain-stop-jobs"
+                                                                        on:change=move |ev| stop_jobs.set(event_target_checked(&ev))/>" stop its jobs"</label>
+                                                                    <button type="submit" class="secondary" data-testid="drain-node"
+                                                                        on:click={
+                                                                            let ask = confirm_first(format!(
+                                                                                "Drain {name} and stop its running jobs ({})? They are stopped now and queued again, without spending their retries; what they have not saved is lost.",
+                                                                                if n.jobs.is_empty() { "none now".to_owned() } else { n.jobs.iter().map(|id| format!("#{id}")).collect::<Vec<_>>().join(", ") }
+                                                                            ));
+                                                                            move |ev| if stop_jobs.get_untracked() { ask(ev) }
+                                                                        }>"Drain"</button>
                                                                 </ActionForm>
                                                             }.into_any()
                                                         }}
@@ -723,12 +749,16 @@ fn Users() -> impl IntoView {
     let users = Resource::new(move || end.version().get(), |_| list_users());
     view! {
         <h2>"People"</h2>
+        {move || end.value().get().map(|ended| match ended {
+            Ok(n) => view! { <p class="muted" role="status" data-testid="sessions-ended">{format!("Ended {n} session(s) and revoked their API tokens.")}</p> }.into_any(),
+            Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+        })}
         <Suspense fallback=|| view! { <p class="muted">"Loading people…"</p> }>
             {move || Suspend::new(async move {
                 match users.await {
                     Ok(list) => view! {
                         <table class="table" data-testid="users">
-                            <thead><tr><th>"User"</th><th>"Teams"</th><th>"Last sign-in"</th><th class="num">"Sessions"</th><th><span class="visually-hidden">"Actions"</span></th></tr></thead>
+                            <thead><tr><th>"User"</th><th>"Teams"</th><th>"Last sign-in"</th><th class="num">"Sessions"</th><th class="num">"API tokens"</th><th><span class="visually-hidden">"Actions"</span></th></tr></thead>
                             <tbody>
                                 {list.into_iter().map(|u| {
                                     let teams = u.user.teams.iter().map(|t| t.name.clone()).collect::<Vec<_>>().join(", ");
@@ -741,12 +771,20 @@ fn Users() -> impl IntoView {
                                             <td>{teams}</td>
                                             <td>{u.last_login_at.map(format_utc).unwrap_or_else(|| "never".to_owned())}</td>
                                             <td class="num" data-testid="sessions">{u.live_sessions}</td>
+                                            <td class="num" data-testid="tokens">{u.live_tokens}</td>
                                             <td>
-                                                {(u.live_sessions > 0).then(|| view! {
-                                                    <ActionForm action=end attr:class="inline-form">
-                                                        <input type="hidden" name="user_id" value=u.user.id/>
-                                                        <button type="submit" class="danger" data-testid="end-sessions">"End sessions"</button>
-                                                    </ActionForm>
+                                                {(u.live_sessions + u.live_tokens > 0).then(|| {
+                                                    let question = format!(
+                                                        "Sign {} out everywhere? Their {} session(s) end and their {} API token(s) are revoked; they can sign in again while the identity provider lets them.",
+                                                        u.user.username, u.live_sessions, u.live_tokens
+                                                    );
+                                                    view! {
+                                                        <ActionForm action=end attr:class="inline-form">
+                                                            <input type="hidden" name="user_id" value=u.user.id/>
+                                                            <button type="submit" class="danger" data-testid="end-sessions"
+                                                                on:click=confirm_first(question)>"End sessions and tokens"</button>
+                                                        </ActionForm>
+                                                    }
                                                 })}
                                             </td>
                                         </tr>
@@ -759,6 +797,23 @@ fn Users() -> impl IntoView {
                 }
             })}
         </Suspense>
+    }
+}
+
+/// Asks `question` before a form's button sends it: declining leaves the
+/// form unsent. For what cannot be undone.
+#[allow(unused_variables)]
+pub(crate) fn confirm_first(question: String) -> impl Fn(leptos::ev::MouseEvent) {
+    move |ev| {
+        #[cfg(feature = "hydrate")]
+        {
+            let yes = web_sys::window()
+                .and_then(|w| w.confirm_with_message(&question).ok())
+                .unwrap_or(true);
+            if !yes {
+                ev.prevent_default();
+            }
+        }
     }
 }
 

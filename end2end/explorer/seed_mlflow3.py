@@ -42,7 +42,7 @@ def predict(width):
 
 
 with mlflow.start_run(run_name="with-inputs") as run:
-    mlflow.log_input(mlflow.data.from_pandas(frame, source="s3://lab/shapes.csv", name="shapes"), context="training")
+    mlflow.log_input(mlflow.data.from_pandas(frame, source="s3://lab/shapes.csv", name="shapes"), context="training", tags={"split": "v2"})
     model = mlflow.initialize_logged_model(name="classifier", model_type="sklearn")
     mlflow.log_metric("val_acc", 0.875, model_id=model.model_id)
     mlflow.MlflowClient().finalize_logged_model(model.model_id, LoggedModelStatus.READY)
@@ -90,7 +90,7 @@ make_judge(
 ).register(experiment_id=experiment_id)
 prompt = f"greeting-{experiment}"
 mlflow.genai.register_prompt(name=prompt, template="Hello {{who}}")
-mlflow.set_experiment(f"{experiment}-prompted")
+prompted_experiment = mlflow.set_experiment(f"{experiment}-prompted").experiment_id
 
 
 @mlflow.trace
@@ -101,7 +101,7 @@ def greet(who):
 greet("ana")
 mlflow.flush_trace_async_logging()
 prompted_trace = mlflow.get_last_active_trace_id()
-mlflow.set_experiment(f"{experiment}-failing")
+failing_experiment = mlflow.set_experiment(f"{experiment}-failing").experiment_id
 
 
 @mlflow.trace(span_type="TOOL")
@@ -134,7 +134,10 @@ version = mlflow.register_model(f"models:/{model.model_id}", registered)
 client = mlflow.MlflowClient()
 client.set_registered_model_alias(registered, "champion", version.version)
 client.set_registered_model_tag(registered, "task", "shapes")
-client.update_model_version(registered, version.version, description="first cut")
+client.update_registered_model(
+    registered, description="Classifies **shapes**.\n\n<script>alert(1)</script>"
+)
+client.update_model_version(registered, version.version, description="first cut, *unpruned*")
 client.set_model_version_tag(registered, version.version, "validated", "yes")
 print(
     json.dumps(
@@ -146,7 +149,9 @@ print(
             "dataset_id": questions.dataset_id,
             "trace_id": trace_id,
             "prompt": prompt,
+            "prompted_experiment_id": prompted_experiment,
             "prompted_trace_id": prompted_trace,
+            "failing_experiment_id": failing_experiment,
             "failed_trace_id": failed_trace,
             "otel_experiment_id": otel_experiment_id,
             "otel_trace_id": otel_trace_id,

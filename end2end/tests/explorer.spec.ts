@@ -371,6 +371,8 @@ test('a run page shows the datasets, models and traces its script logged', async
   await page.goto(`/experiments/${seeded.experiment_id}/runs/${seeded.run_id}`);
   const dataset = page.locator('[data-testid="datasets"] tr[data-dataset="shapes"]');
   await expect(dataset).toContainText('training');
+  // The input's own tags beside its context; MLflow's are left out.
+  await expect(dataset.getByTestId('dataset-tags')).toHaveText('split=v2');
   await expect(dataset).toContainText('s3://lab/shapes.csv');
   await expect(dataset).toContainText('width (double)');
   await expect(dataset.locator('td.num')).toHaveText('3');

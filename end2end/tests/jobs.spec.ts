@@ -240,6 +240,16 @@ test('a template written in the browser joins the catalog and runs', async ({ pa
   await expect(page).toHaveURL(/\/templates$/);
   const card = page.locator('[data-template="shout"]');
   await expect(card).toContainText('prints a word');
+  // A new template under a name already taken does not replace it.
+  await page.goto('/templates/new');
+  await form.locator('input[name="slug"]').fill('shout');
+  await form.locator('textarea[name="text"]').fill('title: Other\ndescription: not this one\ncommand: echo other\n');
+  await expect(async () => {
+    await form.getByRole('button', { name: 'Save' }).click();
+    await expect(page.getByRole('alert')).toContainText('a template named `shout` exists already', { timeout: 2_000 });
+  }).toPass({ timeout: 20_000 });
+  await page.goto('/templates');
+  await expect(card).toContainText('prints a word');
   await card.getByRole('link', { name: 'Use this template' }).click();
   const submit = page.getByTestId('submit-job');
   await submit.locator('input[name="form[name]"]').fill('shouting');

@@ -25,7 +25,9 @@ type Seeded = {
   dataset_id: string;
   trace_id: string;
   prompt: string;
+  prompted_experiment_id: string;
   prompted_trace_id: string;
+  failing_experiment_id: string;
   failed_trace_id: string;
   otel_experiment_id: string;
   otel_trace_id: string;
@@ -51,7 +53,12 @@ test('the Models page lists registered versions with aliases and sorts logged mo
   await expect(version).toContainText(`models:/${seeded.model_id}`);
   // The model's tags, and the version's description and tags.
   await expect(card.getByTestId('model-tags')).toHaveText('Tags: task=shapes');
+  // Descriptions are Markdown, as in MLflow's UI; HTML in them is text.
+  await expect(card.getByTestId('model-note').locator('strong')).toHaveText('shapes');
+  await expect(card.getByTestId('model-note')).toContainText('<script>alert(1)</script>');
+  await expect(card.locator('script')).toHaveCount(0);
   await expect(version.getByTestId('version-notes')).toContainText('first cut');
+  await expect(version.getByTestId('version-notes').locator('em')).toHaveText('unpruned');
   await expect(version.getByTestId('version-notes')).toContainText('validated=yes');
   // The version's source run opens its page.
   await expect(version.getByRole('link')).toHaveAttribute(
@@ -145,10 +152,10 @@ test("an experiment's traces open to their span tree", async ({ page, baseURL })
   await expect(page.getByTestId('trace-prompts')).toHaveCount(0);
   await page.screenshot({ path: test.info().outputPath('trace.png'), fullPage: true });
   // A trace that loaded a registered prompt names the version it used.
-  await page.goto(`/experiments/${seeded.experiment_id}/traces/${seeded.prompted_trace_id}`);
+  await page.goto(`/experiments/${seeded.prompted_experiment_id}/traces/${seeded.prompted_trace_id}`);
   await expect(page.getByTestId('trace-prompts')).toHaveText(`Prompts used: ${seeded.prompt} v1`);
   // A span that raised shows what it raised, and where.
-  await page.goto(`/experiments/${seeded.experiment_id}/traces/${seeded.failed_trace_id}`);
+  await page.goto(`/experiments/${seeded.failing_experiment_id}/traces/${seeded.failed_trace_id}`);
   const raised = page.locator('[data-testid="spans"] tbody tr[data-span="fetch"]');
   await expect(raised).toHaveClass(/failed/);
   await raised.getByRole('button', { name: 'fetch' }).click();

@@ -29,6 +29,7 @@ mod m20261206_000024_traces_from_spans;
 mod m20261206_000025_upload_entries;
 mod m20261206_000026_node_drains;
 mod m20261207_000027_upload_digests;
+mod m20261207_000028_job_charged_from;
 
 pub struct Migrator;
 
@@ -63,6 +64,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000025_upload_entries::Migration),
             Box::new(m20261206_000026_node_drains::Migration),
             Box::new(m20261207_000027_upload_digests::Migration),
+            Box::new(m20261207_000028_job_charged_from::Migration),
         ]
     }
 }

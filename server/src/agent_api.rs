@@ -17,7 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use trainyard_domain::FieldError;
-use trainyard_domain::identity::{ApiToken, NewApiToken, Via};
+use trainyard_domain::identity::{ApiToken, NewApiToken, NodeTokenRequest, Via};
 use trainyard_domain::telemetry::{AgentAnswer, AgentRegistration, ReadingBatch};
 use trainyard_store::GpuInfo;
 
@@ -159,21 +159,33 @@ fn checked_node(node: &str) -> Result<(), JobsError> {
     trainyard_domain::telemetry::check_node_name(node).map_err(invalid)
 }
 
-/// `POST /api/trainyard/v1/nodes/{node}/tokens`: a new agent token for the
-/// node; its secret is in this answer only.
+/// `POST /api/trainyard/v1/nodes/{node}/tokens`, with an empty body or
+/// `{"expires_in_days": 90}`: a new agent token for the node; its secret
+/// is in this answer only.
 pub async fn create_node_token(
     State(state): State<AppState>,
     Caller(principal): Caller,
     Path(node): Path<String>,
+    body: Bytes,
 ) -> Result<(StatusCode, Json<NewApiToken>), JobsError> {
     admin_only(&principal)?;
     checked_node(&node)?;
+    let request: NodeTokenRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        NodeTokenRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            JobsError::invalid(
+                format!("the body must be empty or {{\"expires_in_days\": N}}: {e}"),
+                Vec::new(),
+            )
+        })?
+    };
     not_the_servers_own(&state, &node).await?;
     let token = state
         .store
-        .create_node_token(principal.user.id, &node)
+        .create_node_token(principal.user.id, &node, &request)
         .await?;
-    tracing::info!(node, admin = %principal.user.username, "node token made");
+    tracing::info!(node, admin = %principal.user.username, expires_at = ?token.token.expires_at, "node token made");
     Ok((StatusCode::CREATED, Json(token)))
 }
 

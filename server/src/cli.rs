@@ -106,12 +106,61 @@ impl Remote {
     }
 }
 
-/// `trainyard submit SPEC [--file ARCHIVE] [--dataset NAME]... [--follow]`
+/// What `submit`'s flags change of the spec it reads.
+pub struct SpecChanges<'a> {
+    /// `--dataset NAME`, added to the spec's.
+    pub datasets: &'a [String],
+    /// `--set KEY=VALUE`, over the spec's hyperparameters.
+    pub set: &'a [String],
+    /// `--name NAME`, instead of the spec's.
+    pub name: Option<&'a str>,
+}
+
+impl SpecChanges<'_> {
+    /// The spec with the flags' changes: each `--set` value typed as YAML
+    /// types it and added to the name (unless `--name` gives one).
+    fn apply(&self, spec: &mut trainyard_domain::job::JobSpec) -> Result<()> {
+        use trainyard_domain::job::ParamValue;
+        for name in self.datasets {
+            if !spec.datasets.contains(name) {
+                spec.datasets.push(name.clone());
+            }
+        }
+        let mut said = Vec::new();
+        for pair in self.set {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(CliError(format!(
+                    "--set {pair}: give KEY=VALUE, e.g. --set lr=0.01"
+                )));
+            };
+            let key = key.trim();
+            if key.is_empty() {
+                return Err(CliError(format!(
+                    "--set {pair}: the hyperparameter's name is missing before `=`"
+                )));
+            }
+            spec.hyperparameters
+                .insert(key.to_owned(), ParamValue::from_text(value));
+            said.push(format!("{key}={value}"));
+        }
+        match self.name {
+            Some(name) => spec.name = name.to_owned(),
+            None if !said.is_empty() => {
+                spec.name = format!("{} {}", spec.name.trim(), said.join(" "));
+            }
+            None => {}
+        }
+        Ok(())
+    }
+}
+
+/// `trainyard submit SPEC [--file ARCHIVE] [--dataset NAME]... [--set
+/// KEY=VALUE]... [--name NAME] [--follow]`
 pub async fn submit(
     remote: &Remote,
     spec_file: &Path,
     project: Option<&Path>,
-    datasets: &[String],
+    changes: &SpecChanges<'_>,
     follow: bool,
 ) -> Result<ExitCode> {
     let text = std::fs::read(spec_file)
@@ -119,11 +168,7 @@ pub async fn submit(
     let json = spec_file.extension().is_some_and(|e| e == "json");
     let mut spec = trainyard_jobs::parse_spec(!json, &text)
         .map_err(|e| CliError(format!("{}: {}", spec_file.display(), e.message)))?;
-    for name in datasets {
-        if !spec.datasets.contains(name) {
-            spec.datasets.push(name.clone());
-        }
-    }
+    changes.apply(&mut spec)?;
     // What the server would refuse of the spec itself is said before an
     // archive is sent for it (whose upload then names the project).
     let mut checked = spec.clone();
@@ -207,6 +252,21 @@ async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Resu
         )));
     }
     let total = meta.len();
+    // A project sent before, unchanged, is not sent again.
+    if kind == "project" {
+        let digest = file_sha256(archive).await?;
+        let kept = remote
+            .get_json(&format!("/api/trainyard/v1/uploads?sha256={digest}"))
+            .await?;
+        if let Some(upload) = kept["uploads"].as_array().and_then(|list| list.first()) {
+            eprintln!(
+                "{} is unchanged since upload {}: it runs from that one",
+                archive.display(),
+                upload["id"].as_str().unwrap_or("?")
+            );
+            return Ok((upload.clone(), true));
+        }
+    }
     let shown = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut sent: u64 = 0;
     let label = archive.display().to_string();
@@ -252,6 +312,35 @@ async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Resu
         );
     }
     Ok((upload, reused))
+}
+
+/// A file's SHA-256 in lowercase hex, read a MiB at a time.
+async fn file_sha256(path: &Path) -> Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || -> Result<String> {
+        let mut file = std::fs::File::open(&path)
+            .map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+        let mut hasher = sha2::Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file
+                .read(&mut buf)
+                .map_err(|e| CliError(format!("cannot read {}: {e}", path.display())))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        Ok(hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect())
+    })
+    .await
+    .map_err(|e| CliError(format!("the archive's SHA-256 could not be read: {e}")))?
 }
 
 /// `trainyard upload-dataset NAME ARCHIVE`

@@ -303,6 +303,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "members of this group are admins",
     },
     SettingDoc {
+        key: "oidc_team_groups",
+        env: "TRAINYARD_OIDC_TEAM_GROUPS",
+        default: "(none: every group)",
+        meaning: "which groups become teams: comma-separated names or patterns (`*` stands for any characters, e.g. `lab-*,course-ml`); an institution's other groups (all-students, mailing lists) are then left out",
+    },
+    SettingDoc {
         key: "oidc_recheck_secs",
         env: "TRAINYARD_OIDC_RECHECK_SECS",
         default: "900",
@@ -416,6 +422,8 @@ pub struct Settings {
     pub oidc_groups_claim: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oidc_admin_group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc_team_groups: Option<String>,
     pub oidc_recheck_secs: u64,
     pub session_ttl_secs: u64,
     pub insecure_no_sign_in: bool,
@@ -478,6 +486,7 @@ impl Default for Settings {
             oidc_email_claim: "email".to_owned(),
             oidc_groups_claim: "groups".to_owned(),
             oidc_admin_group: None,
+            oidc_team_groups: None,
             oidc_recheck_secs: 900,
             session_ttl_secs: 12 * 3600,
             insecure_no_sign_in: false,
@@ -625,11 +634,51 @@ pub struct OidcConfig {
     pub email_claim: String,
     pub groups_claim: String,
     pub admin_group: Option<String>,
+    /// The groups that become teams, as names or `*` patterns; empty: all.
+    pub team_groups: Vec<String>,
     /// How often sessions are checked with the provider again; None: never.
     pub recheck: Option<std::time::Duration>,
 }
 
 const ENV_PREFIX: &str = "TRAINYARD_";
+
+/// The most patterns `oidc_team_groups` takes, and the longest.
+const MAX_TEAM_GROUP_PATTERNS: usize = 64;
+const MAX_TEAM_GROUP_PATTERN: usize = 250;
+
+/// `oidc_team_groups` as its patterns (Keycloak's leading `/` dropped, as
+/// it is from the groups).
+fn team_groups(text: Option<&str>) -> Result<Vec<String>, ConfigError> {
+    let Some(text) = text else {
+        return Ok(Vec::new());
+    };
+    let patterns: Vec<String> = text
+        .split(',')
+        .map(|p| p.trim().trim_start_matches('/').to_owned())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if patterns.is_empty() {
+        return Err(ConfigError(format!(
+            "oidc_team_groups: `{text}` names no group; give names or patterns separated by commas (`lab-*,course-ml`), or leave it out for every group"
+        )));
+    }
+    if patterns.len() > MAX_TEAM_GROUP_PATTERNS {
+        return Err(ConfigError(format!(
+            "oidc_team_groups: {} patterns, at most {MAX_TEAM_GROUP_PATTERNS}; a pattern with `*` stands for many groups",
+            patterns.len()
+        )));
+    }
+    if let Some(long) = patterns
+        .iter()
+        .find(|p| p.chars().count() > MAX_TEAM_GROUP_PATTERN)
+    {
+        return Err(ConfigError(format!(
+            "oidc_team_groups: a pattern of {} characters, at most {MAX_TEAM_GROUP_PATTERN}",
+            long.chars().count()
+        )));
+    }
+    Ok(patterns)
+}
 const MAX_SIMULATED_GPUS: u32 = 1024;
 const DEFAULT_CONFIG_FILE: &str = "trainyard.toml";
 
@@ -1106,6 +1155,7 @@ fn auth_config(s: &Settings) -> Result<AuthConfig, ConfigError> {
                 email_claim: s.oidc_email_claim.clone(),
                 groups_claim: s.oidc_groups_claim.clone(),
                 admin_group: non_empty(&s.oidc_admin_group).map(str::to_owned),
+                team_groups: team_groups(non_empty(&s.oidc_team_groups))?,
                 recheck: match s.oidc_recheck_secs {
                     0 => None,
                     secs @ 1..=86_400 => Some(std::time::Duration::from_secs(secs)),

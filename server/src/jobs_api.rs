@@ -884,6 +884,10 @@ pub async fn upload(
         state.jobs.discard_upload(&upload).await?;
         return Err(refusal);
     }
+    // Kept for good: the same archive sent again is this one from now on.
+    if upload.kind == "project" {
+        state.store.set_upload_digest(&upload.id, &digest).await?;
+    }
     Ok((StatusCode::CREATED, Json(UploadAnswer { upload, reused })))
 }
 
@@ -941,16 +945,52 @@ pub struct UploadList {
     pub quota_entries: Option<u64>,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UploadsQuery {
+    /// Only the project kept from an archive with this SHA-256 (hex).
+    sha256: Option<String>,
+}
+
 /// `GET /api/trainyard/v1/uploads`: the caller's uploads, newest first,
-/// with what they hold against the upload quota.
+/// with what they hold against the upload quota. With `?sha256=HEX`, only
+/// the project kept from an archive of that SHA-256, if any: a client asks
+/// before it sends an archive again (`trainyard submit --file` of an
+/// unchanged project sends nothing, even at the quota).
 pub async fn uploads(
     State(state): State<AppState>,
     Caller(principal): Caller,
+    Query(q): Query<UploadsQuery>,
 ) -> Result<Json<UploadList>, JobsError> {
     let id = principal.user.id;
+    let uploads = match q.sha256.as_deref() {
+        Some(digest) => {
+            if digest.len() != 64
+                || !digest
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            {
+                let field = FieldError::new(
+                    "sha256",
+                    "an archive's SHA-256 in 64 lowercase hexadecimal digits (what `sha256sum` prints)",
+                );
+                return Err(JobsError::invalid(
+                    format!("{}: {}", field.field, field.message),
+                    vec![field],
+                ));
+            }
+            state
+                .jobs
+                .kept_project(&principal.user, digest)
+                .await?
+                .into_iter()
+                .collect()
+        }
+        None => state.store.uploads_of(id).await?,
+    };
     let used = state.store.upload_use_of(id).await?;
     Ok(Json(UploadList {
-        uploads: state.store.uploads_of(id).await?,
+        uploads,
         used_bytes: used.bytes,
         quota_bytes: state.upload_quota_bytes,
         used_entries: used.entries,

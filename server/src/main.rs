@@ -52,6 +52,14 @@ enum Command {
         /// A dataset the job reads (repeat for more).
         #[arg(long = "dataset", value_name = "NAME")]
         datasets: Vec<String>,
+        /// A hyperparameter for this job, over the spec's (repeat for more):
+        /// `--set lr=0.01`. Each is added to the job's name (and its run's),
+        /// so that a sweep's jobs tell themselves apart.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// The job's name, instead of the spec's (and of what --set adds).
+        #[arg(long)]
+        name: Option<String>,
         /// Stay, print the log as it is written, and exit as the job does:
         /// 0, its exit code if it failed with one, else 1.
         #[arg(long, short)]
@@ -274,9 +282,18 @@ fn run_client(command: &Command) -> Option<ExitCode> {
                 spec,
                 file,
                 datasets,
+                set,
+                name,
                 follow,
                 remote,
-            } => cli::submit(&remote.remote(), spec, file.as_deref(), datasets, *follow).await,
+            } => {
+                let changes = cli::SpecChanges {
+                    datasets,
+                    set,
+                    name: name.as_deref(),
+                };
+                cli::submit(&remote.remote(), spec, file.as_deref(), &changes, *follow).await
+            }
             Command::Jobs {
                 state,
                 all,

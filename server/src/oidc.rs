@@ -471,6 +471,28 @@ fn groups_of(value: Option<&Value>) -> Vec<String> {
         .collect()
 }
 
+/// Whether `name` is `pattern`, where each `*` stands for any characters
+/// (none included).
+fn glob_match(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        // No `*`: the whole name.
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
 /// The account the claims describe, by the configured mapping.
 pub fn map_claims(
     config: &OidcConfig,
@@ -491,11 +513,15 @@ pub fn map_claims(
             config.username_claim
         )
     })?;
-    let groups = groups_of(claims.get(&config.groups_claim));
+    let mut groups = groups_of(claims.get(&config.groups_claim));
     let is_admin = config
         .admin_group
         .as_deref()
         .is_some_and(|admin| groups.iter().any(|g| g == admin.trim_start_matches('/')));
+    // Only the groups that are teams, where the admin said which.
+    if !config.team_groups.is_empty() {
+        groups.retain(|g| config.team_groups.iter().any(|p| glob_match(p, g)));
+    }
     Ok(SignIn {
         subject,
         display_name: text(&config.name_claim).unwrap_or_else(|| username.clone()),
@@ -760,8 +786,40 @@ mod tests {
             email_claim: "email".to_owned(),
             groups_claim: "groups".to_owned(),
             admin_group: admin_group.map(str::to_owned),
+            team_groups: Vec::new(),
             recheck: None,
         }
+    }
+
+    #[test]
+    fn team_group_patterns_match_names_with_stars() {
+        for (pattern, name, matches) in [
+            ("vision", "vision", true),
+            ("vision", "vision-lab", false),
+            ("lab-*", "lab-vision", true),
+            ("lab-*", "lab-", true),
+            ("lab-*", "all-students", false),
+            ("*-lab", "vision-lab", true),
+            ("*", "anything", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "acb", false),
+            ("ab*ba", "aba", false),
+            ("course-*-2026", "course-ml-2026", true),
+        ] {
+            assert_eq!(glob_match(pattern, name), matches, "{pattern} {name}");
+        }
+        let mut only_labs = config(Some("gpu-admins"));
+        only_labs.team_groups = vec!["lab-*".to_owned(), "course-ml".to_owned()];
+        let who = map_claims(
+            &only_labs,
+            &claims(json!({
+                "sub": "1", "preferred_username": "ada",
+                "groups": ["all-students", "/lab-vision", "course-ml", "course-db", "gpu-admins"]
+            })),
+        )
+        .unwrap();
+        assert_eq!(who.groups, ["lab-vision", "course-ml"]);
+        assert!(who.is_admin, "the admin group counts, though it is no team");
     }
 
     fn claims(value: Value) -> serde_json::Map<String, Value> {

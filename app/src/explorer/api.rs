@@ -675,16 +675,20 @@ fn run_datasets(
                 .as_deref()
                 .and_then(|p| serde_json::from_str::<Value>(p).ok())
                 .and_then(|p| p.get("num_rows").and_then(Value::as_u64));
+            let (mlflow, tags): (Vec<_>, Vec<_>) = input
+                .tags
+                .into_iter()
+                .partition(|(k, _)| k.starts_with("mlflow."));
             trainyard_domain::explorer::RunDataset {
                 name: d.name,
                 digest: d.digest,
                 source_type: d.source_type,
                 source: uri.unwrap_or(d.source),
-                context: input
-                    .tags
+                context: mlflow
                     .into_iter()
                     .find(|(k, _)| k == "mlflow.data.context")
                     .map(|(_, v)| v),
+                tags,
                 columns,
                 rows,
             }

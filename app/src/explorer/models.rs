@@ -88,6 +88,21 @@ pub async fn get_models(experiment: Option<i64>) -> Result<ModelsView, AppError>
         .into_iter()
         .filter(|(_, experiment)| readable.contains(experiment))
         .collect();
+    let notes_html = registered
+        .iter()
+        .map(|m| (m.name.as_str(), None, m.description.as_deref()))
+        .chain(versions.iter().map(|v| {
+            (
+                v.name.as_str(),
+                Some(v.version),
+                Some(v.description.as_str()),
+            )
+        }))
+        .filter_map(|(name, version, note)| {
+            let note = note.filter(|n| !n.trim().is_empty())?;
+            Some((name.to_owned(), version, crate::markdown::to_html(note)))
+        })
+        .collect();
     Ok(ModelsView {
         registered,
         versions,
@@ -96,6 +111,7 @@ pub async fn get_models(experiment: Option<i64>) -> Result<ModelsView, AppError>
         logged,
         more_registered,
         more_logged,
+        notes_html,
     })
 }
 
@@ -469,6 +485,13 @@ fn Registry(view: ModelsView) -> impl IntoView {
     }
     let runs = view.run_experiments.clone();
     let more = view.more_registered;
+    let notes = view.notes_html;
+    let note_html = |name: &str, version: Option<i64>| {
+        notes
+            .iter()
+            .find(|(n, v, _)| n == name && *v == version)
+            .map(|(_, _, html)| html.clone())
+    };
     view! {
         <section>
             <h2>"Registered models"</h2>
@@ -487,7 +510,7 @@ fn Registry(view: ModelsView) -> impl IntoView {
                             {(!aliases.is_empty()).then(|| view! { " · " <span data-testid="aliases">{aliases.clone()}</span> })}
                             " · updated " {format_utc(model.last_update_time)}
                         </p>
-                        {model.description.clone().filter(|d| !d.is_empty()).map(|d| view! { <p class="model-note">{d}</p> })}
+                        {note_html(&model.name, None).map(|html| view! { <div class="model-note markdown" data-testid="model-note" inner_html=html></div> })}
                         {
                             let tags = own_tags(&model.tags);
                             (!tags.is_empty()).then(|| view! { <p class="muted" data-testid="model-tags">"Tags: " {tags}</p> })
@@ -504,7 +527,7 @@ fn Registry(view: ModelsView) -> impl IntoView {
                                         <td><code>{v.source.clone()}</code></td>
                                         <td>{format_utc(v.creation_time)}</td>
                                         <td class="model-note" data-testid="version-notes">
-                                            {v.description.clone()}
+                                            {note_html(&v.name, Some(v.version)).map(|html| view! { <div class="markdown" inner_html=html></div> })}
                                             {
                                                 let tags = own_tags(&v.tags);
                                                 (!tags.is_empty()).then(|| view! { <span class="muted">" " {tags}</span> })
@@ -808,8 +831,29 @@ fn trace_name(t: &TraceInfo) -> String {
 pub fn TracePage() -> impl IntoView {
     let params = use_params_map();
     let trace_id = Memo::new(move |_| params.read().get("trace").unwrap_or_default());
-    // Blocking, so that a page of no trace answers 404.
-    let trace = Resource::new_blocking(move || trace_id.get(), get_trace);
+    let experiment = Memo::new(move |_| {
+        params
+            .read()
+            .get("experiment")
+            .and_then(|e| e.parse::<i64>().ok())
+    });
+    // Blocking, so that a page of no trace answers 404; under its own
+    // experiment's address only.
+    let trace = Resource::new_blocking(
+        move || (experiment.get(), trace_id.get()),
+        |(experiment, id)| async move {
+            match get_trace(id.clone()).await {
+                Ok(t) if Some(t.info.experiment_id) != experiment => {
+                    crate::error::page_not_found();
+                    Err(AppError::NotFound(format!(
+                        "trace {id} is not in this experiment; it is in experiment {}",
+                        t.info.experiment_id
+                    )))
+                }
+                other => other,
+            }
+        },
+    );
     let open = RwSignal::new(None::<usize>);
     view! {
         <Suspense fallback=|| view! { <p class="muted">"Loading the trace…"</p> }>

@@ -397,7 +397,7 @@ fn RunTables(
                                     };
                                     view! {
                                         <li style=style data-artifact=path.clone()>
-                                            <a href=format!("{artifact_base}{}", a.path) download=name.clone()>{name.clone()}</a>
+                                            <a href=format!("{artifact_base}{}", trainyard_domain::encode_path(&a.path)) download=name.clone()>{name.clone()}</a>
                                             " " <span class="muted">{trainyard_domain::format_bytes(a.size)}</span>
                                             " " <button type="button" class="link" data-testid="preview-artifact"
                                                 aria-label=format!("show {name} on this page")
@@ -412,7 +412,7 @@ fn RunTables(
                             {d.artifacts_truncated.then(|| view! { <li class="muted">"… and more (the list stops at 1,000)"</li> })}
                         </ul>
                         {move || preview.get().map(|path| view! {
-                            <ArtifactView run_id=preview_run.clone() url=format!("{preview_base}{path}") path/>
+                            <ArtifactView run_id=preview_run.clone() url=format!("{preview_base}{}", trainyard_domain::encode_path(&path)) path/>
                         })}
                     }.into_any()
                 }}
@@ -527,7 +527,14 @@ fn RunInputsOutputs(
                         view! {
                             <tr data-dataset=d.name.clone()>
                                 <td>{d.name.clone()}</td>
-                                <td>{d.context.unwrap_or_else(|| "–".to_owned())}</td>
+                                <td>
+                                    {d.context.unwrap_or_else(|| "–".to_owned())}
+                                    {(!d.tags.is_empty()).then(|| view! {
+                                        <div class="muted" data-testid="dataset-tags">
+                                            {d.tags.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")}
+                                        </div>
+                                    })}
+                                </td>
                                 <td><code>{d.digest}</code></td>
                                 <td><span class="muted">{d.source_type}": "</span>{d.source}</td>
                                 <td class="num">{d.rows.map(|r| r.to_string()).unwrap_or_else(|| "–".to_owned())}</td>

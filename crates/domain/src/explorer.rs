@@ -444,6 +444,9 @@ pub struct RunDataset {
     pub source: String,
     /// `mlflow.data.context`: training, eval, …
     pub context: Option<String>,
+    /// The input's other tags (`log_input(…, tags={…})`), MLflow's own
+    /// (`mlflow.…`) left out.
+    pub tags: Vec<(String, String)>,
     /// Column names and types from its schema.
     pub columns: Vec<(String, String)>,
     pub rows: Option<u64>,
@@ -767,6 +770,9 @@ pub struct ModelsView {
     /// More exist than listed (of each list).
     pub more_registered: bool,
     pub more_logged: bool,
+    /// The descriptions of registered models (version None) and their
+    /// versions, as HTML from their Markdown, as MLflow's UI shows them.
+    pub notes_html: Vec<(String, Option<i64>, String)>,
 }
 
 /// An experiment's traces, a page at a time.

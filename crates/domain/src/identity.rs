@@ -137,6 +137,33 @@ pub const DEFAULT_TOKEN_DAYS: u32 = 90;
 /// Most live personal tokens one user may hold.
 pub const MAX_TOKENS_PER_USER: usize = 50;
 
+/// A request for a new agent token of a node (`POST
+/// /api/trainyard/v1/nodes/{node}/tokens`; an empty body asks for one that
+/// lasts until it is revoked).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeTokenRequest {
+    /// None: it lasts until it is revoked (an agent runs unattended, and
+    /// one whose token ended would stop sending without anyone asking).
+    #[serde(default)]
+    pub expires_in_days: Option<u32>,
+}
+
+impl NodeTokenRequest {
+    /// The lifetime asked for, checked.
+    pub fn check(&self) -> Result<(), FieldError> {
+        match self.expires_in_days {
+            Some(days) if !(1..=MAX_TOKEN_DAYS).contains(&days) => Err(FieldError::new(
+                "expires_in_days",
+                format!(
+                    "between 1 and {MAX_TOKEN_DAYS} days, or left out for a token that lasts until it is revoked"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// A request for a new personal token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -188,6 +215,10 @@ pub struct UserSummary {
     pub last_login_at: Option<i64>,
     /// Sessions not expired nor ended.
     pub live_sessions: u64,
+    /// Personal API tokens neither expired nor revoked: they outlive a
+    /// session (90 days by default), and ending sessions revokes them too.
+    #[serde(default)]
+    pub live_tokens: u64,
 }
 
 impl Me {

@@ -172,6 +172,30 @@ pub enum ParamValue {
     Text(String),
 }
 
+impl ParamValue {
+    /// A value given as text (`--set lr=0.01`), typed as YAML types a
+    /// plain value: true or false, a whole number, a finite number, else
+    /// the text itself.
+    pub fn from_text(text: &str) -> ParamValue {
+        match text {
+            "true" => ParamValue::Bool(true),
+            "false" => ParamValue::Bool(false),
+            _ => {
+                if let Ok(i) = text.parse::<i64>() {
+                    ParamValue::Int(i)
+                } else if let Ok(x) = text.parse::<f64>()
+                    && x.is_finite()
+                    && text.bytes().any(|b| b.is_ascii_digit())
+                {
+                    ParamValue::Float(x)
+                } else {
+                    ParamValue::Text(text.to_owned())
+                }
+            }
+        }
+    }
+}
+
 impl std::fmt::Display for ParamValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -348,8 +372,8 @@ pub fn escaped_placeholder(command: &str, at: usize) -> Option<(&str, usize)> {
 /// The `{name}` placeholders of a command that the shell would not take as
 /// its own, with whether each is inside double quotes: not inside single
 /// quotes (awk's `'{print}'`), not `${VAR}`, not escaped (`\{x}`, or
-/// doubled: `{{x}}`), and only names that a hyperparameter could have (so
-/// not `{}`, `{a,b}` or `{ cmd; }`).
+/// doubled: `{{x}}`), not in a comment (`# see {x}`), and only names that
+/// a hyperparameter could have (so not `{}`, `{a,b}` or `{ cmd; }`).
 pub fn placeholders(command: &str) -> Vec<(&str, bool)> {
     let bytes = command.as_bytes();
     let (mut single, mut double) = (false, false);
@@ -360,6 +384,17 @@ pub fn placeholders(command: &str) -> Vec<(&str, bool)> {
             b'\\' if !single => i += 1,
             b'\'' if !double => single = !single,
             b'"' if !single => double = !double,
+            // A comment, to the end of its line: `# see {paper}`.
+            b'#' if !single
+                && !double
+                && (i == 0
+                    || matches!(
+                        bytes[i - 1],
+                        b' ' | b'\t' | b'\n' | b';' | b'&' | b'|' | b'(' | b')'
+                    )) =>
+            {
+                i = command[i..].find('\n').map_or(bytes.len(), |n| i + n);
+            }
             b'{' if !single => {
                 if let Some((_, len)) = escaped_placeholder(command, i) {
                     i += len - 1;
@@ -689,6 +724,22 @@ mod tests {
     }
 
     #[test]
+    fn values_given_as_text_are_typed_as_yaml_types_them() {
+        assert_eq!(ParamValue::from_text("true"), ParamValue::Bool(true));
+        assert_eq!(ParamValue::from_text("32"), ParamValue::Int(32));
+        assert_eq!(ParamValue::from_text("-3"), ParamValue::Int(-3));
+        assert_eq!(ParamValue::from_text("1e-3"), ParamValue::Float(0.001));
+        assert_eq!(ParamValue::from_text("0.5"), ParamValue::Float(0.5));
+        for text in ["adam", "inf", "NaN", "", "1.2.3", "True"] {
+            assert_eq!(
+                ParamValue::from_text(text),
+                ParamValue::Text(text.to_owned()),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn placeholders_are_braces_the_shell_would_not_read_as_its_own() {
         let found = |c: &'static str| placeholders(c);
         assert_eq!(
@@ -706,6 +757,16 @@ mod tests {
         assert_eq!(found("echo {{a}} {b}"), vec![("b", false)]);
         assert_eq!(escaped_placeholder("x {{f}} y", 2), Some(("f", 5)));
         assert_eq!(escaped_placeholder("{{}}", 0), None);
+        // A comment is the shell's, to the end of its line; a `#` within a
+        // word or in quotes is not a comment.
+        assert_eq!(
+            found("python t.py # as in {paper}\necho {lr}; # {x}"),
+            vec![("lr", false)]
+        );
+        assert_eq!(
+            found("echo a#{b} '#' {c} \"# {d}\""),
+            vec![("b", false), ("c", false), ("d", true)]
+        );
     }
 
     #[test]

@@ -339,6 +339,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn paths_are_encoded_name_by_name() {
+        assert_eq!(encode_path("ckpt/acc=95%.pt"), "ckpt/acc%3D95%25.pt");
+        assert_eq!(encode_path("a b/#1?.txt"), "a%20b/%231%3F.txt");
+        assert_eq!(encode_path("modèle.bin"), "mod%C3%A8le.bin");
+        assert_eq!(encode_path("plain/model-1_v2.~pt"), "plain/model-1_v2.~pt");
+    }
+
+    #[test]
     fn job_state_round_trips_through_its_wire_form() {
         for state in JobState::ALL {
             assert_eq!(JobState::parse(state.as_str()), Some(state));
@@ -546,6 +554,21 @@ pub fn format_count(n: i64) -> String {
         out.push(c);
     }
     if n < 0 { format!("-{out}") } else { out }
+}
+
+/// A relative path (`a/b c#1.pt`) made fit for a URL: each name
+/// percent-encoded (all but letters, digits and `-._~`), the `/` between
+/// names kept.
+pub fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for byte in path.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// A size in bytes for people: 512 B, 1.5 KiB, 3.2 GiB.

@@ -31,6 +31,11 @@ pub struct TeamPolicy {
     /// Decayed GPU-hours (what fair share compares).
     #[serde(default)]
     pub decayed_gpu_hours: f64,
+    /// Its queued jobs that may not be preempted and ask for more GPUs
+    /// than its guarantee (lowered after they were submitted): they start
+    /// only once it is raised, or they move to another team.
+    #[serde(default)]
+    pub waiting_beyond_guarantee: Vec<i64>,
 }
 
 /// What an admin changes of a team; what is left out stays.

@@ -762,6 +762,21 @@ impl Jobs {
         Ok(self.store().save_template(slug, &spec).await?)
     }
 
+    /// The project upload of `owner`'s whose archive had this SHA-256 (hex),
+    /// if its files are still kept: what the same archive sent again runs
+    /// from.
+    pub async fn kept_project(
+        &self,
+        owner: &User,
+        digest: &str,
+    ) -> Result<Option<Upload>, StoreError> {
+        Ok(self
+            .store()
+            .project_by_digest(owner.id, digest)
+            .await?
+            .filter(|kept| self.upload_dir(kept).is_dir()))
+    }
+
     /// Where an upload's files are.
     pub fn upload_dir(&self, upload: &Upload) -> PathBuf {
         let root = &self.inner.config.uploads_root;
@@ -775,7 +790,9 @@ impl Jobs {
     /// Unpacks an uploaded archive (a file the caller wrote and removes) as
     /// a project, or as a dataset named `name`, and records it. A project
     /// whose archive (by its SHA-256, `digest`) its owner uploaded before
-    /// is that upload, unpacked once: true beside it.
+    /// is that upload, unpacked once: true beside it. A new one is found by
+    /// its digest only once the caller records it
+    /// ([`trainyard_store::Store::set_upload_digest`], past the quota check).
     pub async fn upload(
         &self,
         kind: &str,
@@ -809,8 +826,7 @@ impl Jobs {
         }
         if !dataset
             && let Some(digest) = digest
-            && let Some(kept) = self.store().project_by_digest(owner.id, digest).await?
-            && self.upload_dir(&kept).is_dir()
+            && let Some(kept) = self.kept_project(owner, digest).await?
         {
             return Ok((kept, true));
         }
@@ -837,7 +853,6 @@ impl Jobs {
             files: 0,
             bytes: 0,
             entries: 0,
-            digest: (!dataset).then(|| digest.map(str::to_owned)).flatten(),
         };
         // Its own task: a client that goes away mid-way does not leave a
         // half-recorded upload behind.
@@ -1043,15 +1058,19 @@ impl Jobs {
         Ok((run, params))
     }
 
-    /// The tracking run of a further attempt, made SCHEDULED.
+    /// The tracking run of job `job_id`'s further attempt, made SCHEDULED,
+    /// tagged with its job as the first attempt's is.
     async fn new_run(
         &self,
+        job_id: i64,
         spec: &JobSpec,
         experiment_id: i64,
         attempt: u32,
         owner: Owner,
     ) -> Result<String, StoreError> {
-        let (run, params) = self.run_for(spec, experiment_id, attempt, owner).await?;
+        let (mut run, params) = self.run_for(spec, experiment_id, attempt, owner).await?;
+        run.tags
+            .push(("trainyard.job_id".to_owned(), job_id.to_string()));
         let run_id = self.store().insert_run(run, "SCHEDULED").await?;
         if !params.is_empty() {
             self.store().log_batch(&run_id, &[], &params, &[]).await?;
@@ -1067,14 +1086,25 @@ impl Jobs {
         let mut teams = self.store().team_policies().await?;
         let active = self.store().active_jobs().await?;
         let mut held: HashMap<i64, (u32, u32)> = HashMap::new();
+        let quotas: HashMap<i64, u32> = teams.iter().map(|t| (t.id, t.quota_gpus)).collect();
+        let mut beyond: HashMap<i64, Vec<i64>> = HashMap::new();
         for r in &active {
-            if let (JobState::Starting | JobState::Running, Some(team)) = (r.job.state, r.team_id) {
-                let entry = held.entry(team).or_default();
-                let gpus = r.job.gpu_indices.len() as u32;
-                entry.0 += gpus;
-                if r.job.borrowed {
-                    entry.1 += gpus;
+            match (r.job.state, r.team_id) {
+                (JobState::Starting | JobState::Running, Some(team)) => {
+                    let entry = held.entry(team).or_default();
+                    let gpus = r.job.gpu_indices.len() as u32;
+                    entry.0 += gpus;
+                    if r.job.borrowed {
+                        entry.1 += gpus;
+                    }
                 }
+                (JobState::Queued, Some(team))
+                    if !r.job.spec.preemptible
+                        && r.job.gpus > quotas.get(&team).copied().unwrap_or(0) =>
+                {
+                    beyond.entry(team).or_default().push(r.job.id);
+                }
+                _ => {}
             }
         }
         let now = now_millis();
@@ -1084,6 +1114,7 @@ impl Jobs {
             t.gpus_in_use = in_use;
             t.gpus_borrowed = borrowed;
             t.decayed_gpu_hours = book.as_ref().map_or(0.0, |b| b.team_hours(t.id, now));
+            t.waiting_beyond_guarantee = beyond.remove(&t.id).unwrap_or_default();
         }
         Ok(teams)
     }
@@ -1129,7 +1160,7 @@ impl Jobs {
             // Each owner's name once, however many jobs they run.
             let mut names: HashMap<i64, Option<String>> = HashMap::new();
             for r in visible {
-                let (Some(started), gpus) = (r.job.started_at, r.job.gpu_indices.len()) else {
+                let (Some(started), gpus) = (r.charge_start(), r.job.gpu_indices.len()) else {
                     continue;
                 };
                 let user = match r.owner_id {
@@ -1409,10 +1440,13 @@ impl Jobs {
         }
         let from = job.team.as_deref().unwrap_or("no team");
         let event = format!("moved from {from} to {name} by {}", by.username);
-        let moved = self
+        let (moved, charged) = self
             .store()
             .set_job_team(job.id, Some(team.id), &event)
             .await?;
+        if let Some(span) = charged {
+            self.book_usage(&span);
+        }
         tracing::info!(job = job.id, from, to = name, by = %by.username, "job filed under another team");
         self.wake();
         Ok(moved)
@@ -1703,6 +1737,12 @@ impl Jobs {
                 })
             })
             .collect();
+        // What running attempts used so far and is not recorded yet (a
+        // move to another team recorded the part before it).
+        let charge_start: HashMap<i64, i64> = running
+            .iter()
+            .filter_map(|r| Some((r.job.id, r.charge_start()?)))
+            .collect();
         let so_far: Vec<(i64, i64, u32, i64)> = running_now
             .iter()
             .map(|j| {
@@ -1710,7 +1750,10 @@ impl Jobs {
                     j.team as i64,
                     j.user as i64,
                     j.gpus.len() as u32,
-                    j.started_at,
+                    charge_start
+                        .get(&(j.id as i64))
+                        .copied()
+                        .unwrap_or(j.started_at),
                 )
             })
             .collect();
@@ -1909,10 +1952,18 @@ impl Jobs {
     }
 
     /// Records the GPU time of an attempt that ended (or was stopped):
-    /// by the hour in the store, and in the decayed usage.
+    /// by the hour in the store, and in the decayed usage. What a move to
+    /// another team charged already is not charged again.
     async fn account(&self, record: &JobRecord) {
+        // The team and the charge as they are now: the job may have moved
+        // since the cycle read it.
+        let fresh = self.store().get_job(record.job.id).await.ok();
+        let record = fresh
+            .as_ref()
+            .filter(|r| r.job.started_at == record.job.started_at)
+            .unwrap_or(record);
         let job = &record.job;
-        let (Some(started), gpus) = (job.started_at, job.gpu_indices.len() as u32) else {
+        let (Some(from), gpus) = (record.charge_start(), job.gpu_indices.len() as u32) else {
             return;
         };
         if gpus == 0 {
@@ -1922,14 +1973,19 @@ impl Jobs {
         let span = trainyard_store::GpuSpan {
             team_id: record.team_id.unwrap_or(0),
             user_id: record.owner_id.unwrap_or(0),
-            from_ms: started,
-            to_ms: now.max(started),
+            from_ms: from,
+            to_ms: now.max(from),
             gpus,
         };
         if let Err(error) = self.store().add_gpu_usage(&[span]).await {
             tracing::warn!(job = job.id, %error, "could not record the job's GPU time");
         }
-        let hours = gpus as f64 * (span.to_ms - span.from_ms) as f64 / 3_600_000.0;
+        self.book_usage(&span);
+    }
+
+    /// Adds recorded GPU time to the decayed usage, once it is loaded.
+    fn book_usage(&self, span: &trainyard_store::GpuSpan) {
+        let hours = span.gpus as f64 * (span.to_ms - span.from_ms) as f64 / 3_600_000.0;
         if let Some(book) = self
             .inner
             .usage
@@ -1937,7 +1993,7 @@ impl Jobs {
             .unwrap_or_else(|p| p.into_inner())
             .as_mut()
         {
-            book.add(span.team_id, span.user_id, hours, now);
+            book.add(span.team_id, span.user_id, hours, span.to_ms);
         }
     }
 
@@ -2585,10 +2641,38 @@ impl Jobs {
         let job = &record.job;
         let next = job.attempt + 1;
         let run_id = match job.experiment_id {
-            Some(experiment) => Some(
-                self.new_run(&job.spec, experiment, next, record.owner())
-                    .await?,
-            ),
+            Some(experiment) => match self
+                .new_run(job.id, &job.spec, experiment, next, record.owner())
+                .await
+            {
+                Ok(run_id) => Some(run_id),
+                // Its experiment was archived or deleted under it: the
+                // next attempt has nowhere to log, so the job ends here
+                // rather than being asked again at every cycle.
+                Err(StoreError::Rejected(why) | StoreError::NotFound(why)) => {
+                    let (_, said) = event(next);
+                    let message = format!(
+                        "{said}; but it cannot run again: its experiment takes no new run ({why})"
+                    );
+                    tracing::warn!(job = job.id, %message, "job ended: no run for its next attempt");
+                    self.inner.executor.retire(record).await;
+                    self.store()
+                        .move_job(
+                            job.id,
+                            from,
+                            JobState::Failed,
+                            JobChange {
+                                exit_code: change.exit_code,
+                                finished_at: Some(Some(now_millis())),
+                                event: Some(("finished".into(), message)),
+                                ..Default::default()
+                            },
+                        )
+                        .await?;
+                    return Ok(());
+                }
+                Err(error) => return Err(error),
+            },
             None => None,
         };
         self.store()

@@ -315,6 +315,22 @@ async fn a_failure_is_retried_with_a_new_run_until_the_retries_are_spent() {
         "it was queued again in between"
     );
     assert_ne!(second.job.run_id, first.job.run_id);
+    // Its run names its job, as the first attempt's does.
+    for record in [&first, &second] {
+        let run = s
+            .jobs
+            .store()
+            .get_run(record.job.run_id.as_deref().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            run.tags
+                .iter()
+                .any(|(k, v)| k == "trainyard.job_id" && *v == id.to_string()),
+            "{:?}",
+            run.tags
+        );
+    }
     assert_eq!(second.handle.as_deref(), Some(&*format!("job-{id}-1")));
     assert_eq!(s.run_status(&first).await, "FAILED");
     assert_eq!(s.fake.started().len(), 2);
@@ -940,4 +956,123 @@ async fn gpu_hours_count_every_attempt_of_a_job() {
         "{held_ms} ms held, the latest attempt {latest_ms} ms: {usage:?}"
     );
     assert!(held_ms < latest_ms + 60_000.0, "{usage:?}");
+}
+
+/// An experiment with a job that has not ended cannot be deleted under it;
+/// one deleted all the same (by hand, or by an older server) ends the job
+/// at its next retry, once, rather than failing every cycle after.
+#[tokio::test]
+async fn a_job_whose_experiment_is_gone_ends_instead_of_retrying_forever() {
+    use sea_orm::ConnectionTrait;
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let id = s
+        .submit(
+            r#"{"name": "orphan", "command": "false", "retries": 2, "experiment": "sweep",
+                "resources": {"gpus": 1}}"#,
+        )
+        .await;
+    s.jobs.cycle().await.unwrap();
+    let running = s.job(id).await;
+    assert_eq!(running.job.state, JobState::Running);
+    let experiment = running.job.experiment_id.unwrap();
+    let refused = s
+        .jobs
+        .store()
+        .set_experiment_deleted(experiment, true)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains(&format!("has jobs that have not ended ({id})")),
+        "{refused}"
+    );
+
+    s.jobs
+        .store()
+        .connection()
+        .execute_unprepared(&format!(
+            "UPDATE experiments SET lifecycle_stage = 'deleted' WHERE id = {experiment}"
+        ))
+        .await
+        .unwrap();
+    s.fake.set_fate(id, exited(1));
+    s.jobs.cycle().await.unwrap();
+    let ended = s.job(id).await;
+    assert_eq!(ended.job.state, JobState::Failed);
+    assert_eq!(ended.job.exit_code, Some(1));
+    assert_eq!(*s.fake.retired.lock().unwrap(), vec![id]);
+    let timeline = s.timeline(id).await;
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e.contains("cannot run again: its experiment takes no new run")),
+        "{timeline:?}"
+    );
+    // The next cycles have nothing left to do with it.
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.fake.started().len(), 1);
+}
+
+/// A guarantee lowered under a queued job that may not be preempted: the
+/// team's policy names the job, which could not start before the
+/// guarantee is raised again.
+#[tokio::test]
+async fn a_team_names_its_jobs_waiting_beyond_a_lowered_guarantee() {
+    use trainyard_domain::teams::TeamPolicyChange;
+    let s = setup(vec![node(0, "a", 4)]).await;
+    let ada = s
+        .jobs
+        .store()
+        .sign_in(trainyard_store::SignIn {
+            subject: "sub-ada".to_owned(),
+            username: "ada".to_owned(),
+            display_name: String::new(),
+            email: None,
+            is_admin: false,
+            groups: vec!["vision".to_owned()],
+        })
+        .await
+        .unwrap();
+    let vision = ada.teams[0].id;
+    let guarantee = |gpus: u32| TeamPolicyChange {
+        quota_gpus: Some(gpus),
+        share: None,
+    };
+    s.jobs
+        .store()
+        .set_team_policy(vision, &guarantee(2))
+        .await
+        .unwrap();
+    // Nothing starts while the executor cannot tell its nodes.
+    *s.fake.away.lock().unwrap() = true;
+    let strict = parse_spec(
+        false,
+        br#"{"name": "strict", "command": "true", "preemptible": false, "resources": {"gpus": 2}}"#,
+    )
+    .unwrap();
+    let strict = s.jobs.submit(strict, &ada).await.unwrap().job.id;
+    let loose = parse_spec(
+        false,
+        br#"{"name": "loose", "command": "true", "resources": {"gpus": 2}}"#,
+    )
+    .unwrap();
+    s.jobs.submit(loose, &ada).await.unwrap();
+    let waiting = |policies: Vec<trainyard_domain::teams::TeamPolicy>| {
+        policies
+            .into_iter()
+            .find(|t| t.id == vision)
+            .unwrap()
+            .waiting_beyond_guarantee
+    };
+    assert!(waiting(s.jobs.team_policies().await.unwrap()).is_empty());
+    s.jobs
+        .store()
+        .set_team_policy(vision, &guarantee(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting(s.jobs.team_policies().await.unwrap()),
+        vec![strict],
+        "the preemptible one borrows, and is not named"
+    );
 }

@@ -191,11 +191,14 @@ pub enum Reason {
         in_use: u32,
         quota: u32,
     },
-    /// The job may not be preempted, so it waits for its team's own GPUs.
+    /// The job may not be preempted, so it waits for its team's own GPUs
+    /// (`asks` of them: more than the guarantee, it waits until an admin
+    /// raises it).
     OwnGpusOnly {
         team: String,
         in_use: u32,
         quota: u32,
+        asks: u32,
     },
     /// No node has the GPUs free.
     NoRoom { gpus: u32, largest_free: u32 },
@@ -279,9 +282,17 @@ impl fmt::Display for Reason {
                 gpus_text(*quota, "guaranteed")
             ),
             Reason::OwnGpusOnly {
+                team, asks, quota, ..
+            } if asks > quota => write!(
+                f,
+                "team {team}: this job may not be preempted, so it runs only on the team's own GPUs, and it asks for {asks} of {}: it starts only once an admin raises the team's guarantee (or it is moved to another team)",
+                gpus_text(*quota, "guaranteed")
+            ),
+            Reason::OwnGpusOnly {
                 team,
                 in_use,
                 quota,
+                ..
             } => write!(
                 f,
                 "team {team}: {in_use} of {} in use; this job may not be preempted, so it runs only on the team's own GPUs",
@@ -654,6 +665,7 @@ pub fn schedule(state: &State, policy: &Policy) -> Decision {
                     team: team_name(),
                     in_use: used,
                     quota,
+                    asks: r.gpus,
                 },
                 &mut decision,
             );

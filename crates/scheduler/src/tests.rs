@@ -848,6 +848,20 @@ fn a_job_that_may_not_be_preempted_waits_for_its_team_s_own_gpus() {
         reason_of(&d, 1),
         "team team-1: 2 of 2 guaranteed GPUs in use; this job may not be preempted, so it runs only on the team's own GPUs"
     );
+    // One that asks for more than the guarantee (lowered after it was
+    // submitted) says what would let it start.
+    let wide = State {
+        pending: vec![PendingJob {
+            borrow: false,
+            ..pending(3, 1, 3)
+        }],
+        running: Vec::new(),
+        ..state.clone()
+    };
+    assert_eq!(
+        reason_of(&schedule(&wide, &Policy::default()), 3),
+        "team team-1: this job may not be preempted, so it runs only on the team's own GPUs, and it asks for 3 of 2 guaranteed GPUs: it starts only once an admin raises the team's guarantee (or it is moved to another team)"
+    );
     // Started within the quota, it counts first against it: never borrowed.
     let running = vec![
         running(10, 1, 1, &[0], 1),

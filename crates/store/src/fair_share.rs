@@ -141,11 +141,18 @@ impl Store {
 
     /// Adds ended attempts' GPU time, hour by hour, in one statement.
     pub async fn add_gpu_usage(&self, spans: &[GpuSpan]) -> Result<(), StoreError> {
-        let hours = by_hour(spans);
-        if hours.is_empty() {
-            return Ok(());
-        }
         let _turn = self.write_turn().await;
+        self.add_gpu_usage_in(self.connection(), spans).await
+    }
+
+    /// [`Store::add_gpu_usage`] on `db` (a transaction), under the caller's
+    /// write turn.
+    pub(crate) async fn add_gpu_usage_in(
+        &self,
+        db: &impl ConnectionTrait,
+        spans: &[GpuSpan],
+    ) -> Result<(), StoreError> {
+        let hours = by_hour(spans);
         // Bounded statements: 4 values a row.
         for chunk in hours.chunks(2000) {
             let mut sql = self.sql();
@@ -167,7 +174,7 @@ impl Store {
             sql.push(
                 " ON CONFLICT (team_id, user_id, hour) DO UPDATE SET gpu_seconds = gpu_usage.gpu_seconds + excluded.gpu_seconds",
             );
-            self.connection().execute_raw(sql.build()).await?;
+            db.execute_raw(sql.build()).await?;
         }
         Ok(())
     }
@@ -239,6 +246,7 @@ fn policy(t: team::Model, members: &HashMap<i64, u32>) -> TeamPolicy {
         gpus_in_use: 0,
         gpus_borrowed: 0,
         decayed_gpu_hours: 0.0,
+        waiting_beyond_guarantee: Vec::new(),
     }
 }
 
@@ -398,6 +406,114 @@ mod tests {
                 .len(),
             4
         );
+    }
+
+    /// A running job moved to another team: the part of its attempt before
+    /// the move is charged to the team it ran for, at once, and the rest
+    /// of the attempt starts from the move. A new attempt starts clean.
+    #[tokio::test]
+    async fn a_moved_attempt_is_charged_to_each_team_for_its_part() {
+        use crate::entity::job;
+        use crate::{JobChange, now_millis};
+        use trainyard_domain::JobState;
+
+        let db = TestDb::new().await;
+        let store = Store::connect(&db.url, 4).await.unwrap();
+        store.migrate().await.unwrap();
+        let ada = person(&store, "ada", &["vision", "nlp"]).await;
+        let teams = store.team_policies().await.unwrap();
+        let (nlp, vision) = (teams[0].id, teams[1].id);
+        let started = now_millis() - 2 * HOUR_MS;
+        let id = job::ActiveModel {
+            name: Set("moved".to_owned()),
+            state: Set(JobState::Running.as_str().to_owned()),
+            spec: Set(r#"{"name": "moved", "command": "true"}"#.to_owned()),
+            gpus: Set(2),
+            gpu_indices: Set(Some("0,1".to_owned())),
+            owner_id: Set(Some(ada.id)),
+            team_id: Set(Some(vision)),
+            created_at: Set(started),
+            started_at: Set(Some(started)),
+            ..Default::default()
+        }
+        .insert(store.connection())
+        .await
+        .unwrap()
+        .id;
+
+        let (moved, charged) = store.set_job_team(id, Some(nlp), "to nlp").await.unwrap();
+        let span = charged.expect("the part so far is charged");
+        assert_eq!(
+            (span.team_id, span.user_id, span.from_ms, span.gpus),
+            (vision, ada.id, started, 2)
+        );
+        assert!(span.to_ms >= started + 2 * HOUR_MS, "{span:?}");
+        assert_eq!(moved.team_id, Some(nlp));
+        assert_eq!(
+            moved.charge_start(),
+            Some(span.to_ms),
+            "the rest starts here"
+        );
+        let recorded: Vec<_> = store
+            .gpu_usage_since(0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.team_id, r.gpu_seconds))
+            .collect();
+        let vision_seconds: f64 = recorded
+            .iter()
+            .filter(|(t, _)| *t == vision)
+            .map(|(_, s)| s)
+            .sum();
+        let expected = (span.to_ms - started) as f64 / 1000.0 * 2.0;
+        assert!(
+            (vision_seconds - expected).abs() < 1e-6,
+            "{vision_seconds} against {expected}: {recorded:?}"
+        );
+        assert!(recorded.iter().all(|(t, _)| *t == vision), "{recorded:?}");
+
+        // Moved again: only what came after the first move is charged.
+        let (_, again) = store.set_job_team(id, Some(vision), "back").await.unwrap();
+        let again = again.unwrap();
+        assert_eq!((again.team_id, again.from_ms), (nlp, span.to_ms));
+
+        // A new attempt is charged from its own start.
+        let restart = started + HOUR_MS * 3;
+        assert!(
+            store
+                .move_job(
+                    id,
+                    &[JobState::Running],
+                    JobState::Running,
+                    JobChange {
+                        started_at: Some(Some(restart)),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            store.get_job(id).await.unwrap().charge_start(),
+            Some(restart)
+        );
+
+        // A queued job has nothing to charge.
+        store
+            .move_job(
+                id,
+                &[JobState::Running],
+                JobState::Queued,
+                JobChange {
+                    started_at: Some(None),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let (_, none) = store.set_job_team(id, Some(nlp), "queued").await.unwrap();
+        assert_eq!(none, None);
     }
 
     #[test]

@@ -572,8 +572,8 @@ impl Store {
             .collect())
     }
 
-    /// Every account, by username, with its teams and live sessions (for
-    /// admins).
+    /// Every account, by username, with its teams, live sessions and live
+    /// personal tokens (for admins).
     pub async fn users(&self) -> Result<Vec<UserSummary>, StoreError> {
         let now = now_millis();
         let users = user::Entity::find()
@@ -604,6 +604,18 @@ impl Store {
         {
             *live.entry(s.user_id).or_default() += 1;
         }
+        let mut tokens: std::collections::HashMap<i64, u64> = Default::default();
+        for t in api_token::Entity::find()
+            .filter(api_token::Column::RevokedAt.is_null())
+            .filter(api_token::Column::RunId.is_null())
+            .filter(api_token::Column::Node.is_null())
+            .all(self.connection())
+            .await?
+        {
+            if t.expires_at.is_none_or(|at| at > now) {
+                *tokens.entry(t.user_id).or_default() += 1;
+            }
+        }
         Ok(users
             .into_iter()
             .map(|m| {
@@ -611,6 +623,7 @@ impl Store {
                 teams.sort_by(|a, b| a.name.cmp(&b.name));
                 UserSummary {
                     live_sessions: live.get(&m.id).copied().unwrap_or(0),
+                    live_tokens: tokens.get(&m.id).copied().unwrap_or(0),
                     last_login_at: m.last_login_at,
                     user: User {
                         id: m.id,
@@ -871,12 +884,17 @@ impl Store {
     /// node's GPU samples and nothing else. Its secret is in the answer and
     /// nowhere else. At most [`MAX_TOKENS_PER_NODE`] live ones per node, so
     /// that one can be rotated in while another still serves.
+    /// `expires_in_days` in `request`: none, until it is revoked.
     pub async fn create_node_token(
         &self,
         user_id: i64,
         node: &str,
+        request: &trainyard_domain::identity::NodeTokenRequest,
     ) -> Result<NewApiToken, StoreError> {
         if let Err(e) = trainyard_domain::telemetry::check_node_name(node) {
+            return Err(StoreError::Invalid(e));
+        }
+        if let Err(e) = request.check() {
             return Err(StoreError::Invalid(e));
         }
         // Counted and made in one turn, so that two at once cannot pass
@@ -887,13 +905,17 @@ impl Store {
                 "node {node} holds {MAX_TOKENS_PER_NODE} tokens, the most a node may; revoke one its agent no longer uses"
             )));
         }
+        let now = now_millis();
+        let expires_at = request
+            .expires_in_days
+            .map(|days| now + i64::from(days) * 86_400_000);
         let (model, secret) = new_token(
             user_id,
             format!("agent of node {node}"),
             None,
             Some(node.to_owned()),
-            None,
-            now_millis(),
+            expires_at,
+            now,
         );
         let model = model.insert(self.connection()).await?;
         Ok(NewApiToken {
@@ -902,8 +924,10 @@ impl Store {
         })
     }
 
-    /// A node's live agent tokens, newest first.
+    /// A node's live agent tokens (neither revoked nor expired), newest
+    /// first.
     pub async fn node_tokens(&self, node: &str) -> Result<Vec<ApiToken>, StoreError> {
+        let now = now_millis();
         Ok(api_token::Entity::find()
             .filter(api_token::Column::Node.eq(node))
             .filter(api_token::Column::RevokedAt.is_null())
@@ -911,6 +935,7 @@ impl Store {
             .all(self.connection())
             .await?
             .into_iter()
+            .filter(|t| t.expires_at.is_none_or(|at| at > now))
             .map(token_from_model)
             .collect())
     }

@@ -284,6 +284,73 @@ async fn tokens_authenticate_until_revoked_or_expired() {
     assert!(store.token_user(&run_token).await.unwrap().is_none());
 }
 
+/// A node token lasts until it is revoked unless a lifetime is asked for;
+/// an expired one is refused, is not listed, and leaves room for another.
+#[tokio::test]
+async fn node_tokens_last_until_revoked_or_the_days_asked_for() {
+    use crate::entity::api_token;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, sea_query::Expr};
+    use trainyard_domain::identity::{MAX_TOKEN_DAYS, NodeTokenRequest};
+
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let admin = store.sign_in(alice(&[])).await.unwrap();
+    let lasting = store
+        .create_node_token(admin.id, "gpu-a", &NodeTokenRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(lasting.token.expires_at, None);
+    let month = store
+        .create_node_token(
+            admin.id,
+            "gpu-a",
+            &NodeTokenRequest {
+                expires_in_days: Some(30),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        month.token.expires_at.unwrap() - month.token.created_at,
+        30 * 86_400_000
+    );
+    for days in [0, MAX_TOKEN_DAYS + 1] {
+        let refused = store
+            .create_node_token(
+                admin.id,
+                "gpu-a",
+                &NodeTokenRequest {
+                    expires_in_days: Some(days),
+                },
+            )
+            .await;
+        assert!(
+            matches!(&refused, Err(StoreError::Invalid(e)) if e.field == "expires_in_days"),
+            "{days}: {refused:?}"
+        );
+    }
+    let found = store.token_user(&month.secret).await.unwrap().unwrap();
+    assert_eq!(found.node.as_deref(), Some("gpu-a"));
+
+    // Its days over: refused, and no longer one of the node's.
+    api_token::Entity::update_many()
+        .col_expr(api_token::Column::ExpiresAt, Expr::value(now_millis() - 1))
+        .filter(api_token::Column::Id.eq(month.token.id))
+        .exec(store.connection())
+        .await
+        .unwrap();
+    assert!(store.token_user(&month.secret).await.unwrap().is_none());
+    let listed: Vec<i64> = store
+        .node_tokens("gpu-a")
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(listed, vec![lasting.token.id]);
+    assert!(store.token_user(&lasting.secret).await.unwrap().is_some());
+}
+
 async fn member(store: &Store, name: &str, groups: &[&str], admin: bool) -> User {
     store
         .sign_in(SignIn {
@@ -696,7 +763,6 @@ async fn a_persons_uploads_are_summed_in_bytes_and_entries() {
         crate::UploadUse::default()
     );
     let upload = |id: &str, owner: i64, bytes: u64, entries: u64| crate::NewUpload {
-        digest: None,
         id: id.to_owned(),
         kind: "project".to_owned(),
         name: "p.tar.gz".to_owned(),

@@ -54,9 +54,20 @@ pub struct JobRecord {
     /// Set while it is being stopped to give its GPUs back (see
     /// [`JobChange::preempt_reason`]).
     pub preempt_reason: Option<String>,
+    /// Where its attempt's GPU time is charged from, when a move to
+    /// another team charged the part before (see [`Store::set_job_team`]).
+    pub charged_from: Option<i64>,
 }
 
 impl JobRecord {
+    /// Where the GPU time of its current attempt not yet recorded begins:
+    /// its start, or the last move to another team after it. None before
+    /// it starts.
+    pub fn charge_start(&self) -> Option<i64> {
+        let started = self.job.started_at?;
+        Some(self.charged_from.map_or(started, |at| at.max(started)))
+    }
+
     pub fn owner(&self) -> trainyard_domain::identity::Owner {
         trainyard_domain::identity::Owner::new(self.owner_id, self.team_id)
     }
@@ -255,6 +266,7 @@ fn record(m: job::Model) -> Result<JobRecord, StoreError> {
         node_id: m.node_id,
         handle: m.handle,
         preempt_reason: m.preempt_reason,
+        charged_from: m.charged_from,
     })
 }
 
@@ -634,7 +646,10 @@ async fn move_job_in(
         update = update.col_expr(job::Column::ExitCode, Expr::value(v));
     }
     if let Some(v) = change.started_at {
-        update = update.col_expr(job::Column::StartedAt, Expr::value(v));
+        // A new attempt (or none): nothing of it is charged yet.
+        update = update
+            .col_expr(job::Column::StartedAt, Expr::value(v))
+            .col_expr(job::Column::ChargedFrom, Expr::value(Option::<i64>::None));
     }
     if let Some(v) = change.borrowed {
         update = update.col_expr(job::Column::Borrowed, Expr::value(v));
@@ -711,14 +726,16 @@ impl Store {
 
     /// Files a job that has not ended (and its current run) under another
     /// team, with `event` in its timeline: the queue counts it against
-    /// that team from the next cycle, and its attempt's GPU time goes to
-    /// it when the attempt ends. Rejected once the job has ended.
+    /// that team from the next cycle. A running attempt's GPU time so far
+    /// is charged to the team it ran for, in the same transaction, and the
+    /// rest of it goes to the new team when it ends; that charge is in the
+    /// answer, for the decayed usage. Rejected once the job has ended.
     pub async fn set_job_team(
         &self,
         id: i64,
         team_id: Option<i64>,
         event: &str,
-    ) -> Result<JobRecord, StoreError> {
+    ) -> Result<(JobRecord, Option<crate::GpuSpan>), StoreError> {
         let current = self.get_job(id).await?;
         let ended = || {
             StoreError::Rejected(format!(
@@ -729,11 +746,18 @@ impl Store {
         if current.job.state.is_terminal() {
             return Err(ended());
         }
-        {
+        let charged = {
             let _turn = self.write_turn().await;
             let txn = self.begin_write().await?;
+            // The job as it is now, read in the same transaction (a retry
+            // may have given it a new attempt and run since `current`).
+            let Some(before) = job::Entity::find_by_id(id).one(&txn).await? else {
+                return Err(not_found_job(id));
+            };
+            let now = now_millis();
             let moved = job::Entity::update_many()
                 .col_expr(job::Column::TeamId, Expr::value(team_id))
+                .col_expr(job::Column::ChargedFrom, Expr::value(now))
                 .filter(job::Column::Id.eq(id))
                 .filter(job::Column::State.is_in(
                     [JobState::Queued, JobState::Starting, JobState::Running].map(|s| s.as_str()),
@@ -745,24 +769,40 @@ impl Store {
             if !moved {
                 return Err(ended());
             }
-            // The run the job has now, read in the same transaction (a
-            // retry may have given it a new one since `current`).
-            let run_id = job::Entity::find_by_id(id)
-                .one(&txn)
-                .await?
-                .and_then(|j| j.run_id);
-            if let Some(run_id) = run_id {
+            let before = record(before)?;
+            let gpus = before.job.gpu_indices.len() as u32;
+            let charged = match before.charge_start() {
+                Some(from)
+                    if gpus > 0
+                        && matches!(before.job.state, JobState::Starting | JobState::Running) =>
+                {
+                    Some(crate::GpuSpan {
+                        team_id: before.team_id.unwrap_or(0),
+                        user_id: before.owner_id.unwrap_or(0),
+                        from_ms: from,
+                        to_ms: now.max(from),
+                        gpus,
+                    })
+                }
+                _ => None,
+            };
+            if let Some(span) = &charged {
+                self.add_gpu_usage_in(&txn, std::slice::from_ref(span))
+                    .await?;
+            }
+            if let Some(run_id) = &before.job.run_id {
                 crate::entity::run::Entity::update_many()
                     .col_expr(crate::entity::run::Column::TeamId, Expr::value(team_id))
-                    .filter(crate::entity::run::Column::Id.eq(run_id))
+                    .filter(crate::entity::run::Column::Id.eq(run_id.as_str()))
                     .exec(&txn)
                     .await?;
             }
-            insert_event(&txn, id, now_millis(), "team".to_owned(), event.to_owned()).await?;
+            insert_event(&txn, id, now, "team".to_owned(), event.to_owned()).await?;
             txn.commit().await?;
             self.job_writes.changed(Some(&[id]));
-        }
-        self.named_job(id).await
+            charged
+        };
+        Ok((self.named_job(id).await?, charged))
     }
 
     /// Asks for a job to stop. A queued job is cancelled at once; a running

@@ -555,16 +555,27 @@ fn test(
         Field::Param(_) if has_number(predicate) => {
             // Params are text; a number in the query compares them as numbers,
             // and a param that is not a number does not match.
-            let numeric = if sql.is_postgres() {
-                "(CASE WHEN x.value ~ '^\\s*[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*$' THEN CAST(x.value AS DOUBLE PRECISION) END)"
-            } else {
-                "(CASE WHEN x.value <> '' AND trim(x.value, '0123456789.-+eE ') = '' THEN CAST(x.value AS REAL) END)"
-            };
-            compare(sql, numeric, predicate, true);
+            let numeric = numeric_text(sql.is_postgres(), "x.value");
+            compare(sql, &numeric, predicate, true);
         }
         _ => compare(sql, "x.value", predicate, false),
     }
     sql.push(")");
+}
+
+/// A text column (a param's value) as a number where it is one, NULL
+/// where not: what a number in a query compares it with, and what sorting
+/// by a param orders by first.
+pub(crate) fn numeric_text(postgres: bool, column: &str) -> String {
+    if postgres {
+        format!(
+            "(CASE WHEN {column} ~ '^\\s*[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*$' THEN CAST({column} AS DOUBLE PRECISION) END)"
+        )
+    } else {
+        format!(
+            "(CASE WHEN {column} <> '' AND trim({column}, '0123456789.-+eE ') = '' THEN CAST({column} AS REAL) END)"
+        )
+    }
 }
 
 /// A run's input datasets, as MLflow searches them: true when one of them

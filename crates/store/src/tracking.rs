@@ -327,6 +327,37 @@ impl Store {
             return Err(not_found_experiment(id));
         }
         let txn = self.begin_write().await?;
+        // A job that has not ended logs into it, and its next attempt
+        // needs a new run there: archived under it, the job could not go
+        // on. Checked under the write turn, as jobs are made.
+        if deleted {
+            use crate::entity::job;
+            use sea_orm::{ColumnTrait, QueryFilter, QueryOrder, QuerySelect};
+            use trainyard_domain::JobState;
+            let unfinished: Vec<i64> = job::Entity::find()
+                .select_only()
+                .column(job::Column::Id)
+                .filter(job::Column::ExperimentId.eq(id))
+                .filter(job::Column::State.is_in(
+                    [JobState::Queued, JobState::Starting, JobState::Running].map(|s| s.as_str()),
+                ))
+                .order_by_asc(job::Column::Id)
+                .limit(11)
+                .into_tuple()
+                .all(&txn)
+                .await?;
+            if !unfinished.is_empty() {
+                let mut ids: Vec<String> =
+                    unfinished.iter().take(10).map(|j| j.to_string()).collect();
+                if unfinished.len() > 10 {
+                    ids.push("…".to_owned());
+                }
+                return Err(StoreError::Rejected(format!(
+                    "experiment {id} has jobs that have not ended ({}); cancel them or let them end, then delete it",
+                    ids.join(", ")
+                )));
+            }
+        }
         let mut sql = self.sql();
         sql.push("UPDATE experiments SET lifecycle_stage = ")
             .bind(to)
@@ -1218,6 +1249,14 @@ impl Store {
             if table == "latest_metrics" {
                 terms.push(format!(
                     "CASE WHEN o{i}.run_id IS NULL THEN 2 WHEN o{i}.value IS NULL THEN 1 ELSE 0 END, o{i}.value {dir}"
+                ));
+            } else if matches!(o.field, Field::Param(_)) {
+                // Params are text: numbers among them are ordered as
+                // numbers (batch sizes 32, 64, 128, not 128, 32, 64), then
+                // the rest as text.
+                let number = crate::sql::numeric_text(sql.is_postgres(), &format!("o{i}.value"));
+                terms.push(format!(
+                    "CASE WHEN o{i}.run_id IS NULL THEN 2 WHEN {number} IS NULL THEN 1 ELSE 0 END, {number} {dir}, o{i}.value {dir}"
                 ));
             } else {
                 terms.push(format!(

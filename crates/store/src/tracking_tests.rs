@@ -326,6 +326,53 @@ async fn deleting_an_experiment_deletes_its_runs() {
     ));
 }
 
+/// Sorted by a param, numbers go as numbers (32, 64, 128), then text,
+/// then runs without it, whichever the direction.
+#[tokio::test]
+async fn runs_sort_by_a_param_as_numbers_then_text() {
+    let (_db, store) = store().await;
+    let exp = store
+        .create_experiment_with("batch sizes", None, &[], Owner::default())
+        .await
+        .unwrap();
+    for bs in ["128", "32", "large", "64", "1e3"] {
+        let id = new_run(&store, exp, &format!("bs-{bs}")).await;
+        store
+            .log_batch(&id, &[], &[kv("bs", bs)], &[])
+            .await
+            .unwrap();
+    }
+    new_run(&store, exp, "without").await;
+    let sorted = |order: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .search_runs(
+                    &[exp],
+                    None,
+                    &[parse_order_by(order, Scope::Runs).unwrap()],
+                    ViewType::ActiveOnly,
+                    100,
+                    0,
+                    &Viewer::Everyone,
+                )
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.info.run_name)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        sorted("params.bs ASC").await,
+        ["bs-32", "bs-64", "bs-128", "bs-1e3", "bs-large", "without"]
+    );
+    assert_eq!(
+        sorted("params.bs DESC").await,
+        ["bs-1e3", "bs-128", "bs-64", "bs-32", "bs-large", "without"]
+    );
+}
+
 #[tokio::test]
 async fn search_runs_with_or_parentheses_ranges_and_order() {
     let (_db, store) = store().await;

@@ -21,9 +21,6 @@ pub struct NewUpload {
     pub bytes: u64,
     /// Its files and folders, its own included.
     pub entries: u64,
-    /// The archive's SHA-256 (hex), for a project: the same archive sent
-    /// again is this upload.
-    pub digest: Option<String>,
 }
 
 /// What one person's uploads hold, unpacked: what counts against their
@@ -66,7 +63,7 @@ impl Store {
             bytes: Set(new.bytes as i64),
             created_at: Set(now_millis()),
             entries: Set(new.entries as i64),
-            digest: Set(new.digest),
+            digest: Set(None),
         }
         .insert(self.connection())
         .await
@@ -91,6 +88,21 @@ impl Store {
             .await?
             .filter(|m| user.is_admin || m.owner_id == Some(user.id))
             .map(from_model))
+    }
+
+    /// Records the SHA-256 (hex) of the archive a project was unpacked
+    /// from, once it is kept for good (within its owner's quota): the same
+    /// archive sent again is this upload from then on, and not before, so
+    /// that none is handed out that a quota refusal is about to remove.
+    pub async fn set_upload_digest(&self, id: &str, digest: &str) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        upload::Entity::update_many()
+            .col_expr(upload::Column::Digest, Expr::value(digest))
+            .filter(upload::Column::Id.eq(id))
+            .filter(upload::Column::Kind.eq("project"))
+            .exec(self.connection())
+            .await?;
+        Ok(())
     }
 
     /// The project its owner uploaded before from the same archive (its

@@ -397,6 +397,43 @@ async fn two_agents_push_one_catches_up_after_a_cut_and_node_tokens_stay_in_thei
     )
     .await;
     assert_eq!(bad.status, 400, "{}", bad.body);
+
+    // A token may be asked for with a lifetime; without one it lasts until
+    // it is revoked (the tokens above).
+    let path = "/api/trainyard/v1/nodes/gpu-a/tokens";
+    let json_header = [("Content-Type", "application/json")];
+    let dated = request(
+        server.addr,
+        "POST",
+        path,
+        &json_header,
+        br#"{"expires_in_days": 30}"#,
+    )
+    .await;
+    assert_eq!(dated.status, 201, "{}", dated.body);
+    let dated = dated.json();
+    let lifetime = dated["token"]["expires_at"].as_i64().unwrap()
+        - dated["token"]["created_at"].as_i64().unwrap();
+    assert_eq!(lifetime, 30 * 86_400_000);
+    let listed = request(server.addr, "GET", path, &[], b"").await.json();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["id"] == dated["token"]["id"] && t["expires_at"].is_i64()),
+        "{listed}"
+    );
+    for (body, says) in [
+        (r#"{"expires_in_days": 0}"#, "expires_in_days"),
+        (r#"{"expires_in_days": 100000}"#, "expires_in_days"),
+        (r#"{"days": 30}"#, "unknown field `days`"),
+        ("30", "the body must be empty or"),
+    ] {
+        let refused = request(server.addr, "POST", path, &json_header, body.as_bytes()).await;
+        assert_eq!(refused.status, 400, "{body}: {}", refused.body);
+        assert!(refused.body.contains(says), "{body}: {}", refused.body);
+    }
 }
 
 /// A node gone for good leaves the admin's pages: its GPUs, their samples

@@ -480,6 +480,7 @@ async fn the_run_page_shows_facts_params_charts_and_artifacts() {
     // inside one, which goes.
     std::fs::write(folder.join("long.txt"), format!("a{}", "é".repeat(35_000))).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", folder.join("passwd")).unwrap();
+    std::fs::write(folder.join("acc=95% best.txt"), "kept").unwrap();
     assert_eq!(preview("blob.bin").await.json()["text"], Value::Null);
     let long = preview("long.txt").await.json();
     assert_eq!(long["truncated"], true);
@@ -516,6 +517,14 @@ async fn the_run_page_shows_facts_params_charts_and_artifacts() {
     ] {
         assert!(html.body.contains(expected), "missing {expected}");
     }
+    // A name with `%`, `=` or a space is linked encoded, and the link
+    // downloads it.
+    let odd =
+        format!("/api/2.0/mlflow-artifacts/artifacts/0/{run}/artifacts/acc%3D95%25%20best.txt");
+    assert!(html.body.contains(&odd), "{}", html.body);
+    let downloaded = server.get(&odd).await;
+    assert_eq!(downloaded.status, 200, "{}", downloaded.body);
+    assert_eq!(downloaded.body, "kept");
 
     let missing = server.post_form("/api/get_run_detail", "run_id=nope").await;
     assert_eq!(missing.status, 404);
@@ -716,6 +725,43 @@ async fn a_dataset_page_is_found_only_under_its_experiments() {
     assert_eq!(page.status, 404, "{}", page.body);
     assert!(
         page.body.contains("not in the experiment elsewhere"),
+        "{}",
+        page.body
+    );
+}
+
+/// A trace's page is under its own experiment, and not found under
+/// another (whose breadcrumbs it would otherwise have borrowed).
+#[tokio::test]
+async fn a_trace_page_is_found_only_under_its_experiment() {
+    let server = TestServer::start().await;
+    let made = post_json(
+        server.addr,
+        "/api/2.0/mlflow/experiments/create",
+        &json!({"name": "traced"}),
+    )
+    .await;
+    let exp = made.json()["experiment_id"].as_str().unwrap().to_owned();
+    let trace = post_json(
+        server.addr,
+        "/api/3.0/mlflow/traces",
+        &json!({"trace": {"trace_info": {
+            "trace_id": "tr-placed",
+            "trace_location": {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": exp}},
+            "request_time": "2026-12-05T10:00:00.000Z",
+            "state": "OK",
+        }}}),
+    )
+    .await;
+    assert_eq!(trace.status, 200, "{}", trace.body);
+    let page = server
+        .get(&format!("/experiments/{exp}/traces/tr-placed"))
+        .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let page = server.get("/experiments/0/traces/tr-placed").await;
+    assert_eq!(page.status, 404, "{}", page.body);
+    assert!(
+        page.body.contains(&format!("it is in experiment {exp}")),
         "{}",
         page.body
     );

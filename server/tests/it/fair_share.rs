@@ -772,6 +772,27 @@ async fn admins_make_teams_ahead_and_jobs_move_between_teams() {
         d["job"]["state"] == "CANCELLED"
     })
     .await;
+    // Each team it ran for is charged the part it ran for it; before, the
+    // team it ended under took the whole attempt.
+    let usage = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/usage?period=day",
+        &admin,
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(usage.status, 200, "{}", usage.body);
+    let rows = usage.json();
+    let mut charged: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["user"] == "ada" && r["gpu_hours"].as_f64().unwrap() > 0.0)
+        .map(|r| r["team"].as_str().unwrap())
+        .collect();
+    charged.sort();
+    assert_eq!(charged, ["nlp", "robotics", "vision"], "{}", usage.body);
     let late = call(&server, "PUT", &path, &admin, &json!({"team": "nlp"})).await;
     assert_eq!(late.status, 400, "{}", late.body);
     assert!(late.body.contains("has already ended"), "{}", late.body);

@@ -852,6 +852,79 @@ async fn cli(server: &TestServer, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// At the upload quota, a job whose project is unchanged is still
+/// submitted: the CLI asks for the archive by its SHA-256 and sends
+/// nothing. A changed one meets the quota as before.
+#[tokio::test]
+async fn an_unchanged_project_is_not_sent_again_even_at_the_quota() {
+    let server = TestServer::start_with(&[("TRAINYARD_UPLOAD_QUOTA_BYTES", "2000")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("job.yaml");
+    std::fs::write(
+        &spec,
+        "name: at quota\ncommand: wc -c big.txt\nresources: {memory: 64Mi}\n",
+    )
+    .unwrap();
+    let archive = dir.path().join("project.tar.gz");
+    std::fs::write(&archive, tar_gz(&[("big.txt", &"x".repeat(2000))])).unwrap();
+    let spec_arg = spec.display().to_string();
+    let archive_arg = archive.display().to_string();
+    let submit_args = ["submit", spec_arg.as_str(), "--file", archive_arg.as_str()];
+    let (code, _, stderr) = cli(&server, &submit_args).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("uploaded"), "{stderr}");
+    let listed = server.get("/api/trainyard/v1/uploads").await.json();
+    assert_eq!(listed["used_bytes"], 2000, "{listed}");
+    let kept = listed["uploads"][0]["id"].as_str().unwrap().to_owned();
+
+    let (code, stdout, stderr) = cli(&server, &submit_args).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!("is unchanged since upload {kept}")),
+        "{stderr}"
+    );
+    let second: i64 = stdout.trim().parse().unwrap();
+    assert_eq!(
+        job(&server, second).await["job"]["spec"]["project"],
+        kept.as_str()
+    );
+
+    let changed = dir.path().join("changed.tar.gz");
+    std::fs::write(&changed, tar_gz(&[("big.txt", "changed")])).unwrap();
+    let changed_arg = changed.display().to_string();
+    let (code, _, stderr) = cli(&server, &["submit", &spec_arg, "--file", &changed_arg]).await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("upload_quota_bytes"), "{stderr}");
+
+    // Asked by SHA-256: the project kept from that archive, or none; what
+    // is not a SHA-256 is refused naming the field.
+    let digest = |bytes: &[u8]| -> String {
+        use sha2::Digest;
+        sha2::Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let asked = |sha: String| {
+        let server = &server;
+        async move {
+            server
+                .get(&format!("/api/trainyard/v1/uploads?sha256={sha}"))
+                .await
+        }
+    };
+    let found = asked(digest(&std::fs::read(&archive).unwrap())).await;
+    assert_eq!(found.status, 200, "{}", found.body);
+    let found = found.json();
+    assert_eq!(found["uploads"].as_array().unwrap().len(), 1, "{found}");
+    assert_eq!(found["uploads"][0]["id"], kept.as_str());
+    let none = asked(digest(b"another archive")).await.json();
+    assert_eq!(none["uploads"], json!([]), "{none}");
+    let bad = asked("XYZ".to_owned()).await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert_eq!(bad.json()["fields"][0]["field"], "sha256", "{}", bad.body);
+}
+
 #[tokio::test]
 async fn the_command_line_submits_follows_lists_and_cancels() {
     let server = TestServer::start().await;
@@ -905,6 +978,37 @@ async fn the_command_line_submits_follows_lists_and_cancels() {
     assert_eq!(code, 0);
     assert!(all.lines().next().unwrap().contains("OWNER"), "{all}");
     assert!(all.contains("cli job"), "{all}");
+
+    // A sweep's job: --set over the spec's hyperparameters, typed as YAML
+    // types them and said in its name; the unchanged project is not sent
+    // again.
+    let (code, stdout, stderr) = cli(
+        &server,
+        &[
+            "submit",
+            &spec_arg,
+            "--file",
+            &archive_arg,
+            "--set",
+            "who=you",
+            "--set",
+            "seed=7",
+            "--follow",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "from the cli, says you\n");
+    assert!(stderr.contains("is unchanged since upload"), "{stderr}");
+    let swept = job(&server, 2).await;
+    assert_eq!(swept["job"]["name"], "cli job who=you seed=7", "{swept}");
+    assert_eq!(
+        swept["job"]["spec"]["hyperparameters"]["seed"], 7,
+        "{swept}"
+    );
+    let (code, _, stderr) = cli(&server, &["submit", &spec_arg, "--set", "lr"]).await;
+    assert_eq!(code, 1);
+    assert!(stderr.contains("--set lr: give KEY=VALUE"), "{stderr}");
 
     // A spec with problems is refused before anything runs, field by field.
     std::fs::write(&spec, "name: broken\nresources: {gpus: 99}\n").unwrap();
@@ -1464,4 +1568,50 @@ async fn one_persons_slow_downloads_hold_only_their_share_of_the_archive_sends()
     );
     let got = std::fs::read_to_string(into.path().join("work/data/big/big.txt")).unwrap();
     assert!(got == text, "the dataset arrived whole");
+}
+
+/// An experiment whose job has not ended is not deleted under it (the
+/// job's next attempt would have nowhere to log, and the queue would trip
+/// over it): refused through MLflow's API, naming the job; once the job
+/// has ended it can go.
+#[tokio::test]
+async fn an_experiment_with_a_job_that_has_not_ended_is_not_deleted() {
+    let server = TestServer::start().await;
+    let id = submit(
+        &server,
+        json!({"name": "long", "command": "sleep 600", "experiment": "busy",
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    let experiment = job(&server, id).await["job"]["experiment_id"]
+        .as_i64()
+        .unwrap();
+    let addr = server.addr;
+    let delete = move || async move {
+        post_json(
+            addr,
+            "/api/2.0/mlflow/experiments/delete",
+            &json!({"experiment_id": experiment.to_string()}),
+        )
+        .await
+    };
+    let refused = delete().await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused
+            .body
+            .contains(&format!("has jobs that have not ended ({id})")),
+        "{}",
+        refused.body
+    );
+    let cancelled = post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{id}/cancel"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    wait_for(&server, id, "CANCELLED").await;
+    let deleted = delete().await;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
 }

@@ -36,6 +36,7 @@ pub struct Model {
     pub borrowed: bool,
     pub preempt_reason: Option<String>,
     pub gpu_devices: Option<String>,
+    pub charged_from: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
