@@ -304,9 +304,17 @@ pub async fn get_recent() -> Result<Recent, AppError> {
 #[server(endpoint = "get_overview")]
 pub async fn get_overview() -> Result<Overview, AppError> {
     let me = caller()?;
-    Ok(store()?
+    let mut overview = store()?
         .overview(&trainyard_store::Viewer::of(&me.user))
-        .await?)
+        .await?;
+    overview.admin = me.user.is_admin;
+    // Where jobs run, as the admin page counts it.
+    let nodes = jobs()?.nodes().await?;
+    if nodes.unavailable.is_none() {
+        overview.nodes = nodes.nodes.len() as u64;
+        overview.gpus = nodes.nodes.iter().map(|n| u64::from(n.gpus)).sum();
+    }
+    Ok(overview)
 }
 
 /// Where jobs run: the executor's nodes and who holds their GPUs; for
@@ -359,14 +367,42 @@ pub(crate) fn jobs() -> Result<trainyard_jobs::Jobs, AppError> {
     })
 }
 
+/// The most jobs the jobs page lists.
+pub const JOBS_SHOWN: usize = 200;
+
 /// The newest jobs, with their state, queue position and reason: the
-/// caller's own, or (`all`) all they may see.
+/// caller's own, or (`all`) all they may see; in one state, when given
+/// (`QUEUED`, or `RUNNING` for those starting too).
 #[server(endpoint = "list_job_page")]
-pub async fn list_job_page(all: bool) -> Result<Vec<Job>, AppError> {
+pub async fn list_job_page(
+    all: bool,
+    #[server(default)] state: String,
+) -> Result<Vec<Job>, AppError> {
     let principal = caller()?;
     let whose = trainyard_store::JobsOf::for_user(&principal.user, all);
+    let states = match state.as_str() {
+        "" => Vec::new(),
+        "RUNNING" => vec![
+            trainyard_domain::JobState::Starting,
+            trainyard_domain::JobState::Running,
+        ],
+        other => match trainyard_domain::JobState::parse(other) {
+            Some(state) => vec![state],
+            None => {
+                return Err(AppError::Invalid(trainyard_domain::FieldError::new(
+                    "state",
+                    format!(
+                        "`{other}` is not a job state; give one of {}",
+                        trainyard_domain::JobState::ALL
+                            .map(|s| s.as_str())
+                            .join(", ")
+                    ),
+                )));
+            }
+        },
+    };
     Ok(store()?
-        .find_jobs(&[], 200, &whose)
+        .find_jobs(&states, JOBS_SHOWN as u64, &whose)
         .await?
         .into_iter()
         .map(|r| r.job)

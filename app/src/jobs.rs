@@ -129,7 +129,26 @@ pub fn JobsPage() -> impl IntoView {
     let tick = RwSignal::new(0u32);
     let query = use_query_map();
     let all = move || query.read().get("all").is_some_and(|v| v == "1");
-    let jobs = Resource::new(move || (tick.get(), all()), |(_, all)| list_job_page(all));
+    let state = move || query.read().get("state").unwrap_or_default();
+    let jobs = Resource::new(
+        move || (tick.get(), all(), state()),
+        |(_, all, state)| list_job_page(all, state),
+    );
+    // The filter's links keep whose jobs are shown, and the other way round.
+    let link = move |all: bool, state: &str| {
+        let mut query = Vec::new();
+        if all {
+            query.push("all=1".to_owned());
+        }
+        if !state.is_empty() {
+            query.push(format!("state={state}"));
+        }
+        if query.is_empty() {
+            "/jobs".to_owned()
+        } else {
+            format!("/jobs?{}", query.join("&"))
+        }
+    };
     refresh_while(tick, move || {
         jobs.get_untracked()
             .and_then(Result::ok)
@@ -142,12 +161,23 @@ pub fn JobsPage() -> impl IntoView {
             <a class="button" href="/submit" data-testid="new-job">"Submit a job"</a>
         </section>
         <nav class="tabs" aria-label="Whose jobs">
-            <a href="/jobs" aria-current=move || (!all()).then_some("page")>"Mine"</a>
-            <a href="/jobs?all=1" aria-current=move || all().then_some("page") data-testid="all-jobs">"All I can see"</a>
+            <a href=move || link(false, &state()) aria-current=move || (!all()).then_some("page")>"Mine"</a>
+            <a href=move || link(true, &state()) aria-current=move || all().then_some("page") data-testid="all-jobs">"All I can see"</a>
+        </nav>
+        <nav class="tabs" aria-label="Which state" data-testid="job-states">
+            {[("", "Any state"), ("QUEUED", "Queued"), ("RUNNING", "Running"), ("SUCCEEDED", "Succeeded"), ("FAILED", "Failed"), ("CANCELLED", "Cancelled")]
+                .into_iter()
+                .map(|(code, label)| view! {
+                    <a href=move || link(all(), code) aria-current=move || (state() == code).then_some("page") data-state=code>{label}</a>
+                })
+                .collect_view()}
         </nav>
         <Transition fallback=|| view! { <p class="muted">"Loading jobs…"</p> }>
             {move || Suspend::new(async move {
                 match jobs.await {
+                    Ok(list) if list.is_empty() && !state().is_empty() => view! {
+                        <p class="empty" data-testid="jobs-empty">"No job in this state."</p>
+                    }.into_any(),
                     Ok(list) if list.is_empty() => view! {
                         <p class="empty" data-testid="jobs-empty">
                             "No jobs yet. "
@@ -160,7 +190,13 @@ pub fn JobsPage() -> impl IntoView {
                         let now = now_ms();
                         // Whose each is, where the list has others' jobs.
                         let whose = all();
+                        let cut = list.len() >= crate::api::JOBS_SHOWN;
                         view! {
+                            {cut.then(|| view! {
+                                <p class="muted" data-testid="jobs-cut">
+                                    {format!("The newest {} are shown: choose a state above for others, or list more with `trainyard jobs --limit N` (up to 1,000).", crate::api::JOBS_SHOWN)}
+                                </p>
+                            })}
                             <table class="table" data-testid="jobs">
                                 <thead><tr>
                                     <th class="num">"#"</th><th>"Name"</th>
@@ -281,39 +317,78 @@ fn param_input(name: String, param: ParamSpec, error: Signal<Option<AppError>>) 
     }
 }
 
+/// What a job submitted before fills the form with (`/submit?from=ID`):
+/// its spec as it was given, and the team it counted against.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct Prefill {
+    from: i64,
+    spec: trainyard_domain::job::JobSpec,
+    team: Option<String>,
+}
+
 /// `/submit?template=SLUG`: the form for a template's job, or (without a
-/// template) for a command of one's own. Posts work without JavaScript.
+/// template) for a command of one's own; `/submit?from=ID`: the form filled
+/// with job ID's spec, to change and submit again. Posts work without
+/// JavaScript.
 #[component]
 pub fn SubmitPage() -> impl IntoView {
     let query = use_query_map();
-    let slug = move || query.read().get("template").unwrap_or_default();
-    let template = Resource::new(slug, |slug| async move {
-        // Someone in several teams chooses which one the job counts against.
-        let teams = crate::api::whoami()
-            .await
-            .ok()
-            .flatten()
-            .map(|me| me.user.teams)
-            .unwrap_or_default();
-        let (template, beyond) = if slug.is_empty() {
-            (Ok(None), None)
-        } else {
-            // Asks beyond what this server has, said before submitting.
-            let beyond = crate::api::templates_too_big()
+    let asked_slug = move || query.read().get("template").unwrap_or_default();
+    let from = move || {
+        query
+            .read()
+            .get("from")
+            .and_then(|id| id.parse::<i64>().ok())
+    };
+    let template = Resource::new(
+        move || (asked_slug(), from()),
+        |(slug, from)| async move {
+            let prefill = match from {
+                Some(id) => {
+                    let page = match get_job(id).await {
+                        Ok(page) => page,
+                        Err(e) => return Err(e),
+                    };
+                    Some(Prefill {
+                        from: id,
+                        spec: page.job.spec.clone(),
+                        team: page.job.team.clone(),
+                    })
+                }
+                None => None,
+            };
+            // The job's template, when the form is filled from a job.
+            let slug = match &prefill {
+                Some(p) => p.spec.template.clone().unwrap_or_default(),
+                None => slug,
+            };
+            // Someone in several teams chooses which one the job counts against.
+            let teams = crate::api::whoami()
                 .await
-                .unwrap_or_default()
-                .into_iter()
-                .find(|(s, _)| *s == slug)
-                .map(|(_, why)| why);
-            (get_template(slug).await, beyond)
-        };
-        // The experiments the caller sees, suggested as they type.
-        let experiments = crate::explorer::api::list_experiments(false)
-            .await
-            .map(|list| list.into_iter().map(|e| e.name).collect())
-            .unwrap_or_default();
-        template.map(|t| (t, teams, experiments, beyond))
-    });
+                .ok()
+                .flatten()
+                .map(|me| me.user.teams)
+                .unwrap_or_default();
+            let (template, beyond) = if slug.is_empty() {
+                (Ok(None), None)
+            } else {
+                // Asks beyond what this server has, said before submitting.
+                let beyond = crate::api::templates_too_big()
+                    .await
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|(s, _)| *s == slug)
+                    .map(|(_, why)| why);
+                (get_template(slug.clone()).await, beyond)
+            };
+            // The experiments the caller sees, suggested as they type.
+            let experiments = crate::explorer::api::list_experiments(false)
+                .await
+                .map(|list| list.into_iter().map(|e| e.name).collect())
+                .unwrap_or_default();
+            template.map(|t| (t, slug, teams, experiments, beyond, prefill))
+        },
+    );
     let submit = ServerAction::<SubmitJob>::new();
     let error = Signal::derive(move || submit.value().get().and_then(Result::err));
     view! {
@@ -322,13 +397,15 @@ pub fn SubmitPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match template.await {
-                    Ok((None, _, _, _)) if !slug().is_empty() => view! {
+                    Ok((None, slug, _, _, _, _)) if !slug.is_empty() => view! {
                         <p class="error" role="alert">
-                            "There is no template “" {slug()} "” in the catalog. "
+                            "There is no template “" {slug} "” in the catalog. "
                             <a href="/templates">"Choose one from the catalog"</a>
                         </p>
                     }.into_any(),
-                    Ok((t, teams, experiments, beyond)) => submit_form(t, teams, experiments, beyond, submit, error).into_any(),
+                    Ok((t, _, teams, experiments, beyond, prefill)) => {
+                        submit_form(t, teams, experiments, beyond, prefill, submit, error).into_any()
+                    }
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -341,18 +418,20 @@ fn submit_form(
     teams: Vec<trainyard_domain::identity::Team>,
     experiments: Vec<String>,
     beyond: Option<String>,
+    prefill: Option<Prefill>,
     submit: ServerAction<SubmitJob>,
     error: Signal<Option<AppError>>,
 ) -> impl IntoView {
-    let resources = template
-        .as_ref()
-        .map(|t| t.spec.resources.clone())
+    let spec = prefill.as_ref().map(|p| &p.spec);
+    let resources = spec
+        .and_then(|s| s.resources.clone())
+        .or_else(|| template.as_ref().map(|t| t.spec.resources.clone()))
         .unwrap_or_default();
-    let max_runtime = template
-        .as_ref()
-        .and_then(|t| t.spec.max_runtime.clone())
+    let max_runtime = spec
+        .and_then(|s| s.max_runtime.clone())
+        .or_else(|| template.as_ref().and_then(|t| t.spec.max_runtime.clone()))
         .unwrap_or_default();
-    let (slug, heading, params) = match &template {
+    let (slug, heading, mut params) = match &template {
         Some(t) => (
             t.slug.clone(),
             view! {
@@ -387,10 +466,45 @@ fn submit_form(
     let takes_datasets = template
         .as_ref()
         .is_none_or(|t| !t.builtin || t.spec.datasets);
-    let default_name = template
-        .as_ref()
-        .map(|t| t.slug.clone())
-        .unwrap_or_default();
+    let default_name = match spec {
+        Some(s) => s.name.clone(),
+        None => template
+            .as_ref()
+            .map(|t| t.slug.clone())
+            .unwrap_or_default(),
+    };
+    // Filled from a job: its values where the form asks for them.
+    let hyperparameters = spec.map(|s| s.hyperparameters.clone()).unwrap_or_default();
+    for (name, param) in &mut params {
+        if let Some(value) = hyperparameters.get(name) {
+            param.default = Some(value.clone());
+        }
+    }
+    let own_hyperparameters = if custom {
+        hyperparameters
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        String::new()
+    };
+    let experiment = spec.and_then(|s| s.experiment.clone()).unwrap_or_default();
+    let command = spec.and_then(|s| s.command.clone()).unwrap_or_default();
+    let datasets = spec.map(|s| s.datasets.join(", ")).unwrap_or_default();
+    let retries = spec.map_or(0, |s| s.retries);
+    let priority = spec.map_or(0, |s| s.priority);
+    let never_preempt = spec.is_some_and(|s| !s.preemptible);
+    let chosen_team = prefill.as_ref().and_then(|p| p.team.clone());
+    let project = spec.and_then(|s| s.project.clone());
+    let from_note = prefill.as_ref().map(|p| {
+        view! {
+            <p class="hint" data-testid="prefilled">
+                "Filled from " <a href=format!("/jobs/{}", p.from)>{format!("job #{}", p.from)}</a>
+                ": change what you want and submit it as a new job."
+            </p>
+        }
+    });
     let other_error = move || {
         error.get().filter(|e| {
             // Errors of fields not on this form are shown at the top.
@@ -401,6 +515,7 @@ fn submit_form(
     };
     view! {
         {heading}
+        {from_note}
         {move || other_error().map(|e| view! { <ErrorNote error=e/> })}
         <ActionForm action=submit attr:class="form" attr:data-testid="submit-job">
             <input type="hidden" name="form[template]" value=slug/>
@@ -409,7 +524,7 @@ fn submit_form(
             </Field>
             <Field label="Experiment" field="experiment" error=error>
                 <input type="text" name="form[experiment]" placeholder="Default" maxlength="500"
-                    list="experiment-names" autocomplete="off"/>
+                    list="experiment-names" autocomplete="off" value=experiment/>
                 <datalist id="experiment-names">
                     {experiments.into_iter().map(|name| view! { <option value=name/> }).collect_view()}
                 </datalist>
@@ -417,10 +532,10 @@ fn submit_form(
             {custom.then(|| view! {
                 <Field label="Command" field="command" error=error>
                     <textarea name="form[command]" rows="3" required
-                        placeholder="python3 train.py --lr {lr}"></textarea>
+                        placeholder="python3 train.py --lr {lr}">{command}</textarea>
                 </Field>
                 <Field label="Hyperparameters (name=value, one per line)" field="hyperparameters" error=error>
-                    <textarea name="form[hyperparameters]" rows="4" placeholder="lr=0.01\nepochs=20"></textarea>
+                    <textarea name="form[hyperparameters]" rows="4" placeholder="lr=0.01\nepochs=20">{own_hyperparameters}</textarea>
                 </Field>
             })}
             {(!params.is_empty()).then(|| view! {
@@ -429,10 +544,10 @@ fn submit_form(
                     {params.into_iter().map(|(name, p)| param_input(name, p, error)).collect_view()}
                 </fieldset>
             })}
-            {takes_project.then(|| view! { <ProjectUpload/> })}
+            {takes_project.then(|| view! { <ProjectUpload kept=project/> })}
             {takes_datasets.then(|| view! {
                 <Field label="Datasets (names, separated by commas)" field="datasets" error=error>
-                    <input type="text" name="form[datasets]" placeholder="e.g. cifar10" autocomplete="off"/>
+                    <input type="text" name="form[datasets]" placeholder="e.g. cifar10" autocomplete="off" value=datasets/>
                 </Field>
             })}
             <fieldset class="row">
@@ -455,21 +570,24 @@ fn submit_form(
                     <input type="text" name="form[max_runtime]" value=max_runtime placeholder="24h" size="6"/>
                 </Field>
                 <Field label="Retries" field="retries" error=error>
-                    <input type="number" name="form[retries]" min="0" max="10" step="1" value="0"/>
+                    <input type="number" name="form[retries]" min="0" max="10" step="1" value=retries/>
                 </Field>
                 <Field label="Priority" field="priority" error=error>
-                    <input type="number" name="form[priority]" min="-10" max="10" step="1" value="0"/>
+                    <input type="number" name="form[priority]" min="-10" max="10" step="1" value=priority/>
                 </Field>
             </fieldset>
             {(teams.len() > 1).then(|| view! {
                 <Field label="Team (its GPUs count against this team's quota and share)" field="team" error=error>
                     <select name="form[team]" data-testid="submit-team">
-                        {teams.into_iter().map(|t| view! { <option value=t.name.clone()>{t.name.clone()}</option> }).collect_view()}
+                        {teams.into_iter().map(|t| {
+                            let selected = chosen_team.as_deref() == Some(t.name.as_str());
+                            view! { <option value=t.name.clone() selected=selected>{t.name.clone()}</option> }
+                        }).collect_view()}
                     </select>
                 </Field>
             })}
             <Field label="Never preempt" field="preemptible" error=error>
-                <input type="checkbox" name="form[never_preempt]" value="on" data-testid="never-preempt"/>
+                <input type="checkbox" name="form[never_preempt]" value="on" data-testid="never-preempt" checked=never_preempt/>
                 <span class="hint">" runs only on the team's own (guaranteed) GPUs, never on borrowed ones: it is never stopped for another team, and may wait longer"</span>
             </Field>
             <button type="submit" disabled=move || submit.pending().get()>"Submit"</button>
@@ -492,9 +610,17 @@ enum UploadState {
 /// The project archive for the job: uploaded as soon as it is chosen, with
 /// its progress; its id goes with the form. (Needs JavaScript; without it,
 /// `trainyard submit --file` does the same.)
+/// `kept`: the project a job filled the form with, sent with it unless
+/// another file is chosen.
 #[component]
-fn ProjectUpload() -> impl IntoView {
-    let state = RwSignal::new(UploadState::Idle);
+fn ProjectUpload(kept: Option<String>) -> impl IntoView {
+    let state = RwSignal::new(match kept {
+        Some(id) => UploadState::Done(
+            id.clone(),
+            format!("the project the job ran with (upload {id}); choose a file to send another"),
+        ),
+        None => UploadState::Idle,
+    });
     let id = move || match state.get() {
         UploadState::Done(id, _) => id,
         _ => String::new(),
@@ -704,7 +830,8 @@ pub fn JobPage() -> impl IntoView {
                         let cancellable = !job.state.is_terminal();
                         let yours = p.yours;
                         view! {
-                            <Title text=format!("Job {} · {}", job.id, job.name)/>
+                            // Its state first, so that a tab left open says when it ends.
+                            <Title text=format!("{} · Job {} · {}", job.state.label(), job.id, job.name)/>
                             <section class="page-head">
                                 <h1>{job.name.clone()}</h1>
                                 <span class=state_class(job.state) data-testid="job-state">{job.state.label()}</span>
@@ -714,6 +841,9 @@ pub fn JobPage() -> impl IntoView {
                                         <input type="hidden" name="id" value=job.id/>
                                         <button type="submit" class="secondary" data-testid="retry">"Run again"</button>
                                     </ActionForm>
+                                })}
+                                {yours.then(|| view! {
+                                    <a class="button secondary" href=format!("/submit?from={}", job.id) data-testid="edit-resubmit">"Edit and resubmit"</a>
                                 })}
                                 {(yours && cancellable).then(|| view! {
                                     <ActionForm action=cancel attr:class="inline-form">

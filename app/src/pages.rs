@@ -165,11 +165,19 @@ pub fn HomePage() -> impl IntoView {
                                     <span class="figure">{total}</span>
                                     <span class="label">{plural(total, "job", "jobs")}</span>
                                 </a>
-                                <a class="card" href="/admin" data-testid="figure-gpus">
-                                    <span class="figure">{o.gpus}</span>
-                                    <span class="label">{plural(o.gpus, "GPU", "GPUs")}</span>
-                                    <span class="sub">"on " {o.nodes} " " {plural(o.nodes, "node", "nodes")}</span>
-                                </a>
+                                {
+                                    let figure = view! {
+                                        <span class="figure">{o.gpus}</span>
+                                        <span class="label">{plural(o.gpus, "GPU", "GPUs")}</span>
+                                        <span class="sub">"on " {o.nodes} " " {plural(o.nodes, "node", "nodes")}</span>
+                                    };
+                                    // The nodes' page is the admins'.
+                                    if o.admin {
+                                        view! { <a class="card" href="/admin" data-testid="figure-gpus">{figure}</a> }.into_any()
+                                    } else {
+                                        view! { <div class="card" data-testid="figure-gpus">{figure}</div> }.into_any()
+                                    }
+                                }
                             </div>
                             <h2>"Jobs by state"</h2>
                             <table class="table narrow" data-testid="jobs-by-state">

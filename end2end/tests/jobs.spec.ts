@@ -84,6 +84,8 @@ test('the demo template runs from the catalog and its log streams live', async (
   await runPage.screenshot({ path: test.info().outputPath('demo-run.png'), fullPage: true });
   await runPage.close();
   await expectState(page, 'Succeeded', 60_000);
+  // The tab says so too, for whoever looks elsewhere meanwhile.
+  await expect(page).toHaveTitle(/^Succeeded · Job \d+ · /);
   await expect(log).toContainText('epoch 80/80');
   await expect(page.getByTestId('events')).toContainText('exited with code 0');
   if (process.getuid?.() === 0) {
@@ -168,6 +170,23 @@ test('the log follows its tail unless the reader scrolled up', async ({ page }) 
   await expectState(page, 'Cancelled');
 });
 
+test('the job page follows a retry to its new attempt', async ({ page, request }) => {
+  const id = await submitByApi(request, {
+    name: 'fails once',
+    command:
+      'if [ -e "$TRAINYARD_CHECKPOINT_DIR/tried" ]; then echo "second attempt runs"; else touch "$TRAINYARD_CHECKPOINT_DIR/tried"; echo "first attempt runs"; sleep 8; exit 3; fi',
+    retries: 1,
+    resources: { memory: '64Mi' },
+  });
+  await page.goto(`/jobs/${id}`);
+  const log = page.getByTestId('log');
+  await expect(log).toContainText('first attempt runs', { timeout: 30_000 });
+  await expectState(page, 'Succeeded', 60_000);
+  // The log shown is the new attempt's, without a reload.
+  await expect(log).toContainText('second attempt runs');
+  await expect(log).not.toContainText('first attempt runs');
+});
+
 test('a project archive uploads with progress and the job runs it', async ({ page }) => {
   const dir = mkdtempSync(join(tmpdir(), 'trainyard-project-'));
   writeFileSync(join(dir, 'run.sh'), 'echo "project says $(cat message.txt)"\n');
@@ -207,6 +226,25 @@ test('a project archive uploads with progress and the job runs it', async ({ pag
   await expect(page).toHaveURL(/\/jobs\/\d+$/);
   await expectState(page, 'Succeeded');
   await expect(page.getByTestId('log')).toContainText('project says hello from the archive');
+  const first = page.url();
+
+  // Edited and submitted again: the form comes filled with the job's
+  // command, project and resources; a change makes a new job.
+  await page.getByTestId('edit-resubmit').click();
+  await expect(page).toHaveURL(/\/submit\?from=\d+$/);
+  await expect(page.getByTestId('prefilled')).toContainText('Filled from job #');
+  await expect(form.locator('input[name="form[name]"]')).toHaveValue('from an archive');
+  await expect(form.locator('textarea[name="form[command]"]')).toHaveValue('sh run.sh');
+  await expect(page.getByTestId('upload-done')).toContainText('the project the job ran with');
+  await form.locator('input[name="form[name]"]').fill('from an archive, again');
+  await form.locator('textarea[name="form[command]"]').fill('sh run.sh; echo "lr was {lr}"');
+  await form.locator('textarea[name="form[hyperparameters]"]').fill('lr=0.5');
+  await form.getByRole('button', { name: 'Submit' }).click();
+  await expect(page).toHaveURL(/\/jobs\/\d+$/);
+  expect(page.url()).not.toBe(first);
+  await expectState(page, 'Succeeded');
+  await expect(page.getByTestId('log')).toContainText('project says hello from the archive');
+  await expect(page.getByTestId('log')).toContainText('lr was 0.5');
 });
 
 test('a template written in the browser joins the catalog and runs', async ({ page }) => {
@@ -274,6 +312,14 @@ test('a job waiting for the only GPU shows its place and reason', async ({ page,
     await expect(row).toContainText('#1 · no node has 1 free GPU; largest free block is 0');
     await expect(row).toContainText('Queued');
     await expect(page.locator(`tr[data-job="${first}"]`)).toContainText('Running');
+    // Narrowed to a state: only the waiting one, and back to any.
+    await page.getByTestId('job-states').getByRole('link', { name: 'Queued' }).click();
+    await expect(page).toHaveURL(/\/jobs\?state=QUEUED$/);
+    await expect(page.locator(`tr[data-job="${second}"]`)).toBeVisible();
+    await expect(page.locator(`tr[data-job="${first}"]`)).toHaveCount(0);
+    await expect(page.locator('tr[data-state="RUNNING"]')).toHaveCount(0);
+    await page.getByTestId('job-states').getByRole('link', { name: 'Any state' }).click();
+    await expect(page.locator(`tr[data-job="${first}"]`)).toBeVisible();
 
     // The admin page draws who holds the machine's GPU.
     await page.goto('/admin');

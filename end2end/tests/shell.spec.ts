@@ -40,6 +40,10 @@ test.describe('without JavaScript', () => {
     // One of a thing is singular ("on 1 node"), others plural.
     await expect(page.getByTestId('figure-gpus')).toContainText(/(^|\D)(1\s*GPU(?!s)|([02-9]|\d\d+)\s*GPUs)/);
     await expect(page.getByTestId('figure-gpus')).toContainText(/on (1 node|([02-9]|\d\d+) nodes)$/);
+    // The executor's GPUs, as the admin page counts them (one simulated
+    // here), linked for an admin.
+    await expect(page.getByTestId('figure-gpus')).toHaveText(/^\s*1\s*GPU\s*on 1 node\s*$/);
+    await expect(page.getByTestId('figure-gpus')).toHaveAttribute('href', '/admin');
     await expect(page.getByTestId('jobs-by-state')).toContainText('Queued');
     await expect(page).toHaveTitle('Trainyard');
   });

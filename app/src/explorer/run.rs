@@ -712,7 +712,7 @@ fn confirm_delete(name: String) -> impl Fn(leptos::ev::MouseEvent) {
         #[cfg(feature = "hydrate")]
         {
             let question = format!(
-                "Delete the run {name}? It leaves the experiment's table; MLflow's restore-run brings it back until the server's garbage collection."
+                "Delete the run {name}? It leaves the experiment's table, and MLflow's restore-run brings it back; its artifacts stay on the server and still count against your artifact quota."
             );
             let yes = web_sys::window()
                 .and_then(|w| w.confirm_with_message(&question).ok())

@@ -89,8 +89,13 @@ pub struct Overview {
     pub active_runs: u64,
     /// Every state, in [`JobState::ALL`] order, with its count (zeros included).
     pub jobs_by_state: Vec<(JobState, u64)>,
+    /// The nodes jobs run on and their GPUs: the executor's, as the admin
+    /// page counts them (those the agents reported, while it cannot tell).
     pub nodes: u64,
     pub gpus: u64,
+    /// The viewer is an admin, who may open the nodes' page.
+    #[serde(default)]
+    pub admin: bool,
 }
 
 impl Overview {

@@ -444,6 +444,7 @@ impl Store {
             jobs_by_state,
             nodes,
             gpus,
+            admin: false,
         })
     }
 
