@@ -349,9 +349,14 @@ pub fn SubmitPage() -> impl IntoView {
                         Ok(page) => page,
                         Err(e) => return Err(e),
                     };
+                    let mut spec = page.job.spec.clone();
+                    // Someone else's project is theirs to run from.
+                    if !page.yours {
+                        spec.project = None;
+                    }
                     Some(Prefill {
                         from: id,
-                        spec: page.job.spec.clone(),
+                        spec,
                         team: page.job.team.clone(),
                     })
                 }
@@ -498,10 +503,38 @@ fn submit_form(
     let chosen_team = prefill.as_ref().and_then(|p| p.team.clone());
     let project = spec.and_then(|s| s.project.clone());
     let from_note = prefill.as_ref().map(|p| {
+        // What the form has no field for is said, not dropped silently.
+        let mut left_out = Vec::new();
+        if let Some(image) = &p.spec.image {
+            left_out.push(format!("its image ({image})"));
+        }
+        if !p.spec.env.is_empty() {
+            let names: Vec<&str> = p.spec.env.keys().map(String::as_str).collect();
+            left_out.push(format!("its environment variables ({})", names.join(", ")));
+        }
+        if !custom {
+            let extra: Vec<&str> = p
+                .spec
+                .hyperparameters
+                .keys()
+                .filter(|k| !params.contains_key(*k))
+                .map(String::as_str)
+                .collect();
+            if !extra.is_empty() {
+                left_out.push(format!(
+                    "its hyperparameters that are not the template's ({})",
+                    extra.join(", ")
+                ));
+            }
+        }
         view! {
             <p class="hint" data-testid="prefilled">
                 "Filled from " <a href=format!("/jobs/{}", p.from)>{format!("job #{}", p.from)}</a>
                 ": change what you want and submit it as a new job."
+                {(!left_out.is_empty()).then(|| format!(
+                    " This form has no place for {}: the new job runs without them (`trainyard submit` with the job's spec keeps them).",
+                    left_out.join(" or ")
+                ))}
             </p>
         }
     });

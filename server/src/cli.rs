@@ -258,7 +258,11 @@ async fn upload(remote: &Remote, archive: &Path, kind: &str, name: &str) -> Resu
         let kept = remote
             .get_json(&format!("/api/trainyard/v1/uploads?sha256={digest}"))
             .await?;
-        if let Some(upload) = kept["uploads"].as_array().and_then(|list| list.first()) {
+        // A server that says the digest back has looked it up; one before
+        // this query lists every upload, which is no answer.
+        let looked_up = kept["sha256"].as_str() == Some(digest.as_str());
+        if looked_up && let Some(upload) = kept["uploads"].as_array().and_then(|list| list.first())
+        {
             eprintln!(
                 "{} is unchanged since upload {}: it runs from that one",
                 archive.display(),

@@ -884,9 +884,12 @@ pub async fn upload(
         state.jobs.discard_upload(&upload).await?;
         return Err(refusal);
     }
-    // Kept for good: the same archive sent again is this one from now on.
-    if upload.kind == "project" {
-        state.store.set_upload_digest(&upload.id, &digest).await?;
+    // Kept for good: the same archive sent again is this one from now on
+    // (if this fails, it is only sent again in full).
+    if upload.kind == "project"
+        && let Err(error) = state.store.set_upload_digest(&upload.id, &digest).await
+    {
+        tracing::warn!(upload = %upload.id, %error, "could not record the upload's digest");
     }
     Ok((StatusCode::CREATED, Json(UploadAnswer { upload, reused })))
 }
@@ -943,6 +946,11 @@ pub struct UploadList {
     /// Their files and folders, and what that quota allows (null: none).
     pub used_entries: u64,
     pub quota_entries: Option<u64>,
+    /// The SHA-256 asked for, said back: a client trusts `uploads` as the
+    /// project of that archive only then (a server before this query
+    /// lists every upload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -990,6 +998,7 @@ pub async fn uploads(
     };
     let used = state.store.upload_use_of(id).await?;
     Ok(Json(UploadList {
+        sha256: q.sha256,
         uploads,
         used_bytes: used.bytes,
         quota_bytes: state.upload_quota_bytes,

@@ -1953,34 +1953,20 @@ impl Jobs {
 
     /// Records the GPU time of an attempt that ended (or was stopped):
     /// by the hour in the store, and in the decayed usage. What a move to
-    /// another team charged already is not charged again.
+    /// another team charged already is not charged again, and a move at
+    /// the same moment is charged once (the store guards both).
     async fn account(&self, record: &JobRecord) {
-        // The team and the charge as they are now: the job may have moved
-        // since the cycle read it.
-        let fresh = self.store().get_job(record.job.id).await.ok();
-        let record = fresh
-            .as_ref()
-            .filter(|r| r.job.started_at == record.job.started_at)
-            .unwrap_or(record);
         let job = &record.job;
-        let (Some(from), gpus) = (record.charge_start(), job.gpu_indices.len() as u32) else {
+        let Some(started) = job.started_at else {
             return;
         };
-        if gpus == 0 {
-            return;
+        match self.store().charge_attempt(job.id, started).await {
+            Ok(Some(span)) => self.book_usage(&span),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(job = job.id, %error, "could not record the job's GPU time");
+            }
         }
-        let now = now_millis();
-        let span = trainyard_store::GpuSpan {
-            team_id: record.team_id.unwrap_or(0),
-            user_id: record.owner_id.unwrap_or(0),
-            from_ms: from,
-            to_ms: now.max(from),
-            gpus,
-        };
-        if let Err(error) = self.store().add_gpu_usage(&[span]).await {
-            tracing::warn!(job = job.id, %error, "could not record the job's GPU time");
-        }
-        self.book_usage(&span);
     }
 
     /// Adds recorded GPU time to the decayed usage, once it is loaded.

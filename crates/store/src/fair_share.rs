@@ -478,6 +478,14 @@ mod tests {
         let again = again.unwrap();
         assert_eq!((again.team_id, again.from_ms), (nlp, span.to_ms));
 
+        // The attempt's end charges what is left since the last move, to
+        // the team it runs for then; once, and not for another attempt.
+        let end = store.charge_attempt(id, started).await.unwrap().unwrap();
+        assert_eq!((end.team_id, end.from_ms), (vision, again.to_ms));
+        assert_eq!(store.charge_attempt(id, started + 1).await.unwrap(), None);
+        let again_end = store.charge_attempt(id, started).await.unwrap().unwrap();
+        assert_eq!(again_end.from_ms, end.to_ms, "nothing charged twice");
+
         // A new attempt is charged from its own start.
         let restart = started + HOUR_MS * 3;
         assert!(

@@ -583,6 +583,37 @@ impl Store {
     }
 }
 
+/// `update` only where the job's attempt and charge are still those of
+/// `seen`: what keeps a part of an attempt from being charged twice.
+fn unchanged_charge(
+    update: sea_orm::UpdateMany<job::Entity>,
+    seen: &job::Model,
+) -> sea_orm::UpdateMany<job::Entity> {
+    let update = match seen.started_at {
+        Some(at) => update.filter(job::Column::StartedAt.eq(at)),
+        None => update.filter(job::Column::StartedAt.is_null()),
+    };
+    match seen.charged_from {
+        Some(at) => update.filter(job::Column::ChargedFrom.eq(at)),
+        None => update.filter(job::Column::ChargedFrom.is_null()),
+    }
+}
+
+/// The GPU time of a running attempt not charged yet, up to `now`.
+fn charge_span(record: &JobRecord, now: i64) -> Option<crate::GpuSpan> {
+    let gpus = record.job.gpu_indices.len() as u32;
+    let from = record.charge_start()?;
+    (gpus > 0 && matches!(record.job.state, JobState::Starting | JobState::Running)).then(|| {
+        crate::GpuSpan {
+            team_id: record.team_id.unwrap_or(0),
+            user_id: record.owner_id.unwrap_or(0),
+            from_ms: from,
+            to_ms: now.max(from),
+            gpus,
+        }
+    })
+}
+
 /// An entry in a job's timeline, at `time`.
 async fn insert_event(
     db: &impl sea_orm::ConnectionTrait,
@@ -755,37 +786,42 @@ impl Store {
                 return Err(not_found_job(id));
             };
             let now = now_millis();
-            let moved = job::Entity::update_many()
-                .col_expr(job::Column::TeamId, Expr::value(team_id))
-                .col_expr(job::Column::ChargedFrom, Expr::value(now))
-                .filter(job::Column::Id.eq(id))
-                .filter(job::Column::State.is_in(
-                    [JobState::Queued, JobState::Starting, JobState::Running].map(|s| s.as_str()),
-                ))
-                .exec(&txn)
-                .await?
-                .rows_affected
+            // Only if its attempt and charge are still what was read: two
+            // moves at once (PostgreSQL takes no write turn), or its
+            // attempt's end charged meanwhile, would charge a part twice.
+            let moved = unchanged_charge(
+                job::Entity::update_many()
+                    .col_expr(job::Column::TeamId, Expr::value(team_id))
+                    .col_expr(job::Column::ChargedFrom, Expr::value(now))
+                    .filter(job::Column::Id.eq(id))
+                    .filter(
+                        job::Column::State.is_in(
+                            [JobState::Queued, JobState::Starting, JobState::Running]
+                                .map(|s| s.as_str()),
+                        ),
+                    ),
+                &before,
+            )
+            .exec(&txn)
+            .await?
+            .rows_affected
                 == 1;
             if !moved {
-                return Err(ended());
+                let now_ended = job::Entity::find_by_id(id)
+                    .one(&txn)
+                    .await?
+                    .and_then(|m| JobState::parse(&m.state))
+                    .is_none_or(JobState::is_terminal);
+                return Err(if now_ended {
+                    ended()
+                } else {
+                    StoreError::Rejected(format!(
+                        "job {id} changed while it was being moved (another move, or its attempt ended); look at it again and retry"
+                    ))
+                });
             }
             let before = record(before)?;
-            let gpus = before.job.gpu_indices.len() as u32;
-            let charged = match before.charge_start() {
-                Some(from)
-                    if gpus > 0
-                        && matches!(before.job.state, JobState::Starting | JobState::Running) =>
-                {
-                    Some(crate::GpuSpan {
-                        team_id: before.team_id.unwrap_or(0),
-                        user_id: before.owner_id.unwrap_or(0),
-                        from_ms: from,
-                        to_ms: now.max(from),
-                        gpus,
-                    })
-                }
-                _ => None,
-            };
+            let charged = charge_span(&before, now);
             if let Some(span) = &charged {
                 self.add_gpu_usage_in(&txn, std::slice::from_ref(span))
                     .await?;
@@ -803,6 +839,53 @@ impl Store {
             charged
         };
         Ok((self.named_job(id).await?, charged))
+    }
+
+    /// Charges what an attempt that ended (attempt started at
+    /// `started_at`) used and is not charged yet, to the team it runs for
+    /// now, and marks it charged, in one transaction guarded as a move is:
+    /// a move at the same moment is charged once, by one or the other. The
+    /// span charged, if any (the attempt has moved on, or used no GPU).
+    pub async fn charge_attempt(
+        &self,
+        id: i64,
+        started_at: i64,
+    ) -> Result<Option<crate::GpuSpan>, StoreError> {
+        for _ in 0..3 {
+            let _turn = self.write_turn().await;
+            let txn = self.begin_write().await?;
+            let Some(seen) = job::Entity::find_by_id(id).one(&txn).await? else {
+                return Ok(None);
+            };
+            if seen.started_at != Some(started_at) {
+                return Ok(None);
+            }
+            let now = now_millis();
+            let marked = unchanged_charge(
+                job::Entity::update_many()
+                    .col_expr(job::Column::ChargedFrom, Expr::value(now))
+                    .filter(job::Column::Id.eq(id)),
+                &seen,
+            )
+            .exec(&txn)
+            .await?
+            .rows_affected
+                == 1;
+            if !marked {
+                // Moved meanwhile: read again.
+                continue;
+            }
+            let charged = charge_span(&record(seen)?, now);
+            if let Some(span) = &charged {
+                self.add_gpu_usage_in(&txn, std::slice::from_ref(span))
+                    .await?;
+            }
+            txn.commit().await?;
+            return Ok(charged);
+        }
+        Err(StoreError::Rejected(format!(
+            "job {id} kept changing while its GPU time was charged"
+        )))
     }
 
     /// Asks for a job to stop. A queued job is cancelled at once; a running

@@ -565,15 +565,20 @@ fn test(
 
 /// A text column (a param's value) as a number where it is one, NULL
 /// where not: what a number in a query compares it with, and what sorting
-/// by a param orders by first.
+/// by a param orders by first. The digits and exponent are bounded, so
+/// that no value (`1e999`) makes PostgreSQL's cast fail the query; SQLite
+/// takes the same shapes, as near as its patterns allow.
 pub(crate) fn numeric_text(postgres: bool, column: &str) -> String {
     if postgres {
         format!(
-            "(CASE WHEN {column} ~ '^\\s*[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?\\s*$' THEN CAST({column} AS DOUBLE PRECISION) END)"
+            "(CASE WHEN {column} ~ '^\\s*[-+]?([0-9]{{1,30}}\\.?[0-9]{{0,30}}|\\.[0-9]{{1,30}})([eE][-+]?[0-9]{{1,2}})?\\s*$' THEN CAST({column} AS DOUBLE PRECISION) END)"
         )
     } else {
         format!(
-            "(CASE WHEN {column} <> '' AND trim({column}, '0123456789.-+eE ') = '' THEN CAST({column} AS REAL) END)"
+            "(CASE WHEN {column} <> '' AND length({column}) <= 64 AND trim({column}, '0123456789.-+eE ') = '' \
+             AND {column} GLOB '*[0-9]*' AND {column} NOT GLOB '*.*.*' AND {column} NOT GLOB '*[eE]*[eE]*' \
+             AND {column} NOT GLOB '*[eE][0-9][0-9][0-9]*' AND {column} NOT GLOB '*[eE][-+][0-9][0-9][0-9]*' \
+             THEN CAST({column} AS REAL) END)"
         )
     }
 }

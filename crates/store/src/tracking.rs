@@ -329,7 +329,9 @@ impl Store {
         let txn = self.begin_write().await?;
         // A job that has not ended logs into it, and its next attempt
         // needs a new run there: archived under it, the job could not go
-        // on. Checked under the write turn, as jobs are made.
+        // on. On SQLite this is checked under the write turn, as jobs are
+        // made; on PostgreSQL a job submitted in the same instant can still
+        // slip in, and ends at its first retry (the supervisor's fallback).
         if deleted {
             use crate::entity::job;
             use sea_orm::{ColumnTrait, QueryFilter, QueryOrder, QuerySelect};

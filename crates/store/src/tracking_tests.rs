@@ -335,7 +335,8 @@ async fn runs_sort_by_a_param_as_numbers_then_text() {
         .create_experiment_with("batch sizes", None, &[], Owner::default())
         .await
         .unwrap();
-    for bs in ["128", "32", "large", "64", "1e3"] {
+    // `1e999` is no number either engine can hold: text, on both.
+    for bs in ["128", "32", "large", "64", "1e3", "1e999"] {
         let id = new_run(&store, exp, &format!("bs-{bs}")).await;
         store
             .log_batch(&id, &[], &[kv("bs", bs)], &[])
@@ -365,12 +366,35 @@ async fn runs_sort_by_a_param_as_numbers_then_text() {
     };
     assert_eq!(
         sorted("params.bs ASC").await,
-        ["bs-32", "bs-64", "bs-128", "bs-1e3", "bs-large", "without"]
+        [
+            "bs-32", "bs-64", "bs-128", "bs-1e3", "bs-1e999", "bs-large", "without"
+        ]
     );
     assert_eq!(
         sorted("params.bs DESC").await,
-        ["bs-1e3", "bs-128", "bs-64", "bs-32", "bs-large", "without"]
+        [
+            "bs-1e3", "bs-128", "bs-64", "bs-32", "bs-large", "bs-1e999", "without"
+        ]
     );
+    // Compared with a number, the same values are numbers (and `1e999`
+    // fails no query on PostgreSQL).
+    let filter = parse_filter("params.bs > 50", Scope::Runs).unwrap();
+    let over: Vec<_> = store
+        .search_runs(
+            &[exp],
+            filter.as_ref(),
+            &[parse_order_by("params.bs", Scope::Runs).unwrap()],
+            ViewType::ActiveOnly,
+            100,
+            0,
+            &Viewer::Everyone,
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.info.run_name)
+        .collect();
+    assert_eq!(over, ["bs-64", "bs-128", "bs-1e3"]);
 }
 
 #[tokio::test]

@@ -918,6 +918,11 @@ async fn an_unchanged_project_is_not_sent_again_even_at_the_quota() {
     let found = found.json();
     assert_eq!(found["uploads"].as_array().unwrap().len(), 1, "{found}");
     assert_eq!(found["uploads"][0]["id"], kept.as_str());
+    assert_eq!(
+        found["sha256"].as_str(),
+        Some(digest(&std::fs::read(&archive).unwrap()).as_str()),
+        "said back, so that a client knows it was looked up"
+    );
     let none = asked(digest(b"another archive")).await.json();
     assert_eq!(none["uploads"], json!([]), "{none}");
     let bad = asked("XYZ".to_owned()).await;
