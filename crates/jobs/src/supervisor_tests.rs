@@ -956,6 +956,14 @@ async fn gpu_hours_count_every_attempt_of_a_job() {
         "{held_ms} ms held, the latest attempt {latest_ms} ms: {usage:?}"
     );
     assert!(held_ms < latest_ms + 60_000.0, "{usage:?}");
+    // Asked in the very millisecond the latest attempt started, the job is
+    // still one of the period's (CI once asked in that millisecond).
+    let at_start = again.job.started_at.unwrap();
+    let usage = telemetry
+        .usage((at_start - 3_600_000, at_start), UsageBy::Person, at_start)
+        .await
+        .unwrap();
+    assert_eq!(usage.total.jobs, 1, "{usage:?}");
 }
 
 /// An experiment with a job that has not ended cannot be deleted under it;

@@ -658,7 +658,9 @@ impl Telemetry {
                 (None, false) => job.queued_at.filter(|q| *q > started).unwrap_or(started),
             };
             let (from, to) = (started.max(from_ms), ended.min(to_ms).min(now_ms));
-            if to <= from {
+            // A job running now is one of the period's jobs even in the
+            // millisecond it started; an ended one must have held some time.
+            if to < from || (to == from && !running) {
                 continue;
             }
             let hours = (to - from) as f64 / HOUR_MS;

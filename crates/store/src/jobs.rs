@@ -506,8 +506,9 @@ impl Store {
         Ok(recorded)
     }
 
-    /// The jobs that held GPUs at some moment of `[from, to)`: started
-    /// before `to`, and not finished by `from`. Oldest first.
+    /// The jobs that held GPUs at some moment of `[from, to]`: started by
+    /// `to` (one that started at `to` is running then), and not finished
+    /// by `from`. Oldest first.
     pub async fn jobs_on_gpus_between(
         &self,
         from_ms: i64,
@@ -515,7 +516,7 @@ impl Store {
     ) -> Result<Vec<JobRecord>, StoreError> {
         job::Entity::find()
             .filter(job::Column::Gpus.gt(0))
-            .filter(job::Column::StartedAt.lt(to_ms))
+            .filter(job::Column::StartedAt.lte(to_ms))
             .filter(
                 sea_orm::Condition::any()
                     .add(job::Column::FinishedAt.is_null())
