@@ -114,8 +114,25 @@ pub async fn list_users() -> Result<Vec<UserSummary>, AppError> {
 /// Ends every session of a user (they must sign in again); for admins.
 #[server(endpoint = "end_sessions")]
 pub async fn end_sessions(user_id: i64) -> Result<u64, AppError> {
-    admin_only("end other people's sessions")?;
-    Ok(store()?.end_sessions_of(user_id).await?)
+    use trainyard_domain::identity::AuditAction;
+    let me = admin_only("end other people's sessions")?;
+    let store = store()?;
+    let ended = store.end_sessions_of(user_id).await?;
+    let whose = store
+        .users()
+        .await?
+        .into_iter()
+        .find(|u| u.user.id == user_id)
+        .map_or_else(|| format!("user {user_id}"), |u| u.user.username);
+    store
+        .audit(
+            &me.user,
+            AuditAction::SessionsEnded,
+            &whose,
+            &format!("{ended} sessions and API tokens ended"),
+        )
+        .await;
+    Ok(ended)
 }
 
 /// The registry's webhooks, newest first (the first 100), each with its
@@ -153,9 +170,10 @@ pub const WEBHOOKS_SHOWN: u64 = 100;
 /// for admins.
 #[server(endpoint = "set_webhook_active")]
 pub async fn set_webhook_active(webhook_id: String, active: bool) -> Result<(), AppError> {
-    admin_only("turn webhooks on or off")?;
+    let me = admin_only("turn webhooks on or off")?;
     let status = if active { "ACTIVE" } else { "DISABLED" };
-    store()?
+    let store = store()?;
+    store
         .update_webhook(
             &webhook_id,
             trainyard_store::webhooks::WebhookChange {
@@ -164,6 +182,14 @@ pub async fn set_webhook_active(webhook_id: String, active: bool) -> Result<(), 
             },
         )
         .await?;
+    store
+        .audit(
+            &me.user,
+            trainyard_domain::identity::AuditAction::WebhookChanged,
+            &format!("webhook {webhook_id}"),
+            &format!("status {status}"),
+        )
+        .await;
     Ok(())
 }
 
@@ -184,7 +210,7 @@ pub async fn list_teams() -> Result<Vec<trainyard_domain::teams::TeamPolicy>, Ap
 pub async fn set_team(id: i64, quota_gpus: String, share: String) -> Result<(), AppError> {
     use trainyard_domain::FieldError;
     use trainyard_domain::teams::TeamPolicyChange;
-    admin_only("set teams' quotas and shares")?;
+    let me = admin_only("set teams' quotas and shares")?;
     let mut errors = Vec::new();
     let quota_gpus = match quota_gpus.trim().parse::<u32>() {
         Ok(q) => Some(q),
@@ -214,8 +240,8 @@ pub async fn set_team(id: i64, quota_gpus: String, share: String) -> Result<(), 
         return Err(AppError::Fields(errors));
     }
     let jobs = jobs()?;
-    jobs.store().set_team_policy(id, &change).await?;
-    jobs.wake();
+    let saved = jobs.store().set_team_policy(id, &change).await?;
+    jobs.team_changed(&me.user, &saved, false).await;
     Ok(())
 }
 
@@ -225,7 +251,7 @@ pub async fn set_team(id: i64, quota_gpus: String, share: String) -> Result<(), 
 pub async fn create_team(name: String, quota_gpus: String, share: String) -> Result<(), AppError> {
     use trainyard_domain::FieldError;
     use trainyard_domain::teams::{NewTeam, TeamPolicyChange};
-    admin_only("make teams")?;
+    let me = admin_only("make teams")?;
     let mut errors = Vec::new();
     let quota_gpus = match quota_gpus.trim() {
         "" => None,
@@ -269,10 +295,11 @@ pub async fn create_team(name: String, quota_gpus: String, share: String) -> Res
         return Err(AppError::Fields(errors));
     };
     let jobs = jobs()?;
-    jobs.store()
+    let made = jobs
+        .store()
         .create_team(&name, &TeamPolicyChange { quota_gpus, share })
         .await?;
-    jobs.wake();
+    jobs.team_changed(&me.user, &made, true).await;
     Ok(())
 }
 
@@ -308,11 +335,10 @@ pub async fn get_overview() -> Result<Overview, AppError> {
         .overview(&trainyard_store::Viewer::of(&me.user))
         .await?;
     overview.admin = me.user.is_admin;
-    // Where jobs run, as the admin page counts it.
-    let nodes = jobs()?.nodes().await?;
-    if nodes.unavailable.is_none() {
-        overview.nodes = nodes.nodes.len() as u64;
-        overview.gpus = nodes.nodes.iter().map(|n| u64::from(n.gpus)).sum();
+    // Where jobs run, as the executor has them now.
+    if let Some((nodes, gpus)) = jobs()?.node_figures().await {
+        overview.nodes = nodes;
+        overview.gpus = gpus;
     }
     Ok(overview)
 }
@@ -503,7 +529,7 @@ pub async fn cancel_job(id: i64) -> Result<(), AppError> {
         .store()
         .job_as(&user, id, trainyard_store::Access::Change)
         .await?;
-    jobs.cancel(id, record.acted_on_by(&user)).await?;
+    jobs.cancel(id, record.someone_else(&user)).await?;
     Ok(())
 }
 
@@ -661,7 +687,7 @@ pub async fn save_template(
     text: String,
     #[server(default)] new: bool,
 ) -> Result<String, AppError> {
-    admin_only("write templates")?;
+    let me = admin_only("write templates")?;
     // A new template (or a shipped one saved under another name) does not
     // replace one that has its name.
     if new && store()?.get_template(slug.trim()).await?.is_some() {
@@ -671,15 +697,17 @@ pub async fn save_template(
             slug.trim()
         )));
     }
-    let template = jobs()?.save_template(slug.trim(), text.as_bytes()).await?;
+    let template = jobs()?
+        .save_template(slug.trim(), text.as_bytes(), &me.user)
+        .await?;
     leptos_axum::redirect("/templates");
     Ok(template.slug)
 }
 
 #[server(endpoint = "delete_template")]
 pub async fn delete_template(slug: String) -> Result<(), AppError> {
-    admin_only("delete templates")?;
-    store()?.delete_template(&slug).await?;
+    let me = admin_only("delete templates")?;
+    jobs()?.delete_template(&slug, &me.user).await?;
     leptos_axum::redirect("/templates");
     Ok(())
 }

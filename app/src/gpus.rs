@@ -111,7 +111,7 @@ pub async fn get_node_gpus(
 #[server(endpoint = "remove_gpu_node")]
 pub async fn remove_gpu_node(node: String) -> Result<(), AppError> {
     admin()?;
-    let by = crate::api::caller()?.user.username;
+    let by = crate::api::caller()?.user;
     let removal = crate::api::jobs()?.remove_node(&node, &by).await?;
     if removal == trainyard_jobs::NodeRemoval::Removed {
         telemetry()?.forget_node(&node).await;

@@ -3,6 +3,7 @@
 
 mod account;
 pub mod api;
+mod audit;
 pub mod error;
 pub mod explorer;
 pub mod gpus;
@@ -14,7 +15,7 @@ mod pages;
 #[cfg(any(feature = "ssr", test))]
 mod submit;
 mod theme;
-mod usage;
+pub mod usage;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
@@ -85,6 +86,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("usage") view={Lazy::<UsageRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=StaticSegment("admin") view={Lazy::<AdminRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("admin"), StaticSegment("gpus")) view={Lazy::<GpusRoute>::new()} ssr=SsrMode::InOrder/>
+                    <Route path=(StaticSegment("admin"), StaticSegment("audit")) view=audit::AuditPage ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("admin"), StaticSegment("gpus"), ParamSegment("node")) view={Lazy::<NodeGpusRoute>::new()} ssr=SsrMode::InOrder/>
                     <Route path=(StaticSegment("settings"), StaticSegment("tokens")) view={Lazy::<TokensRoute>::new()} ssr=SsrMode::InOrder/>
                 </Routes>

@@ -343,6 +343,7 @@ pub fn AdminPage() -> impl IntoView {
             <Title text="Admin"/>
             <section class="page-head"><h1>"Admin"</h1></section>
             <p><a href="/admin/gpus" data-testid="admin-gpus">"GPU utilization: the heatmap of every GPU, each node's charts, idle GPUs"</a></p>
+            <p><a href="/admin/audit" data-testid="admin-audit">"Audit trail: who changed teams, nodes, node tokens, templates and webhooks, ended sessions, stopped or moved jobs"</a></p>
             <Users/>
             <Teams/>
             <Nodes/>

@@ -1,13 +1,14 @@
 //! `/usage`: GPU-hours per team or person by day, week or month, as
 //! stacked bars and a table, with a CSV download. An admin sees everyone's;
-//! anyone else their own and their teams'.
+//! anyone else their own and their teams'. Below, the caller's storage
+//! against their quotas.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 use trainyard_charts::{BarSeries, StackedBars, stacked_bars_svg};
-use trainyard_domain::format_utc;
-use trainyard_domain::teams::{UsagePeriod, UsageView};
+use trainyard_domain::teams::{StorageView, UsagePeriod, UsageView};
+use trainyard_domain::{format_bytes, format_count, format_utc};
 
 use crate::error::AppError;
 use crate::pages::ErrorNote;
@@ -86,6 +87,138 @@ pub async fn get_usage(
         rows,
         everyone: principal.user.is_admin,
     })
+}
+
+/// How the server counts a person's storage against their quotas (it
+/// keeps the artifact count that the quota checks use).
+#[cfg(feature = "ssr")]
+#[derive(Clone)]
+#[allow(clippy::type_complexity)]
+pub struct StorageOf(
+    pub  std::sync::Arc<
+        dyn Fn(
+                i64,
+            ) -> std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<StorageView, String>> + Send>,
+            > + Send
+            + Sync,
+    >,
+);
+
+/// What the caller's storage holds against their quotas.
+#[server(endpoint = "get_storage")]
+pub async fn get_storage() -> Result<StorageView, AppError> {
+    let user = crate::api::caller()?.user;
+    let count = use_context::<StorageOf>()
+        .ok_or_else(|| AppError::Internal("storage counts are not wired in".to_owned()))?;
+    (count.0)(user.id).await.map_err(AppError::Internal)
+}
+
+/// `used` of `quota`, in words: "1.5 GiB of 10.0 GiB (15%)", or "1.5 GiB
+/// (no quota)".
+fn of_quota(used: String, used_n: u64, quota: Option<(String, u64)>) -> String {
+    match quota {
+        Some((text, n)) if n > 0 => {
+            let percent = (used_n as f64 / n as f64 * 100.0).round();
+            format!("{used} of {text} ({percent}%)")
+        }
+        Some((text, _)) => format!("{used} of {text}"),
+        None => format!("{used} (no quota)"),
+    }
+}
+
+/// A quota's bar and its words; the bar only where there is a quota.
+fn quota_row(
+    label: &'static str,
+    id: &'static str,
+    used: u64,
+    quota: Option<u64>,
+    words: String,
+) -> impl IntoView {
+    view! {
+        <div class="quota" data-testid=id>
+            <span class="quota-label">{label}</span>
+            {quota.filter(|q| *q > 0).map(|q| view! {
+                <meter min="0" max=q.to_string() value=used.min(q).to_string()
+                    high=(q / 10 * 9).to_string() optimum="0" aria-label=label></meter>
+            })}
+            <span class="quota-words">{words}</span>
+        </div>
+    }
+}
+
+/// The caller's storage: artifacts and uploads against their quotas, and
+/// what their deleted runs hold, with the way to free it.
+#[component]
+fn StorageSection() -> impl IntoView {
+    let storage = Resource::new(|| (), |_| get_storage());
+    view! {
+        <section class="storage" data-testid="storage">
+            <h2>"Your storage"</h2>
+            <Suspense fallback=|| view! { <p class="muted">"Counting your storage…"</p> }>
+                {move || Suspend::new(async move {
+                    match storage.await {
+                        Ok(s) => storage_view(s).into_any(),
+                        Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </section>
+    }
+}
+
+fn storage_view(s: StorageView) -> impl IntoView {
+    let artifacts = of_quota(
+        format_bytes(s.artifact_bytes),
+        s.artifact_bytes,
+        s.artifact_quota_bytes.map(|q| (format_bytes(q), q)),
+    );
+    let uploads = of_quota(
+        format_bytes(s.upload_bytes),
+        s.upload_bytes,
+        s.upload_quota_bytes.map(|q| (format_bytes(q), q)),
+    );
+    let entries = of_quota(
+        format!(
+            "{} files and folders",
+            format_count(i64::try_from(s.upload_entries).unwrap_or(i64::MAX))
+        ),
+        s.upload_entries,
+        s.upload_quota_entries
+            .map(|q| (format_count(i64::try_from(q).unwrap_or(i64::MAX)), q)),
+    );
+    let held: u64 = s.deleted.iter().map(|d| d.bytes).sum();
+    let deleted = s.deleted.clone();
+    view! {
+        {quota_row("Artifacts of your runs, models and traces", "storage-artifacts", s.artifact_bytes, s.artifact_quota_bytes, artifacts)}
+        {quota_row("Uploads (projects and datasets)", "storage-uploads", s.upload_bytes, s.upload_quota_bytes, format!("{uploads}, in {} upload{}", s.uploads, if s.uploads == 1 { "" } else { "s" }))}
+        {quota_row("Files and folders of your uploads", "storage-entries", s.upload_entries, s.upload_quota_entries, entries)}
+        {if deleted.is_empty() {
+            view! { <p class="muted" data-testid="storage-no-deleted">"None of your runs is deleted: deleting runs you no longer need, then deleting them forever, frees their artifacts' room."</p> }.into_any()
+        } else {
+            view! {
+                <p data-testid="storage-deleted-said">
+                    {format!("Your deleted runs still hold {} of your artifacts: deleted forever (their experiment's Deleted runs), the room is yours again.", format_bytes(held))}
+                </p>
+                <table class="table" data-testid="storage-deleted">
+                    <thead><tr>
+                        <th>"Experiment"</th>
+                        <th class="num">"Deleted runs"</th>
+                        <th class="num">"Artifacts"</th>
+                    </tr></thead>
+                    <tbody>
+                        {deleted.into_iter().map(|d| view! {
+                            <tr data-experiment=d.experiment_id>
+                                <td><a href=format!("/experiments/{}?deleted=1", d.experiment_id)>{d.experiment.clone()}</a></td>
+                                <td class="num">{format_count(i64::try_from(d.runs).unwrap_or(i64::MAX))}</td>
+                                <td class="num">{format_bytes(d.bytes)}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            }.into_any()
+        }}
+    }
 }
 
 /// A period's label: `12-03` for a day or week, `2026-12` for a month.
@@ -218,6 +351,7 @@ pub fn UsagePage() -> impl IntoView {
                 }
             })}
         </Suspense>
+        <StorageSection/>
     }
 }
 
@@ -287,6 +421,24 @@ fn usage_view(view: UsageView, by: By) -> impl IntoView {
 mod tests {
     use super::*;
     use trainyard_domain::teams::UsageRow;
+
+    #[test]
+    fn storage_is_said_against_its_quota() {
+        let gib = 1u64 << 30;
+        assert_eq!(
+            of_quota(
+                "1.5 GiB".into(),
+                gib + gib / 2,
+                Some(("10.0 GiB".into(), 10 * gib))
+            ),
+            "1.5 GiB of 10.0 GiB (15%)"
+        );
+        assert_eq!(of_quota("0 B".into(), 0, None), "0 B (no quota)");
+        assert_eq!(
+            of_quota("2 B".into(), 2, Some(("0 B".into(), 0))),
+            "2 B of 0 B"
+        );
+    }
 
     #[test]
     fn rows_become_one_series_per_team_or_person() {

@@ -54,6 +54,7 @@ test('every page passes axe in both themes', async ({ page, baseURL }) => {
     ['/usage', 'the usage'],
     ['/admin', 'the admin page'],
     ['/admin/gpus', 'the GPUs'],
+    ['/admin/audit', 'the audit trail'],
     ['/settings/tokens', 'the tokens'],
   ];
   // Every page is checked before the test says what it found.

@@ -534,6 +534,16 @@ test('the runs table uses the window and keeps names in view; the column picker 
   await expect(page.locator('th a[data-sort="metrics.loss"]')).toBeVisible();
   await expect(page.locator('th a[data-sort="params.lr"]')).toHaveCount(0);
   await expect(page.locator('th a[data-sort="metrics.accuracy"]')).toHaveCount(0);
+
+  // The CSV holds what the table shows: its columns, one line per run.
+  const csvLink = page.getByTestId('runs-csv');
+  await expect(csvLink).toHaveAttribute('href', /runs\.csv\?.*col=metrics\.loss/);
+  const csv = await page.request.get((await csvLink.getAttribute('href'))!);
+  expect(csv.status()).toBe(200);
+  const lines = (await csv.text()).trim().split('\n');
+  expect(lines[0]).toMatch(/^run_id,name,status,user,start_time,end_time,duration_s,.*metrics\.loss/);
+  expect(lines[0]).not.toContain('params.lr');
+  expect(lines).toHaveLength(5);
 });
 
 test('a run is renamed, described and deleted from its page', async ({ page, baseURL }) => {
@@ -609,4 +619,36 @@ test('a run is renamed, described and deleted from its page', async ({ page, bas
   await expect(page.getByTestId('run-edit')).toBeVisible();
   await page.goto(`/experiments/${seeded.experiment_id}`);
   await expect(page.getByTestId('match-count')).toHaveText('2 runs');
+
+  // Deleted again, it is deleted forever from its page, asked first: it
+  // leaves the deleted runs, and MLflow no longer knows it.
+  const remove = async (run: string) => {
+    const answer = await page.request.post('/api/2.0/mlflow/runs/delete', { data: { run_id: run } });
+    expect(answer.status(), await answer.text()).toBe(200);
+  };
+  await remove(seeded.runs[0]);
+  await page.goto(`/experiments/${seeded.experiment_id}/runs/${seeded.runs[0]}`);
+  await hydrated(page);
+  page.once('dialog', (d) => void d.accept());
+  await page.getByTestId('run-purge').click();
+  await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}\\?deleted=1$`));
+  await expect(page.getByTestId('runs-empty')).toHaveText('No deleted runs.');
+  expect((await page.request.get(`/api/2.0/mlflow/runs/get?run_id=${seeded.runs[0]}`)).status()).toBe(404);
+
+  // The usage page says what deleted runs hold, and leads to them; the
+  // others go all at once from there.
+  await remove(seeded.runs[1]);
+  await page.goto('/usage');
+  await expect(page.getByTestId('storage-artifacts')).toContainText('of 100.0 GiB');
+  const held = page.locator(`[data-testid="storage-deleted"] tr[data-experiment="${seeded.experiment_id}"]`);
+  await expect(held.locator('td').nth(1)).toHaveText('1');
+  await held.locator('a').click();
+  await expect(page).toHaveURL(new RegExp(`/experiments/${seeded.experiment_id}\\?deleted=1$`));
+  await hydrated(page);
+  await expect(page.getByTestId('match-count')).toHaveText('1 run');
+  page.once('dialog', (d) => void d.accept());
+  await page.getByTestId('purge-deleted-runs').click();
+  await expect(page.getByTestId('purge-result')).toContainText('Deleted 1 run forever');
+  await expect(page.getByTestId('runs-empty')).toHaveText('No deleted runs.');
+  expect((await page.request.get(`/api/2.0/mlflow/runs/get?run_id=${seeded.runs[1]}`)).status()).toBe(404);
 });

@@ -85,7 +85,7 @@ test('a team within its quota takes its GPU back from a borrower, and both see w
   await expect(alice.getByTestId('usage-totals').locator('tr[data-name="nlp"]')).toHaveCount(0);
   const csv = await alice.request.get((await alice.getByTestId('usage-csv').getAttribute('href'))!);
   expect(csv.status()).toBe(200);
-  expect(await csv.text()).toMatch(/^period_start,team,person,gpu_hours\n\d{4}-\d\d-\d\d,"vision","alice",/);
+  expect(await csv.text()).toMatch(/^period_start,team,person,gpu_hours\n\d{4}-\d\d-\d\d,vision,alice,/);
   // A range of days, chosen in the form; the other views keep it.
   const today = new Date().toISOString().slice(0, 10);
   await alice.getByTestId('usage-from').fill(today);
@@ -159,6 +159,24 @@ test('an admin adds a team ahead of its people and files a job under it', async 
   await alice.reload();
   await expect(alice.getByTestId('job-team')).toHaveText('robotics');
   await expect(alice.getByTestId('events')).toContainText('team moved from vision to robotics by root');
+
+  // The audit trail keeps what root did, newest first, and narrows to one
+  // kind of action; Alice may not read it.
+  await root.goto('/admin');
+  await root.getByTestId('admin-audit').click();
+  await expect(root).toHaveURL(/\/admin\/audit$/);
+  const trail = root.getByTestId('audit');
+  const moved = trail.locator('tr[data-action="job.move"]').first();
+  await expect(moved).toContainText('root');
+  await expect(moved).toContainText('from vision to robotics');
+  await expect(trail.locator('tr[data-action="team.create"]', { hasText: 'team robotics' })).toBeVisible();
+  await root.getByTestId('audit-action').selectOption('team.change');
+  await root.getByTestId('audit-filter').getByRole('button', { name: 'Show' }).click();
+  await expect(root).toHaveURL(/action=team\.change/);
+  await expect(trail.locator('tbody tr').first()).toHaveAttribute('data-action', 'team.change');
+  await expect(trail.locator('tr[data-action="job.move"]')).toHaveCount(0);
+  await alice.goto('/admin/audit');
+  await expect(alice.getByTestId('admins-only')).toBeVisible();
 
   await cancel(alice, hers);
   for (const p of [alice, root]) await p.close();

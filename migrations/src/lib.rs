@@ -30,6 +30,7 @@ mod m20261206_000025_upload_entries;
 mod m20261206_000026_node_drains;
 mod m20261207_000027_upload_digests;
 mod m20261207_000028_job_charged_from;
+mod m20261207_000029_audit_events;
 
 pub struct Migrator;
 
@@ -65,6 +66,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000026_node_drains::Migration),
             Box::new(m20261207_000027_upload_digests::Migration),
             Box::new(m20261207_000028_job_charged_from::Migration),
+            Box::new(m20261207_000029_audit_events::Migration),
         ]
     }
 }

@@ -17,7 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use trainyard_domain::FieldError;
-use trainyard_domain::identity::{ApiToken, NewApiToken, NodeTokenRequest, Via};
+use trainyard_domain::identity::{ApiToken, AuditAction, NewApiToken, NodeTokenRequest, Via};
 use trainyard_domain::telemetry::{AgentAnswer, AgentRegistration, ReadingBatch};
 use trainyard_store::GpuInfo;
 
@@ -186,6 +186,23 @@ pub async fn create_node_token(
         .create_node_token(principal.user.id, &node, &request)
         .await?;
     tracing::info!(node, admin = %principal.user.username, expires_at = ?token.token.expires_at, "node token made");
+    state
+        .store
+        .audit(
+            &principal.user,
+            AuditAction::NodeTokenMade,
+            &format!("node {node}"),
+            &format!(
+                "token {} ({}), {}",
+                token.token.id,
+                token.token.name,
+                token.token.expires_at.map_or_else(
+                    || "never expires".to_owned(),
+                    |t| format!("expires {}", trainyard_domain::format_utc(t))
+                )
+            ),
+        )
+        .await;
     Ok((StatusCode::CREATED, Json(token)))
 }
 
@@ -209,10 +226,7 @@ pub async fn remove_node(
 ) -> Result<StatusCode, JobsError> {
     crate::jobs_api::admin_only(&principal, "remove nodes")?;
     checked_node(&node)?;
-    let removal = state
-        .jobs
-        .remove_node(&node, &principal.user.username)
-        .await?;
+    let removal = state.jobs.remove_node(&node, &principal.user).await?;
     let (status, code) = match &removal {
         trainyard_jobs::NodeRemoval::Removed => {
             state.telemetry.forget_node(&node).await;
@@ -241,6 +255,15 @@ pub async fn revoke_node_token(
     checked_node(&node)?;
     if state.store.revoke_node_token(&node, id).await? {
         tracing::info!(node, id, admin = %principal.user.username, "node token revoked");
+        state
+            .store
+            .audit(
+                &principal.user,
+                AuditAction::NodeTokenRevoked,
+                &format!("node {node}"),
+                &format!("token {id}"),
+            )
+            .await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(JobsError::new(

@@ -337,11 +337,7 @@ async fn file_sha256(path: &Path) -> Result<String> {
             }
             hasher.update(&buf[..n]);
         }
-        Ok(hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect())
+        Ok(hex::encode(hasher.finalize()))
     })
     .await
     .map_err(|e| CliError(format!("the archive's SHA-256 could not be read: {e}")))?

@@ -6,6 +6,9 @@
 //! - `GET /api/trainyard/v1/runs/{id}/events` pushes a line whenever a run
 //!   changes (status, metrics, params, tags), so a live run page reads again
 //!   instead of polling.
+//! - `GET /api/trainyard/v1/experiments/{id}/runs.csv?q=…&sort=…&col=…`
+//!   downloads the runs table as CSV (every metric and param when no
+//!   `col` is given).
 
 use std::time::Duration;
 
@@ -297,6 +300,84 @@ async fn wait_for_change(
             },
         }
     }
+}
+
+/// `GET /api/trainyard/v1/experiments/{id}/runs.csv`: the explorer's runs
+/// table as CSV, with the table's query (`q`, `sort`, `col`…, `deleted`);
+/// without `col`, every metric and param is a column.
+pub async fn runs_csv(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(experiment_id): Path<i64>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    use trainyard_app::error::AppError;
+    let mut table = trainyard_app::explorer::api::RunsTable {
+        experiment_id,
+        ..Default::default()
+    };
+    let mut columns: Option<Vec<String>> = None;
+    for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        match key.as_ref() {
+            "q" => table.query = value.into_owned(),
+            "sort" => table.sort = Some(value.into_owned()).filter(|s| !s.is_empty()),
+            "col" => {
+                let list = columns.get_or_insert_with(Vec::new);
+                if !value.is_empty() {
+                    list.push(value.into_owned());
+                }
+            }
+            "deleted" => table.deleted = value == "1" || value == "true",
+            // The table's own state (selection, scroll) means nothing here.
+            "sel" | "offset" => {}
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "`{other}` is not a parameter of runs.csv; use q, sort, col and deleted"
+                )));
+            }
+        }
+    }
+    // An empty list (the table's "no columns") is every key too.
+    table.columns = columns.filter(|c| !c.is_empty());
+    let csv = trainyard_app::explorer::api::runs_csv(&state.store, &principal.user, table)
+        .await
+        .map_err(|e| {
+            let status = match &e {
+                AppError::Invalid(_) | AppError::Fields(_) | AppError::Query(_) => {
+                    axum::http::StatusCode::BAD_REQUEST
+                }
+                AppError::NotFound(_) => axum::http::StatusCode::NOT_FOUND,
+                AppError::Forbidden(_) => axum::http::StatusCode::FORBIDDEN,
+                _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            ApiError {
+                status,
+                code: match status {
+                    axum::http::StatusCode::NOT_FOUND => "RESOURCE_DOES_NOT_EXIST",
+                    axum::http::StatusCode::FORBIDDEN => "PERMISSION_DENIED",
+                    axum::http::StatusCode::BAD_REQUEST => "INVALID_PARAMETER_VALUE",
+                    _ => "INTERNAL_ERROR",
+                },
+                message: e.to_string(),
+            }
+        })?;
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/csv; charset=utf-8"),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                HeaderValue::from_str(&format!(
+                    "attachment; filename=\"experiment-{experiment_id}-runs.csv\""
+                ))
+                .map_err(ApiError::internal)?,
+            ),
+        ],
+        csv,
+    )
+        .into_response())
 }
 
 #[cfg(test)]

@@ -537,7 +537,7 @@ pub async fn cancel(
     Path(id): Path<i64>,
 ) -> Result<Json<JobAnswer>, JobsError> {
     let record = job_as(&state, &principal, id, Access::Change).await?;
-    let by = record.acted_on_by(&principal.user);
+    let by = record.someone_else(&principal.user);
     let record = state.jobs.cancel(id, by).await?;
     Ok(Json(JobAnswer { job: record.job }))
 }
@@ -724,7 +724,10 @@ pub async fn save_template(
     if body.len() > MAX_SPEC_BYTES {
         return Err(spec_too_large());
     }
-    let template = state.jobs.save_template(&slug, &body).await?;
+    let template = state
+        .jobs
+        .save_template(&slug, &body, &principal.user)
+        .await?;
     Ok(Json(template))
 }
 
@@ -735,7 +738,7 @@ pub async fn delete_template(
     Path(slug): Path<String>,
 ) -> Result<StatusCode, JobsError> {
     admin_only(&principal, "delete templates")?;
-    state.jobs.store().delete_template(&slug).await?;
+    state.jobs.delete_template(&slug, &principal.user).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -831,10 +834,7 @@ pub async fn upload(
         sha2::Digest::update(&mut digest, &chunk);
         file.write_all(&chunk).await.map_err(io_error)?;
     }
-    let digest: String = sha2::Digest::finalize(digest)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = hex::encode(sha2::Digest::finalize(digest));
     file.sync_all().await.map_err(io_error)?;
     drop(file);
     let kind = q.kind.as_deref().unwrap_or("project");
@@ -1038,6 +1038,17 @@ pub async fn delete_upload(
             }
             other => other.into(),
         })?;
+    if owner != Some(principal.user.id) {
+        state
+            .store
+            .audit(
+                &principal.user,
+                trainyard_domain::identity::AuditAction::UploadDeleted,
+                &format!("upload {}", upload.id),
+                &format!("{} ({}, {} bytes)", upload.name, upload.kind, upload.bytes),
+            )
+            .await;
+    }
     Ok(Json(json!({"deleted": upload.id})))
 }
 

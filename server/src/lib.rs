@@ -4,6 +4,7 @@
 pub mod agent;
 mod agent_api;
 mod agent_tokens;
+mod audit_api;
 pub mod auth;
 pub mod cli;
 pub mod config;
@@ -283,10 +284,28 @@ fn page_context(
     let jobs = state.jobs.clone();
     let artifacts = trainyard_app::explorer::api::ArtifactRoot(state.artifact_root.clone());
     let telemetry = state.telemetry.clone();
+    let usage = state.artifact_usage.clone();
+    let removed =
+        trainyard_app::explorer::api::ArtifactsRemoved(std::sync::Arc::new(move |owner| {
+            usage.forget(owner)
+        }));
+    let storage = {
+        let state = state.clone();
+        trainyard_app::usage::StorageOf(std::sync::Arc::new(move |owner| {
+            let state = state.clone();
+            Box::pin(async move {
+                quota::storage_of(&state, owner)
+                    .await
+                    .map_err(|e| e.message)
+            })
+        }))
+    };
     move || {
         provide_context(store.clone());
         provide_context(jobs.clone());
         provide_context(artifacts.clone());
+        provide_context(removed.clone());
+        provide_context(storage.clone());
         provide_context(telemetry.clone());
         security::set_page_policy(provider.as_deref());
     }
@@ -321,6 +340,10 @@ pub fn router(state: AppState) -> Router {
                     axum::routing::post(jobs_api::submit).get(jobs_api::list),
                 )
                 .route("/api/trainyard/v1/chart", get(explorer::chart))
+                .route(
+                    "/api/trainyard/v1/experiments/{id}/runs.csv",
+                    get(explorer::runs_csv),
+                )
                 .route(
                     "/api/trainyard/v1/runs/{id}/events",
                     get(explorer::run_events),
@@ -411,6 +434,8 @@ pub fn router(state: AppState) -> Router {
                     get(jobs_api::uploads).post(jobs_api::upload),
                 )
                 .route("/api/trainyard/v1/datasets", get(jobs_api::datasets))
+                .route("/api/trainyard/v1/storage", get(quota::storage))
+                .route("/api/trainyard/v1/audit", get(audit_api::list))
                 .route(
                     "/api/trainyard/v1/uploads/{id}",
                     axum::routing::delete(jobs_api::delete_upload),

@@ -9,12 +9,10 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use trainyard_domain::{format_bytes, format_count};
+use trainyard_jobs::tree::MAX_COUNTED;
 use trainyard_store::Store;
 
 use crate::mlflow::ApiError;
-
-/// The most entries counted when sizing one person's artifacts.
-const MAX_COUNTED: u64 = 10_000_000;
 
 /// What a quota counts, and how its figures are written.
 #[derive(Clone, Copy)]
@@ -201,6 +199,75 @@ impl ArtifactUsage {
     }
 }
 
+/// What `owner`'s storage holds against their quotas: their artifacts as
+/// the quota counts them (in their turn), what their deleted runs hold of
+/// those by experiment, and their uploads.
+pub async fn storage_of(
+    state: &crate::AppState,
+    owner: i64,
+) -> Result<trainyard_domain::teams::StorageView, ApiError> {
+    use trainyard_domain::teams::{DeletedRunsHeld, StorageView};
+    let artifact_bytes = {
+        let _turn = state.artifact_usage.turn(owner).await;
+        state
+            .artifact_usage
+            .used(&state.store, &state.artifact_root, owner)
+            .await?
+    };
+    let root = state.artifact_root.clone();
+    let deleted = state.store.deleted_runs_owned_by(owner).await?;
+    let deleted = tokio::task::spawn_blocking(move || {
+        let mut held: Vec<DeletedRunsHeld> = deleted
+            .into_iter()
+            .map(|(experiment_id, experiment, runs)| {
+                let folders: Vec<PathBuf> = runs
+                    .iter()
+                    .map(|run| {
+                        root.join(experiment_id.to_string())
+                            .join(run)
+                            .join("artifacts")
+                    })
+                    .collect();
+                DeletedRunsHeld {
+                    experiment_id,
+                    experiment,
+                    runs: runs.len() as u64,
+                    bytes: size_of_trees(&folders),
+                }
+            })
+            .collect();
+        held.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(a.experiment_id.cmp(&b.experiment_id))
+        });
+        held
+    })
+    .await
+    .map_err(ApiError::internal)?;
+    let uploads = state.store.uploads_of(owner).await?.len() as u64;
+    let used = state.store.upload_use_of(owner).await?;
+    Ok(StorageView {
+        artifact_bytes,
+        artifact_quota_bytes: state.artifact_quota_bytes,
+        deleted,
+        uploads,
+        upload_bytes: used.bytes,
+        upload_quota_bytes: state.upload_quota_bytes,
+        upload_entries: used.entries,
+        upload_quota_entries: state.upload_quota_entries,
+    })
+}
+
+/// `GET /api/trainyard/v1/storage`: what the caller's storage holds
+/// against their quotas ([`storage_of`]).
+pub async fn storage(
+    axum::extract::State(state): axum::extract::State<crate::AppState>,
+    crate::auth::Caller(principal): crate::auth::Caller,
+) -> Result<axum::Json<trainyard_domain::teams::StorageView>, ApiError> {
+    Ok(axum::Json(storage_of(&state, principal.user.id).await?))
+}
+
 /// The bytes of the files below `path` (a file: its own), links not
 /// followed.
 pub fn size_of_tree(path: &Path) -> u64 {
@@ -210,35 +277,9 @@ pub fn size_of_tree(path: &Path) -> u64 {
 /// The bytes of the files below each of `paths`, links not followed, at
 /// most [`MAX_COUNTED`] entries in all.
 pub fn size_of_trees(paths: &[PathBuf]) -> u64 {
-    let mut total = 0u64;
-    let mut seen = 0u64;
-    let mut folders = Vec::new();
-    for path in paths {
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.is_dir() => folders.push(path.clone()),
-            Ok(meta) if meta.is_file() => total += meta.len(),
-            _ => {}
-        }
-    }
-    while let Some(folder) = folders.pop() {
-        let Ok(entries) = std::fs::read_dir(&folder) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > MAX_COUNTED {
-                tracing::warn!("stopped counting artifacts after {MAX_COUNTED} entries");
-                return total;
-            }
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            if kind.is_dir() {
-                folders.push(entry.path());
-            } else if kind.is_file() {
-                total += entry.metadata().map_or(0, |m| m.len());
-            }
-        }
+    let (total, whole) = trainyard_jobs::tree::file_bytes(paths);
+    if !whole {
+        tracing::warn!("stopped counting artifacts after {MAX_COUNTED} entries");
     }
     total
 }

@@ -44,8 +44,10 @@ pub async fn update(
         small_json(&body, "a team change", r#"{"quota_gpus": N, "share": W}"#)?;
     change.check().map_err(field_errors)?;
     let saved = state.jobs.store().set_team_policy(id, &change).await?;
-    tracing::info!(team = %saved.name, quota_gpus = saved.quota_gpus, share = saved.share, by = %principal.user.username, "team policy set");
-    state.jobs.wake();
+    state
+        .jobs
+        .team_changed(&principal.user, &saved, false)
+        .await;
     Ok(Json(saved))
 }
 
@@ -69,8 +71,7 @@ pub async fn create(
         share: new.share,
     };
     let made = state.jobs.store().create_team(&name, &change).await?;
-    tracing::info!(team = %made.name, quota_gpus = made.quota_gpus, share = made.share, by = %principal.user.username, "team made");
-    state.jobs.wake();
+    state.jobs.team_changed(&principal.user, &made, true).await;
     Ok((axum::http::StatusCode::CREATED, Json(made)))
 }
 
@@ -151,15 +152,7 @@ pub async fn usage(
 
 /// One line per period, team and person; names quoted as CSV wants.
 fn usage_csv(rows: &[UsageRow]) -> String {
-    fn field(text: &str) -> String {
-        // A leading = + - @ would be a formula to a spreadsheet.
-        let safe = if text.starts_with(['=', '+', '-', '@']) {
-            format!("'{text}")
-        } else {
-            text.to_owned()
-        };
-        format!("\"{}\"", safe.replace('"', "\"\""))
-    }
+    use trainyard_domain::csv_field as field;
     let mut out = String::from("period_start,team,person,gpu_hours\n");
     for r in rows {
         let start = chrono::DateTime::from_timestamp_millis(r.period_start)
@@ -189,7 +182,7 @@ mod tests {
         }];
         assert_eq!(
             usage_csv(&rows),
-            "period_start,team,person,gpu_hours\n1970-01-01,\"vi\"\"sion\",\"'=cmd\",1.500\n"
+            "period_start,team,person,gpu_hours\n1970-01-01,\"vi\"\"sion\",'=cmd,1.500\n"
         );
     }
 }

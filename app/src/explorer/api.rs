@@ -21,6 +21,12 @@ use crate::api::{caller, store};
 #[derive(Debug, Clone)]
 pub struct ArtifactRoot(pub std::path::PathBuf);
 
+/// Told whose artifacts a page removed, so that their quota's count is
+/// taken from disk again.
+#[cfg(feature = "ssr")]
+#[derive(Clone)]
+pub struct ArtifactsRemoved(pub std::sync::Arc<dyn Fn(i64) + Send + Sync>);
+
 /// Answers 400: the request was wrong.
 #[cfg(feature = "ssr")]
 fn bad_request() {
@@ -158,18 +164,161 @@ pub async fn list_runs_page(
     #[server(default)]
     deleted: bool,
 ) -> Result<RunsPage, AppError> {
-    use trainyard_domain::explorer::{Cell, Column, MAX_COLUMNS, PAGE_ROWS, RunRow, Sort};
-    use trainyard_domain::query::Scope;
-    use trainyard_domain::tracking::ViewType;
+    use trainyard_domain::explorer::{MAX_COLUMNS, PAGE_ROWS};
     let user = caller()?.user;
     let store = store()?;
+    let table = RunsTable {
+        experiment_id,
+        query,
+        sort,
+        columns,
+        deleted,
+    };
+    runs_page(&store, &user, &table, MAX_COLUMNS, (offset, PAGE_ROWS)).await
+}
+
+/// Which runs of an experiment a table (or its CSV) shows, and how.
+#[cfg(feature = "ssr")]
+#[derive(Debug, Clone, Default)]
+pub struct RunsTable {
+    pub experiment_id: i64,
+    /// A filter, or plain words that search run names.
+    pub query: String,
+    pub sort: Option<String>,
+    /// None: the explorer's default columns.
+    pub columns: Option<Vec<String>>,
+    /// The deleted runs of an experiment that is not.
+    pub deleted: bool,
+}
+
+/// The most runs one CSV holds.
+#[cfg(feature = "ssr")]
+pub const CSV_MAX_RUNS: u64 = 50_000;
+
+/// The most metric and param columns a CSV of every key holds.
+#[cfg(feature = "ssr")]
+pub const CSV_MAX_KEYS: u64 = 500;
+
+/// The runs of `table` as CSV, as the explorer's table lists them (with
+/// its columns, or every metric and param when none are chosen): one line
+/// per run, times in UTC, text quoted and kept from reading as a formula.
+#[cfg(feature = "ssr")]
+pub async fn runs_csv(
+    store: &trainyard_store::Store,
+    user: &trainyard_domain::identity::User,
+    mut table: RunsTable,
+) -> Result<String, AppError> {
+    use trainyard_domain::explorer::{Cell, Column};
+    use trainyard_domain::{csv_field, format_utc};
+    const CHUNK: u64 = 1_000;
     store
-        .experiment_as(&user, experiment_id, trainyard_store::Access::Read)
+        .experiment_as(user, table.experiment_id, trainyard_store::Access::Read)
+        .await?;
+    if table.columns.is_none() {
+        let viewer = trainyard_store::Viewer::of(user);
+        let keys = store
+            .run_keys(table.experiment_id, &viewer, CSV_MAX_KEYS)
+            .await?;
+        table.columns = Some(
+            keys.metrics
+                .into_iter()
+                .map(|k| Column::Metric(k).name())
+                .chain(keys.params.into_iter().map(|k| Column::Param(k).name()))
+                .collect(),
+        );
+    }
+    let most = 2 * CSV_MAX_KEYS as usize;
+    let first = runs_page(store, user, &table, most, (0, CHUNK)).await?;
+    if first.total > CSV_MAX_RUNS {
+        return Err(invalid(
+            "q",
+            format!(
+                "{} runs match; a CSV holds at most {CSV_MAX_RUNS}: filter them first",
+                first.total
+            ),
+        ));
+    }
+    let metric: Vec<bool> = first
+        .columns
+        .iter()
+        .map(|c| matches!(Column::parse(c), Some(Column::Metric(_))))
+        .collect();
+    let mut out = String::from("run_id,name,status,user,start_time,end_time,duration_s");
+    for column in &first.columns {
+        out.push(',');
+        out.push_str(&csv_field(column));
+    }
+    out.push('\n');
+    let mut page = first;
+    loop {
+        for row in &page.rows {
+            let duration = row
+                .end_time
+                .map(|end| format!("{:.3}", (end - row.start_time) as f64 / 1000.0))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "{},{},{},{},{},{},{}",
+                row.run_id,
+                csv_field(&row.name),
+                row.status,
+                csv_field(&row.user),
+                format_utc(row.start_time),
+                row.end_time.map(format_utc).unwrap_or_default(),
+                duration
+            ));
+            for (cell, metric) in row.cells.iter().zip(&metric) {
+                out.push(',');
+                match cell {
+                    // Every digit the run logged, not the table's rounding.
+                    Some(Cell::Num(value)) => out.push_str(&value.to_string()),
+                    // A metric that is not finite, as pandas reads it.
+                    Some(Cell::Text(text)) if *metric => out.push_str(match text.as_str() {
+                        "∞" => "inf",
+                        "-∞" => "-inf",
+                        _ => "nan",
+                    }),
+                    Some(Cell::Text(text)) => out.push_str(&csv_field(text)),
+                    None => {}
+                }
+            }
+            out.push('\n');
+        }
+        let next = page.offset + page.rows.len() as u64;
+        if page.rows.is_empty() || next >= page.total {
+            break;
+        }
+        page = runs_page(store, user, &table, most, (next, CHUNK)).await?;
+    }
+    Ok(out)
+}
+
+/// One page (`offset`, `limit`) of the runs of `table`, with at most
+/// `max_columns` columns.
+#[cfg(feature = "ssr")]
+async fn runs_page(
+    store: &trainyard_store::Store,
+    user: &trainyard_domain::identity::User,
+    table: &RunsTable,
+    max_columns: usize,
+    (offset, limit): (u64, u64),
+) -> Result<RunsPage, AppError> {
+    use trainyard_domain::explorer::{Cell, Column, RunRow, Sort};
+    use trainyard_domain::query::Scope;
+    use trainyard_domain::tracking::ViewType;
+    let RunsTable {
+        experiment_id,
+        query,
+        sort,
+        columns,
+        deleted,
+    } = table.clone();
+    store
+        .experiment_as(user, experiment_id, trainyard_store::Access::Read)
         .await?;
     // Plain words search run names, as in MLflow's UI.
     let query = trainyard_domain::query::name_search(&query).unwrap_or(query);
     let filter = parse_query(&query, Scope::Runs)?;
-    let viewer = trainyard_store::Viewer::of(&user);
+    let viewer = trainyard_store::Viewer::of(user);
     let columns: Vec<String> = match columns {
         Some(list) => list.into_iter().filter(|c| !c.is_empty()).collect(),
         None => {
@@ -192,10 +341,10 @@ pub async fn list_runs_page(
                 .collect()
         }
     };
-    if columns.len() > MAX_COLUMNS {
+    if columns.len() > max_columns {
         return Err(invalid(
             "columns",
-            format!("at most {MAX_COLUMNS} columns; hide some"),
+            format!("at most {max_columns} columns; hide some"),
         ));
     }
     let parsed: Vec<Column> = columns
@@ -232,7 +381,7 @@ pub async fn list_runs_page(
             filter.as_ref(),
             &order,
             view,
-            PAGE_ROWS,
+            limit,
             offset,
             &viewer,
         )
@@ -391,6 +540,7 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
         .is_ok();
     let may_change = run.info.lifecycle_stage == "active" && changeable;
     // A deleted run comes back into an experiment that is there.
+    let may_purge = run.info.lifecycle_stage != "active" && changeable;
     let may_restore = run.info.lifecycle_stage != "active"
         && changeable
         && experiment.lifecycle_stage == "active";
@@ -490,6 +640,7 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
         parent,
         children,
         may_restore,
+        may_purge,
     })
 }
 
@@ -614,6 +765,152 @@ pub async fn restore_run_page(run_id: String) -> Result<(), AppError> {
         run.info.experiment_id, run_id
     ));
     Ok(())
+}
+
+/// Deletes a deleted run forever, from its page: its record and its
+/// artifacts; the browser goes to its experiment's deleted runs.
+#[server(endpoint = "purge_run_page")]
+pub async fn purge_run_page(run_id: String) -> Result<(), AppError> {
+    let (store, run) = run_to_change(&run_id).await?;
+    purge(&store, &run_id, run.info.experiment_id).await?;
+    leptos_axum::redirect(&format!(
+        "/experiments/{}?deleted=1",
+        run.info.experiment_id
+    ));
+    Ok(())
+}
+
+/// The most runs one press of "Delete all forever" removes.
+pub const PURGE_AT_ONCE: u64 = 200;
+
+/// Deletes forever the deleted runs of an experiment that the caller may
+/// change (up to [`PURGE_AT_ONCE`]), saying what it removed and what it
+/// kept and why.
+#[server(endpoint = "purge_deleted_runs")]
+pub async fn purge_deleted_runs(experiment_id: i64) -> Result<String, AppError> {
+    use trainyard_domain::{format_bytes, format_count};
+    let user = caller()?.user;
+    let store = store()?;
+    store
+        .experiment_as(&user, experiment_id, trainyard_store::Access::Read)
+        .await?;
+    let deleted = store.deleted_runs(experiment_id, PURGE_AT_ONCE + 1).await?;
+    let more = deleted.len() as u64 > PURGE_AT_ONCE;
+    let (mut removed, mut freed) = (0i64, 0u64);
+    let (mut kept, mut stuck) = (Vec::new(), Vec::new());
+    for (run_id, name) in deleted.into_iter().take(PURGE_AT_ONCE as usize) {
+        if store
+            .run_as(&user, &run_id, trainyard_store::Access::Change)
+            .await
+            .is_err()
+        {
+            continue;
+        }
+        match purge(&store, &run_id, experiment_id).await {
+            Ok(bytes) => {
+                removed += 1;
+                freed += bytes;
+            }
+            // Gone meanwhile (a second press).
+            Err(NotPurged::Store(trainyard_store::StoreError::NotFound(_))) => {}
+            Err(NotPurged::Store(trainyard_store::StoreError::Rejected(why))) => {
+                kept.push(format!("{name}: {why}"))
+            }
+            Err(NotPurged::Store(e)) => return Err(e.into()),
+            Err(NotPurged::Folder(why)) => {
+                removed += 1;
+                stuck.push(format!("{name}: {why}"));
+            }
+        }
+    }
+    let mut said = format!(
+        "Deleted {} run{} forever, freeing {}.",
+        format_count(removed),
+        if removed == 1 { "" } else { "s" },
+        format_bytes(freed)
+    );
+    if !kept.is_empty() {
+        said.push_str(&format!(" Kept {}: {}.", kept.len(), kept.join("; ")));
+    }
+    if !stuck.is_empty() {
+        said.push_str(&format!(" {}.", stuck.join("; ")));
+    }
+    if more {
+        said.push_str(&format!(
+            " At most {PURGE_AT_ONCE} go at once: press again for the rest."
+        ));
+    }
+    Ok(said)
+}
+
+/// Why a run was not deleted forever.
+#[cfg(feature = "ssr")]
+enum NotPurged {
+    /// Refused or failed in the store: nothing changed.
+    Store(trainyard_store::StoreError),
+    /// The record is gone, its folder stays: what happened.
+    Folder(String),
+}
+
+/// Deletes a deleted run's record, then its folder (links removed, never
+/// followed), and has its owner's artifacts counted again. The bytes its
+/// artifacts held.
+#[cfg(feature = "ssr")]
+async fn purge(
+    store: &trainyard_store::Store,
+    run_id: &str,
+    experiment_id: i64,
+) -> Result<u64, NotPurged> {
+    let root = use_context::<ArtifactRoot>()
+        .ok_or_else(|| NotPurged::Folder("the artifact folder is not wired in".to_owned()))?;
+    let owner = store.run_owner(run_id).await.map_err(NotPurged::Store)?;
+    store.purge_run(run_id).await.map_err(NotPurged::Store)?;
+    if let Ok(me) = caller()
+        && owner.user_id != Some(me.user.id)
+    {
+        store
+            .audit(
+                &me.user,
+                trainyard_domain::identity::AuditAction::RunPurged,
+                &format!("run {run_id}"),
+                &format!("in experiment {experiment_id}"),
+            )
+            .await;
+    }
+    let folder = root.0.join(experiment_id.to_string()).join(run_id);
+    let (freed, removed) = tokio::task::spawn_blocking(move || {
+        let (bytes, _) = trainyard_jobs::tree::file_bytes(&[folder.join("artifacts")]);
+        (
+            bytes,
+            trainyard_jobs::tree::remove_tree(&folder).map_err(|e| (folder, e)),
+        )
+    })
+    .await
+    .map_err(|e| NotPurged::Folder(e.to_string()))?;
+    if let (Some(forget), Some(user_id)) = (use_context::<ArtifactsRemoved>(), owner.user_id) {
+        (forget.0)(user_id);
+    }
+    if let Err((folder, e)) = removed {
+        tracing::error!(run_id, folder = %folder.display(), "a purged run's folder stays: {e}");
+        return Err(NotPurged::Folder(format!(
+            "the run's record is gone, but its folder {} could not be removed ({e}); an admin can remove it",
+            folder.display()
+        )));
+    }
+    Ok(freed)
+}
+
+#[cfg(feature = "ssr")]
+impl From<NotPurged> for AppError {
+    fn from(not: NotPurged) -> AppError {
+        match not {
+            NotPurged::Store(e) => e.into(),
+            NotPurged::Folder(why) => {
+                crate::error::set_error_status(http::StatusCode::INTERNAL_SERVER_ERROR);
+                AppError::Internal(why)
+            }
+        }
+    }
 }
 
 /// A run the caller may change, as the buttons of its page act on it, with

@@ -12,14 +12,14 @@ use trainyard_domain::explorer::{Cell, RunDetail, XAxis};
 use trainyard_domain::format_utc;
 
 use super::api::{
-    DeleteRunPage, EditRun, RestoreRunPage, SetRunTag, artifact_preview, get_run_detail,
-    get_run_metric_keys,
+    DeleteRunPage, EditRun, PurgeRunPage, RestoreRunPage, SetRunTag, artifact_preview,
+    get_run_detail, get_run_metric_keys,
 };
 use super::chart::{ChartOptions, Line, MetricChart};
 use super::status_class;
 use crate::error::AppError;
 use crate::jobs::duration_text;
-use crate::pages::ErrorNote;
+use crate::pages::{ErrorNote, confirm_first};
 
 /// Whether a run may still change.
 fn is_live(status: &str) -> bool {
@@ -43,6 +43,7 @@ pub fn RunPage() -> impl IntoView {
     let edit = ServerAction::<EditRun>::new();
     let delete = ServerAction::<DeleteRunPage>::new();
     let restore = ServerAction::<RestoreRunPage>::new();
+    let purge = ServerAction::<PurgeRunPage>::new();
     let tag = ServerAction::<SetRunTag>::new();
     // Blocking, so that a page of no run answers 404.
     let detail = Resource::new_blocking(
@@ -83,7 +84,7 @@ pub fn RunPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading the run…"</p> }>
             {move || Suspend::new(async move {
                 match detail.await {
-                    Ok(d) => view! { <RunHead detail=d edit delete restore/> }.into_any(),
+                    Ok(d) => view! { <RunHead detail=d edit delete restore purge/> }.into_any(),
                     Err(e) => view! { <Title text="Run"/><ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -184,6 +185,7 @@ fn RunHead(
     edit: ServerAction<EditRun>,
     delete: ServerAction<DeleteRunPage>,
     restore: ServerAction<RestoreRunPage>,
+    purge: ServerAction<PurgeRunPage>,
 ) -> impl IntoView {
     let d = detail;
     let error = move || {
@@ -192,6 +194,7 @@ fn RunHead(
             .and_then(Result::err)
             .or_else(|| delete.value().get().and_then(Result::err))
             .or_else(|| restore.value().get().and_then(Result::err))
+            .or_else(|| purge.value().get().and_then(Result::err))
     };
     // The description box is filled in the browser only: a textarea's
     // server-rendered text is not escaped by this Leptos.
@@ -226,6 +229,17 @@ fn RunHead(
                     <button type="submit" class="secondary" data-testid="run-restore">"Restore run"</button>
                 </ActionForm>
             }})}
+            {d.may_purge.then({
+                let (run_id, name) = (d.run_id.clone(), d.name.clone());
+                move || view! {
+                <ActionForm action=purge attr:class="inline-form">
+                    <input type="hidden" name="run_id" value=run_id/>
+                    <button type="submit" class="danger" data-testid="run-purge"
+                        on:click=confirm_first(format!(
+                            "Delete the run {name} forever? Its metrics, params, tags and artifacts are removed for good (as mlflow gc does), and its artifacts stop counting against your quota. This cannot be undone."
+                        ))>"Delete forever"</button>
+                </ActionForm>
+            }})}
         </section>
         {d.note_html.clone().map(|html| view! { <div class="run-note markdown" data-testid="run-note" inner_html=html></div> })}
         {move || error().map(|e| view! { <crate::pages::ErrorNote error=e/> })}
@@ -254,7 +268,9 @@ fn RunHead(
                     <ActionForm action=delete attr:class="inline-form">
                         <input type="hidden" name="run_id" value=delete_id.clone()/>
                         <button type="submit" class="danger" data-testid="run-delete"
-                            on:click=confirm_delete(delete_name.clone())>"Delete run"</button>
+                            on:click=confirm_first(format!(
+                                "Delete the run {delete_name}? It leaves the experiment's table, and Restore (or MLflow's restore-run) brings it back. Its artifacts count against your artifact quota until you delete it forever (its page, or the experiment's Deleted runs)."
+                            ))>"Delete run"</button>
                     </ActionForm>
                 </details>
             }
@@ -702,24 +718,5 @@ fn follow_run(
             let held = send_wrapper::SendWrapper::new((source, on_run));
             on_cleanup(move || held.take().0.close());
         });
-    }
-}
-
-/// Asks before a run is deleted (declining leaves the form unsent).
-#[allow(unused_variables)]
-fn confirm_delete(name: String) -> impl Fn(leptos::ev::MouseEvent) {
-    move |ev| {
-        #[cfg(feature = "hydrate")]
-        {
-            let question = format!(
-                "Delete the run {name}? It leaves the experiment's table, and MLflow's restore-run brings it back; its artifacts stay on the server and still count against your artifact quota."
-            );
-            let yes = web_sys::window()
-                .and_then(|w| w.confirm_with_message(&question).ok())
-                .unwrap_or(true);
-            if !yes {
-                ev.prevent_default();
-            }
-        }
     }
 }

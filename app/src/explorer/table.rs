@@ -21,11 +21,11 @@ use trainyard_domain::explorer::{
 use trainyard_domain::format_utc;
 use trainyard_domain::query::QueryError;
 
-use super::api::{get_experiment_view, list_runs_page};
+use super::api::{PurgeDeletedRuns, get_experiment_view, list_runs_page};
 use super::{query_string, status_class, toggled};
 use crate::error::AppError;
 use crate::jobs::duration_text;
-use crate::pages::ErrorNote;
+use crate::pages::{ErrorNote, confirm_first};
 
 /// The height of a row, in CSS pixels (the stylesheet sets the same).
 const ROW_PX: f64 = 34.0;
@@ -155,9 +155,11 @@ pub fn ExperimentPage() -> impl IntoView {
             }
         },
     );
+    // Deleting the deleted runs forever empties their table.
+    let purge = ServerAction::<PurgeDeletedRuns>::new();
     let first = Resource::new(
-        move || fetch_key.get(),
-        |(id, q, sort, cols, offset, deleted)| async move {
+        move || (fetch_key.get(), purge.version().get()),
+        |((id, q, sort, cols, offset, deleted), _)| async move {
             match id {
                 Some(id) => list_runs_page(id, q, sort, cols, offset, deleted).await,
                 None => Err(AppError::NotFound("no such experiment".to_owned())),
@@ -170,7 +172,7 @@ pub fn ExperimentPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p class="muted">"Loading the experiment…"</p> }>
             {move || Suspend::new(async move {
                 match info.await {
-                    Ok(info) => view! { <ExperimentHead info state shown/> }.into_any(),
+                    Ok(info) => view! { <ExperimentHead info state shown purge/> }.into_any(),
                     Err(e) => view! { <Title text="Experiment"/><ErrorNote error=e/> }.into_any(),
                 }
             })}
@@ -201,8 +203,10 @@ fn ExperimentHead(
     info: ExperimentView,
     state: Memo<TableState>,
     shown: RwSignal<Option<Vec<String>>>,
+    purge: ServerAction<PurgeDeletedRuns>,
 ) -> impl IntoView {
     let summary = info.summary.clone();
+    let experiment_id = summary.id;
     let archived = summary.lifecycle_stage != "active";
     let keys = info.keys.clone();
     let current = move || state.get();
@@ -230,8 +234,19 @@ fn ExperimentHead(
         </section>
         {move || current().deleted.then(|| view! {
             <p class="hint" data-testid="deleted-runs-hint">
-                "The deleted runs of this experiment: open one to restore it."
+                "The deleted runs of this experiment: open one to restore it. Their artifacts count against their owner's artifact quota until they are deleted forever."
             </p>
+            <ActionForm action=purge attr:class="inline-form">
+                <input type="hidden" name="experiment_id" value=experiment_id/>
+                <button type="submit" class="danger" data-testid="purge-deleted-runs"
+                    on:click=confirm_first(
+                        "Delete forever every deleted run of this experiment that you may change? Their metrics, params, tags and artifacts are removed for good, as mlflow gc does. This cannot be undone.".to_owned()
+                    )>"Delete them all forever"</button>
+            </ActionForm>
+            {move || purge.value().get().map(|said| match said {
+                Ok(said) => view! { <p class="notice" role="status" data-testid="purge-result">{said}</p> }.into_any(),
+                Err(e) => view! { <ErrorNote error=e/> }.into_any(),
+            })}
         })}
         <Form method="GET" action="" attr:class="query-box" attr:role="search">
             <label for="run-query">"Filter runs"</label>
@@ -589,6 +604,7 @@ fn RunsTable(
     };
     let width = 6 + columns.len();
     let empty_query = state.get_untracked().q.is_empty();
+    let deleted_view = state.get_untracked().deleted;
 
     view! {
         <div class="table-bar">
@@ -612,8 +628,19 @@ fn RunsTable(
                 on:pointerenter=move |_| preload_compare() on:focus=move |_| preload_compare()>
                 {move || format!("Compare {}", n_selected())}
             </a>
+            <a class="button secondary" data-testid="runs-csv" download
+                title="Every run this query matches, with these columns (every metric and param when none are chosen)"
+                href=move || {
+                    let s = state.get();
+                    let table = TableState { sel: Vec::new(), offset: 0, ..s };
+                    format!("/api/trainyard/v1/experiments/{experiment_id}/runs.csv{}", table.to_query())
+                }>"CSV"</a>
         </div>
-        {(total == 0).then(|| if empty_query {
+        {(total == 0).then(|| if empty_query && deleted_view {
+            view! {
+                <p class="empty" data-testid="runs-empty">"No deleted runs."</p>
+            }.into_any()
+        } else if empty_query {
             view! {
                 <p class="empty" data-testid="runs-empty">
                     "No runs yet. Point a training script at this server and log one:"

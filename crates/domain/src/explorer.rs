@@ -411,6 +411,9 @@ pub struct RunDetail {
     /// It is deleted, and the caller may bring it back.
     #[serde(default)]
     pub may_restore: bool,
+    /// It is deleted, and the caller may delete it forever.
+    #[serde(default)]
+    pub may_purge: bool,
 }
 
 /// Another run, as a link to it.

@@ -244,6 +244,109 @@ pub struct Me {
     pub csrf_token: Option<String>,
 }
 
+/// What an admin (or a person acting on what is not theirs alone) did, as
+/// the audit trail keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AuditAction {
+    TeamCreated,
+    TeamChanged,
+    NodeDrained,
+    NodeResumed,
+    NodeRemoved,
+    NodeTokenMade,
+    NodeTokenRevoked,
+    SessionsEnded,
+    JobStopped,
+    JobMoved,
+    TemplateSaved,
+    TemplateDeleted,
+    WebhookChanged,
+    UploadDeleted,
+    RunPurged,
+}
+
+impl AuditAction {
+    pub const ALL: [AuditAction; 15] = [
+        AuditAction::TeamCreated,
+        AuditAction::TeamChanged,
+        AuditAction::NodeDrained,
+        AuditAction::NodeResumed,
+        AuditAction::NodeRemoved,
+        AuditAction::NodeTokenMade,
+        AuditAction::NodeTokenRevoked,
+        AuditAction::SessionsEnded,
+        AuditAction::JobStopped,
+        AuditAction::JobMoved,
+        AuditAction::TemplateSaved,
+        AuditAction::TemplateDeleted,
+        AuditAction::WebhookChanged,
+        AuditAction::UploadDeleted,
+        AuditAction::RunPurged,
+    ];
+
+    /// As stored and asked for (`?action=`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditAction::TeamCreated => "team.create",
+            AuditAction::TeamChanged => "team.change",
+            AuditAction::NodeDrained => "node.drain",
+            AuditAction::NodeResumed => "node.resume",
+            AuditAction::NodeRemoved => "node.remove",
+            AuditAction::NodeTokenMade => "node_token.create",
+            AuditAction::NodeTokenRevoked => "node_token.revoke",
+            AuditAction::SessionsEnded => "sessions.end",
+            AuditAction::JobStopped => "job.stop",
+            AuditAction::JobMoved => "job.move",
+            AuditAction::TemplateSaved => "template.save",
+            AuditAction::TemplateDeleted => "template.delete",
+            AuditAction::WebhookChanged => "webhook.change",
+            AuditAction::UploadDeleted => "upload.delete",
+            AuditAction::RunPurged => "run.purge",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<AuditAction> {
+        AuditAction::ALL.into_iter().find(|a| a.as_str() == text)
+    }
+
+    /// In words, for the audit page.
+    pub fn words(self) -> &'static str {
+        match self {
+            AuditAction::TeamCreated => "made a team",
+            AuditAction::TeamChanged => "changed a team",
+            AuditAction::NodeDrained => "drained a node",
+            AuditAction::NodeResumed => "resumed a node",
+            AuditAction::NodeRemoved => "removed a node",
+            AuditAction::NodeTokenMade => "made a node token",
+            AuditAction::NodeTokenRevoked => "revoked a node token",
+            AuditAction::SessionsEnded => "ended someone's sessions",
+            AuditAction::JobStopped => "stopped someone's job",
+            AuditAction::JobMoved => "moved a job to another team",
+            AuditAction::TemplateSaved => "saved a template",
+            AuditAction::TemplateDeleted => "deleted a template",
+            AuditAction::WebhookChanged => "changed a webhook",
+            AuditAction::UploadDeleted => "deleted someone's upload",
+            AuditAction::RunPurged => "deleted someone's run forever",
+        }
+    }
+}
+
+/// One entry of the audit trail.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    pub id: i64,
+    /// Unix milliseconds.
+    pub time: i64,
+    /// The actor's username as it was then.
+    pub actor: String,
+    /// [`AuditAction::as_str`]; one this version does not know stays text.
+    pub action: String,
+    /// What it was done to: a team, a node, a person, `job 12`, a template.
+    pub target: String,
+    /// What changed, in words.
+    pub detail: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -548,6 +548,22 @@ mod time_tests {
     }
 }
 
+/// Text as one CSV field: quoted when it holds a comma, quote or line
+/// break, and led by `'` when a spreadsheet would read it as a formula
+/// (`=`, `+`, `-`, `@`, a tab or a carriage return first).
+pub fn csv_field(text: &str) -> String {
+    let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
+    } else {
+        text.to_owned()
+    };
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text
+    }
+}
+
 /// A count for people: `10000` as `10,000`.
 pub fn format_count(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();

@@ -181,6 +181,35 @@ pub struct UsageView {
     pub everyone: bool,
 }
 
+/// What one person's storage holds against their quotas (the usage page,
+/// `GET /api/trainyard/v1/storage`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StorageView {
+    /// The artifacts of their runs, logged models and traces, as the
+    /// artifact quota counts them (file lengths).
+    pub artifact_bytes: u64,
+    /// None: no quota.
+    pub artifact_quota_bytes: Option<u64>,
+    /// What their deleted runs hold of those, by experiment, most first:
+    /// deleted forever, the room is theirs again.
+    pub deleted: Vec<DeletedRunsHeld>,
+    /// Their uploads (projects and datasets) and what they hold unpacked.
+    pub uploads: u64,
+    pub upload_bytes: u64,
+    pub upload_quota_bytes: Option<u64>,
+    pub upload_entries: u64,
+    pub upload_quota_entries: Option<u64>,
+}
+
+/// Deleted runs of one person in one experiment, and their artifacts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeletedRunsHeld {
+    pub experiment_id: i64,
+    pub experiment: String,
+    pub runs: u64,
+    pub bytes: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

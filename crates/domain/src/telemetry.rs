@@ -285,7 +285,7 @@ impl GpuUsage {
         for r in self.rows.iter().chain(std::iter::once(&self.total)) {
             out.push_str(&format!(
                 "{},{},{:.3},{:.3},{:.3},{}\r\n",
-                csv_field(&r.name),
+                crate::csv_field(&r.name),
                 r.jobs,
                 r.allocated_hours,
                 r.sampled_hours,
@@ -296,19 +296,6 @@ impl GpuUsage {
             ));
         }
         out
-    }
-}
-
-fn csv_field(text: &str) -> String {
-    let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{text}")
-    } else {
-        text.to_owned()
-    };
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text
     }
 }
 

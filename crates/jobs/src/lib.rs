@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use trainyard_domain::identity::{Owner, User};
+use trainyard_domain::identity::{AuditAction, Owner, User};
 use trainyard_domain::job::{CheckedJob, JobSpec, Upload};
 use trainyard_domain::{FieldError, JobState};
 use trainyard_scheduler as sched;
@@ -738,12 +738,13 @@ impl Jobs {
         !needs_files || self.files_ready_marker(job.id).is_file()
     }
 
-    /// Checks and saves a template an admin wrote (YAML or JSON). Errors
-    /// name the field.
+    /// Checks and saves a template the admin `by` wrote (YAML or JSON).
+    /// Errors name the field.
     pub async fn save_template(
         &self,
         slug: &str,
         text: &[u8],
+        by: &User,
     ) -> Result<trainyard_domain::template::Template, SubmitError> {
         if !templates::valid_slug(slug) {
             return Err(SubmitError::Invalid(vec![FieldError::new(
@@ -759,7 +760,55 @@ impl Jobs {
             })
         })?;
         spec.check().map_err(SubmitError::Invalid)?;
-        Ok(self.store().save_template(slug, &spec).await?)
+        let saved = self.store().save_template(slug, &spec).await?;
+        self.store()
+            .audit(
+                by,
+                AuditAction::TemplateSaved,
+                &format!("template {slug}"),
+                &format!("{} bytes", text.len()),
+            )
+            .await;
+        Ok(saved)
+    }
+
+    /// Deletes a template for the admin `by`: jobs made from it keep what
+    /// they were made with.
+    pub async fn delete_template(&self, slug: &str, by: &User) -> Result<(), StoreError> {
+        self.store().delete_template(slug).await?;
+        self.store()
+            .audit(
+                by,
+                AuditAction::TemplateDeleted,
+                &format!("template {slug}"),
+                "",
+            )
+            .await;
+        Ok(())
+    }
+
+    /// After the admin `by` made (`made`) or changed a team's guarantee or
+    /// share: the queue looks again, and the trail keeps it.
+    pub async fn team_changed(
+        &self,
+        by: &User,
+        team: &trainyard_domain::teams::TeamPolicy,
+        made: bool,
+    ) {
+        tracing::info!(team = %team.name, quota_gpus = team.quota_gpus, share = team.share, by = %by.username, made, "team policy set");
+        self.store()
+            .audit(
+                by,
+                if made {
+                    AuditAction::TeamCreated
+                } else {
+                    AuditAction::TeamChanged
+                },
+                &format!("team {}", team.name),
+                &format!("{} guaranteed GPUs, share {}", team.quota_gpus, team.share),
+            )
+            .await;
+        self.wake();
     }
 
     /// The project upload of `owner`'s whose archive had this SHA-256 (hex),
@@ -1199,8 +1248,8 @@ impl Jobs {
     /// Removes a node that is gone for good: its GPUs, their samples and
     /// its agent tokens. Not one of the executor's own nodes now (they come
     /// back by themselves), nor one where jobs start or run.
-    /// `by`: the admin, for the log.
-    pub async fn remove_node(&self, node: &str, by: &str) -> Result<NodeRemoval, StoreError> {
+    /// `by`: the admin, for the log and the trail.
+    pub async fn remove_node(&self, node: &str, by: &User) -> Result<NodeRemoval, StoreError> {
         let executor = self.nodes().await?;
         if let Some(why) = executor.unavailable {
             // It cannot say which nodes are its own now.
@@ -1215,7 +1264,15 @@ impl Jobs {
             trainyard_store::NodeRemoval::Busy(jobs) => NodeRemoval::Busy(jobs),
         };
         if removal == NodeRemoval::Removed {
-            tracing::info!(node, admin = by, "node removed");
+            tracing::info!(node, admin = %by.username, "node removed");
+            self.store()
+                .audit(
+                    by,
+                    AuditAction::NodeRemoved,
+                    &format!("node {node}"),
+                    "its GPUs, their samples and its agent tokens",
+                )
+                .await;
         }
         Ok(removal)
     }
@@ -1281,6 +1338,21 @@ impl Jobs {
             .drain_node(node, reason, stop_jobs, Some(by.id))
             .await?;
         tracing::info!(node, admin = %by.username, reason, stop_jobs, "node drained");
+        self.store()
+            .audit(
+                by,
+                AuditAction::NodeDrained,
+                &format!("node {node}"),
+                &format!(
+                    "{reason}{}",
+                    if stop_jobs {
+                        " (its jobs stopped and queued again)"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+            .await;
         self.wake();
         Ok(drain)
     }
@@ -1290,6 +1362,9 @@ impl Jobs {
         let resumed = self.store().resume_node(node).await?;
         if resumed {
             tracing::info!(node, admin = %by.username, "node resumed");
+            self.store()
+                .audit(by, AuditAction::NodeResumed, &format!("node {node}"), "")
+                .await;
             self.wake();
         }
         Ok(resumed)
@@ -1374,11 +1449,36 @@ impl Jobs {
         })
     }
 
+    /// How many nodes the executor has now and their GPUs, without reading
+    /// a job (the home page asks on every load); None while it cannot tell.
+    pub async fn node_figures(&self) -> Option<(u64, u64)> {
+        let capacity = self.inner.executor.capacity().await.ok()?;
+        let nodes = capacity.whole();
+        Some((
+            nodes.len() as u64,
+            nodes.iter().map(|n| u64::from(n.gpus)).sum(),
+        ))
+    }
+
     /// Asks a job to stop; the supervisor stops it.
     /// `by`: who asked, when not the job's owner (an admin), for its
     /// timeline.
-    pub async fn cancel(&self, id: i64, by: Option<&str>) -> Result<JobRecord, StoreError> {
-        let record = self.store().request_cancel(id, by).await?;
+    pub async fn cancel(&self, id: i64, by: Option<&User>) -> Result<JobRecord, StoreError> {
+        let record = self
+            .store()
+            .request_cancel(id, by.map(|u| u.username.as_str()))
+            .await?;
+        if let Some(by) = by {
+            let whose = record.job.owner.as_deref().unwrap_or("nobody");
+            self.store()
+                .audit(
+                    by,
+                    AuditAction::JobStopped,
+                    &format!("job {id}"),
+                    &format!("{}'s job {}", whose, record.job.spec.name),
+                )
+                .await;
+        }
         if record.job.state == JobState::Cancelled {
             if let Some(run_id) = &record.job.run_id {
                 self.end_run(run_id, "KILLED").await;
@@ -1448,6 +1548,14 @@ impl Jobs {
             self.book_usage(&span);
         }
         tracing::info!(job = job.id, from, to = name, by = %by.username, "job filed under another team");
+        self.store()
+            .audit(
+                by,
+                AuditAction::JobMoved,
+                &format!("job {}", job.id),
+                &format!("from {from} to {name}"),
+            )
+            .await;
         self.wake();
         Ok(moved)
     }

@@ -173,7 +173,7 @@ impl LocalExecutor {
         let root =
             std::path::absolute(&self.config.root).unwrap_or_else(|_| self.config.root.clone());
         let digest = Sha256::digest(root.as_os_str().as_encoded_bytes());
-        digest[..4].iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(&digest[..4])
     }
 
     /// The job's whole environment: a few of the server's own variables

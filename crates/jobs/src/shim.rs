@@ -847,7 +847,7 @@ fn env_key(python: &Path, requirements: &[u8]) -> String {
     hash.update(b"\n");
     hash.update(requirements);
     let digest = hash.finalize();
-    digest[..10].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&digest[..10])
 }
 
 /// The program's real path on a PATH, links resolved.

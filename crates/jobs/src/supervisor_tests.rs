@@ -840,6 +840,8 @@ async fn the_nodes_say_who_holds_their_gpus() {
     let view = s.jobs.nodes().await.unwrap();
     assert_eq!(view.executor, "fake");
     assert_eq!(view.unavailable, None);
+    // The home page's figures: both nodes with all their GPUs.
+    assert_eq!(s.jobs.node_figures().await, Some((2, 16)));
     let a = &view.nodes[0];
     assert_eq!(
         (
@@ -870,6 +872,7 @@ async fn the_nodes_say_who_holds_their_gpus() {
     let view = s.jobs.nodes().await.unwrap();
     assert!(view.nodes.is_empty());
     assert_eq!(view.unavailable.as_deref(), Some("the API is away"));
+    assert_eq!(s.jobs.node_figures().await, None);
 }
 
 #[test]

@@ -64,7 +64,7 @@ impl NewRecord {
     /// What MLflow keys a record by: the SHA-256 of its inputs as JSON with
     /// sorted keys.
     pub fn input_hash(&self) -> String {
-        hex(&Sha256::digest(
+        hex::encode(Sha256::digest(
             Value::Object(self.inputs.clone()).to_string().as_bytes(),
         ))
     }
@@ -93,10 +93,6 @@ impl NewRecord {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", uuid::Uuid::new_v4().simple())
 }
@@ -105,7 +101,7 @@ fn new_id(prefix: &str) -> String {
 /// its last change, with the count of its changes beside them so that two
 /// changes in one millisecond differ too.
 fn digest(name: &str, time: i64, changes: i64) -> String {
-    hex(&Sha256::digest(
+    hex::encode(Sha256::digest(
         format!("{name}:{time}:{changes}").as_bytes(),
     ))[..8]
         .to_owned()

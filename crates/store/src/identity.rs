@@ -115,11 +115,10 @@ pub fn random_secret() -> String {
 
 /// What is stored of a secret.
 pub fn secret_hash(secret: &str) -> String {
-    let digest = Sha256::digest(secret.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-fn clip(text: &str, max: usize) -> String {
+pub(crate) fn clip(text: &str, max: usize) -> String {
     text.chars().take(max).collect()
 }
 

@@ -75,7 +75,15 @@ impl JobRecord {
     /// Who acts on it, named for its timeline when that is not its owner
     /// (an admin).
     pub fn acted_on_by<'a>(&self, user: &'a trainyard_domain::identity::User) -> Option<&'a str> {
-        (self.owner_id != Some(user.id)).then_some(user.username.as_str())
+        self.someone_else(user).map(|u| u.username.as_str())
+    }
+
+    /// `user`, when the job is not theirs (an admin acting on it).
+    pub fn someone_else<'a>(
+        &self,
+        user: &'a trainyard_domain::identity::User,
+    ) -> Option<&'a trainyard_domain::identity::User> {
+        (self.owner_id != Some(user.id)).then_some(user)
     }
 }
 

@@ -2,6 +2,7 @@
 //! migrations, and the queries the server needs.
 
 pub mod assessments;
+pub mod audit;
 mod chunks;
 pub mod compaction;
 pub mod entity;

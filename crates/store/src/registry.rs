@@ -17,7 +17,7 @@ use crate::{Store, StoreError, Viewer, now_millis};
 const IN_CHUNK: usize = 500;
 
 /// The stage MLflow gives a deleted version: its number stays taken.
-const DELETED_STAGE: &str = "Deleted_Internal";
+pub(crate) const DELETED_STAGE: &str = "Deleted_Internal";
 
 fn model_not_found(name: &str) -> StoreError {
     StoreError::NotFound(format!("Registered Model with name={name} not found"))

@@ -62,7 +62,7 @@ impl SealingKey {
     pub fn generate() -> String {
         let mut bytes = [0u8; 32];
         getrandom::fill(&mut bytes).expect("the operating system's random source failed");
-        hex(&bytes)
+        hex::encode(bytes)
     }
 
     /// A key as written: 64 hexadecimal digits, or the base64 of 32 bytes
@@ -70,9 +70,7 @@ impl SealingKey {
     pub fn parse(text: &str) -> Result<SealingKey, String> {
         let text = text.trim();
         let bytes = if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-            (0..32)
-                .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).expect("checked hex"))
-                .collect()
+            hex::decode(text).expect("checked hex")
         } else {
             base64::engine::general_purpose::STANDARD
                 .decode(text)
@@ -130,10 +128,6 @@ impl SealingKey {
             .map_err(|_| unreadable())?;
         String::from_utf8(plain.to_vec()).map_err(|_| unreadable())
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Store {

@@ -472,3 +472,247 @@ async fn followers_are_told_which_jobs_were_written() {
     assert_eq!(store.job_writes.followers(), 1, "the dropped one went");
     store.close().await.unwrap();
 }
+
+/// A deleted run is deleted for good with what hangs off it, and its job
+/// keeps its record; an active run, one a job still runs as, and one a
+/// registered version is made of are refused and left whole.
+#[tokio::test]
+async fn a_deleted_run_is_purged_with_what_hangs_off_it() {
+    use sea_orm::{ConnectionTrait, Statement};
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let owner = store.local_admin().await.unwrap();
+    let experiment = store
+        .create_experiment("gc", owner.as_owner())
+        .await
+        .unwrap();
+    let job = store
+        .create_job(new_job(
+            r#"{"name": "j", "command": "x"}"#,
+            owner.id,
+            experiment,
+        ))
+        .await
+        .unwrap()
+        .job;
+    let run_id = job.run_id.clone().unwrap();
+    let kept_run = store.get_job(job.id).await.unwrap().job.run_id.unwrap();
+    assert_eq!(kept_run, run_id);
+    let point = trainyard_domain::tracking::Point {
+        step: 0,
+        timestamp: 1,
+        value: 0.5,
+    };
+    store
+        .log_batch(
+            &run_id,
+            &[MetricIn {
+                key: "loss".to_owned(),
+                point,
+            }],
+            &[("lr".to_owned(), "0.1".to_owned())],
+            &[("note".to_owned(), "x".to_owned())],
+        )
+        .await
+        .unwrap();
+    store.create_run_token(owner.id, &run_id).await.unwrap();
+    let other = store
+        .create_run(NewRun {
+            experiment_id: experiment,
+            user_id: "t".to_owned(),
+            owner_id: Some(owner.id),
+            ..NewRun::default()
+        })
+        .await
+        .unwrap()
+        .info
+        .run_id;
+    store
+        .log_batch(&other, &[], &[("lr".to_owned(), "0.2".to_owned())], &[])
+        .await
+        .unwrap();
+    let refused = |r: Result<i64, StoreError>| match r {
+        Err(StoreError::Rejected(why)) => why,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert!(refused(store.purge_run(&run_id).await).contains("is not deleted"));
+    store.set_run_deleted(&run_id, true).await.unwrap();
+    let why = refused(store.purge_run(&run_id).await);
+    assert!(why.contains(&format!("job {} still runs", job.id)), "{why}");
+    store
+        .move_job(
+            job.id,
+            &[JobState::Queued],
+            JobState::Cancelled,
+            JobChange::default(),
+        )
+        .await
+        .unwrap();
+    store
+        .create_registered_model("net", None, &[], owner.as_owner())
+        .await
+        .unwrap();
+    let made_of_it = registry::NewVersion {
+        source: format!("runs:/{run_id}/model"),
+        storage_location: format!("mlflow-artifacts:/{experiment}/{run_id}/artifacts/model"),
+        run_id: Some(run_id.clone()),
+        ..Default::default()
+    };
+    store.create_model_version("net", made_of_it).await.unwrap();
+    // A version of a logged model only names the run.
+    store
+        .create_model_version(
+            "net",
+            registry::NewVersion {
+                source: "models:/m-1".to_owned(),
+                storage_location: format!("mlflow-artifacts:/{experiment}/models/m-1/artifacts"),
+                run_id: Some(run_id.clone()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let why = refused(store.purge_run(&run_id).await);
+    assert!(
+        why.contains("version 1 of the registered model net"),
+        "{why}"
+    );
+    assert_eq!(
+        store.get_run(&run_id).await.unwrap().info.lifecycle_stage,
+        "deleted",
+        "a refusal changes nothing"
+    );
+    store.delete_model_version("net", 1).await.unwrap();
+    assert_eq!(
+        store.deleted_runs(experiment, 10).await.unwrap(),
+        vec![(
+            run_id.clone(),
+            store.get_run(&run_id).await.unwrap().info.run_name
+        )]
+    );
+    assert_eq!(store.purge_run(&run_id).await.unwrap(), experiment);
+    assert!(matches!(
+        store.get_run(&run_id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.purge_run(&run_id).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(store.deleted_runs(experiment, 10).await.unwrap().is_empty());
+    let backend = store.connection().get_database_backend();
+    for table in [
+        "params",
+        "tags",
+        "metric_chunks",
+        "latest_metrics",
+        "api_tokens",
+    ] {
+        let count = |run: &str| {
+            let sql = format!("SELECT COUNT(*) AS n FROM {table} WHERE run_id = '{run}'");
+            let conn = store.connection().clone();
+            async move {
+                let row = conn
+                    .query_one_raw(Statement::from_string(backend, sql))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                row.try_get::<i64>("", "n").unwrap()
+            }
+        };
+        assert_eq!(
+            count(&run_id).await,
+            0,
+            "{table} keeps rows of the purged run"
+        );
+    }
+    // The other run is whole, and the job is there without its run.
+    assert_eq!(store.get_run(&other).await.unwrap().params.len(), 1);
+    let ended = store.get_job(job.id).await.unwrap().job;
+    assert_eq!(ended.state, JobState::Cancelled);
+    assert_eq!(ended.run_id, None);
+    assert_eq!(
+        store.get_model_version("net", 2).await.unwrap().run_id,
+        Some(run_id),
+        "the logged model's version keeps the id it was made with"
+    );
+}
+
+/// The audit trail lists newest first, pages with `before`, narrows by
+/// action and person, and cuts long texts to what the table holds.
+#[tokio::test]
+async fn the_audit_trail_pages_and_narrows() {
+    use crate::audit::AuditQuery;
+    use trainyard_domain::identity::AuditAction;
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let admin = store.local_admin().await.unwrap();
+    store
+        .audit(
+            &admin,
+            AuditAction::TeamCreated,
+            "team vision",
+            "2 guaranteed GPUs, share 1",
+        )
+        .await;
+    store
+        .audit(
+            &admin,
+            AuditAction::NodeDrained,
+            &"n".repeat(300),
+            "driver update",
+        )
+        .await;
+    store
+        .audit(
+            &admin,
+            AuditAction::TeamChanged,
+            "team vision",
+            "4 guaranteed GPUs, share 1",
+        )
+        .await;
+    let all = store
+        .audit_events(&AuditQuery::default(), 10)
+        .await
+        .unwrap();
+    let actions: Vec<&str> = all.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(actions, ["team.change", "node.drain", "team.create"]);
+    assert!(all.iter().all(|e| e.actor == admin.username));
+    assert_eq!(all[1].target.chars().count(), 250);
+    assert!(all[0].time >= all[2].time);
+    let older = store
+        .audit_events(
+            &AuditQuery {
+                before: Some(all[0].id),
+                ..Default::default()
+            },
+            1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(older.len(), 1);
+    assert_eq!(older[0].id, all[1].id);
+    let teams = store
+        .audit_events(
+            &AuditQuery {
+                action: Some(AuditAction::TeamCreated),
+                ..Default::default()
+            },
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(teams.len(), 1);
+    assert_eq!(teams[0].detail, "2 guaranteed GPUs, share 1");
+    let nobody = store
+        .audit_events(
+            &AuditQuery {
+                actor: Some("someone-else".to_owned()),
+                ..Default::default()
+            },
+            10,
+        )
+        .await
+        .unwrap();
+    assert!(nobody.is_empty());
+}

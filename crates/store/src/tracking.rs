@@ -899,6 +899,123 @@ impl Store {
         Ok(())
     }
 
+    /// The deleted runs of an experiment, oldest first, at most `limit`:
+    /// (id, name).
+    pub async fn deleted_runs(
+        &self,
+        experiment_id: i64,
+        limit: u64,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT id, name FROM runs WHERE experiment_id = ")
+            .bind(experiment_id)
+            .push(" AND lifecycle_stage = 'deleted' ORDER BY start_time, id LIMIT ")
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        self.connection()
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| Ok((get(row, "id")?, get(row, "name")?)))
+            .collect()
+    }
+
+    /// The deleted runs a user owns, by experiment: (experiment id, its
+    /// name, the run ids), in experiment order.
+    pub async fn deleted_runs_owned_by(
+        &self,
+        user_id: i64,
+    ) -> Result<Vec<(i64, String, Vec<String>)>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT r.experiment_id, e.name, r.id FROM runs r JOIN experiments e ON e.id = r.experiment_id WHERE r.user_id = ")
+            .bind(user_id)
+            .push(" AND r.lifecycle_stage = 'deleted' ORDER BY r.experiment_id, r.id");
+        let mut out: Vec<(i64, String, Vec<String>)> = Vec::new();
+        for row in self.connection().query_all_raw(sql.build()).await? {
+            let experiment: i64 = get(&row, "experiment_id")?;
+            let run: String = get(&row, "id")?;
+            match out.last_mut() {
+                Some((id, _, runs)) if *id == experiment => runs.push(run),
+                _ => out.push((experiment, get(&row, "name")?, vec![run])),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes a deleted run for good, as `mlflow gc` does: its params,
+    /// tags, metrics, dataset inputs and job tokens go with it; a job keeps
+    /// its record without the link, and traces and model versions keep the
+    /// id they were logged with. Refused for a run that is not deleted, one
+    /// a job still runs as, and one whose files a registered model version
+    /// is (the caller removes the run's folder after this). Returns the
+    /// experiment whose folder holds the run's.
+    pub async fn purge_run(&self, run_id: &str) -> Result<i64, StoreError> {
+        use crate::entity::job;
+        use sea_orm::{ColumnTrait, QueryFilter, QueryOrder, QuerySelect};
+        use trainyard_domain::JobState;
+        let _turn = self.write_turn().await;
+        let txn = self.begin_write().await?;
+        let mut sql = self.sql();
+        sql.push("SELECT experiment_id, lifecycle_stage FROM runs WHERE id = ")
+            .bind(run_id.to_owned());
+        let row = txn
+            .query_one_raw(sql.build())
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("Run with id={run_id} not found")))?;
+        let experiment: i64 = get(&row, "experiment_id")?;
+        if get::<String>(&row, "lifecycle_stage")? != "deleted" {
+            return Err(StoreError::Rejected(format!(
+                "run {run_id} is not deleted: delete it first, then delete it forever"
+            )));
+        }
+        let running: Option<i64> = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            .filter(job::Column::RunId.eq(run_id))
+            .filter(job::Column::State.is_in(
+                [JobState::Queued, JobState::Starting, JobState::Running].map(|s| s.as_str()),
+            ))
+            .order_by_asc(job::Column::Id)
+            .into_tuple()
+            .one(&txn)
+            .await?;
+        if let Some(job) = running {
+            return Err(StoreError::Rejected(format!(
+                "job {job} still runs as run {run_id}: cancel it or let it end first"
+            )));
+        }
+        // A version registered from the run's own files (`runs:/ID/…` or a
+        // path into its artifacts) would lose them; one of a logged model
+        // lives in the model's folder.
+        let mut sql = self.sql();
+        sql.push(
+            "SELECT g.name, v.version FROM model_versions v JOIN registered_models g ON g.id = v.registered_model_id WHERE v.run_id = ",
+        )
+        .bind(run_id.to_owned())
+        .push(" AND v.stage <> ")
+        .bind(crate::registry::DELETED_STAGE)
+        .push(" AND (v.source LIKE ")
+        .bind(format!("runs:/{run_id}/%"))
+        .push(" OR v.source LIKE ")
+        .bind(format!("%/{run_id}/artifacts%"))
+        .push(" OR v.storage_location LIKE ")
+        .bind(format!("%/{run_id}/artifacts%"))
+        .push(") ORDER BY g.name, v.version");
+        if let Some(row) = txn.query_one_raw(sql.build()).await? {
+            let name: String = get(&row, "name")?;
+            let version: i32 = get(&row, "version")?;
+            return Err(StoreError::Rejected(format!(
+                "version {version} of the registered model {name} is made of run {run_id}'s files: delete that version first, or keep the run"
+            )));
+        }
+        let mut sql = self.sql();
+        sql.push("DELETE FROM runs WHERE id = ")
+            .bind(run_id.to_owned());
+        txn.execute_raw(sql.build()).await?;
+        txn.commit().await?;
+        self.run_changed(run_id);
+        Ok(experiment)
+    }
+
     /// Logs metrics, params and tags in one transaction: all or nothing.
     /// Params are write-once (the same value again is accepted), tags are
     /// last-write-wins, metric points are appended.

@@ -416,7 +416,7 @@ where
             None,
             quota,
             "artifact_quota_bytes",
-            "delete artifacts of runs that are no longer needed (DELETE on the artifact's path), or ask an admin to raise the quota",
+            "deleted runs still hold theirs until deleted forever (the experiment's Deleted runs → Delete them all forever); delete artifacts no longer needed (DELETE on the artifact's path), or ask an admin to raise the quota",
         )
     };
     let room = quota.map_or(usize::MAX, |(_, _, room)| {

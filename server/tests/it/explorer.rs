@@ -766,3 +766,85 @@ async fn a_trace_page_is_found_only_under_its_experiment() {
         page.body
     );
 }
+
+/// The runs table as CSV: every metric and param by default, the table's
+/// columns, filter and order when given; every digit logged, names quoted,
+/// formulas defused, and a wrong parameter named.
+#[tokio::test]
+async fn the_runs_table_downloads_as_csv() {
+    let server = TestServer::start().await;
+    let experiment =
+        mlflow(&server, "experiments/create", json!({"name": "csv"})).await["experiment_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let mut ids = Vec::new();
+    for (name, lr, loss) in [("a, the first", "0.1", 0.123456789), ("=b", "0.01", 0.5)] {
+        let run = new_run(&server, &experiment, name).await;
+        mlflow(
+            &server,
+            "runs/log-batch",
+            json!({
+                "run_id": run,
+                "params": [{"key": "lr", "value": lr}],
+                "metrics": [{"key": "loss", "value": loss, "timestamp": 2_000, "step": 0}],
+            }),
+        )
+        .await;
+        ids.push(run);
+    }
+    mlflow(
+        &server,
+        "runs/update",
+        json!({"run_id": ids[0], "status": "FINISHED", "end_time": 3_500}),
+    )
+    .await;
+    let csv = |query: &str| {
+        let path = format!("/api/trainyard/v1/experiments/{experiment}/runs.csv{query}");
+        let server = &server;
+        async move { server.get(&path).await }
+    };
+    let all = csv("?sort=metrics.loss").await;
+    assert_eq!(all.status, 200, "{}", all.body);
+    let lines: Vec<&str> = all.body.lines().collect();
+    assert_eq!(
+        lines[0],
+        "run_id,name,status,user,start_time,end_time,duration_s,metrics.loss,params.lr"
+    );
+    assert_eq!(lines.len(), 3, "{}", all.body);
+    assert!(
+        lines[1].starts_with(&format!("{},\"a, the first\",FINISHED,", ids[0])),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[1].ends_with(",2.500,0.123456789,0.1"),
+        "every digit logged: {}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with(&format!("{},'=b,RUNNING,", ids[1])),
+        "a formula is defused: {}",
+        lines[2]
+    );
+    assert!(lines[2].ends_with(",,0.5,0.01"), "{}", lines[2]);
+
+    // The table's filter and columns.
+    let chosen = csv("?q=params.lr%20%3D%20%270.01%27&col=params.lr&sel=x").await;
+    assert_eq!(chosen.status, 200, "{}", chosen.body);
+    let lines: Vec<&str> = chosen.body.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", chosen.body);
+    assert!(lines[0].ends_with(",duration_s,params.lr"), "{}", lines[0]);
+    assert!(lines[1].ends_with(",0.01"), "{}", lines[1]);
+
+    let wrong = csv("?colour=red").await;
+    assert_eq!(wrong.status, 400, "{}", wrong.body);
+    assert!(wrong.body.contains("`colour`"), "{}", wrong.body);
+    let query = csv("?q=metrics.loss%20%3E%3E%201").await;
+    assert_eq!(query.status, 400, "{}", query.body);
+    assert_eq!(csv("?").await.status, 200);
+    let none = server
+        .get("/api/trainyard/v1/experiments/999999/runs.csv")
+        .await;
+    assert_eq!(none.status, 404, "{}", none.body);
+}

@@ -900,10 +900,7 @@ async fn an_unchanged_project_is_not_sent_again_even_at_the_quota() {
     // is not a SHA-256 is refused naming the field.
     let digest = |bytes: &[u8]| -> String {
         use sha2::Digest;
-        sha2::Sha256::digest(bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        hex::encode(sha2::Sha256::digest(bytes))
     };
     let asked = |sha: String| {
         let server = &server;

@@ -518,6 +518,106 @@ async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
     assert_eq!(put("d.bin", 600).await.status, 507);
 }
 
+/// Deleted runs' artifacts counted against the quota with no way out but
+/// an admin: a run deleted forever takes its files and records with it,
+/// and its owner has the room again at once; an active run is refused.
+#[tokio::test]
+async fn a_run_deleted_forever_gives_its_artifacts_room_back() {
+    let server = TestServer::start_with(&[("TRAINYARD_ARTIFACT_QUOTA_BYTES", "1000")]).await;
+    let addr = server.addr;
+    let put = |run: &str, name: &str, bytes: usize| {
+        let path = format!("/api/2.0/mlflow-artifacts/artifacts/0/{run}/artifacts/{name}");
+        async move { request(addr, "PUT", &path, &[], "y".repeat(bytes).as_bytes()).await }
+    };
+    let old = new_run(addr, Some("old")).await;
+    let new = new_run(addr, Some("new")).await;
+    assert_eq!(put(&old, "model.bin", 900).await.status, 200);
+    assert_eq!(put(&new, "model.bin", 200).await.status, 507);
+    let folder = server.data_dir.path().join(format!("artifacts/0/{old}"));
+    assert!(folder.join("artifacts/model.bin").exists());
+
+    let active = server
+        .post_form("/api/purge_run_page", &format!("run_id={old}"))
+        .await;
+    assert_eq!(active.status, 400, "{}", active.body);
+    assert!(active.body.contains("is not deleted"), "{}", active.body);
+    let deleted = post_json(addr, "/api/2.0/mlflow/runs/delete", &json!({"run_id": old})).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    // Deleted, it still holds its room.
+    assert_eq!(put(&new, "model.bin", 200).await.status, 507);
+    let purged = server
+        .post_form("/api/purge_run_page", &format!("run_id={old}"))
+        .await;
+    assert!(purged.status < 400, "{}", purged.body);
+    assert!(!folder.exists(), "its folder goes");
+    let gone = server
+        .get(&format!("/api/2.0/mlflow/runs/get?run_id={old}"))
+        .await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    assert_eq!(
+        server
+            .get(&format!(
+                "/api/2.0/mlflow-artifacts/artifacts/0/{old}/artifacts/model.bin"
+            ))
+            .await
+            .status,
+        404
+    );
+    // At once, not when a count falls due.
+    assert_eq!(put(&new, "model.bin", 200).await.status, 200);
+
+    // An experiment's deleted runs, all at once; the active one stays.
+    let spare = new_run(addr, Some("spare")).await;
+    assert_eq!(put(&spare, "a.txt", 300).await.status, 200);
+    let deleted = post_json(
+        addr,
+        "/api/2.0/mlflow/runs/delete",
+        &json!({"run_id": spare}),
+    )
+    .await;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    // The usage page's storage says what deleted runs hold, and where.
+    let storage = server.get("/api/trainyard/v1/storage").await;
+    assert_eq!(storage.status, 200, "{}", storage.body);
+    let storage = storage.json();
+    assert_eq!(storage["artifact_bytes"], 500, "{storage}");
+    assert_eq!(storage["artifact_quota_bytes"], 1000, "{storage}");
+    assert_eq!(
+        storage["deleted"],
+        json!([{"experiment_id": 0, "experiment": "Default", "runs": 1, "bytes": 300}])
+    );
+    let all = server
+        .post_form("/api/purge_deleted_runs", "experiment_id=0")
+        .await;
+    assert_eq!(all.status, 200, "{}", all.body);
+    assert!(
+        all.body.contains("Deleted 1 run forever, freeing 300 B"),
+        "{}",
+        all.body
+    );
+    assert_eq!(
+        server
+            .get(&format!("/api/2.0/mlflow/runs/get?run_id={spare}"))
+            .await
+            .status,
+        404
+    );
+    let kept = server
+        .get(&format!("/api/2.0/mlflow/runs/get?run_id={new}"))
+        .await;
+    assert_eq!(kept.status, 200, "{}", kept.body);
+    let storage = server.get("/api/trainyard/v1/storage").await.json();
+    assert_eq!(storage["artifact_bytes"], 200, "{storage}");
+    assert_eq!(storage["deleted"], json!([]), "{storage}");
+    assert!(
+        server
+            .data_dir
+            .path()
+            .join(format!("artifacts/0/{new}/artifacts/model.bin"))
+            .exists()
+    );
+}
+
 /// Files and folders hold no bytes when empty, but each is an inode of the
 /// server's disk: one person's uploads are bounded in count too.
 #[tokio::test]
