@@ -217,6 +217,8 @@ pub async fn storage_of(
     let root = state.artifact_root.clone();
     let deleted = state.store.deleted_runs_owned_by(owner).await?;
     let deleted = tokio::task::spawn_blocking(move || {
+        // One bound for them all, as for the quota's own count.
+        let mut budget = MAX_COUNTED;
         let mut held: Vec<DeletedRunsHeld> = deleted
             .into_iter()
             .map(|(experiment_id, experiment, runs)| {
@@ -232,7 +234,11 @@ pub async fn storage_of(
                     experiment_id,
                     experiment,
                     runs: runs.len() as u64,
-                    bytes: size_of_trees(&folders),
+                    bytes: {
+                        let (bytes, seen) = trainyard_jobs::tree::file_bytes(&folders, budget);
+                        budget = budget.saturating_sub(seen);
+                        bytes
+                    },
                 }
             })
             .collect();
@@ -277,8 +283,8 @@ pub fn size_of_tree(path: &Path) -> u64 {
 /// The bytes of the files below each of `paths`, links not followed, at
 /// most [`MAX_COUNTED`] entries in all.
 pub fn size_of_trees(paths: &[PathBuf]) -> u64 {
-    let (total, whole) = trainyard_jobs::tree::file_bytes(paths);
-    if !whole {
+    let (total, seen) = trainyard_jobs::tree::file_bytes(paths, MAX_COUNTED);
+    if seen > MAX_COUNTED {
         tracing::warn!("stopped counting artifacts after {MAX_COUNTED} entries");
     }
     total

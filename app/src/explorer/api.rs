@@ -199,6 +199,10 @@ pub const CSV_MAX_RUNS: u64 = 50_000;
 #[cfg(feature = "ssr")]
 pub const CSV_MAX_KEYS: u64 = 500;
 
+/// The most values (runs × columns) one CSV holds.
+#[cfg(feature = "ssr")]
+pub const CSV_MAX_CELLS: u64 = 2_000_000;
+
 /// The runs of `table` as CSV, as the explorer's table lists them (with
 /// its columns, or every metric and param when none are chosen): one line
 /// per run, times in UTC, text quoted and kept from reading as a formula.
@@ -215,9 +219,17 @@ pub async fn runs_csv(
         .experiment_as(user, table.experiment_id, trainyard_store::Access::Read)
         .await?;
     if table.columns.is_none() {
+        // The keys of the runs it lists: an archived experiment's, or the
+        // deleted runs', are those of deleted runs.
+        let deleted = table.deleted
+            || store
+                .get_experiment(table.experiment_id)
+                .await?
+                .lifecycle_stage
+                != "active";
         let viewer = trainyard_store::Viewer::of(user);
         let keys = store
-            .run_keys(table.experiment_id, &viewer, CSV_MAX_KEYS)
+            .run_keys_in(table.experiment_id, &viewer, CSV_MAX_KEYS, deleted)
             .await?;
         table.columns = Some(
             keys.metrics
@@ -235,6 +247,17 @@ pub async fn runs_csv(
             format!(
                 "{} runs match; a CSV holds at most {CSV_MAX_RUNS}: filter them first",
                 first.total
+            ),
+        ));
+    }
+    let cells = first.total.saturating_mul(first.columns.len() as u64);
+    if cells > CSV_MAX_CELLS {
+        return Err(invalid(
+            "col",
+            format!(
+                "{} runs × {} columns is more than the {CSV_MAX_CELLS} values a CSV holds: choose fewer columns (col=…) or filter the runs",
+                first.total,
+                first.columns.len()
             ),
         ));
     }
@@ -391,24 +414,29 @@ async fn runs_page(
     let rows = runs
         .into_iter()
         .map(|run| {
+            // Looked up, not searched: a CSV asks for hundreds of columns.
+            use std::collections::HashMap;
+            let metrics: HashMap<&str, f64> = run
+                .metrics
+                .iter()
+                .map(|m| (m.key.as_str(), m.point.value))
+                .collect();
+            let params: HashMap<&str, &str> = run
+                .params
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let tags: HashMap<&str, &str> = run
+                .tags
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
             let cells = parsed
                 .iter()
                 .map(|column| match column {
-                    Column::Metric(k) => run
-                        .metrics
-                        .iter()
-                        .find(|m| &m.key == k)
-                        .map(|m| Cell::metric(m.point.value)),
-                    Column::Param(k) => run
-                        .params
-                        .iter()
-                        .find(|(key, _)| key == k)
-                        .map(|(_, v)| Cell::Text(v.clone())),
-                    Column::Tag(k) => run
-                        .tags
-                        .iter()
-                        .find(|(key, _)| key == k)
-                        .map(|(_, v)| Cell::Text(v.clone())),
+                    Column::Metric(k) => metrics.get(k.as_str()).map(|v| Cell::metric(*v)),
+                    Column::Param(k) => params.get(k.as_str()).map(|v| Cell::Text(v.to_string())),
+                    Column::Tag(k) => tags.get(k.as_str()).map(|v| Cell::Text(v.to_string())),
                 })
                 .collect();
             RunRow {
@@ -794,7 +822,12 @@ pub async fn purge_deleted_runs(experiment_id: i64) -> Result<String, AppError> 
     store
         .experiment_as(&user, experiment_id, trainyard_store::Access::Read)
         .await?;
-    let deleted = store.deleted_runs(experiment_id, PURGE_AT_ONCE + 1).await?;
+    // Only those the caller may change count toward a press's 200: an
+    // admin's, everyone's; anyone else's, their own.
+    let owner = (!user.is_admin).then_some(user.id);
+    let deleted = store
+        .deleted_runs(experiment_id, owner, PURGE_AT_ONCE + 1)
+        .await?;
     let more = deleted.len() as u64 > PURGE_AT_ONCE;
     let (mut removed, mut freed) = (0i64, 0u64);
     let (mut kept, mut stuck) = (Vec::new(), Vec::new());
@@ -816,7 +849,7 @@ pub async fn purge_deleted_runs(experiment_id: i64) -> Result<String, AppError> 
             Err(NotPurged::Store(trainyard_store::StoreError::Rejected(why))) => {
                 kept.push(format!("{name}: {why}"))
             }
-            Err(NotPurged::Store(e)) => return Err(e.into()),
+            Err(e @ (NotPurged::Store(_) | NotPurged::Unwired(_))) => return Err(e.into()),
             Err(NotPurged::Folder(why)) => {
                 removed += 1;
                 stuck.push(format!("{name}: {why}"));
@@ -848,6 +881,8 @@ pub async fn purge_deleted_runs(experiment_id: i64) -> Result<String, AppError> 
 enum NotPurged {
     /// Refused or failed in the store: nothing changed.
     Store(trainyard_store::StoreError),
+    /// The server is not set up for it: nothing changed.
+    Unwired(&'static str),
     /// The record is gone, its folder stays: what happened.
     Folder(String),
 }
@@ -862,7 +897,7 @@ async fn purge(
     experiment_id: i64,
 ) -> Result<u64, NotPurged> {
     let root = use_context::<ArtifactRoot>()
-        .ok_or_else(|| NotPurged::Folder("the artifact folder is not wired in".to_owned()))?;
+        .ok_or_else(|| NotPurged::Unwired("the artifact folder is not wired in"))?;
     let owner = store.run_owner(run_id).await.map_err(NotPurged::Store)?;
     store.purge_run(run_id).await.map_err(NotPurged::Store)?;
     if let Ok(me) = caller()
@@ -879,23 +914,31 @@ async fn purge(
     }
     let folder = root.0.join(experiment_id.to_string()).join(run_id);
     let (freed, removed) = tokio::task::spawn_blocking(move || {
-        let (bytes, _) = trainyard_jobs::tree::file_bytes(&[folder.join("artifacts")]);
+        let (bytes, _) = trainyard_jobs::tree::file_bytes(
+            &[folder.join("artifacts")],
+            trainyard_jobs::tree::MAX_COUNTED,
+        );
         (
             bytes,
             trainyard_jobs::tree::remove_tree(&folder).map_err(|e| (folder, e)),
         )
     })
     .await
-    .map_err(|e| NotPurged::Folder(e.to_string()))?;
+    .map_err(|e| {
+        tracing::error!(run_id, "removing a purged run's folder failed: {e}");
+        NotPurged::Folder(
+            "its record is gone, but removing its files failed; the server's log says why"
+                .to_owned(),
+        )
+    })?;
     if let (Some(forget), Some(user_id)) = (use_context::<ArtifactsRemoved>(), owner.user_id) {
         (forget.0)(user_id);
     }
     if let Err((folder, e)) = removed {
         tracing::error!(run_id, folder = %folder.display(), "a purged run's folder stays: {e}");
-        return Err(NotPurged::Folder(format!(
-            "the run's record is gone, but its folder {} could not be removed ({e}); an admin can remove it",
-            folder.display()
-        )));
+        return Err(NotPurged::Folder(
+            "its record is gone, but some of its files could not be removed; the server's log names them for an admin".to_owned(),
+        ));
     }
     Ok(freed)
 }
@@ -908,6 +951,10 @@ impl From<NotPurged> for AppError {
             NotPurged::Folder(why) => {
                 crate::error::set_error_status(http::StatusCode::INTERNAL_SERVER_ERROR);
                 AppError::Internal(why)
+            }
+            NotPurged::Unwired(what) => {
+                crate::error::set_error_status(http::StatusCode::INTERNAL_SERVER_ERROR);
+                AppError::Internal(what.to_owned())
             }
         }
     }

@@ -550,8 +550,12 @@ mod time_tests {
 
 /// Text as one CSV field: quoted when it holds a comma, quote or line
 /// break, and led by `'` when a spreadsheet would read it as a formula
-/// (`=`, `+`, `-`, `@`, a tab or a carriage return first).
+/// (`=`, `+`, `-`, `@`, a tab or a carriage return first), unless it is a
+/// plain number (`-0.001` stays a number).
 pub fn csv_field(text: &str) -> String {
+    if text.parse::<f64>().is_ok_and(f64::is_finite) {
+        return text.to_owned();
+    }
     let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
         format!("'{text}")
     } else {
@@ -988,5 +992,23 @@ pub mod tracking {
                 ViewType::All => &["active", "deleted"],
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::csv_field;
+
+    #[test]
+    fn csv_fields_are_quoted_and_defused_but_numbers_stay_numbers() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a, b"), "\"a, b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("=cmd|' /C calc'!A0"), "'=cmd|' /C calc'!A0");
+        assert_eq!(csv_field("-1+2"), "'-1+2");
+        assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_field("-0.001"), "-0.001");
+        assert_eq!(csv_field("-3e-5"), "-3e-5");
+        assert_eq!(csv_field("-inf"), "'-inf");
     }
 }

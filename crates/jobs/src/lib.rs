@@ -1464,11 +1464,13 @@ impl Jobs {
     /// `by`: who asked, when not the job's owner (an admin), for its
     /// timeline.
     pub async fn cancel(&self, id: i64, by: Option<&User>) -> Result<JobRecord, StoreError> {
+        // A second press changes nothing, and is not written down again.
+        let asked_before = self.store().get_job(id).await?.job.cancel_requested;
         let record = self
             .store()
             .request_cancel(id, by.map(|u| u.username.as_str()))
             .await?;
-        if let Some(by) = by {
+        if let Some(by) = by.filter(|_| !asked_before) {
             let whose = record.job.owner.as_deref().unwrap_or("nobody");
             self.store()
                 .audit(

@@ -457,10 +457,10 @@ pub enum TooMuch {
 pub const MAX_COUNTED: u64 = 10_000_000;
 
 /// The bytes of the regular files below each of `paths` (a file: its own
-/// length), links not followed, at most [`MAX_COUNTED`] entries in all:
-/// what a quota counts (lengths, not blocks). False when it stopped at
-/// that bound.
-pub fn file_bytes(paths: &[PathBuf]) -> (u64, bool) {
+/// length), links not followed, at most `max_entries` entries in all:
+/// what a quota counts (lengths, not blocks). With the entries seen: more
+/// than `max_entries` when it stopped at that bound.
+pub fn file_bytes(paths: &[PathBuf], max_entries: u64) -> (u64, u64) {
     let mut total = 0u64;
     let mut seen = 0u64;
     let mut folders = Vec::new();
@@ -477,8 +477,8 @@ pub fn file_bytes(paths: &[PathBuf]) -> (u64, bool) {
         };
         for entry in entries.flatten() {
             seen += 1;
-            if seen > MAX_COUNTED {
-                return (total, false);
+            if seen > max_entries {
+                return (total, seen);
             }
             let Ok(kind) = entry.file_type() else {
                 continue;
@@ -490,7 +490,7 @@ pub fn file_bytes(paths: &[PathBuf]) -> (u64, bool) {
             }
         }
     }
-    (total, true)
+    (total, seen)
 }
 
 /// Measures the trees at `roots` (missing ones hold nothing), never

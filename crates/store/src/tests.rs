@@ -583,8 +583,41 @@ async fn a_deleted_run_is_purged_with_what_hangs_off_it() {
         "a refusal changes nothing"
     );
     store.delete_model_version("net", 1).await.unwrap();
+    // Registered by the path of its files, naming no run: refused too.
+    store
+        .create_model_version(
+            "net",
+            registry::NewVersion {
+                source: format!("mlflow-artifacts:/{experiment}/{run_id}/artifacts/model"),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let why = refused(store.purge_run(&run_id).await);
+    assert!(
+        why.contains("version 3 of the registered model net"),
+        "{why}"
+    );
+    store.delete_model_version("net", 3).await.unwrap();
+    // Someone else's deleted runs are not theirs to list.
+    assert!(
+        store
+            .deleted_runs(experiment, Some(owner.id + 1000), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
-        store.deleted_runs(experiment, 10).await.unwrap(),
+        store
+            .deleted_runs(experiment, Some(owner.id), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        store.deleted_runs(experiment, None, 10).await.unwrap(),
         vec![(
             run_id.clone(),
             store.get_run(&run_id).await.unwrap().info.run_name
@@ -599,7 +632,13 @@ async fn a_deleted_run_is_purged_with_what_hangs_off_it() {
         store.purge_run(&run_id).await,
         Err(StoreError::NotFound(_))
     ));
-    assert!(store.deleted_runs(experiment, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .deleted_runs(experiment, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let backend = store.connection().get_database_backend();
     for table in [
         "params",

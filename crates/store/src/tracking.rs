@@ -899,17 +899,22 @@ impl Store {
         Ok(())
     }
 
-    /// The deleted runs of an experiment, oldest first, at most `limit`:
-    /// (id, name).
+    /// The deleted runs of an experiment (`owner`'s only, when given),
+    /// oldest first, at most `limit`: (id, name).
     pub async fn deleted_runs(
         &self,
         experiment_id: i64,
+        owner: Option<i64>,
         limit: u64,
     ) -> Result<Vec<(String, String)>, StoreError> {
         let mut sql = self.sql();
         sql.push("SELECT id, name FROM runs WHERE experiment_id = ")
             .bind(experiment_id)
-            .push(" AND lifecycle_stage = 'deleted' ORDER BY start_time, id LIMIT ")
+            .push(" AND lifecycle_stage = 'deleted'");
+        if let Some(owner) = owner {
+            sql.push(" AND user_id = ").bind(owner);
+        }
+        sql.push(" ORDER BY start_time, id LIMIT ")
             .bind(i64::try_from(limit).unwrap_or(i64::MAX));
         self.connection()
             .query_all_raw(sql.build())
@@ -983,23 +988,26 @@ impl Store {
                 "job {job} still runs as run {run_id}: cancel it or let it end first"
             )));
         }
-        // A version registered from the run's own files (`runs:/ID/…` or a
-        // path into its artifacts) would lose them; one of a logged model
-        // lives in the model's folder.
+        // A version registered from the run's own files (`runs:/ID/…`, or a
+        // path into its artifacts, whatever run it names) would lose them;
+        // one of a logged model lives in the model's folder.
+        let made_of_it = |sql: &mut crate::sql::Sql| {
+            sql.push(" v.stage <> ")
+                .bind(crate::registry::DELETED_STAGE)
+                .push(" AND (v.source LIKE ")
+                .bind(format!("runs:/{run_id}/%"))
+                .push(" OR v.source LIKE ")
+                .bind(format!("%/{run_id}/artifacts%"))
+                .push(" OR v.storage_location LIKE ")
+                .bind(format!("%/{run_id}/artifacts%"))
+                .push(")");
+        };
         let mut sql = self.sql();
         sql.push(
-            "SELECT g.name, v.version FROM model_versions v JOIN registered_models g ON g.id = v.registered_model_id WHERE v.run_id = ",
-        )
-        .bind(run_id.to_owned())
-        .push(" AND v.stage <> ")
-        .bind(crate::registry::DELETED_STAGE)
-        .push(" AND (v.source LIKE ")
-        .bind(format!("runs:/{run_id}/%"))
-        .push(" OR v.source LIKE ")
-        .bind(format!("%/{run_id}/artifacts%"))
-        .push(" OR v.storage_location LIKE ")
-        .bind(format!("%/{run_id}/artifacts%"))
-        .push(") ORDER BY g.name, v.version");
+            "SELECT g.name, v.version FROM model_versions v JOIN registered_models g ON g.id = v.registered_model_id WHERE",
+        );
+        made_of_it(&mut sql);
+        sql.push(" ORDER BY g.name, v.version");
         if let Some(row) = txn.query_one_raw(sql.build()).await? {
             let name: String = get(&row, "name")?;
             let version: i32 = get(&row, "version")?;
@@ -1007,10 +1015,19 @@ impl Store {
                 "version {version} of the registered model {name} is made of run {run_id}'s files: delete that version first, or keep the run"
             )));
         }
+        // Checked again as it goes: on PostgreSQL a restore or a version
+        // registered since the checks above (no write turn there) keeps it.
         let mut sql = self.sql();
         sql.push("DELETE FROM runs WHERE id = ")
-            .bind(run_id.to_owned());
-        txn.execute_raw(sql.build()).await?;
+            .bind(run_id.to_owned())
+            .push(" AND lifecycle_stage = 'deleted' AND NOT EXISTS (SELECT 1 FROM model_versions v WHERE");
+        made_of_it(&mut sql);
+        sql.push(")");
+        if txn.execute_raw(sql.build()).await?.rows_affected() != 1 {
+            return Err(StoreError::Rejected(format!(
+                "run {run_id} changed while it was being deleted forever (restored, or a model version registered from it): look at it again"
+            )));
+        }
         txn.commit().await?;
         self.run_changed(run_id);
         Ok(experiment)
@@ -1433,6 +1450,18 @@ impl Store {
         viewer: &Viewer,
         limit: u64,
     ) -> Result<RunKeys, StoreError> {
+        self.run_keys_in(experiment_id, viewer, limit, false).await
+    }
+
+    /// [`Store::run_keys`] of the experiment's deleted runs (`deleted`), or
+    /// of its active ones.
+    pub async fn run_keys_in(
+        &self,
+        experiment_id: i64,
+        viewer: &Viewer,
+        limit: u64,
+        deleted: bool,
+    ) -> Result<RunKeys, StoreError> {
         let mut keys = RunKeys::default();
         for (table, out) in [
             ("latest_metrics", &mut keys.metrics),
@@ -1445,7 +1474,8 @@ impl Store {
                  WHERE r.experiment_id = "
             ))
             .bind(experiment_id)
-            .push(" AND r.lifecycle_stage = 'active'");
+            .push(" AND r.lifecycle_stage = ")
+            .bind(if deleted { "deleted" } else { "active" });
             viewer.restrict(&mut sql, "r.user_id", "r.team_id", None);
             sql.push(" ORDER BY k.key LIMIT ").bind(limit as i64);
             for row in self.connection().query_all_raw(sql.build()).await? {

@@ -24,6 +24,25 @@ const MAX_URL_CHARS: usize = 4_096;
 const MAX_DESCRIPTION_CHARS: usize = 5_000;
 const MAX_SECRET_CHARS: usize = 1_024;
 
+/// The trail's entry for a webhook made or changed: where it sends, what,
+/// and whether it is on (never its secret).
+async fn audit(state: &AppState, principal: &Principal, webhook: &Webhook, done: &str) {
+    state
+        .store
+        .audit(
+            &principal.user,
+            trainyard_domain::identity::AuditAction::WebhookChanged,
+            &format!("webhook {} ({})", webhook.webhook_id, webhook.name),
+            &format!(
+                "{done}: {} to {}, {}",
+                webhook.events.join(", "),
+                webhook.url,
+                webhook.status
+            ),
+        )
+        .await;
+}
+
 /// Webhooks are the admins' (a job's token is never one).
 fn admin_only(principal: &Principal) -> Result<(), ApiError> {
     if principal.user.is_admin && !matches!(principal.via, Via::RunToken { .. }) {
@@ -268,6 +287,7 @@ pub async fn create(
             (principal.user.id > 0).then_some(principal.user.id),
         )
         .await?;
+    audit(&state, &principal, &webhook, "made").await;
     Ok(Json(json!({ "webhook": wire_webhook(&webhook) })))
 }
 
@@ -318,6 +338,7 @@ pub async fn update(
     webhook_id(&id)?;
     let change = checked(&state, req).await?;
     let webhook = state.store.update_webhook(&id, change).await?;
+    audit(&state, &principal, &webhook, "changed").await;
     Ok(Json(json!({ "webhook": wire_webhook(&webhook) })))
 }
 
@@ -330,6 +351,15 @@ pub async fn delete(
     admin_only(&principal)?;
     webhook_id(&id)?;
     state.store.delete_webhook(&id).await?;
+    state
+        .store
+        .audit(
+            &principal.user,
+            trainyard_domain::identity::AuditAction::WebhookChanged,
+            &format!("webhook {id}"),
+            "deleted",
+        )
+        .await;
     Ok(Json(json!({})))
 }
 

@@ -1398,6 +1398,17 @@ async fn admins_alone_list_people_and_end_their_sessions() {
     .await;
     assert_eq!(ended.status, 200, "{}", ended.body);
     assert_eq!(ended.body, "1");
+    let trail = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/audit?action=sessions.end",
+        Some(&p.admin.bearer()),
+        &Value::Null,
+    )
+    .await
+    .json();
+    assert_eq!(trail[0]["actor"], "root", "{trail}");
+    assert_eq!(trail[0]["target"], "bob", "{trail}");
     let after = request(
         server.addr,
         "GET",
@@ -2541,4 +2552,139 @@ async fn webhooks_are_the_admins_alone() {
     let listed = call(&server, "GET", hooks, Some(&admin), &Value::Null).await;
     assert_eq!(listed.json()["webhooks"][0]["webhook_id"], json!(id));
     assert_eq!(listed.json()["webhooks"][0]["status"], "ACTIVE");
+}
+
+/// A run is deleted forever by its owner or an admin alone: a teammate is
+/// refused and the run stays; an admin's purge of someone else's run is in
+/// the audit trail, the owner's own is not.
+#[tokio::test]
+async fn a_run_is_deleted_forever_by_its_owner_or_an_admin_alone() {
+    let server = sso_server().await;
+    let p = people(&server).await;
+    let form = |auth: String, path: &'static str, body: String| {
+        let addr = server.addr;
+        async move {
+            request(
+                addr,
+                "POST",
+                path,
+                &[
+                    ("Authorization", &auth),
+                    ("Content-Type", "application/x-www-form-urlencoded"),
+                    ("Accept", "application/json"),
+                ],
+                body.as_bytes(),
+            )
+            .await
+        }
+    };
+    let alice = p.alice.bearer();
+    let made = call(
+        &server,
+        "POST",
+        "/api/2.0/mlflow/experiments/create",
+        Some(&alice),
+        &json!({"name": "alice-gc"}),
+    )
+    .await;
+    assert_eq!(made.status, 200, "{}", made.body);
+    let experiment = made.json()["experiment_id"].as_str().unwrap().to_owned();
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let run = call(
+            &server,
+            "POST",
+            "/api/2.0/mlflow/runs/create",
+            Some(&alice),
+            &json!({"experiment_id": experiment}),
+        )
+        .await;
+        assert_eq!(run.status, 200, "{}", run.body);
+        let id = run.json()["run"]["info"]["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let deleted = call(
+            &server,
+            "POST",
+            "/api/2.0/mlflow/runs/delete",
+            Some(&alice),
+            &json!({"run_id": id}),
+        )
+        .await;
+        assert_eq!(deleted.status, 200, "{}", deleted.body);
+        runs.push(id);
+    }
+    let exists = |run: &str| {
+        let path = format!("/api/2.0/mlflow/runs/get?run_id={run}");
+        let alice = alice.clone();
+        let server = &server;
+        async move {
+            call(server, "GET", &path, Some(&alice), &Value::Null)
+                .await
+                .status
+        }
+    };
+
+    // Bob, a teammate, may not; neither one nor all at once.
+    let refused = form(
+        p.bob.bearer(),
+        "/api/purge_run_page",
+        format!("run_id={}", runs[0]),
+    )
+    .await;
+    assert!(
+        matches!(refused.status, 403 | 404),
+        "{}: {}",
+        refused.status,
+        refused.body
+    );
+    let all = form(
+        p.bob.bearer(),
+        "/api/purge_deleted_runs",
+        format!("experiment_id={experiment}"),
+    )
+    .await;
+    assert!(
+        all.status == 404 || all.body.contains("Deleted 0 runs forever"),
+        "{}: {}",
+        all.status,
+        all.body
+    );
+    for run in &runs {
+        assert_eq!(exists(run).await, 200, "bob removed nothing");
+    }
+
+    // The admin may, and the trail says whose run it was; Alice deletes
+    // her other one herself, which is hers alone.
+    let purged = form(
+        p.admin.bearer(),
+        "/api/purge_run_page",
+        format!("run_id={}", runs[0]),
+    )
+    .await;
+    assert!(purged.status < 400, "{}: {}", purged.status, purged.body);
+    assert_eq!(exists(&runs[0]).await, 404);
+    let hers = form(
+        alice.clone(),
+        "/api/purge_deleted_runs",
+        format!("experiment_id={experiment}"),
+    )
+    .await;
+    assert_eq!(hers.status, 200, "{}", hers.body);
+    assert!(hers.body.contains("Deleted 1 run forever"), "{}", hers.body);
+    assert_eq!(exists(&runs[1]).await, 404);
+    let trail = call(
+        &server,
+        "GET",
+        "/api/trainyard/v1/audit?action=run.purge",
+        Some(&p.admin.bearer()),
+        &Value::Null,
+    )
+    .await;
+    assert_eq!(trail.status, 200, "{}", trail.body);
+    let trail = trail.json();
+    assert_eq!(trail.as_array().unwrap().len(), 1, "{trail}");
+    assert_eq!(trail[0]["actor"], "root");
+    assert_eq!(trail[0]["target"], format!("run {}", runs[0]));
 }
