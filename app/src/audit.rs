@@ -21,7 +21,6 @@ pub async fn audit_page(
     action: Option<String>,
     actor: Option<String>,
 ) -> Result<Vec<AuditEvent>, AppError> {
-    use trainyard_domain::FieldError;
     let principal = crate::api::caller()?;
     if !principal.user.is_admin {
         crate::error::set_error_status(http::StatusCode::FORBIDDEN);
@@ -31,12 +30,9 @@ pub async fn audit_page(
     }
     let action = match action.as_deref().map(str::trim).filter(|a| !a.is_empty()) {
         None => None,
-        Some(text) => Some(AuditAction::parse(text).ok_or_else(|| {
+        Some(text) => Some(AuditAction::parse_field(text).map_err(|field| {
             crate::error::set_error_status(http::StatusCode::BAD_REQUEST);
-            AppError::Invalid(FieldError::new(
-                "action",
-                format!("`{text}` is not an action of the trail; pick one from the list"),
-            ))
+            AppError::Invalid(field)
         })?),
     };
     let query = trainyard_store::audit::AuditQuery {

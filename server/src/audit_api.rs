@@ -5,7 +5,6 @@
 use axum::Json;
 use axum::extract::{Query, State};
 use serde::Deserialize;
-use trainyard_domain::FieldError;
 use trainyard_domain::identity::{AuditAction, AuditEvent};
 use trainyard_store::audit::{AUDIT_PAGE, AuditQuery};
 
@@ -29,12 +28,7 @@ pub async fn list(
     admin_only(&principal, "read the audit trail")?;
     let action = match q.action.as_deref() {
         None | Some("") => None,
-        Some(text) => Some(AuditAction::parse(text).ok_or_else(|| {
-            let known: Vec<&str> = AuditAction::ALL.iter().map(|a| a.as_str()).collect();
-            let field = FieldError::new(
-                "action",
-                format!("`{text}` is not an action; one of {}", known.join(", ")),
-            );
+        Some(text) => Some(AuditAction::parse_field(text).map_err(|field| {
             JobsError::invalid(format!("{}: {}", field.field, field.message), vec![field])
         })?),
     };

@@ -311,7 +311,6 @@ pub async fn runs_csv(
     Path(experiment_id): Path<i64>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
-    use trainyard_app::error::AppError;
     let mut table = trainyard_app::explorer::api::RunsTable {
         experiment_id,
         ..Default::default()
@@ -342,20 +341,15 @@ pub async fn runs_csv(
     let csv = trainyard_app::explorer::api::runs_csv(&state.store, &principal.user, table)
         .await
         .map_err(|e| {
-            let status = match &e {
-                AppError::Invalid(_) | AppError::Fields(_) | AppError::Query(_) => {
-                    axum::http::StatusCode::BAD_REQUEST
-                }
-                AppError::NotFound(_) => axum::http::StatusCode::NOT_FOUND,
-                AppError::Forbidden(_) => axum::http::StatusCode::FORBIDDEN,
-                _ => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            };
+            let status = axum::http::StatusCode::from_u16(e.status())
+                .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
             ApiError {
                 status,
                 code: match status {
                     axum::http::StatusCode::NOT_FOUND => "RESOURCE_DOES_NOT_EXIST",
                     axum::http::StatusCode::FORBIDDEN => "PERMISSION_DENIED",
                     axum::http::StatusCode::BAD_REQUEST => "INVALID_PARAMETER_VALUE",
+                    axum::http::StatusCode::CONFLICT => "INVALID_STATE",
                     _ => "INTERNAL_ERROR",
                 },
                 message: e.to_string(),

@@ -309,6 +309,21 @@ impl AuditAction {
         AuditAction::ALL.into_iter().find(|a| a.as_str() == text)
     }
 
+    /// `text` as the `action` a page of the trail is narrowed to, or the
+    /// field's error naming those it may be.
+    pub fn parse_field(text: &str) -> Result<AuditAction, crate::FieldError> {
+        AuditAction::parse(text).ok_or_else(|| {
+            let known: Vec<&str> = AuditAction::ALL.iter().map(|a| a.as_str()).collect();
+            crate::FieldError::new(
+                "action",
+                format!(
+                    "`{text}` is not an action of the trail; one of {}",
+                    known.join(", ")
+                ),
+            )
+        })
+    }
+
     /// In words, for the audit page.
     pub fn words(self) -> &'static str {
         match self {
