@@ -284,11 +284,18 @@ fn page_context(
     let jobs = state.jobs.clone();
     let artifacts = trainyard_app::explorer::api::ArtifactRoot(state.artifact_root.clone());
     let telemetry = state.telemetry.clone();
-    let usage = state.artifact_usage.clone();
-    let removed =
-        trainyard_app::explorer::api::ArtifactsRemoved(std::sync::Arc::new(move |owner| {
-            usage.forget(owner)
-        }));
+    let removed = {
+        let (usage, turns) = (state.artifact_usage.clone(), state.artifact_usage.clone());
+        trainyard_app::explorer::api::ArtifactsRemoved {
+            turn: std::sync::Arc::new(move |owner| {
+                let turns = turns.clone();
+                Box::pin(async move {
+                    Box::new(turns.turn(owner).await) as Box<dyn std::any::Any + Send>
+                })
+            }),
+            forget: std::sync::Arc::new(move |owner| usage.forget(owner)),
+        }
+    };
     let storage = {
         let state = state.clone();
         trainyard_app::usage::StorageOf(std::sync::Arc::new(move |owner| {

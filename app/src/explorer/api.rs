@@ -21,11 +21,25 @@ use crate::api::{caller, store};
 #[derive(Debug, Clone)]
 pub struct ArtifactRoot(pub std::path::PathBuf);
 
-/// Told whose artifacts a page removed, so that their quota's count is
-/// taken from disk again.
+/// The server's count of each person's artifacts, for pages that remove
+/// some: `turn` waits for the person's turn at their artifacts (one write
+/// or removal at a time, so that an upload in flight never writes into a
+/// run's folder as it goes), held while the guard lives; `forget` has
+/// their count taken from disk again.
 #[cfg(feature = "ssr")]
 #[derive(Clone)]
-pub struct ArtifactsRemoved(pub std::sync::Arc<dyn Fn(i64) + Send + Sync>);
+#[allow(clippy::type_complexity)]
+pub struct ArtifactsRemoved {
+    pub turn: std::sync::Arc<
+        dyn Fn(
+                i64,
+            ) -> std::pin::Pin<
+                Box<dyn std::future::Future<Output = Box<dyn std::any::Any + Send>> + Send>,
+            > + Send
+            + Sync,
+    >,
+    pub forget: std::sync::Arc<dyn Fn(i64) + Send + Sync>,
+}
 
 /// Answers 400: the request was wrong.
 #[cfg(feature = "ssr")]
@@ -899,6 +913,13 @@ async fn purge(
     let root = use_context::<ArtifactRoot>()
         .ok_or_else(|| NotPurged::Unwired("the artifact folder is not wired in"))?;
     let owner = store.run_owner(run_id).await.map_err(NotPurged::Store)?;
+    let counts = use_context::<ArtifactsRemoved>();
+    // The owner's turn, from the record's end to the folder's: an upload
+    // waiting for it finds the run gone, and one that had it is done.
+    let _turn = match (&counts, owner.user_id) {
+        (Some(counts), Some(user_id)) => Some((counts.turn)(user_id).await),
+        _ => None,
+    };
     store.purge_run(run_id).await.map_err(NotPurged::Store)?;
     if let Ok(me) = caller()
         && owner.user_id != Some(me.user.id)
@@ -931,8 +952,8 @@ async fn purge(
                 .to_owned(),
         )
     })?;
-    if let (Some(forget), Some(user_id)) = (use_context::<ArtifactsRemoved>(), owner.user_id) {
-        (forget.0)(user_id);
+    if let (Some(counts), Some(user_id)) = (counts, owner.user_id) {
+        (counts.forget)(user_id);
     }
     if let Err((folder, e)) = removed {
         tracing::error!(run_id, folder = %folder.display(), "a purged run's folder stays: {e}");

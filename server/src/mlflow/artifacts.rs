@@ -366,18 +366,23 @@ where
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    tokio::fs::create_dir_all(&parent).await.map_err(io_error)?;
-    if tokio::fs::metadata(target).await.is_ok_and(|m| m.is_dir()) {
-        return Err(ApiError::invalid(format!(
-            "'{path}' is a folder; it cannot be overwritten by a file"
-        )));
-    }
     // One write or removal of the owner's at a time: the check, the write
     // and the count stay true together.
     let _turn = match owner {
         Some(owner) => Some(state.artifact_usage.turn(owner).await),
         None => None,
     };
+    // Its run (model, trace) may have been deleted forever while this
+    // waited: its folder is not made again.
+    if owner.is_some() {
+        run_owner(state, path).await?;
+    }
+    tokio::fs::create_dir_all(&parent).await.map_err(io_error)?;
+    if tokio::fs::metadata(target).await.is_ok_and(|m| m.is_dir()) {
+        return Err(ApiError::invalid(format!(
+            "'{path}' is a folder; it cannot be overwritten by a file"
+        )));
+    }
     let replaced = tokio::fs::metadata(target).await.map_or(0, |m| m.len());
     // The room the owner's quota leaves: what this file replaces is freed.
     let quota = match (state.artifact_quota_bytes, owner) {

@@ -518,6 +518,72 @@ async fn uploads_and_artifacts_are_held_to_each_persons_quota() {
     assert_eq!(put("d.bin", 600).await.status, 507);
 }
 
+/// A run deleted forever while one of its artifacts was being uploaded:
+/// the removal of its folder went under the upload, which then failed or
+/// left its file in a folder no run owned. The purge now waits for the
+/// owner's turn, which the upload holds while it writes.
+#[tokio::test]
+async fn a_purge_waits_for_an_upload_in_flight_to_its_run() {
+    let server = TestServer::start_with(&[("TRAINYARD_ARTIFACT_QUOTA_BYTES", "100000")]).await;
+    let addr = server.addr;
+    let run = new_run(addr, Some("uploading")).await;
+    let folder = server.data_dir.path().join(format!("artifacts/0/{run}"));
+    // Half of the body sent, the rest held back.
+    let mut upload = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "PUT /api/2.0/mlflow-artifacts/artifacts/0/{run}/artifacts/model.bin HTTP/1.1\r\n\
+         Host: {addr}\r\nContent-Length: 2000\r\nConnection: close\r\n\r\n"
+    );
+    upload.write_all(head.as_bytes()).await.unwrap();
+    upload.write_all(&[b'w'; 1000]).await.unwrap();
+    // Writing: its file is beside the target, in the owner's turn.
+    let writing = || {
+        std::fs::read_dir(folder.join("artifacts")).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(".upload-"))
+        })
+    };
+    for _ in 0..600 {
+        if writing() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(writing(), "the upload never began to write");
+    let deleted = post_json(addr, "/api/2.0/mlflow/runs/delete", &json!({"run_id": run})).await;
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    let purge = {
+        let server_addr = addr;
+        let run = run.clone();
+        tokio::spawn(async move {
+            request(
+                server_addr,
+                "POST",
+                "/api/purge_run_page",
+                &[
+                    ("Content-Type", "application/x-www-form-urlencoded"),
+                    ("Accept", "application/json"),
+                ],
+                format!("run_id={run}").as_bytes(),
+            )
+            .await
+        })
+    };
+    // The rest of the body: the upload ends whole, then the purge goes on.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    upload.write_all(&[b'w'; 1000]).await.unwrap();
+    let mut answer = Vec::new();
+    upload.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let purged = purge.await.unwrap();
+    assert!(purged.status < 400, "{}: {}", purged.status, purged.body);
+    assert!(!folder.exists(), "nothing of the run is left");
+    let storage = server.get("/api/trainyard/v1/storage").await.json();
+    assert_eq!(storage["artifact_bytes"], 0, "{storage}");
+}
+
 /// Deleted runs' artifacts counted against the quota with no way out but
 /// an admin: a run deleted forever takes its files and records with it,
 /// and its owner has the room again at once; an active run is refused.
