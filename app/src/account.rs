@@ -177,7 +177,7 @@ pub fn TokensPage() -> impl IntoView {
 /// (a plain-http address other than this machine), selects it for Ctrl+C.
 /// What it did, in words, once the browser has answered.
 #[allow(unused_variables)]
-async fn copy_from(input: NodeRef<leptos::html::Input>) -> &'static str {
+pub(crate) async fn copy_from(input: NodeRef<leptos::html::Input>) -> &'static str {
     #[cfg(feature = "hydrate")]
     {
         use wasm_bindgen::JsCast;

@@ -31,7 +31,7 @@ pub fn caller() -> Result<trainyard_domain::identity::Principal, AppError> {
 }
 
 #[cfg(feature = "ssr")]
-fn admin_only(what: &str) -> Result<trainyard_domain::identity::Principal, AppError> {
+pub(crate) fn admin_only(what: &str) -> Result<trainyard_domain::identity::Principal, AppError> {
     let principal = caller()?;
     if principal.user.is_admin {
         Ok(principal)

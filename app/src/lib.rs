@@ -11,6 +11,7 @@ mod jobs;
 mod lazy;
 #[cfg(feature = "ssr")]
 mod markdown;
+mod node_agents;
 mod pages;
 #[cfg(any(feature = "ssr", test))]
 mod submit;

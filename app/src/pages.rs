@@ -347,6 +347,7 @@ pub fn AdminPage() -> impl IntoView {
             <Users/>
             <Teams/>
             <Nodes/>
+            <crate::node_agents::NodeAgents/>
             <Webhooks/>
         </AdminOnly>
     }

@@ -119,3 +119,36 @@ test('an admin removes a node that is gone for good from its page', async ({ pag
   const after = await request.post('/api/trainyard/v1/agent/readings', { headers, data: readings() });
   expect(after.status()).toBe(401);
 });
+
+test('an admin makes a node agent token on the admin page and revokes it', async ({ page, request }) => {
+  const node = 'gpu-agent-e2e';
+  await page.goto('/admin');
+  const form = page.getByTestId('make-node-token');
+  await form.locator('input[name="node"]').fill(node);
+  await form.getByRole('button', { name: 'Make a node token' }).click();
+  await expect(page.getByTestId('new-node-token')).toContainText(node);
+  const secret = await page.getByTestId('node-token-secret').inputValue();
+  expect(secret).toMatch(/^ty_/);
+  // The command to run on the node, with this server's address.
+  const command = page.getByTestId('node-agent-command');
+  await expect(command).toContainText(`trainyard agent --server ${new URL(page.url()).origin} --node ${node}`);
+  const register = (token: string) =>
+    request.post('/api/trainyard/v1/agent/register', {
+      headers: { Authorization: `Bearer ${token}` },
+      data: { node, gpus: [] },
+    });
+  expect((await register(secret)).status()).toBe(200);
+  const row = page.getByTestId('node-tokens').locator(`tr[data-node="${node}"]`);
+  await expect(row).toHaveCount(1);
+  await expect(row).toContainText(secret.slice(0, 8));
+  // Revoked, asked first: its agent is refused.
+  page.once('dialog', (d) => void d.accept());
+  await row.getByTestId('revoke-node-token').click();
+  await expect(row).toHaveCount(0);
+  expect((await register(secret)).status()).toBe(401);
+  // This server's own machine samples its GPUs itself: refused, saying why.
+  const nodes = await (await request.get('/api/trainyard/v1/nodes')).json();
+  await form.locator('input[name="node"]').fill(nodes.nodes[0].name);
+  await form.getByRole('button', { name: 'Make a node token' }).click();
+  await expect(page.getByTestId('node-token-error')).toContainText("this server's own machine");
+});

@@ -17,7 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use trainyard_domain::FieldError;
-use trainyard_domain::identity::{ApiToken, AuditAction, NewApiToken, NodeTokenRequest, Via};
+use trainyard_domain::identity::{ApiToken, NewApiToken, NodeTokenRequest, Via};
 use trainyard_domain::telemetry::{AgentAnswer, AgentRegistration, ReadingBatch};
 use trainyard_store::GpuInfo;
 
@@ -74,7 +74,9 @@ pub async fn register(
             ),
         ));
     }
-    not_the_servers_own(&state, node).await?;
+    if let Some(why) = state.jobs.servers_own_node(node).await? {
+        return Err(JobsError::new(StatusCode::CONFLICT, "INVALID_STATE", why));
+    }
     let gpus: Vec<GpuInfo> = registration
         .gpus
         .iter()
@@ -137,24 +139,6 @@ fn admin_only(principal: &Principal) -> Result<(), JobsError> {
     crate::jobs_api::admin_only(principal, "make, list or revoke node tokens")
 }
 
-/// On the local executor the server samples its own machine's GPUs, and
-/// jobs hold them by index: an agent there would register them over again
-/// (as it finds them, under other ids), taking them from under the jobs.
-async fn not_the_servers_own(state: &AppState, node: &str) -> Result<(), JobsError> {
-    let nodes = state.jobs.nodes().await?;
-    if nodes.executor == "local" && nodes.nodes.iter().any(|n| n.name == node) {
-        return Err(JobsError::new(
-            StatusCode::CONFLICT,
-            "INVALID_STATE",
-            format!(
-                "node {node} is this server's own machine, whose GPUs the server samples itself; \
-                 agents run on other machines, each with its own name (--node)"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 fn checked_node(node: &str) -> Result<(), JobsError> {
     trainyard_domain::telemetry::check_node_name(node).map_err(invalid)
 }
@@ -180,29 +164,16 @@ pub async fn create_node_token(
             )
         })?
     };
-    not_the_servers_own(&state, &node).await?;
     let token = state
-        .store
-        .create_node_token(principal.user.id, &node, &request)
-        .await?;
-    tracing::info!(node, admin = %principal.user.username, expires_at = ?token.token.expires_at, "node token made");
-    state
-        .store
-        .audit(
-            &principal.user,
-            AuditAction::NodeTokenMade,
-            &format!("node {node}"),
-            &format!(
-                "token {} ({}), {}",
-                token.token.id,
-                token.token.name,
-                token.token.expires_at.map_or_else(
-                    || "never expires".to_owned(),
-                    |t| format!("expires {}", trainyard_domain::format_utc(t))
-                )
-            ),
-        )
-        .await;
+        .jobs
+        .make_node_token(&principal.user, &node, &request)
+        .await
+        .map_err(|e| match e {
+            trainyard_jobs::NodeTokenError::ServersOwn(why) => {
+                JobsError::new(StatusCode::CONFLICT, "INVALID_STATE", why)
+            }
+            trainyard_jobs::NodeTokenError::Store(e) => e.into(),
+        })?;
     Ok((StatusCode::CREATED, Json(token)))
 }
 
@@ -253,17 +224,11 @@ pub async fn revoke_node_token(
 ) -> Result<StatusCode, JobsError> {
     admin_only(&principal)?;
     checked_node(&node)?;
-    if state.store.revoke_node_token(&node, id).await? {
-        tracing::info!(node, id, admin = %principal.user.username, "node token revoked");
-        state
-            .store
-            .audit(
-                &principal.user,
-                AuditAction::NodeTokenRevoked,
-                &format!("node {node}"),
-                &format!("token {id}"),
-            )
-            .await;
+    if state
+        .jobs
+        .revoke_node_token(&principal.user, &node, id)
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(JobsError::new(

@@ -266,6 +266,17 @@ pub enum SubmitError {
     Store(#[from] StoreError),
 }
 
+/// Why a node's agent token was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeTokenError {
+    /// The node is this server's own machine, whose GPUs the server
+    /// samples itself (the local executor's).
+    #[error("{0}")]
+    ServersOwn(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// The jobs service, shared by the API and the supervisor loop.
 #[derive(Clone)]
 pub struct Jobs {
@@ -1368,6 +1379,78 @@ impl Jobs {
             self.wake();
         }
         Ok(resumed)
+    }
+
+    /// Why no agent may stand for `node`, if it is this server's own
+    /// machine: on the local executor the server samples its GPUs itself,
+    /// and jobs hold them by index; an agent there would register them over
+    /// again (as it finds them, under other ids), from under the jobs.
+    pub async fn servers_own_node(&self, node: &str) -> Result<Option<String>, StoreError> {
+        let nodes = self.nodes().await?;
+        Ok((nodes.executor == "local" && nodes.nodes.iter().any(|n| n.name == node)).then(|| {
+            format!(
+                "node {node} is this server's own machine, whose GPUs the server samples itself; \
+                 agents run on other machines, each with its own name (--node)"
+            )
+        }))
+    }
+
+    /// A new agent token for `node`, made by the admin `by` (its secret is
+    /// in the answer only), and in the audit trail. Refused for this
+    /// server's own machine on the local executor: an agent there would
+    /// register its GPUs over again, from under the jobs that hold them.
+    pub async fn make_node_token(
+        &self,
+        by: &User,
+        node: &str,
+        request: &trainyard_domain::identity::NodeTokenRequest,
+    ) -> Result<trainyard_domain::identity::NewApiToken, NodeTokenError> {
+        if let Some(why) = self.servers_own_node(node).await? {
+            return Err(NodeTokenError::ServersOwn(why));
+        }
+        let token = self.store().create_node_token(by.id, node, request).await?;
+        tracing::info!(node, admin = %by.username, expires_at = ?token.token.expires_at, "node token made");
+        self.store()
+            .audit(
+                by,
+                AuditAction::NodeTokenMade,
+                &format!("node {node}"),
+                &format!(
+                    "token {} ({}), {}",
+                    token.token.id,
+                    token.token.name,
+                    token.token.expires_at.map_or_else(
+                        || "never expires".to_owned(),
+                        |t| format!("expires {}", trainyard_domain::format_utc(t))
+                    )
+                ),
+            )
+            .await;
+        Ok(token)
+    }
+
+    /// Revokes one of `node`'s agent tokens, as the admin `by` asks, and
+    /// says so in the audit trail; false if it is not the node's or was
+    /// revoked before.
+    pub async fn revoke_node_token(
+        &self,
+        by: &User,
+        node: &str,
+        id: i64,
+    ) -> Result<bool, StoreError> {
+        if !self.store().revoke_node_token(node, id).await? {
+            return Ok(false);
+        }
+        tracing::info!(node, id, admin = %by.username, "node token revoked");
+        self.store()
+            .audit(
+                by,
+                AuditAction::NodeTokenRevoked,
+                &format!("node {node}"),
+                &format!("token {id}"),
+            )
+            .await;
+        Ok(true)
     }
 
     /// The executor's nodes and who holds their GPUs: Trainyard's jobs

@@ -8,7 +8,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+    ActiveModelTrait, ColumnTrait, Condition, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+    Set,
 };
 use sha2::{Digest, Sha256};
 use trainyard_domain::identity::{
@@ -936,6 +937,28 @@ impl Store {
             .into_iter()
             .filter(|t| t.expires_at.is_none_or(|at| at > now))
             .map(token_from_model)
+            .collect())
+    }
+
+    /// Every node's live agent tokens, by node and newest first: at most
+    /// `limit`.
+    pub async fn all_node_tokens(&self, limit: u64) -> Result<Vec<(String, ApiToken)>, StoreError> {
+        let now = now_millis();
+        Ok(api_token::Entity::find()
+            .filter(api_token::Column::Node.is_not_null())
+            .filter(api_token::Column::RevokedAt.is_null())
+            .filter(
+                Condition::any()
+                    .add(api_token::Column::ExpiresAt.is_null())
+                    .add(api_token::Column::ExpiresAt.gt(now)),
+            )
+            .order_by_asc(api_token::Column::Node)
+            .order_by_desc(api_token::Column::Id)
+            .limit(limit)
+            .all(self.connection())
+            .await?
+            .into_iter()
+            .filter_map(|t| Some((t.node.clone()?, token_from_model(t))))
             .collect())
     }
 

@@ -349,6 +349,37 @@ async fn node_tokens_last_until_revoked_or_the_days_asked_for() {
         .collect();
     assert_eq!(listed, vec![lasting.token.id]);
     assert!(store.token_user(&lasting.secret).await.unwrap().is_some());
+    // Every node's live tokens at once (the admin page's list): the
+    // expired and the revoked are not among them, nor personal tokens.
+    let other = store
+        .create_node_token(admin.id, "gpu-b", &NodeTokenRequest::default())
+        .await
+        .unwrap();
+    let gone = store
+        .create_node_token(admin.id, "gpu-b", &NodeTokenRequest::default())
+        .await
+        .unwrap();
+    assert!(
+        store
+            .revoke_node_token("gpu-b", gone.token.id)
+            .await
+            .unwrap()
+    );
+    let all: Vec<(String, i64)> = store
+        .all_node_tokens(10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(node, t)| (node, t.id))
+        .collect();
+    assert_eq!(
+        all,
+        vec![
+            ("gpu-a".to_owned(), lasting.token.id),
+            ("gpu-b".to_owned(), other.token.id)
+        ]
+    );
+    assert_eq!(store.all_node_tokens(1).await.unwrap().len(), 1);
 }
 
 async fn member(store: &Store, name: &str, groups: &[&str], admin: bool) -> User {
