@@ -446,6 +446,9 @@ pub struct JobDetail {
     /// Whether the caller may cancel it or run it again (its owner or an
     /// admin; a teammate sees it only).
     pub yours: bool,
+    /// The checkpoints it left, while they are kept for a job to resume
+    /// from.
+    pub checkpoints: Option<trainyard_domain::job::KeptCheckpoints>,
 }
 
 #[server(endpoint = "get_job")]
@@ -473,12 +476,31 @@ pub async fn get_job(id: i64) -> Result<JobDetail, AppError> {
     } else {
         user.teams.iter().map(|t| t.name.clone()).collect()
     };
+    let checkpoints = store.kept_checkpoints(id).await?;
     Ok(JobDetail {
         job: record.job,
         events,
         team_choices,
         yours,
+        checkpoints,
     })
+}
+
+/// Deletes the checkpoints an ended job keeps (its owner, or an admin).
+#[server(endpoint = "delete_job_checkpoints")]
+pub async fn delete_job_checkpoints(id: i64) -> Result<(), AppError> {
+    let jobs = jobs()?;
+    let user = caller()?.user;
+    let record = jobs
+        .store()
+        .job_as(&user, id, trainyard_store::Access::Change)
+        .await?;
+    if !jobs.delete_checkpoints(&record, &user).await? {
+        return Err(AppError::NotFound(format!(
+            "job {id} keeps no checkpoints any more (deleted, expired or resumed from)"
+        )));
+    }
+    Ok(())
 }
 
 /// Files a job that has not ended under another team (its owner: one of
@@ -534,15 +556,17 @@ pub async fn cancel_job(id: i64) -> Result<(), AppError> {
 }
 
 /// Submits a finished job again; the browser goes to the new job's page.
+/// A new job with the same spec and files; `resume`: from the checkpoints
+/// this one left.
 #[server(endpoint = "retry_job")]
-pub async fn retry_job(id: i64) -> Result<i64, AppError> {
+pub async fn retry_job(id: i64, #[server(default)] resume: bool) -> Result<i64, AppError> {
     let jobs = jobs()?;
     let user = caller()?.user;
     let record = jobs
         .store()
         .job_as(&user, id, trainyard_store::Access::Change)
         .await?;
-    let record = jobs.retry(id, record.acted_on_by(&user)).await?;
+    let record = jobs.retry(id, record.acted_on_by(&user), resume).await?;
     leptos_axum::redirect(&format!("/jobs/{}", record.job.id));
     Ok(record.job.id)
 }
@@ -631,6 +655,10 @@ pub struct SubmitForm {
     /// A ticked box: the job never borrows GPUs, so it is never preempted.
     #[serde(default)]
     pub never_preempt: String,
+    /// A ticked box: the id of the job whose kept checkpoints it starts
+    /// from.
+    #[serde(default)]
+    pub resume_from: String,
 }
 
 /// Submits the form; on success the browser goes to the job's page (also

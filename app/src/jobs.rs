@@ -10,8 +10,8 @@ use trainyard_domain::template::{ParamSpec, ParamType, Template};
 use trainyard_domain::{JobState, format_bytes, format_utc};
 
 use crate::api::{
-    CancelJob, DeleteTemplate, MoveJobTeam, RetryJob, SaveTemplate, SubmitJob, get_job,
-    get_log_tail, get_template, list_job_page, template_text,
+    CancelJob, DeleteJobCheckpoints, DeleteTemplate, MoveJobTeam, RetryJob, SaveTemplate,
+    SubmitJob, get_job, get_log_tail, get_template, list_job_page, template_text,
 };
 use crate::error::AppError;
 use crate::pages::{ErrorNote, state_class};
@@ -324,6 +324,12 @@ struct Prefill {
     from: i64,
     spec: trainyard_domain::job::JobSpec,
     team: Option<String>,
+    /// The checkpoints that job keeps, when they are the caller's to
+    /// resume from …
+    checkpoints: Option<trainyard_domain::job::KeptCheckpoints>,
+    /// … and whether the form resumes from them at first
+    /// (`/submit?from=ID&resume=1`).
+    resume: bool,
 }
 
 /// `/submit?template=SLUG`: the form for a template's job, or (without a
@@ -340,9 +346,10 @@ pub fn SubmitPage() -> impl IntoView {
             .get("from")
             .and_then(|id| id.parse::<i64>().ok())
     };
+    let resume = move || query.read().get("resume").is_some_and(|v| v == "1");
     let template = Resource::new(
-        move || (asked_slug(), from()),
-        |(slug, from)| async move {
+        move || (asked_slug(), from(), resume()),
+        |(slug, from, resume)| async move {
             let prefill = match from {
                 Some(id) => {
                     let page = match get_job(id).await {
@@ -354,10 +361,16 @@ pub fn SubmitPage() -> impl IntoView {
                     if !page.yours {
                         spec.project = None;
                     }
+                    // What it resumed from is gone (it took them); what
+                    // it left may be resumed from, by its owner.
+                    spec.resume_from = None;
+                    let checkpoints = page.checkpoints.filter(|k| page.yours && k.owner.is_some());
                     Some(Prefill {
                         from: id,
                         spec,
                         team: page.job.team.clone(),
+                        checkpoints,
+                        resume,
                     })
                 }
                 None => None,
@@ -619,6 +632,12 @@ fn submit_form(
                     </select>
                 </Field>
             })}
+            {prefill.as_ref().and_then(|p| Some((p.from, p.checkpoints.clone()?, p.resume))).map(|(from, kept, resume)| view! {
+                <Field label="Resume" field="resume_from" error=error>
+                    <input type="checkbox" name="form[resume_from]" value=from.to_string() data-testid="resume-from" checked=resume/>
+                    <span class="hint">" from the checkpoints job #" {from} " left (" {format_bytes(kept.bytes)} ", kept until " {format_utc(kept.kept_until)} "): they are in TRAINYARD_CHECKPOINT_DIR at its start; unticked, it starts from scratch"</span>
+                </Field>
+            })}
             <Field label="Never preempt" field="preemptible" error=error>
                 <input type="checkbox" name="form[never_preempt]" value="on" data-testid="never-preempt" checked=never_preempt/>
                 <span class="hint">" runs only on the team's own (guaranteed) GPUs, never on borrowed ones: it is never stopped for another team, and may wait longer"</span>
@@ -780,6 +799,7 @@ pub fn JobPage() -> impl IntoView {
     let cancel = ServerAction::<CancelJob>::new();
     let retry = ServerAction::<RetryJob>::new();
     let move_team = ServerAction::<MoveJobTeam>::new();
+    let drop_checkpoints = ServerAction::<DeleteJobCheckpoints>::new();
     // Blocking, so that a page of no job answers 404 (its status leaves
     // with the first bytes).
     let page = Resource::new_blocking(
@@ -789,9 +809,10 @@ pub fn JobPage() -> impl IntoView {
                 tick.get(),
                 cancel.version().get(),
                 move_team.version().get(),
+                drop_checkpoints.version().get(),
             )
         },
-        |(id, _, _, _)| async move {
+        |(id, _, _, _, _)| async move {
             match id {
                 Some(id) => get_job(id).await.map(Some),
                 None => {
@@ -852,6 +873,7 @@ pub fn JobPage() -> impl IntoView {
             .and_then(Result::err)
             .or_else(|| retry.value().get().and_then(Result::err))
             .or_else(|| move_team.value().get().and_then(Result::err))
+            .or_else(|| drop_checkpoints.value().get().and_then(Result::err))
     };
     view! {
         <Transition fallback=|| view! { <p class="muted">"Loading the job…"</p> }>
@@ -940,6 +962,34 @@ pub fn JobPage() -> impl IntoView {
                                     (_, run) => view! { <code>{run.unwrap_or_default()}</code> }.into_any(),
                                 }}</dd>
                                 <dt>"Submitted"</dt><dd>{format_utc(job.created_at)}</dd>
+                                {job.spec.resume_from.map(|from| view! {
+                                    <dt>"Resumed from"</dt>
+                                    <dd data-testid="job-resumed-from">"the checkpoints of " <a href=format!("/jobs/{from}")>"job #" {from}</a></dd>
+                                })}
+                                {p.checkpoints.clone().map(|kept| view! {
+                                    <dt>"Checkpoints"</dt>
+                                    <dd data-testid="job-checkpoints">
+                                        {format_bytes(kept.bytes)} " kept until " {format_utc(kept.kept_until)}
+                                        " for a job to resume from"
+                                        {yours.then(|| view! {
+                                            <div class="checkpoint-actions">
+                                                <ActionForm action=retry attr:class="inline-form">
+                                                    <input type="hidden" name="id" value=job.id/>
+                                                    <input type="hidden" name="resume" value="true"/>
+                                                    <button type="submit" data-testid="resume">"Resume from them"</button>
+                                                </ActionForm>
+                                                <a class="button secondary" href=format!("/submit?from={}&resume=1", job.id) data-testid="edit-resume">"Edit and resume"</a>
+                                                <ActionForm action=drop_checkpoints attr:class="inline-form">
+                                                    <input type="hidden" name="id" value=job.id/>
+                                                    <button type="submit" class="danger" data-testid="delete-checkpoints"
+                                                        on:click=crate::pages::confirm_first(format!("Delete job {}'s checkpoints? No job can resume from them after.", job.id))>
+                                                        "Delete them"
+                                                    </button>
+                                                </ActionForm>
+                                            </div>
+                                        })}
+                                    </dd>
+                                })}
                                 {(job.spec.template.is_some() || job.spec.project.is_some()).then(|| view! {
                                     <dt>"Files"</dt>
                                     <dd><a href=format!("/api/trainyard/v1/jobs/{}/files", job.id) download=format!("job-{}-files.tar", job.id) data-testid="job-files">"what it started from (tar)"</a></dd>

@@ -182,6 +182,16 @@ pub fn spec_from_form(
             .collect(),
         team: text(&form.team),
         preemptible: text(&form.never_preempt).is_none(),
+        resume_from: text(&form.resume_from).and_then(|v| match v.parse() {
+            Ok(id) => Some(id),
+            Err(_) => {
+                errors.push(FieldError::new(
+                    "resume_from",
+                    format!("`{v}` is not a job id"),
+                ));
+                None
+            }
+        }),
     };
     if errors.is_empty() {
         Ok(spec)
@@ -220,6 +230,28 @@ mod tests {
         assert_eq!(spec.hyperparameters["opt"], ParamValue::Text("adam".into()));
         assert_eq!(spec.resources().gpus, 1);
         assert_eq!(spec.resources().cpus, 2.5);
+    }
+
+    #[test]
+    fn a_ticked_resume_box_names_the_job_it_resumes_from() {
+        let form = SubmitForm {
+            name: "again".into(),
+            command: "python train.py".into(),
+            resume_from: "42".into(),
+            ..Default::default()
+        };
+        assert_eq!(spec_from_form(&form, None).unwrap().resume_from, Some(42));
+        let unticked = SubmitForm {
+            resume_from: String::new(),
+            ..form.clone()
+        };
+        assert_eq!(spec_from_form(&unticked, None).unwrap().resume_from, None);
+        let forged = SubmitForm {
+            resume_from: "../7".into(),
+            ..form
+        };
+        let errors = spec_from_form(&forged, None).unwrap_err();
+        assert_eq!(errors[0].field, "resume_from");
     }
 
     #[test]

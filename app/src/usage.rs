@@ -218,7 +218,38 @@ fn storage_view(s: StorageView) -> impl IntoView {
                 </table>
             }.into_any()
         }}
+        {checkpoints_view(s.checkpoints)}
     }
+}
+
+/// The checkpoints ended jobs keep for a job to resume from, each until
+/// its time.
+fn checkpoints_view(kept: Vec<trainyard_domain::job::KeptCheckpoints>) -> impl IntoView {
+    let held: u64 = kept.iter().map(|k| k.bytes).sum();
+    (!kept.is_empty()).then(|| view! {
+        <p data-testid="storage-checkpoints-said">
+            {format!(
+                "Your ended jobs keep {} of checkpoints for a job to resume from, each until its time (on the job's page: resume from them, or delete them now).",
+                format_bytes(held)
+            )}
+        </p>
+        <table class="table" data-testid="storage-checkpoints">
+            <thead><tr>
+                <th>"Job"</th>
+                <th class="num">"Checkpoints"</th>
+                <th>"Kept until (UTC)"</th>
+            </tr></thead>
+            <tbody>
+                {kept.into_iter().map(|k| view! {
+                    <tr data-job=k.job>
+                        <td><a href=format!("/jobs/{}", k.job)>"#" {k.job}</a></td>
+                        <td class="num">{format_bytes(k.bytes)}</td>
+                        <td>{format_utc(k.kept_until)}</td>
+                    </tr>
+                }).collect_view()}
+            </tbody>
+        </table>
+    })
 }
 
 /// A period's label: `12-03` for a day or week, `2026-12` for a month.

@@ -187,6 +187,67 @@ test('the job page follows a retry to its new attempt', async ({ page, request }
   await expect(log).not.toContainText('first attempt runs');
 });
 
+test('a job out of time is resumed from its checkpoints, and kept ones can be deleted', async ({ page, request }) => {
+  const resumable = (name: string) => ({
+    name,
+    command:
+      'if [ -e "$TRAINYARD_CHECKPOINT_DIR/step" ]; then echo "resumed at step $(cat "$TRAINYARD_CHECKPOINT_DIR/step")"; else echo 7 > "$TRAINYARD_CHECKPOINT_DIR/step"; echo saved; sleep 60; fi',
+    max_runtime: '3s',
+    resources: { memory: '64Mi' },
+  });
+  const byButton = await submitByApi(request, resumable('resumed by its button'));
+  const byForm = await submitByApi(request, resumable('resumed by the form'));
+  const dropped = await submitByApi(request, {
+    name: 'dropped',
+    command: 'echo 1 > "$TRAINYARD_CHECKPOINT_DIR/x"; exit 1',
+    resources: { memory: '64Mi' },
+  });
+
+  // "Resume from them": a new job that starts where this one stopped.
+  await page.goto(`/jobs/${byButton}`);
+  await expectState(page, 'Failed', 60_000);
+  await expect(page.getByTestId('job-checkpoints')).toContainText('2 B kept until');
+  await page.getByTestId('resume').click();
+  await expect(page).toHaveURL(/\/jobs\/\d+$/);
+  expect(page.url()).not.toContain(`/jobs/${byButton}`);
+  await expectState(page, 'Succeeded', 60_000);
+  await expect(page.getByTestId('log')).toContainText('resumed at step 7');
+  await expect(page.getByTestId('job-resumed-from')).toContainText(`job #${byButton}`);
+  await expect(page.getByTestId('events')).toContainText(`resuming from the checkpoints of job ${byButton}`);
+
+  // Listed in one's storage while kept, each linked to its job.
+  await page.goto('/usage');
+  const listed = page.getByTestId('storage-checkpoints');
+  await expect(listed.locator(`tr[data-job="${byForm}"]`)).toBeVisible({ timeout: 30_000 });
+  await expect(listed.locator(`tr[data-job="${byButton}"]`)).toHaveCount(0);
+
+  // "Edit and resume": the form, filled, with the box ticked.
+  await page.goto(`/jobs/${byForm}`);
+  await page.getByTestId('edit-resume').click();
+  await expect(page).toHaveURL(/\/submit\?from=\d+&resume=1$/);
+  const form = page.getByTestId('submit-job');
+  await expect(form.getByTestId('resume-from')).toBeChecked();
+  await form.locator('input[name="form[name]"]').fill('resumed by the form, renamed');
+  await form.getByRole('button', { name: 'Submit' }).click();
+  await expect(page).toHaveURL(/\/jobs\/\d+$/);
+  await expectState(page, 'Succeeded', 60_000);
+  await expect(page.getByTestId('log')).toContainText('resumed at step 7');
+  await page.goto(`/jobs/${byForm}`);
+  await expect(page.getByTestId('job-state')).toHaveText('Failed');
+  await expect(page.getByTestId('job-checkpoints')).toHaveCount(0);
+
+  // Deleted now, asked first.
+  await page.goto(`/jobs/${dropped}`);
+  await expectState(page, 'Failed', 60_000);
+  await expect(page.getByTestId('job-checkpoints')).toContainText('2 B kept until');
+  page.once('dialog', (d) => void d.accept());
+  await page.getByTestId('delete-checkpoints').click();
+  await expect(page.getByTestId('job-checkpoints')).toHaveCount(0);
+  const again = await request.post(`/api/trainyard/v1/jobs/${dropped}/retry?resume=true`, { data: {} });
+  expect(again.status()).toBe(400);
+  expect(await again.text()).toContain('keeps no checkpoints');
+});
+
 test('a project archive uploads with progress and the job runs it', async ({ page }) => {
   const dir = mkdtempSync(join(tmpdir(), 'trainyard-project-'));
   writeFileSync(join(dir, 'run.sh'), 'echo "project says $(cat message.txt)"\n');

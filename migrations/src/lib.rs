@@ -31,6 +31,7 @@ mod m20261206_000026_node_drains;
 mod m20261207_000027_upload_digests;
 mod m20261207_000028_job_charged_from;
 mod m20261207_000029_audit_events;
+mod m20261207_000030_kept_checkpoints;
 
 pub struct Migrator;
 
@@ -67,6 +68,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261207_000027_upload_digests::Migration),
             Box::new(m20261207_000028_job_charged_from::Migration),
             Box::new(m20261207_000029_audit_events::Migration),
+            Box::new(m20261207_000030_kept_checkpoints::Migration),
         ]
     }
 }

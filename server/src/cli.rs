@@ -114,6 +114,8 @@ pub struct SpecChanges<'a> {
     pub set: &'a [String],
     /// `--name NAME`, instead of the spec's.
     pub name: Option<&'a str>,
+    /// `--resume-from JOB`: start from the checkpoints job JOB left.
+    pub resume_from: Option<i64>,
 }
 
 impl SpecChanges<'_> {
@@ -143,6 +145,9 @@ impl SpecChanges<'_> {
                 .insert(key.to_owned(), ParamValue::from_text(value));
             said.push(format!("{key}={value}"));
         }
+        if let Some(job) = self.resume_from {
+            spec.resume_from = Some(job);
+        }
         match self.name {
             Some(name) => spec.name = name.to_owned(),
             None if !said.is_empty() => {
@@ -155,7 +160,7 @@ impl SpecChanges<'_> {
 }
 
 /// `trainyard submit SPEC [--file ARCHIVE] [--dataset NAME]... [--set
-/// KEY=VALUE]... [--name NAME] [--follow]`
+/// KEY=VALUE]... [--name NAME] [--resume-from JOB] [--follow]`
 pub async fn submit(
     remote: &Remote,
     spec_file: &Path,

@@ -141,6 +141,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "how fast past GPU use stops counting against a team and a person in the queue: GPU-hours used this many hours ago count half (1 to 8760)",
     },
     SettingDoc {
+        key: "checkpoint_keep_hours",
+        env: "TRAINYARD_CHECKPOINT_KEEP_HOURS",
+        default: "72",
+        meaning: "how long the checkpoints of a job that did not succeed (it hit its max runtime, was cancelled or failed) are kept for its owner's next job to resume from (`resume_from`, or Resume on the job's page); they are listed in the owner's storage until then (0 to 8760; 0: none are kept)",
+    },
+    SettingDoc {
         key: "job_uids",
         env: "TRAINYARD_JOB_UIDS",
         default: "auto",
@@ -384,6 +390,7 @@ pub struct Settings {
     pub gpu_idle_minutes: u64,
     pub job_stop_grace_secs: u64,
     pub fair_share_half_life_hours: u64,
+    pub checkpoint_keep_hours: u64,
     pub job_uids: String,
     pub job_limits: String,
     pub executor: String,
@@ -459,6 +466,7 @@ impl Default for Settings {
             gpu_idle_minutes: 30,
             job_stop_grace_secs: 10,
             fair_share_half_life_hours: 168,
+            checkpoint_keep_hours: 72,
             job_uids: "auto".to_owned(),
             job_limits: "auto".to_owned(),
             executor: "local".to_owned(),
@@ -540,6 +548,8 @@ pub struct Config {
     pub telemetry: TelemetrySettings,
     pub job_stop_grace_secs: u64,
     pub fair_share_half_life: std::time::Duration,
+    /// How long an ended job's checkpoints are kept; zero: none are.
+    pub checkpoint_keep: std::time::Duration,
     pub job_uids: JobUids,
     pub job_limits: JobLimits,
     /// The program started as `PROGRAM job-shim DIR` for each job: this
@@ -861,6 +871,12 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
             s.fair_share_half_life_hours
         )));
     }
+    if s.checkpoint_keep_hours > 8760 {
+        return Err(ConfigError(format!(
+            "checkpoint_keep_hours: {} is more than 8760 hours (a year); 72 is three days, 0 keeps none",
+            s.checkpoint_keep_hours
+        )));
+    }
     if !(1..=3600).contains(&s.gpu_sample_secs) {
         return Err(ConfigError(format!(
             "gpu_sample_secs: {} is outside 1 to 3600 seconds",
@@ -972,6 +988,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         },
         job_stop_grace_secs: s.job_stop_grace_secs,
         fair_share_half_life: std::time::Duration::from_secs(s.fair_share_half_life_hours * 3600),
+        checkpoint_keep: std::time::Duration::from_secs(s.checkpoint_keep_hours * 3600),
         job_uids,
         job_limits,
         job_shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("trainyard")),

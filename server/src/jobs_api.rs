@@ -269,6 +269,10 @@ pub struct JobAnswer {
 pub struct JobDetail {
     pub job: Job,
     pub events: Vec<JobEvent>,
+    /// The checkpoints it left, while they are kept for a job to resume
+    /// from (`resume_from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<trainyard_domain::job::KeptCheckpoints>,
 }
 
 #[derive(Serialize)]
@@ -332,10 +336,38 @@ pub async fn show(
 ) -> Result<Json<JobDetail>, JobsError> {
     let record = job_as(&state, &principal, id, Access::Read).await?;
     let events = state.jobs.store().job_events(id).await?;
+    let checkpoints = state.jobs.store().kept_checkpoints(id).await?;
     Ok(Json(JobDetail {
         job: record.job,
         events,
+        checkpoints,
     }))
+}
+
+/// `DELETE /api/trainyard/v1/jobs/{id}/checkpoints`: deletes the
+/// checkpoints an ended job keeps for a job to resume from (its owner, or
+/// an admin), so that their room is free at once.
+pub async fn delete_checkpoints(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(id): Path<i64>,
+) -> Result<StatusCode, JobsError> {
+    let record = job_as(&state, &principal, id, Access::Change).await?;
+    if state
+        .jobs
+        .delete_checkpoints(&record, &principal.user)
+        .await?
+    {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(JobsError::new(
+            StatusCode::NOT_FOUND,
+            "RESOURCE_DOES_NOT_EXIST",
+            format!(
+                "job {id} keeps no checkpoints (it has not ended, succeeded, saved none, or they were deleted, expired or resumed from)"
+            ),
+        ))
+    }
 }
 
 /// What one archive of a job's inputs may hold.
@@ -595,16 +627,27 @@ pub async fn template(
 }
 
 /// `POST /api/trainyard/v1/jobs/{id}/retry`: a new job with the same spec
-/// and files; answers the new job.
+/// and files; answers the new job. `?resume=true`: it starts from the
+/// checkpoints this one left (refused, saying why, when none are kept).
 pub async fn retry(
     State(state): State<AppState>,
     Caller(principal): Caller,
     Path(id): Path<i64>,
+    Query(q): Query<RetryQuery>,
 ) -> Result<(StatusCode, Json<JobAnswer>), JobsError> {
     let record = job_as(&state, &principal, id, Access::Change).await?;
     let by = record.acted_on_by(&principal.user);
-    let record = state.jobs.retry(id, by).await?;
+    let record = state.jobs.retry(id, by, q.resume).await?;
     Ok((StatusCode::CREATED, Json(JobAnswer { job: record.job })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryQuery {
+    /// `?resume=true`: the new job starts from the checkpoints this one
+    /// left (kept for `checkpoint_keep_hours` after it ended).
+    #[serde(default)]
+    resume: bool,
 }
 
 #[derive(Deserialize)]

@@ -125,6 +125,7 @@ impl AppState {
                     max_files: 100_000,
                 },
                 usage_half_life: config.fair_share_half_life,
+                checkpoint_keep: config.checkpoint_keep,
             },
             executor,
         );
@@ -367,6 +368,10 @@ pub fn router(state: AppState) -> Router {
                 .route(
                     "/api/trainyard/v1/jobs/{id}/retry",
                     axum::routing::post(jobs_api::retry),
+                )
+                .route(
+                    "/api/trainyard/v1/jobs/{id}/checkpoints",
+                    axum::routing::delete(jobs_api::delete_checkpoints),
                 )
                 .route("/api/trainyard/v1/jobs/{id}/logs", get(jobs_api::logs))
                 .route("/api/trainyard/v1/jobs/{id}/files", get(jobs_api::files))

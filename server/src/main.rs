@@ -60,6 +60,11 @@ enum Command {
         /// The job's name, instead of the spec's (and of what --set adds).
         #[arg(long)]
         name: Option<String>,
+        /// Start from the checkpoints that job JOB of yours left in
+        /// TRAINYARD_CHECKPOINT_DIR (it hit its max runtime, was cancelled
+        /// or failed), kept for checkpoint_keep_hours after it ended.
+        #[arg(long, value_name = "JOB")]
+        resume_from: Option<i64>,
         /// Stay, print the log as it is written, and exit as the job does:
         /// 0, its exit code if it failed with one, else 1.
         #[arg(long, short)]
@@ -284,6 +289,7 @@ fn run_client(command: &Command) -> Option<ExitCode> {
                 datasets,
                 set,
                 name,
+                resume_from,
                 follow,
                 remote,
             } => {
@@ -291,6 +297,7 @@ fn run_client(command: &Command) -> Option<ExitCode> {
                     datasets,
                     set,
                     name: name.as_deref(),
+                    resume_from: *resume_from,
                 };
                 cli::submit(&remote.remote(), spec, file.as_deref(), &changes, *follow).await
             }

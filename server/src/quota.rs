@@ -253,6 +253,7 @@ pub async fn storage_of(
     .map_err(ApiError::internal)?;
     let uploads = state.store.uploads_of(owner).await?.len() as u64;
     let used = state.store.upload_use_of(owner).await?;
+    let checkpoints = state.store.kept_checkpoints_of(owner).await?;
     Ok(StorageView {
         artifact_bytes,
         artifact_quota_bytes: state.artifact_quota_bytes,
@@ -262,6 +263,7 @@ pub async fn storage_of(
         upload_quota_bytes: state.upload_quota_bytes,
         upload_entries: used.entries,
         upload_quota_entries: state.upload_quota_entries,
+        checkpoints,
     })
 }
 

@@ -263,10 +263,11 @@ pub enum AuditAction {
     WebhookChanged,
     UploadDeleted,
     RunPurged,
+    CheckpointsDeleted,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 15] = [
+    pub const ALL: [AuditAction; 16] = [
         AuditAction::TeamCreated,
         AuditAction::TeamChanged,
         AuditAction::NodeDrained,
@@ -282,6 +283,7 @@ impl AuditAction {
         AuditAction::WebhookChanged,
         AuditAction::UploadDeleted,
         AuditAction::RunPurged,
+        AuditAction::CheckpointsDeleted,
     ];
 
     /// As stored and asked for (`?action=`).
@@ -302,6 +304,7 @@ impl AuditAction {
             AuditAction::WebhookChanged => "webhook.change",
             AuditAction::UploadDeleted => "upload.delete",
             AuditAction::RunPurged => "run.purge",
+            AuditAction::CheckpointsDeleted => "checkpoints.delete",
         }
     }
 
@@ -342,6 +345,7 @@ impl AuditAction {
             AuditAction::WebhookChanged => "changed a webhook",
             AuditAction::UploadDeleted => "deleted someone's upload",
             AuditAction::RunPurged => "deleted someone's run forever",
+            AuditAction::CheckpointsDeleted => "deleted someone's kept checkpoints",
         }
     }
 }

@@ -119,6 +119,11 @@ pub struct JobSpec {
     /// is never preempted (it may wait longer).
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub preemptible: bool,
+    /// An ended job of the same person whose checkpoints this one starts
+    /// from: they move into its `TRAINYARD_CHECKPOINT_DIR` at its first
+    /// start (see [`KeptCheckpoints`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_from: Option<i64>,
 }
 
 fn yes() -> bool {
@@ -214,6 +219,23 @@ pub struct CheckedJob {
     pub cpu_millis: u32,
     pub memory_mib: u64,
     pub max_runtime_secs: u64,
+}
+
+/// The checkpoints an ended job left, kept for a while so that another
+/// job of its owner's may start from them (`resume_from`): a job that hit
+/// its max runtime, was cancelled or failed. A job that succeeded keeps
+/// none (its results belong in its run's artifacts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptCheckpoints {
+    /// The job that left them.
+    pub job: i64,
+    /// Its owner, by username: the one who may resume from them.
+    pub owner: Option<String>,
+    /// What they held when the job ended.
+    pub bytes: u64,
+    /// When they are deleted, in milliseconds since the Unix epoch, unless
+    /// a job resumes from them first.
+    pub kept_until: i64,
 }
 
 /// A job as the API and the pages show it.
@@ -602,6 +624,16 @@ impl JobSpec {
                 "is not an upload id; upload the archive first (POST /api/trainyard/v1/uploads?kind=project)".into(),
             );
         }
+        if let Some(from) = self.resume_from
+            && from <= 0
+        {
+            err(
+                "resume_from",
+                format!(
+                    "`{from}` is not a job id; give the id of an ended job of yours whose checkpoints are kept"
+                ),
+            );
+        }
         if self.datasets.len() > MAX_DATASETS {
             err(
                 "datasets",
@@ -708,6 +740,7 @@ mod tests {
             datasets: Vec::new(),
             team: None,
             preemptible: true,
+            resume_from: None,
         }
     }
 

@@ -199,6 +199,10 @@ pub struct StorageView {
     pub upload_quota_bytes: Option<u64>,
     pub upload_entries: u64,
     pub upload_quota_entries: Option<u64>,
+    /// The checkpoints their ended jobs left, kept for a while for a job
+    /// to resume from; the first to go first.
+    #[serde(default)]
+    pub checkpoints: Vec<crate::job::KeptCheckpoints>,
 }
 
 /// Deleted runs of one person in one experiment, and their artifacts.

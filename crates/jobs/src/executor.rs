@@ -81,6 +81,10 @@ pub struct Attempt {
     pub datasets: Vec<(String, PathBuf)>,
     /// When it must be stopped, in milliseconds since the Unix epoch.
     pub deadline_ms: i64,
+    /// An ended job whose kept checkpoints this attempt starts from: the
+    /// supervisor took them off the record for it, and the executor moves
+    /// them into this job's checkpoints before it starts.
+    pub resume_from: Option<i64>,
 }
 
 /// An attempt the executor runs.
@@ -102,6 +106,10 @@ pub enum StartError {
     /// The executor cannot be reached now (its API is away): the job goes
     /// back to the queue as it was and is placed again later.
     Unavailable(String),
+    /// It can never start as asked, and another attempt would start
+    /// other than asked (the checkpoints it resumes from are gone): the
+    /// job fails with this reason, its retries unspent.
+    Refused(String),
 }
 
 impl From<String> for StartError {
@@ -113,7 +121,9 @@ impl From<String> for StartError {
 impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StartError::Failed(m) | StartError::Unavailable(m) => f.write_str(m),
+            StartError::Failed(m) | StartError::Unavailable(m) | StartError::Refused(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -218,8 +228,27 @@ pub trait Executor: Send + Sync + 'static {
         std::future::pending::<()>().await
     }
 
-    /// A job ended for good: nothing of it runs again.
-    async fn retire(&self, record: &JobRecord);
+    /// A job ended for good: nothing of it runs again. `keep`: its
+    /// checkpoints stay for another job to resume from, where the executor
+    /// keeps them ([`Executor::keeps_checkpoints`]); Some: what they hold,
+    /// when it kept some.
+    async fn retire(&self, record: &JobRecord, keep: bool) -> Option<u64>;
+
+    /// Whether it keeps an ended job's checkpoints for another to resume
+    /// from.
+    fn keeps_checkpoints(&self) -> bool {
+        false
+    }
+
+    /// Whether job `job`'s own checkpoints hold anything now (a job that
+    /// resumed has them from its first start on).
+    async fn holds_checkpoints(&self, _job: i64) -> bool {
+        false
+    }
+
+    /// Deletes what an ended job's checkpoints kept (expired, or deleted
+    /// by their owner). Repeating it is harmless.
+    async fn drop_checkpoints(&self, _job: i64) {}
 
     /// Up to `limit` bytes of an attempt's log from `offset`, and the log's
     /// size. A log not yet written reads as empty.

@@ -16,7 +16,7 @@ pub mod templates;
 pub mod tree;
 pub mod users;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -243,6 +243,9 @@ pub struct JobsConfig {
     pub upload_limits: archive::Limits,
     /// Past GPU use counts half this long after (fair share).
     pub usage_half_life: Duration,
+    /// How long the checkpoints of a job that did not succeed are kept
+    /// for its owner's next job to resume from; zero: none are.
+    pub checkpoint_keep: Duration,
 }
 
 /// Why an upload was refused.
@@ -300,7 +303,12 @@ struct Inner {
     usage: Mutex<Option<fair::UsageBook>>,
     /// The unfinished jobs, kept between cycles.
     active: tokio::sync::Mutex<ActiveJobs>,
+    /// When expired checkpoints were last looked for.
+    checkpoints_swept: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often expired checkpoints are looked for.
+const CHECKPOINT_SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// The unfinished jobs as the supervisor last read them. A cycle rereads
 /// only those the store wrote since the last (the store tells its
@@ -408,6 +416,7 @@ impl Jobs {
                 waiting: Mutex::new(HashMap::new()),
                 pace: Mutex::new(Pace::default()),
                 usage: Mutex::new(None),
+                checkpoints_swept: Mutex::new(None),
                 active,
             }),
         }
@@ -571,6 +580,11 @@ impl Jobs {
                 )),
             }
         }
+        if let Some(from) = spec.resume_from.filter(|&from| from > 0)
+            && let Some(why) = self.cannot_resume(from, owner).await?
+        {
+            errors.push(FieldError::new("resume_from", why));
+        }
         let mut effective = spec.clone();
         if let Some(t) = &template {
             effective.template = None;
@@ -673,8 +687,17 @@ impl Jobs {
                 max_runtime_secs: checked.max_runtime_secs,
                 run,
                 params,
-                tags: Vec::new(),
-                submitted: "queued".to_owned(),
+                // Its run says where it went on from, for the explorer.
+                tags: checked
+                    .spec
+                    .resume_from
+                    .map(|from| ("trainyard.resumed_from".to_owned(), from.to_string()))
+                    .into_iter()
+                    .collect(),
+                submitted: match checked.spec.resume_from {
+                    Some(from) => format!("queued, to resume from the checkpoints of job {from}"),
+                    None => "queued".to_owned(),
+                },
             })
             .await?;
         if let Err(message) = self
@@ -1569,8 +1592,9 @@ impl Jobs {
                 self.end_run(run_id, "KILLED").await;
             }
             // Cancelled in the queue: what an earlier attempt left (its
-            // checkpoints, its folders, a checkpoint claim) goes now.
-            self.inner.executor.retire(&record).await;
+            // folders, a checkpoint claim) goes now; its checkpoints are
+            // kept for a while.
+            self.retire(&record, JobState::Cancelled).await;
         }
         self.wake();
         Ok(record)
@@ -1687,7 +1711,12 @@ impl Jobs {
     /// its owner is in now. The old job keeps its history.
     /// `by`: who asked, when not the job's owner (an admin), for the new
     /// job's timeline.
-    pub async fn retry(&self, id: i64, by: Option<&str>) -> Result<JobRecord, StoreError> {
+    pub async fn retry(
+        &self,
+        id: i64,
+        by: Option<&str>,
+        resume: bool,
+    ) -> Result<JobRecord, StoreError> {
         let old = self.store().get_job(id).await?;
         if !old.job.state.is_terminal() {
             return Err(StoreError::Rejected(format!(
@@ -1698,7 +1727,10 @@ impl Jobs {
         let experiment_id = old.job.experiment_id.ok_or_else(|| {
             StoreError::Rejected(format!("job {id} has no experiment left to log to"))
         })?;
-        let spec = old.job.spec.clone();
+        let mut spec = old.job.spec.clone();
+        // From scratch, or from what this one left: not from what it
+        // resumed from (taken by it at its start).
+        spec.resume_from = resume.then_some(id);
         // Its datasets are linked at its start: one deleted since would
         // fail it there, after its wait in the queue.
         for name in &spec.datasets {
@@ -1712,10 +1744,20 @@ impl Jobs {
         // The team as its owner's teams are now: one they left no longer
         // lends them its GPUs (nor sees the new run).
         let mut team_id = old.team_id;
-        if let Some(owner) = match old.owner_id {
+        let owner = match old.owner_id {
             Some(uid) => self.store().user(uid).await?,
             None => None,
-        } {
+        };
+        if resume {
+            let why = match &owner {
+                Some(owner) => self.cannot_resume(id, owner).await?,
+                None => Some(format!("job {id} has no owner to resume it")),
+            };
+            if let Some(why) = why {
+                return Err(StoreError::Rejected(why));
+            }
+        }
+        if let Some(owner) = owner {
             if !team_id.is_some_and(|t| owner.in_team(t)) {
                 team_id = owner.primary_team();
             }
@@ -1737,9 +1779,16 @@ impl Jobs {
                 max_runtime_secs: old.job.max_runtime_secs,
                 run,
                 params,
-                tags: vec![("trainyard.retry_of".to_owned(), id.to_string())],
+                tags: std::iter::once(("trainyard.retry_of".to_owned(), id.to_string()))
+                    .chain(resume.then(|| ("trainyard.resumed_from".to_owned(), id.to_string())))
+                    .collect(),
                 submitted: format!(
-                    "queued, a retry of job {id}{}",
+                    "queued, {} job {id}{}",
+                    if resume {
+                        "resuming from the checkpoints of"
+                    } else {
+                        "a retry of"
+                    },
                     by.map(|name| format!(" by {name}")).unwrap_or_default()
                 ),
             })
@@ -1808,6 +1857,9 @@ impl Jobs {
         let began = std::time::Instant::now();
         let active = self.unfinished().await?;
         let read = began.elapsed();
+        if let Err(error) = self.expire_checkpoints(&active).await {
+            tracing::warn!(%error, "could not delete expired checkpoints; trying again later");
+        }
         // Where started attempts run, as their executors name it (asked
         // before they are observed: one that ended is let go), written
         // for all of them at once.
@@ -2371,7 +2423,18 @@ impl Jobs {
                 async move {
                     let started = match token {
                         Ok(token) => match jobs.attempt(&record, &node, &gpus, now, token).await {
-                            Ok(attempt) => jobs.inner.executor.start(attempt).await,
+                            // Taken last, so that nothing between the take
+                            // and the executor's move can fail.
+                            Ok(attempt) => match jobs.resume(&record).await {
+                                Ok(resume_from) => {
+                                    let attempt = Attempt {
+                                        resume_from,
+                                        ..attempt
+                                    };
+                                    jobs.inner.executor.start(attempt).await
+                                }
+                                Err(refused) => Err(refused),
+                            },
                             Err(message) => Err(StartError::Failed(message)),
                         },
                         Err(message) => Err(StartError::Failed(message)),
@@ -2398,6 +2461,11 @@ impl Jobs {
                 Err(StartError::Failed(message)) => {
                     tracing::warn!(job = job.id, %message, "job could not start");
                     self.finish(&record, JobState::Failed, None, &message, true)
+                        .await
+                }
+                Err(StartError::Refused(message)) => {
+                    tracing::warn!(job = job.id, %message, "job cannot start as asked");
+                    self.finish(&record, JobState::Failed, None, &message, false)
                         .await
                 }
             };
@@ -2442,6 +2510,71 @@ impl Jobs {
         Ok(())
     }
 
+    /// Why `owner`'s new job cannot resume from job `from`'s checkpoints,
+    /// if it cannot.
+    async fn cannot_resume(&self, from: i64, owner: &User) -> Result<Option<String>, StoreError> {
+        if self.inner.config.checkpoint_keep.is_zero() || !self.inner.executor.keeps_checkpoints() {
+            return Ok(Some(format!(
+                "this server keeps no checkpoints after a job ends ({}); leave resume_from out and start from scratch",
+                if self.inner.executor.keeps_checkpoints() {
+                    "checkpoint_keep_hours is 0".to_owned()
+                } else {
+                    format!("not on its {} executor", self.inner.executor.kind())
+                }
+            )));
+        }
+        let record = match self.store().get_job(from).await {
+            Ok(record) => record,
+            Err(StoreError::NotFound(_)) => {
+                return Ok(Some(format!("there is no job {from}")));
+            }
+            Err(error) => return Err(error),
+        };
+        if record.owner_id != Some(owner.id) {
+            return Ok(Some(format!(
+                "job {from} is not yours; resume from the checkpoints of a job of your own"
+            )));
+        }
+        if self.store().kept_checkpoints(from).await?.is_some() {
+            return Ok(None);
+        }
+        Ok(Some(if record.job.state.is_terminal() {
+            format!(
+                "job {from} keeps no checkpoints: it succeeded, saved none in TRAINYARD_CHECKPOINT_DIR, or they were deleted, expired or taken by another job"
+            )
+        } else {
+            format!(
+                "job {from} has not ended; its checkpoints are kept once it ends (cancel it first)"
+            )
+        }))
+    }
+
+    /// The job whose kept checkpoints this attempt starts from, taken off
+    /// the record for it now: None when it resumes from none, or took them
+    /// at an earlier try (they are its own then). Refused when they are
+    /// gone: starting without them is not what was asked.
+    async fn resume(&self, record: &JobRecord) -> Result<Option<i64>, StartError> {
+        let job = record.job.id;
+        let Some(from) = record.job.spec.resume_from else {
+            return Ok(None);
+        };
+        match self.store().take_checkpoints(from).await {
+            Ok(true) => return Ok(Some(from)),
+            Ok(false) => {}
+            Err(error) => {
+                return Err(StartError::Unavailable(format!(
+                    "cannot take job {from}'s kept checkpoints now: {error}"
+                )));
+            }
+        }
+        if record.job.attempt > 0 || self.inner.executor.holds_checkpoints(job).await {
+            return Ok(None);
+        }
+        Err(StartError::Refused(format!(
+            "job {from}'s checkpoints are no longer kept (deleted, expired, or taken by another job), so it cannot resume from them; submit it again without resuming to start from scratch"
+        )))
+    }
+
     /// What the executor needs to start the job's current attempt.
     async fn attempt(
         &self,
@@ -2478,6 +2611,7 @@ impl Jobs {
             files: files.is_dir().then_some(files),
             datasets,
             deadline_ms: now + (job.max_runtime_secs as i64).saturating_mul(1000),
+            resume_from: None,
         })
     }
 
@@ -2719,7 +2853,7 @@ impl Jobs {
                 )
                 .await;
         }
-        self.inner.executor.retire(record).await;
+        let kept = self.retire(record, state).await;
         self.store()
             .move_job(
                 job.id,
@@ -2728,11 +2862,98 @@ impl Jobs {
                 JobChange {
                     exit_code: Some(exit_code),
                     finished_at: Some(Some(now_millis())),
-                    event: Some(("finished".into(), message.to_owned())),
+                    event: Some(("finished".into(), format!("{message}{kept}"))),
                     ..Default::default()
                 },
             )
             .await?;
+        Ok(())
+    }
+
+    /// A job ends for good in `state`: the executor releases what it held,
+    /// and keeps its checkpoints for a while unless it succeeded. What is
+    /// kept is recorded for its owner and said (for its timeline: "; its
+    /// checkpoints … are kept …"), or nothing.
+    async fn retire(&self, record: &JobRecord, state: JobState) -> String {
+        let keep_for = self.inner.config.checkpoint_keep;
+        let keep = state != JobState::Succeeded
+            && !keep_for.is_zero()
+            && self.inner.executor.keeps_checkpoints();
+        let Some(bytes) = self.inner.executor.retire(record, keep).await else {
+            return String::new();
+        };
+        let until = now_millis().saturating_add(keep_for.as_millis() as i64);
+        let job = record.job.id;
+        match self
+            .store()
+            .keep_checkpoints(job, record.owner_id, bytes, until)
+            .await
+        {
+            Ok(()) => format!(
+                "; its checkpoints ({}) are kept for {} h for a job to resume from",
+                trainyard_domain::format_bytes(bytes),
+                keep_for.as_secs().div_ceil(3600)
+            ),
+            Err(error) => {
+                // Unrecorded, they could never be resumed nor expire.
+                tracing::error!(job, %error, "could not record the job's kept checkpoints; they go");
+                self.inner.executor.drop_checkpoints(job).await;
+                String::new()
+            }
+        }
+    }
+
+    /// Deletes the checkpoints an ended job keeps, as `by` asks (their
+    /// owner, or an admin): Ok(false) when it keeps none.
+    pub async fn delete_checkpoints(
+        &self,
+        record: &JobRecord,
+        by: &User,
+    ) -> Result<bool, StoreError> {
+        let job = record.job.id;
+        if !self.store().take_checkpoints(job).await? {
+            return Ok(false);
+        }
+        self.inner.executor.drop_checkpoints(job).await;
+        if record.someone_else(by).is_some() {
+            let whose = record.job.owner.as_deref().unwrap_or("nobody");
+            self.store()
+                .audit(
+                    by,
+                    AuditAction::CheckpointsDeleted,
+                    &format!("job {job}"),
+                    &format!("{whose}'s job {}", record.job.spec.name),
+                )
+                .await;
+        }
+        Ok(true)
+    }
+
+    /// Deletes the kept checkpoints whose time is up, but those a job
+    /// that waits to resume from them still needs; at most once a minute.
+    async fn expire_checkpoints(&self, active: &[Arc<JobRecord>]) -> Result<(), StoreError> {
+        {
+            let mut last = self
+                .inner
+                .checkpoints_swept
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|at| at.elapsed() < CHECKPOINT_SWEEP_EVERY) {
+                return Ok(());
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let wanted: HashSet<i64> = active
+            .iter()
+            .filter_map(|r| r.job.spec.resume_from)
+            .collect();
+        for job in self.store().expired_checkpoints(now_millis(), 100).await? {
+            if wanted.contains(&job) || !self.store().take_checkpoints(job).await? {
+                continue;
+            }
+            tracing::info!(job, "kept checkpoints expired; deleting them");
+            self.inner.executor.drop_checkpoints(job).await;
+        }
         Ok(())
     }
 
@@ -2834,7 +3055,8 @@ impl Jobs {
                         "{said}; but it cannot run again: its experiment takes no new run ({why})"
                     );
                     tracing::warn!(job = job.id, %message, "job ended: no run for its next attempt");
-                    self.inner.executor.retire(record).await;
+                    let kept = self.retire(record, JobState::Failed).await;
+                    let message = format!("{message}{kept}");
                     self.store()
                         .move_job(
                             job.id,

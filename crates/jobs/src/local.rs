@@ -255,7 +255,8 @@ impl LocalExecutor {
             .await
             .map_err(|e| format!("cannot create {}: {e}", work.display()))?;
         // Kept across the job's attempts: a preempted or retried attempt
-        // resumes from what the last one saved.
+        // resumes from what the last one saved, and a job that resumes
+        // another's starts from what that one left.
         let checkpoints = self.checkpoint_dir(job.id);
         tokio::fs::create_dir_all(&checkpoints)
             .await
@@ -517,6 +518,17 @@ impl Executor for LocalExecutor {
 
     async fn start(&self, attempt: Attempt) -> Result<Started, StartError> {
         let job = attempt.record.job.id;
+        if let Some(from) = attempt.resume_from {
+            // First: once taken off the record, they are this job's, even
+            // when this try fails and another starts it.
+            let (source, target) = (self.checkpoint_dir(from), self.checkpoint_dir(job));
+            tokio::task::spawn_blocking(move || move_checkpoints(&source, &target))
+                .await
+                .map_err(|e| StartError::Failed(e.to_string()))?
+                .map_err(|e| {
+                    StartError::Refused(format!("cannot take job {from}'s checkpoints: {e}"))
+                })?;
+        }
         let user = self.take_uid(job)?;
         match self.spawn_shim(&attempt, user).await {
             Ok((pid, start)) => {
@@ -591,15 +603,29 @@ impl Executor for LocalExecutor {
         self.ended.notified().await
     }
 
-    async fn retire(&self, record: &JobRecord) {
+    async fn retire(&self, record: &JobRecord, keep: bool) -> Option<u64> {
         // Ended for good: no job user passes through its folder again.
         self.release_uid(record.job.id);
+        let (job, attempts) = (record.job.id, record.job.attempt);
+        let checkpoints = self.checkpoint_dir(job);
+        let kept = if keep {
+            let measured = checkpoints.clone();
+            tokio::task::spawn_blocking(move || tree::file_bytes(&[measured], MAX_JOB_ENTRIES))
+                .await
+                .ok()
+                .and_then(|(bytes, seen)| (seen > 0).then_some(bytes))
+        } else {
+            None
+        };
         if self.config.job_users.is_some() {
             // What its users wrote is theirs no longer to reach: it goes,
             // so that ended jobs do not fill the disk. Logs and exit
-            // records stay.
-            let (job, attempts) = (record.job.id, record.job.attempt);
-            let mut gone = vec![self.checkpoint_dir(job)];
+            // records stay, and the checkpoints it keeps for a while (in
+            // its folder, closed to every job user).
+            let mut gone = Vec::new();
+            if kept.is_none() {
+                gone.push(checkpoints);
+            }
             for attempt in 0..=attempts {
                 let dir = self.attempt_dir(job, attempt);
                 gone.extend(["work", "home", "tmp"].map(|name| dir.join(name)));
@@ -611,6 +637,29 @@ impl Executor for LocalExecutor {
                     }
                 }
             });
+        }
+        kept
+    }
+
+    fn keeps_checkpoints(&self) -> bool {
+        true
+    }
+
+    async fn holds_checkpoints(&self, job: i64) -> bool {
+        let checkpoints = self.checkpoint_dir(job);
+        tokio::task::spawn_blocking(move || {
+            std::fs::symlink_metadata(&checkpoints).is_ok_and(|m| m.is_dir())
+                && std::fs::read_dir(&checkpoints).is_ok_and(|mut d| d.next().is_some())
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    async fn drop_checkpoints(&self, job: i64) {
+        let checkpoints = self.checkpoint_dir(job);
+        let removed = tokio::task::spawn_blocking(move || tree::remove_tree(&checkpoints)).await;
+        if let Ok(Err(error)) = removed {
+            tracing::warn!(job, %error, "could not remove the job's kept checkpoints");
         }
     }
 
@@ -627,6 +676,37 @@ impl Executor for LocalExecutor {
     async fn log_tail(&self, job: i64, attempt: u32, max: u64) -> std::io::Result<(String, u64)> {
         read_tail(&self.log_path(job, attempt), max).await
     }
+}
+
+/// Moves an ended job's checkpoint folder to `target` (in a job folder of
+/// the server's): a link in its place is refused, never followed, and so
+/// is a `target` that already holds something. Its files are given to the
+/// attempt's user after, as every attempt's checkpoints are.
+fn move_checkpoints(source: &Path, target: &Path) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(source).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            std::io::Error::new(e.kind(), "they are gone from its folder")
+        } else {
+            e
+        }
+    })?;
+    if !meta.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "they are not a folder",
+        ));
+    }
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    // An empty folder made by an earlier try goes; one that holds files
+    // (or a link) is refused by the rename.
+    match std::fs::remove_dir(target) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::rename(source, target)
 }
 
 /// What a refusal to start more says when every job uid is taken.
@@ -719,5 +799,45 @@ mod tests {
         assert_eq!(parse_handle("1234:987654"), Some((1234, 987654)));
         assert_eq!(parse_handle("gpu-job-7-0"), None);
         assert_eq!(parse_handle("12:x"), None);
+    }
+
+    #[test]
+    fn kept_checkpoints_move_whole_and_a_link_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("1/checkpoints");
+        std::fs::create_dir_all(from.join("epoch-3")).unwrap();
+        std::fs::write(from.join("epoch-3/model.pt"), b"weights").unwrap();
+        // An empty folder from an earlier try is no obstacle.
+        let to = dir.path().join("2/checkpoints");
+        std::fs::create_dir_all(&to).unwrap();
+        move_checkpoints(&from, &to).unwrap();
+        assert_eq!(
+            std::fs::read(to.join("epoch-3/model.pt")).unwrap(),
+            b"weights"
+        );
+        assert!(!from.exists());
+        // Gone: said so.
+        let gone = move_checkpoints(&from, &dir.path().join("3/checkpoints")).unwrap_err();
+        assert!(gone.to_string().contains("gone"), "{gone}");
+        // A link in their place is refused, and so is a target that holds
+        // something (or is a link).
+        let secret = dir.path().join("secret");
+        std::fs::create_dir_all(&secret).unwrap();
+        let linked = dir.path().join("4/checkpoints");
+        std::fs::create_dir_all(linked.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&secret, &linked).unwrap();
+        assert!(move_checkpoints(&linked, &dir.path().join("5/checkpoints")).is_err());
+        assert!(secret.exists() && !dir.path().join("5/checkpoints").exists());
+        let other = dir.path().join("6/checkpoints");
+        std::fs::create_dir_all(&other).unwrap();
+        assert!(
+            move_checkpoints(&other, &to).is_err(),
+            "the target holds files"
+        );
+        assert!(
+            move_checkpoints(&other, &linked).is_err(),
+            "the target is a link"
+        );
+        assert!(other.is_dir() && secret.read_dir().unwrap().next().is_none());
     }
 }

@@ -35,6 +35,9 @@ struct Fake {
     retired: Mutex<Vec<i64>>,
     /// The pod of each handle, where the test made one.
     pods: Mutex<HashMap<String, String>>,
+    /// What each job's checkpoints hold, where the test said they hold
+    /// something: moved to the job that resumes from them.
+    checkpoints: Mutex<HashMap<i64, u64>>,
 }
 
 fn node(id: u32, name: &str, gpus: u32) -> sched::Node {
@@ -90,6 +93,13 @@ impl Executor for Fake {
             "job-{}-{}",
             attempt.record.job.id, attempt.record.job.attempt
         );
+        if let Some(from) = attempt.resume_from {
+            let mut held = self.checkpoints.lock().unwrap();
+            let bytes = held
+                .remove(&from)
+                .ok_or_else(|| StartError::Failed(format!("job {from} kept nothing")))?;
+            held.insert(attempt.record.job.id, bytes);
+        }
         self.started.lock().unwrap().push(attempt);
         Ok(Started {
             handle: handle.clone(),
@@ -115,8 +125,30 @@ impl Executor for Fake {
         Ok(())
     }
 
-    async fn retire(&self, record: &JobRecord) {
+    async fn retire(&self, record: &JobRecord, keep: bool) -> Option<u64> {
         self.retired.lock().unwrap().push(record.job.id);
+        let held = self
+            .checkpoints
+            .lock()
+            .unwrap()
+            .get(&record.job.id)
+            .copied();
+        if !keep {
+            self.checkpoints.lock().unwrap().remove(&record.job.id);
+        }
+        held.filter(|_| keep)
+    }
+
+    fn keeps_checkpoints(&self) -> bool {
+        true
+    }
+
+    async fn holds_checkpoints(&self, job: i64) -> bool {
+        self.checkpoints.lock().unwrap().contains_key(&job)
+    }
+
+    async fn drop_checkpoints(&self, job: i64) {
+        self.checkpoints.lock().unwrap().remove(&job);
     }
 
     async fn read_log(
@@ -165,6 +197,7 @@ async fn setup(nodes: Vec<sched::Node>) -> Setup {
                 max_files: 100,
             },
             usage_half_life: std::time::Duration::from_secs(7 * 24 * 3600),
+            checkpoint_keep: std::time::Duration::from_secs(3600),
         },
         fake.clone(),
     );
@@ -1086,4 +1119,182 @@ async fn a_team_names_its_jobs_waiting_beyond_a_lowered_guarantee() {
         vec![strict],
         "the preemptible one borrows, and is not named"
     );
+}
+
+/// A job that ran out of time keeps its checkpoints for its owner's next
+/// job, which takes them at its start; one that succeeded keeps none, and
+/// submissions that cannot resume are told why.
+#[tokio::test]
+async fn checkpoints_are_kept_past_a_timeout_and_taken_by_the_job_that_resumes() {
+    let s = setup(vec![node(0, "a", 2)]).await;
+    let timed_out = s.submit(r#"{"name": "long", "command": "x"}"#).await;
+    let succeeded = s.submit(r#"{"name": "short", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    s.fake
+        .checkpoints
+        .lock()
+        .unwrap()
+        .extend([(timed_out, 500), (succeeded, 70)]);
+    s.fake.set_fate(
+        timed_out,
+        Observation::Ended(Ending::of(EndReason::Timeout)),
+    );
+    s.fake.set_fate(succeeded, exited(0));
+    s.jobs.cycle().await.unwrap();
+    let store = s.jobs.store();
+    let kept = store.kept_checkpoints(timed_out).await.unwrap().unwrap();
+    assert_eq!(kept.bytes, 500);
+    assert_eq!(kept.owner.as_deref(), Some(s.user.username.as_str()));
+    let timeline = s.timeline(timed_out).await;
+    assert!(
+        timeline.iter().any(|e| e.starts_with("finished: ")
+            && e.ends_with("; its checkpoints (500 B) are kept for 1 h for a job to resume from")),
+        "{timeline:?}"
+    );
+    assert_eq!(store.kept_checkpoints(succeeded).await.unwrap(), None);
+    assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&succeeded));
+
+    // What cannot be resumed from is refused at submission, by field.
+    let refusal = |json: String| {
+        let jobs = s.jobs.clone();
+        let user = s.user.clone();
+        async move {
+            let spec = parse_spec(false, json.as_bytes()).unwrap();
+            match jobs.submit(spec, &user).await {
+                Err(SubmitError::Invalid(errors)) => {
+                    assert_eq!(errors[0].field, "resume_from");
+                    errors[0].message.clone()
+                }
+                other => panic!("not refused: {other:?}"),
+            }
+        }
+    };
+    let spec = |from: i64| format!(r#"{{"name": "again", "command": "x", "resume_from": {from}}}"#);
+    assert!(
+        refusal(spec(succeeded))
+            .await
+            .contains("keeps no checkpoints")
+    );
+    assert!(
+        refusal(spec(99_999))
+            .await
+            .contains("there is no job 99999")
+    );
+    let running = s.submit(r#"{"name": "on", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    assert!(refusal(spec(running)).await.contains("has not ended"));
+
+    let resumed = s.submit(&spec(timed_out)).await;
+    s.jobs.cycle().await.unwrap();
+    let started = s.fake.started();
+    let attempt = started.iter().find(|a| a.record.job.id == resumed).unwrap();
+    assert_eq!(attempt.resume_from, Some(timed_out));
+    let record = s.job(resumed).await;
+    assert_eq!(record.job.state, JobState::Running);
+    let run = store
+        .get_run(record.job.run_id.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        run.tags
+            .iter()
+            .any(|(k, v)| k == "trainyard.resumed_from" && *v == timed_out.to_string()),
+        "{:?}",
+        run.tags
+    );
+    assert_eq!(s.fake.checkpoints.lock().unwrap().get(&resumed), Some(&500));
+    assert_eq!(store.kept_checkpoints(timed_out).await.unwrap(), None);
+    assert!(
+        refusal(spec(timed_out))
+            .await
+            .contains("keeps no checkpoints"),
+        "taken once"
+    );
+}
+
+/// Checkpoints gone between the submission and the start: the job fails
+/// saying so, without spending its retries on a start from scratch.
+#[tokio::test]
+async fn a_job_whose_checkpoints_went_while_it_waited_fails_without_a_retry() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let first = s.submit(r#"{"name": "first", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    s.fake.checkpoints.lock().unwrap().insert(first, 9);
+    s.jobs.cancel(first, Some(&s.user)).await.unwrap();
+    s.fake
+        .set_fate(first, Observation::Ended(Ending::of(EndReason::Cancelled)));
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(first).await.job.state, JobState::Cancelled);
+    assert!(
+        s.jobs
+            .store()
+            .kept_checkpoints(first)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Waits behind another job, while its owner deletes them.
+    let blocker = s.submit(r#"{"name": "blocker", "command": "x"}"#).await;
+    s.jobs.cycle().await.unwrap();
+    let waiting = s
+        .submit(&format!(
+            r#"{{"name": "again", "command": "x", "retries": 2, "resume_from": {first}}}"#
+        ))
+        .await;
+    assert!(
+        s.jobs
+            .delete_checkpoints(&s.job(first).await, &s.user)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !s.jobs
+            .delete_checkpoints(&s.job(first).await, &s.user)
+            .await
+            .unwrap()
+    );
+    assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&first));
+    s.fake.set_fate(blocker, exited(0));
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(waiting).await;
+    assert_eq!(record.job.state, JobState::Failed);
+    assert_eq!(record.job.attempt, 0, "no retry");
+    let timeline = s.timeline(waiting).await;
+    assert!(
+        timeline
+            .iter()
+            .any(|e| e.contains(&format!("job {first}'s checkpoints are no longer kept"))),
+        "{timeline:?}"
+    );
+}
+
+/// Kept checkpoints past their time go, but not those a waiting job
+/// resumes from.
+#[tokio::test]
+async fn expired_checkpoints_go_but_those_a_waiting_job_needs() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let store = s.jobs.store();
+    let old = s.submit(r#"{"name": "old", "command": "x"}"#).await;
+    let needed = s.submit(r#"{"name": "needed", "command": "x"}"#).await;
+    for job in [old, needed] {
+        s.jobs.cancel(job, Some(&s.user)).await.unwrap();
+        store
+            .keep_checkpoints(job, Some(s.user.id), 1, 0)
+            .await
+            .unwrap();
+        s.fake.checkpoints.lock().unwrap().insert(job, 1);
+    }
+    // Nothing free to start it on: it waits.
+    *s.fake.slots.lock().unwrap() = Some(0);
+    let waiting = s
+        .submit(&format!(
+            r#"{{"name": "w", "command": "x", "resume_from": {needed}}}"#
+        ))
+        .await;
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(waiting).await.job.state, JobState::Queued);
+    assert_eq!(store.kept_checkpoints(old).await.unwrap(), None);
+    assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&old));
+    assert!(store.kept_checkpoints(needed).await.unwrap().is_some());
+    assert!(s.fake.checkpoints.lock().unwrap().contains_key(&needed));
 }

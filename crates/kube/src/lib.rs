@@ -1198,7 +1198,9 @@ impl Executor for KubeExecutor {
         self.shared.changed.notified().await
     }
 
-    async fn retire(&self, record: &JobRecord) {
+    async fn retire(&self, record: &JobRecord, _keep: bool) -> Option<u64> {
+        // Its checkpoints are not kept past its end here (see
+        // `keeps_checkpoints`): a claim outliving its job is left for later.
         let name = Self::handle_of(record);
         self.stopping
             .lock()
@@ -1224,6 +1226,7 @@ impl Executor for KubeExecutor {
                 }
             }
         }
+        None
     }
 
     async fn read_log(

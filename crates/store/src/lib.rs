@@ -3,6 +3,7 @@
 
 pub mod assessments;
 pub mod audit;
+pub mod checkpoints;
 mod chunks;
 pub mod compaction;
 pub mod entity;

@@ -755,3 +755,86 @@ async fn the_audit_trail_pages_and_narrows() {
         .unwrap();
     assert!(nobody.is_empty());
 }
+
+/// Kept checkpoints are listed by owner, found by job, expire in order,
+/// and are taken once: a second taker gets nothing.
+#[tokio::test]
+async fn kept_checkpoints_are_listed_expire_and_are_taken_once() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let owner = store.local_admin().await.unwrap();
+    let experiment = store
+        .create_experiment("resume", owner.as_owner())
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        let job = store
+            .create_job(new_job(
+                r#"{"name": "j", "command": "x"}"#,
+                owner.id,
+                experiment,
+            ))
+            .await
+            .unwrap();
+        jobs.push(job.job.id);
+    }
+    store
+        .keep_checkpoints(jobs[0], Some(owner.id), 3 << 30, 2_000)
+        .await
+        .unwrap();
+    store
+        .keep_checkpoints(jobs[1], Some(owner.id), 10, 1_000)
+        .await
+        .unwrap();
+    store
+        .keep_checkpoints(jobs[2], None, 1, 3_000)
+        .await
+        .unwrap();
+    // Kept again (a job cancelled in the queue): the newer figures.
+    store
+        .keep_checkpoints(jobs[0], Some(owner.id), 3 << 30, 2_500)
+        .await
+        .unwrap();
+    let first = store.kept_checkpoints(jobs[0]).await.unwrap().unwrap();
+    assert_eq!(first.bytes, 3 << 30);
+    assert_eq!(first.kept_until, 2_500);
+    assert_eq!(first.owner.as_deref(), Some(owner.username.as_str()));
+    let listed: Vec<i64> = store
+        .kept_checkpoints_of(owner.id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|k| k.job)
+        .collect();
+    assert_eq!(listed, [jobs[1], jobs[0]], "the first to go first");
+    assert!(
+        store
+            .kept_checkpoints_of(owner.id + 1000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store.expired_checkpoints(999, 10).await.unwrap(),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        store.expired_checkpoints(2_500, 10).await.unwrap(),
+        [jobs[1], jobs[0]]
+    );
+    assert_eq!(
+        store.expired_checkpoints(5_000, 1).await.unwrap(),
+        [jobs[1]]
+    );
+    assert!(store.take_checkpoints(jobs[1]).await.unwrap());
+    assert!(
+        !store.take_checkpoints(jobs[1]).await.unwrap(),
+        "taken once"
+    );
+    assert_eq!(store.kept_checkpoints(jobs[1]).await.unwrap(), None);
+    assert_eq!(
+        store.expired_checkpoints(5_000, 10).await.unwrap(),
+        [jobs[0], jobs[2]]
+    );
+}

@@ -270,6 +270,102 @@ async fn a_job_past_its_max_runtime_is_stopped_and_fails() {
     );
 }
 
+/// A job stopped at its max runtime keeps its checkpoints; "Resume" runs
+/// it again from them, once; a job that succeeds keeps none, and "Run
+/// again" starts from scratch.
+#[tokio::test]
+async fn a_job_that_ran_out_of_time_is_resumed_from_its_checkpoints() {
+    let server = TestServer::start_with(&[("TRAINYARD_JOB_STOP_GRACE_SECS", "1")]).await;
+    let command = "if [ -e \"$TRAINYARD_CHECKPOINT_DIR/step\" ]; then \
+                   echo \"resumed at step $(cat \"$TRAINYARD_CHECKPOINT_DIR/step\")\"; \
+                   else echo 41 > \"$TRAINYARD_CHECKPOINT_DIR/step\"; echo saved; sleep 30; fi";
+    let first = submit(
+        &server,
+        json!({"name": "long", "command": command, "max_runtime": "2s",
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    let ended = wait_for(&server, first, "FAILED").await;
+    let message = last_message(&ended);
+    assert!(
+        message.contains("max runtime")
+            && message
+                .ends_with("; its checkpoints (3 B) are kept for 72 h for a job to resume from"),
+        "{message}"
+    );
+    assert_eq!(ended["checkpoints"]["bytes"], 3, "{ended}");
+    let folder = server
+        .data_dir
+        .path()
+        .join(format!("jobs/{first}/checkpoints"));
+    assert!(folder.join("step").exists());
+
+    let resume = format!("/api/trainyard/v1/jobs/{first}/retry?resume=true");
+    let answer = post_json(server.addr, &resume, &json!({})).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let second = answer.json()["job"]["id"].as_i64().unwrap();
+    let done = wait_for(&server, second, "SUCCEEDED").await;
+    assert_eq!(done["job"]["spec"]["resume_from"], first);
+    assert!(log(&server, second).await.contains("resumed at step 41"));
+    // Taken: the first job keeps none now, and cannot be resumed twice.
+    assert!(job(&server, first).await.get("checkpoints").is_none());
+    assert!(!folder.exists());
+    let again = post_json(server.addr, &resume, &json!({})).await;
+    assert_eq!(again.status, 400, "{}", again.body);
+    assert!(
+        again.body.contains("keeps no checkpoints"),
+        "{}",
+        again.body
+    );
+    // It succeeded: nothing is kept, and running it again starts afresh.
+    assert!(done.get("checkpoints").is_none(), "{done}");
+    let answer = post_json(
+        server.addr,
+        &format!("/api/trainyard/v1/jobs/{second}/retry"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let third = answer.json()["job"]["id"].as_i64().unwrap();
+    let fresh = wait_for(&server, third, "FAILED").await;
+    assert!(fresh["job"]["spec"].get("resume_from").is_none(), "{fresh}");
+    assert!(log(&server, third).await.contains("saved"));
+    assert_eq!(fresh["checkpoints"]["bytes"], 3, "its own, kept: {fresh}");
+    // From the command line, with the spec's own command.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("job.json");
+    std::fs::write(
+        &spec,
+        json!({"name": "from the cli", "command": command, "max_runtime": "30s",
+               "resources": {"memory": "64Mi"}})
+        .to_string(),
+    )
+    .unwrap();
+    let spec_arg = spec.display().to_string();
+    let (code, out, err) = cli(
+        &server,
+        &[
+            "submit",
+            &spec_arg,
+            "--resume-from",
+            &third.to_string(),
+            "--follow",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("resumed at step 41"), "{out}{err}");
+    // Asked for, by the spec, from a job that keeps none: refused by field.
+    let refused = post_json(
+        server.addr,
+        "/api/trainyard/v1/jobs",
+        &json!({"name": "x", "command": "true", "resume_from": second}),
+    )
+    .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("resume_from"), "{}", refused.body);
+}
+
 #[tokio::test]
 async fn specs_that_cannot_run_are_refused_with_their_fields() {
     let server = TestServer::start_with(&[("TRAINYARD_SIMULATED_GPUS", "2")]).await;

@@ -817,18 +817,33 @@ async fn a_job_past_its_disk_quota_is_stopped_and_its_files_go_at_its_end() {
     assert_eq!(failed["job"]["attempt"], 0, "no retry: {failed}");
     assert!(log(&server, id).await.contains("written"));
     let folder = server.data_dir.path().join(format!("jobs/{id}"));
+    // Its checkpoints are kept for a job to resume from, until deleted.
+    assert_eq!(failed["checkpoints"]["bytes"], 2_000_000, "{failed}");
     if is_root() {
-        // Its users' files go once it ended for good; its log stays.
+        // Its users' files go once it ended for good; its log stays, and
+        // its checkpoints in a folder no job user passes through.
         for _ in 0..100 {
-            if !folder.join("0/work").exists() && !folder.join("checkpoints").exists() {
+            if !folder.join("0/work").exists() {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         assert!(!folder.join("0/work").exists());
-        assert!(!folder.join("checkpoints").exists());
         assert!(folder.join("0/output.log").exists());
+        assert!(folder.join("checkpoints/step-1").exists());
+        assert_eq!(mode(&folder), 0o700);
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&folder).unwrap()),
+            0
+        );
     }
+    let path = format!("/api/trainyard/v1/jobs/{id}/checkpoints");
+    let deleted = request(server.addr, "DELETE", &path, &[], b"").await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    assert!(!folder.join("checkpoints").exists());
+    assert!(job(&server, id).await.get("checkpoints").is_none());
+    let again = request(server.addr, "DELETE", &path, &[], b"").await;
+    assert_eq!(again.status, 404, "{}", again.body);
 }
 
 /// The mlflow client's multipart upload: part URLs that are their own
