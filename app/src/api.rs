@@ -449,6 +449,9 @@ pub struct JobDetail {
     /// The checkpoints it left, while they are kept for a job to resume
     /// from.
     pub checkpoints: Option<trainyard_domain::job::KeptCheckpoints>,
+    /// Whether the caller may resume a job of their own from them (its
+    /// owner alone: an admin's Resume runs the job as its owner's).
+    pub resumable: bool,
 }
 
 #[server(endpoint = "get_job")]
@@ -477,12 +480,14 @@ pub async fn get_job(id: i64) -> Result<JobDetail, AppError> {
         user.teams.iter().map(|t| t.name.clone()).collect()
     };
     let checkpoints = store.kept_checkpoints(id).await?;
+    let resumable = checkpoints.is_some() && record.owner_id == Some(user.id);
     Ok(JobDetail {
         job: record.job,
         events,
         team_choices,
         yours,
         checkpoints,
+        resumable,
     })
 }
 

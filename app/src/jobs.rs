@@ -364,7 +364,7 @@ pub fn SubmitPage() -> impl IntoView {
                     // What it resumed from is gone (it took them); what
                     // it left may be resumed from, by its owner.
                     spec.resume_from = None;
-                    let checkpoints = page.checkpoints.filter(|k| page.yours && k.owner.is_some());
+                    let checkpoints = page.checkpoints.filter(|_| page.resumable);
                     Some(Prefill {
                         from: id,
                         spec,
@@ -976,9 +976,11 @@ pub fn JobPage() -> impl IntoView {
                                                 <ActionForm action=retry attr:class="inline-form">
                                                     <input type="hidden" name="id" value=job.id/>
                                                     <input type="hidden" name="resume" value="true"/>
-                                                    <button type="submit" data-testid="resume">"Resume from them"</button>
+                                                    <button type="submit" data-testid="resume" disabled=move || retry.pending().get()>"Resume from them"</button>
                                                 </ActionForm>
-                                                <a class="button secondary" href=format!("/submit?from={}&resume=1", job.id) data-testid="edit-resume">"Edit and resume"</a>
+                                                {p.resumable.then(|| view! {
+                                                    <a class="button secondary" href=format!("/submit?from={}&resume=1", job.id) data-testid="edit-resume">"Edit and resume"</a>
+                                                })}
                                                 <ActionForm action=drop_checkpoints attr:class="inline-form">
                                                     <input type="hidden" name="id" value=job.id/>
                                                     <button type="submit" class="danger" data-testid="delete-checkpoints"

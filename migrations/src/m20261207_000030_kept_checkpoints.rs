@@ -1,7 +1,8 @@
 //! The checkpoints of ended jobs, kept for a while (`kept_checkpoints`):
 //! a job that hit its max runtime, was cancelled or failed leaves its
 //! checkpoint folder for its owner's next job to resume from, until
-//! `checkpoint_keep_hours` have passed.
+//! `checkpoint_keep_hours` have passed. `taken_by`: the job that resumes
+//! from them, from its submission to its end.
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::schema::*;
@@ -23,11 +24,18 @@ impl MigrationTrait for Migration {
                 .col(big_integer_null(KeptCheckpoints::OwnerId))
                 .col(big_integer(KeptCheckpoints::Bytes))
                 .col(big_integer(KeptCheckpoints::KeptUntil))
+                .col(big_integer_null(KeptCheckpoints::TakenBy))
                 .foreign_key(
                     ForeignKey::create()
                         .from(KeptCheckpoints::Table, KeptCheckpoints::JobId)
                         .to(Jobs::Table, Jobs::Id)
                         .on_delete(ForeignKeyAction::Cascade),
+                )
+                .foreign_key(
+                    ForeignKey::create()
+                        .from(KeptCheckpoints::Table, KeptCheckpoints::TakenBy)
+                        .to(Jobs::Table, Jobs::Id)
+                        .on_delete(ForeignKeyAction::SetNull),
                 )
                 .foreign_key(
                     ForeignKey::create()
@@ -43,6 +51,14 @@ impl MigrationTrait for Migration {
                 .name("idx_kept_checkpoints_until")
                 .table(KeptCheckpoints::Table)
                 .col(KeptCheckpoints::KeptUntil)
+                .to_owned(),
+        )
+        .await?;
+        m.create_index(
+            Index::create()
+                .name("idx_kept_checkpoints_taken_by")
+                .table(KeptCheckpoints::Table)
+                .col(KeptCheckpoints::TakenBy)
                 .to_owned(),
         )
         .await?;
@@ -69,6 +85,7 @@ enum KeptCheckpoints {
     OwnerId,
     Bytes,
     KeptUntil,
+    TakenBy,
 }
 
 #[derive(DeriveIden)]

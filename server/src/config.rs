@@ -147,6 +147,12 @@ pub const SETTINGS: &[SettingDoc] = &[
         meaning: "how long the checkpoints of a job that did not succeed (it hit its max runtime, was cancelled or failed) are kept for its owner's next job to resume from (`resume_from`, or Resume on the job's page); they are listed in the owner's storage until then (0 to 8760; 0: none are kept)",
     },
     SettingDoc {
+        key: "checkpoint_keep_bytes",
+        env: "TRAINYARD_CHECKPOINT_KEEP_BYTES",
+        default: "214748364800",
+        meaning: "most bytes one person's kept checkpoints may hold in all (and at most 100 jobs' of them): past it their oldest go first, and a job's that alone is larger is not kept; `0`: no bound but the 100 jobs",
+    },
+    SettingDoc {
         key: "job_uids",
         env: "TRAINYARD_JOB_UIDS",
         default: "auto",
@@ -391,6 +397,7 @@ pub struct Settings {
     pub job_stop_grace_secs: u64,
     pub fair_share_half_life_hours: u64,
     pub checkpoint_keep_hours: u64,
+    pub checkpoint_keep_bytes: u64,
     pub job_uids: String,
     pub job_limits: String,
     pub executor: String,
@@ -467,6 +474,7 @@ impl Default for Settings {
             job_stop_grace_secs: 10,
             fair_share_half_life_hours: 168,
             checkpoint_keep_hours: 72,
+            checkpoint_keep_bytes: 200 << 30,
             job_uids: "auto".to_owned(),
             job_limits: "auto".to_owned(),
             executor: "local".to_owned(),
@@ -550,6 +558,8 @@ pub struct Config {
     pub fair_share_half_life: std::time::Duration,
     /// How long an ended job's checkpoints are kept; zero: none are.
     pub checkpoint_keep: std::time::Duration,
+    /// Most bytes one person's kept checkpoints hold; None: no bound.
+    pub checkpoint_keep_bytes: Option<u64>,
     pub job_uids: JobUids,
     pub job_limits: JobLimits,
     /// The program started as `PROGRAM job-shim DIR` for each job: this
@@ -989,6 +999,7 @@ fn resolve(s: Settings) -> Result<Config, ConfigError> {
         job_stop_grace_secs: s.job_stop_grace_secs,
         fair_share_half_life: std::time::Duration::from_secs(s.fair_share_half_life_hours * 3600),
         checkpoint_keep: std::time::Duration::from_secs(s.checkpoint_keep_hours * 3600),
+        checkpoint_keep_bytes: (s.checkpoint_keep_bytes > 0).then_some(s.checkpoint_keep_bytes),
         job_uids,
         job_limits,
         job_shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("trainyard")),

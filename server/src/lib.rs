@@ -126,6 +126,7 @@ impl AppState {
                 },
                 usage_half_life: config.fair_share_half_life,
                 checkpoint_keep: config.checkpoint_keep,
+                checkpoint_keep_bytes: config.checkpoint_keep_bytes,
             },
             executor,
         );

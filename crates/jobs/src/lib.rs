@@ -16,7 +16,7 @@ pub mod templates;
 pub mod tree;
 pub mod users;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -246,6 +246,9 @@ pub struct JobsConfig {
     /// How long the checkpoints of a job that did not succeed are kept
     /// for its owner's next job to resume from; zero: none are.
     pub checkpoint_keep: Duration,
+    /// The most bytes one person's kept checkpoints hold in all (their
+    /// oldest go first); None: no bound but [`MAX_KEPT_PER_PERSON`].
+    pub checkpoint_keep_bytes: Option<u64>,
 }
 
 /// Why an upload was refused.
@@ -309,6 +312,10 @@ struct Inner {
 
 /// How often expired checkpoints are looked for.
 const CHECKPOINT_SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// The most jobs whose checkpoints one person keeps: past it, their
+/// oldest go first.
+pub const MAX_KEPT_PER_PERSON: usize = 100;
 
 /// The unfinished jobs as the supervisor last read them. A cycle rereads
 /// only those the store wrote since the last (the store tells its
@@ -700,6 +707,11 @@ impl Jobs {
                 },
             })
             .await?;
+        let files_too = template.is_none() && project.is_none();
+        let record = self.take_for(record, files_too).await?;
+        if record.job.state.is_terminal() {
+            return Ok(record);
+        }
         if let Err(message) = self
             .snapshot_files(record.job.id, template.as_ref(), project.as_ref())
             .await
@@ -768,7 +780,10 @@ impl Jobs {
     /// Whether a queued job may start: its template's or project's files
     /// (if it has any) are all in place.
     pub fn files_ready(&self, job: &trainyard_domain::job::Job) -> bool {
-        let needs_files = job.spec.template.is_some() || job.spec.project.is_some();
+        // One that resumes waits for the checkpoints it takes, too.
+        let needs_files = job.spec.template.is_some()
+            || job.spec.project.is_some()
+            || job.spec.resume_from.is_some();
         !needs_files || self.files_ready_marker(job.id).is_file()
     }
 
@@ -1793,6 +1808,11 @@ impl Jobs {
                 ),
             })
             .await?;
+        // Its files are made ready below, after the checkpoints are taken.
+        let record = self.take_for(record, false).await?;
+        if record.job.state.is_terminal() {
+            return Ok(record);
+        }
         let from = self.files_dir(id);
         let to = self.files_dir(record.job.id);
         let marker = self.files_ready_marker(record.job.id);
@@ -1857,9 +1877,7 @@ impl Jobs {
         let began = std::time::Instant::now();
         let active = self.unfinished().await?;
         let read = began.elapsed();
-        if let Err(error) = self.expire_checkpoints(&active).await {
-            tracing::warn!(%error, "could not delete expired checkpoints; trying again later");
-        }
+        self.expire_checkpoints();
         // Where started attempts run, as their executors name it (asked
         // before they are observed: one that ended is let go), written
         // for all of them at once.
@@ -2523,19 +2541,22 @@ impl Jobs {
                 }
             )));
         }
+        // Someone else's job is as unknown as one that does not exist.
         let record = match self.store().get_job(from).await {
-            Ok(record) => record,
-            Err(StoreError::NotFound(_)) => {
-                return Ok(Some(format!("there is no job {from}")));
+            Ok(record) if record.owner_id == Some(owner.id) => record,
+            Ok(_) | Err(StoreError::NotFound(_)) => {
+                return Ok(Some(format!(
+                    "you have no job {from}; resume from the checkpoints of a job of your own"
+                )));
             }
             Err(error) => return Err(error),
         };
-        if record.owner_id != Some(owner.id) {
-            return Ok(Some(format!(
-                "job {from} is not yours; resume from the checkpoints of a job of your own"
-            )));
-        }
-        if self.store().kept_checkpoints(from).await?.is_some() {
+        if self
+            .store()
+            .kept_checkpoints(from)
+            .await?
+            .is_some_and(|k| k.kept_until > now_millis())
+        {
             return Ok(None);
         }
         Ok(Some(if record.job.state.is_terminal() {
@@ -2549,30 +2570,68 @@ impl Jobs {
         }))
     }
 
-    /// The job whose kept checkpoints this attempt starts from, taken off
-    /// the record for it now: None when it resumes from none, or took them
-    /// at an earlier try (they are its own then). Refused when they are
-    /// gone: starting without them is not what was asked.
+    /// The job whose kept checkpoints this attempt starts from: those it
+    /// took at its submission (the executor moves them into its own at its
+    /// first start; later starts find them there). Refused when it took
+    /// none after all: starting without them is not what was asked.
     async fn resume(&self, record: &JobRecord) -> Result<Option<i64>, StartError> {
-        let job = record.job.id;
         let Some(from) = record.job.spec.resume_from else {
             return Ok(None);
         };
-        match self.store().take_checkpoints(from).await {
-            Ok(true) => return Ok(Some(from)),
-            Ok(false) => {}
-            Err(error) => {
-                return Err(StartError::Unavailable(format!(
-                    "cannot take job {from}'s kept checkpoints now: {error}"
-                )));
+        if !self.inner.executor.keeps_checkpoints() {
+            // Queued before the server moved to an executor that keeps none.
+            return Err(StartError::Refused(format!(
+                "the {} executor keeps no checkpoints, so it cannot resume from job {from}'s; submit it again without resuming to start from scratch",
+                self.inner.executor.kind()
+            )));
+        }
+        match self.store().claimed_by(record.job.id).await {
+            Ok(Some(taken)) => Ok(Some(taken)),
+            Ok(None) => Err(StartError::Refused(format!(
+                "job {from}'s checkpoints are no longer kept for it, so it cannot resume from them; submit it again without resuming to start from scratch"
+            ))),
+            Err(error) => Err(StartError::Unavailable(format!(
+                "cannot read which checkpoints it resumes from now: {error}"
+            ))),
+        }
+    }
+
+    /// The new job `record` takes the checkpoints it resumes from, at its
+    /// submission: held for it until it ends. It is not started before
+    /// (its files are not ready): `files_too` says that its files are
+    /// ready once these are taken. Taken by another job a moment before
+    /// (two submissions at once), it fails at once, saying so.
+    async fn take_for(&self, record: JobRecord, files_too: bool) -> Result<JobRecord, StoreError> {
+        let Some(from) = record.job.spec.resume_from else {
+            return Ok(record);
+        };
+        if self.store().claim_checkpoints(from, record.job.id).await? {
+            if files_too {
+                let marker = self.files_ready_marker(record.job.id);
+                let written = tokio::task::spawn_blocking(move || {
+                    if let Some(folder) = marker.parent() {
+                        private_folder(folder)?;
+                    }
+                    std::fs::write(&marker, b"")
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+                if let Err(message) = written {
+                    let message = format!("could not ready the job: {message}");
+                    self.finish(&record, JobState::Failed, None, &message, false)
+                        .await?;
+                    return self.store().get_job(record.job.id).await;
+                }
             }
+            return Ok(record);
         }
-        if record.job.attempt > 0 || self.inner.executor.holds_checkpoints(job).await {
-            return Ok(None);
-        }
-        Err(StartError::Refused(format!(
-            "job {from}'s checkpoints are no longer kept (deleted, expired, or taken by another job), so it cannot resume from them; submit it again without resuming to start from scratch"
-        )))
+        let message = format!(
+            "job {from}'s checkpoints were taken by another job, or went, as this one was submitted; submit it again without resuming to start from scratch"
+        );
+        self.finish(&record, JobState::Failed, None, &message, false)
+            .await?;
+        self.store().get_job(record.job.id).await
     }
 
     /// What the executor needs to start the job's current attempt.
@@ -2871,28 +2930,78 @@ impl Jobs {
     }
 
     /// A job ends for good in `state`: the executor releases what it held,
-    /// and keeps its checkpoints for a while unless it succeeded. What is
-    /// kept is recorded for its owner and said (for its timeline: "; its
+    /// and keeps its checkpoints for a while unless it succeeded (or has
+    /// no owner to resume it). What is kept is recorded for its owner,
+    /// within what one person may keep, and said (for its timeline: "; its
     /// checkpoints … are kept …"), or nothing.
     async fn retire(&self, record: &JobRecord, state: JobState) -> String {
+        let job = record.job.id;
+        // The checkpoints it took: its own now, or, never moved (it was
+        // cancelled in the queue), kept again for another job.
+        match self.store().claimed_by(job).await {
+            Ok(Some(from)) => {
+                let freed = if self.inner.executor.holds_checkpoints(from).await {
+                    self.store().unclaim_checkpoints(from, job).await
+                } else {
+                    self.store().drop_claimed(from, job).await
+                };
+                if let Err(error) = freed {
+                    tracing::warn!(job, from, %error, "could not let the checkpoints it took go; they go when their time is up");
+                }
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(job, %error, "could not read which checkpoints it took; they go when their time is up");
+            }
+        }
         let keep_for = self.inner.config.checkpoint_keep;
         let keep = state != JobState::Succeeded
             && !keep_for.is_zero()
-            && self.inner.executor.keeps_checkpoints();
+            && self.inner.executor.keeps_checkpoints()
+            && record.owner_id.is_some();
         let Some(bytes) = self.inner.executor.retire(record, keep).await else {
             return String::new();
         };
+        let Some(owner) = record.owner_id else {
+            return String::new();
+        };
+        let said = trainyard_domain::format_bytes(bytes);
+        let most = self.inner.config.checkpoint_keep_bytes;
+        if most.is_some_and(|most| bytes > most) {
+            self.inner.executor.drop_checkpoints(job).await;
+            return format!(
+                "; its checkpoints ({said}) were not kept: they are more than one person may keep ({}, checkpoint_keep_bytes)",
+                trainyard_domain::format_bytes(most.unwrap_or_default())
+            );
+        }
+        let went = match self.make_room(owner, bytes).await {
+            Ok(went) => went,
+            Err(error) => {
+                tracing::error!(job, %error, "could not make room for the job's checkpoints; they go");
+                self.inner.executor.drop_checkpoints(job).await;
+                return String::new();
+            }
+        };
         let until = now_millis().saturating_add(keep_for.as_millis() as i64);
-        let job = record.job.id;
         match self
             .store()
-            .keep_checkpoints(job, record.owner_id, bytes, until)
+            .keep_checkpoints(job, Some(owner), bytes, until)
             .await
         {
             Ok(()) => format!(
-                "; its checkpoints ({}) are kept for {} h for a job to resume from",
-                trainyard_domain::format_bytes(bytes),
-                keep_for.as_secs().div_ceil(3600)
+                "; its checkpoints ({said}) are kept for {} h for a job to resume from{}",
+                keep_for.as_secs().div_ceil(3600),
+                if went.is_empty() {
+                    String::new()
+                } else {
+                    let jobs: Vec<String> = went.iter().map(|j| format!("#{j}")).collect();
+                    format!(
+                        " (those of job {} went to make room: one person keeps at most {MAX_KEPT_PER_PERSON} jobs' checkpoints{})",
+                        jobs.join(", "),
+                        most.map(|m| format!(", {} in all", trainyard_domain::format_bytes(m)))
+                            .unwrap_or_default()
+                    )
+                }
             ),
             Err(error) => {
                 // Unrecorded, they could never be resumed nor expire.
@@ -2903,8 +3012,34 @@ impl Jobs {
         }
     }
 
+    /// Deletes `owner`'s oldest kept checkpoints (none that a job took)
+    /// until `bytes` more fit what one person may keep; the jobs whose
+    /// checkpoints went.
+    async fn make_room(&self, owner: i64, bytes: u64) -> Result<Vec<i64>, StoreError> {
+        let kept = self.store().kept_checkpoints_of(owner).await?;
+        let most = self.inner.config.checkpoint_keep_bytes.unwrap_or(u64::MAX);
+        let (mut count, mut total) = (
+            kept.len(),
+            kept.iter().fold(0u64, |sum, k| sum.saturating_add(k.bytes)),
+        );
+        let mut went = Vec::new();
+        for old in kept {
+            if count < MAX_KEPT_PER_PERSON && total.saturating_add(bytes) <= most {
+                break;
+            }
+            if self.store().take_checkpoints(old.job).await? {
+                self.inner.executor.drop_checkpoints(old.job).await;
+                went.push(old.job);
+            }
+            count -= 1;
+            total = total.saturating_sub(old.bytes);
+        }
+        Ok(went)
+    }
+
     /// Deletes the checkpoints an ended job keeps, as `by` asks (their
-    /// owner, or an admin): Ok(false) when it keeps none.
+    /// owner, or an admin): Ok(false) when it keeps none (or a job that
+    /// resumes from them holds them).
     pub async fn delete_checkpoints(
         &self,
         record: &JobRecord,
@@ -2929,9 +3064,11 @@ impl Jobs {
         Ok(true)
     }
 
-    /// Deletes the kept checkpoints whose time is up, but those a job
-    /// that waits to resume from them still needs; at most once a minute.
-    async fn expire_checkpoints(&self, active: &[Arc<JobRecord>]) -> Result<(), StoreError> {
+    /// Deletes the kept checkpoints whose time is up (but those a job that
+    /// has not ended took), at most once a minute, beside the loop: their
+    /// folders first, then their records, so that a stop between leaves
+    /// nothing behind unrecorded.
+    fn expire_checkpoints(&self) {
         {
             let mut last = self
                 .inner
@@ -2939,22 +3076,27 @@ impl Jobs {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             if last.is_some_and(|at| at.elapsed() < CHECKPOINT_SWEEP_EVERY) {
-                return Ok(());
+                return;
             }
             *last = Some(std::time::Instant::now());
         }
-        let wanted: HashSet<i64> = active
-            .iter()
-            .filter_map(|r| r.job.spec.resume_from)
-            .collect();
-        for job in self.store().expired_checkpoints(now_millis(), 100).await? {
-            if wanted.contains(&job) || !self.store().take_checkpoints(job).await? {
-                continue;
+        let jobs = self.clone();
+        tokio::spawn(async move {
+            let expired = match jobs.store().expired_checkpoints(now_millis(), 100).await {
+                Ok(expired) => expired,
+                Err(error) => {
+                    tracing::warn!(%error, "could not look for expired checkpoints; trying again later");
+                    return;
+                }
+            };
+            for job in expired {
+                tracing::info!(job, "kept checkpoints expired; deleting them");
+                jobs.inner.executor.drop_checkpoints(job).await;
+                if let Err(error) = jobs.store().take_checkpoints(job).await {
+                    tracing::warn!(job, %error, "could not forget expired checkpoints; trying again later");
+                }
             }
-            tracing::info!(job, "kept checkpoints expired; deleting them");
-            self.inner.executor.drop_checkpoints(job).await;
-        }
-        Ok(())
+        });
     }
 
     /// Whether the job's owner asked it to stop: a cancel may have come

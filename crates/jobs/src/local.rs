@@ -261,7 +261,20 @@ impl LocalExecutor {
         tokio::fs::create_dir_all(&checkpoints)
             .await
             .map_err(|e| format!("cannot create {}: {e}", checkpoints.display()))?;
-        if user.is_some() {
+        if let Some(user) = user {
+            // Before its folders open to job users: the work folder is
+            // closed while the job's files are copied in, and the
+            // checkpoints (an earlier attempt's uid's, or root's while kept)
+            // become this attempt's uid's alone.
+            let (to, kept) = (work.clone(), checkpoints.clone());
+            tokio::task::spawn_blocking(move || {
+                users::set_mode(&to, 0o700)?;
+                tree::chown_tree(&kept, user.uid, user.gid)?;
+                users::set_mode(&kept, 0o700)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot give the job its checkpoints: {e}"))?;
             // What earlier attempts wrote is no one's now: it goes, so that
             // retries do not each hold a quota's worth (their logs stay).
             let earlier: Vec<PathBuf> = (0..job.attempt)
@@ -317,7 +330,6 @@ impl LocalExecutor {
             // A home and a temporary folder of its own: the server's are
             // not the job's to read or write.
             let to = work.clone();
-            let kept = checkpoints.clone();
             let folders = [dir.join("home"), dir.join("tmp")];
             let made = folders.clone();
             tokio::task::spawn_blocking(move || {
@@ -325,12 +337,11 @@ impl LocalExecutor {
                     std::fs::create_dir_all(folder)?;
                     users::set_mode(folder, 0o700)?;
                 }
-                // The checkpoints too: each attempt may run as another uid.
-                for path in made.iter().chain([&to, &kept]) {
+                // (The checkpoints were given to it above.)
+                for path in made.iter().chain([&to]) {
                     tree::chown_tree(path, user.uid, user.gid)?;
                 }
                 users::set_mode(&to, 0o700)?;
-                users::set_mode(&kept, 0o700)?;
                 Ok::<_, std::io::Error>(())
             })
             .await
@@ -610,10 +621,24 @@ impl Executor for LocalExecutor {
         let checkpoints = self.checkpoint_dir(job);
         let kept = if keep {
             let measured = checkpoints.clone();
-            tokio::task::spawn_blocking(move || tree::file_bytes(&[measured], MAX_JOB_ENTRIES))
-                .await
-                .ok()
-                .and_then(|(bytes, seen)| (seen > 0).then_some(bytes))
+            let users = self.config.job_users.is_some();
+            tokio::task::spawn_blocking(move || {
+                let (bytes, seen) = tree::file_bytes(std::slice::from_ref(&measured), MAX_JOB_ENTRIES);
+                if seen == 0 {
+                    return None;
+                }
+                // Root's while kept: the uid that wrote them soon runs
+                // someone else's job, which must not reach them when the
+                // job that resumes opens its folder.
+                if users && let Err(error) = tree::chown_tree(&measured, 0, 0) {
+                    tracing::warn!(%error, path = %measured.display(), "could not take the kept checkpoints from their job's uid; they are not kept");
+                    return None;
+                }
+                Some(bytes)
+            })
+            .await
+            .ok()
+            .flatten()
         } else {
             None
         };
@@ -680,16 +705,24 @@ impl Executor for LocalExecutor {
 
 /// Moves an ended job's checkpoint folder to `target` (in a job folder of
 /// the server's): a link in its place is refused, never followed, and so
-/// is a `target` that already holds something. Its files are given to the
-/// attempt's user after, as every attempt's checkpoints are.
+/// is a `target` that already holds something. Moved before (an earlier
+/// start of the same attempt, or an earlier attempt), it is where it
+/// should be. Its files are given to the attempt's user after, as every
+/// attempt's checkpoints are.
 fn move_checkpoints(source: &Path, target: &Path) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(source).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            std::io::Error::new(e.kind(), "they are gone from its folder")
-        } else {
-            e
+    let meta = match std::fs::symlink_metadata(source) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return match std::fs::symlink_metadata(target) {
+                Ok(moved) if moved.is_dir() => Ok(()),
+                _ => Err(std::io::Error::new(
+                    e.kind(),
+                    "they are gone from its folder",
+                )),
+            };
         }
-    })?;
+        Err(e) => return Err(e),
+    };
     if !meta.is_dir() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -816,6 +849,12 @@ mod tests {
             b"weights"
         );
         assert!(!from.exists());
+        // Moved before (an earlier start): where they should be.
+        move_checkpoints(&from, &to).unwrap();
+        assert_eq!(
+            std::fs::read(to.join("epoch-3/model.pt")).unwrap(),
+            b"weights"
+        );
         // Gone: said so.
         let gone = move_checkpoints(&from, &dir.path().join("3/checkpoints")).unwrap_err();
         assert!(gone.to_string().contains("gone"), "{gone}");

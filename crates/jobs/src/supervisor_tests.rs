@@ -95,10 +95,14 @@ impl Executor for Fake {
         );
         if let Some(from) = attempt.resume_from {
             let mut held = self.checkpoints.lock().unwrap();
-            let bytes = held
-                .remove(&from)
-                .ok_or_else(|| StartError::Failed(format!("job {from} kept nothing")))?;
-            held.insert(attempt.record.job.id, bytes);
+            let job = attempt.record.job.id;
+            // Moved at an earlier start: where they should be.
+            if !held.contains_key(&job) {
+                let bytes = held
+                    .remove(&from)
+                    .ok_or_else(|| StartError::Refused(format!("job {from} kept nothing")))?;
+                held.insert(job, bytes);
+            }
         }
         self.started.lock().unwrap().push(attempt);
         Ok(Started {
@@ -198,6 +202,7 @@ async fn setup(nodes: Vec<sched::Node>) -> Setup {
             },
             usage_half_life: std::time::Duration::from_secs(7 * 24 * 3600),
             checkpoint_keep: std::time::Duration::from_secs(3600),
+            checkpoint_keep_bytes: Some(1_000),
         },
         fake.clone(),
     );
@@ -1178,12 +1183,37 @@ async fn checkpoints_are_kept_past_a_timeout_and_taken_by_the_job_that_resumes()
     assert!(
         refusal(spec(99_999))
             .await
-            .contains("there is no job 99999")
+            .contains("you have no job 99999")
     );
     let running = s.submit(r#"{"name": "on", "command": "x"}"#).await;
     s.jobs.cycle().await.unwrap();
     assert!(refusal(spec(running)).await.contains("has not ended"));
 
+    // Someone else's: as unknown as a job that does not exist.
+    let bob = store
+        .sign_in(trainyard_store::SignIn {
+            subject: "sub-bob".into(),
+            username: "bob".into(),
+            display_name: String::new(),
+            email: None,
+            is_admin: false,
+            groups: Vec::new(),
+        })
+        .await
+        .unwrap();
+    let theirs = parse_spec(false, spec(timed_out).as_bytes()).unwrap();
+    match s.jobs.submit(theirs, &bob).await {
+        Err(SubmitError::Invalid(errors)) => {
+            assert_eq!(errors[0].field, "resume_from");
+            assert!(
+                errors[0]
+                    .message
+                    .contains(&format!("you have no job {timed_out}")),
+                "{errors:?}"
+            );
+        }
+        other => panic!("bob resumed from another's checkpoints: {other:?}"),
+    }
     let resumed = s.submit(&spec(timed_out)).await;
     s.jobs.cycle().await.unwrap();
     let started = s.fake.started();
@@ -1212,11 +1242,13 @@ async fn checkpoints_are_kept_past_a_timeout_and_taken_by_the_job_that_resumes()
     );
 }
 
-/// Checkpoints gone between the submission and the start: the job fails
-/// saying so, without spending its retries on a start from scratch.
+/// Checkpoints a waiting job took are its own: their owner cannot delete
+/// them from under it, no second job takes them, and cancelled in the
+/// queue it gives them back.
 #[tokio::test]
-async fn a_job_whose_checkpoints_went_while_it_waited_fails_without_a_retry() {
+async fn checkpoints_taken_by_a_waiting_job_are_held_for_it_or_given_back() {
     let s = setup(vec![node(0, "a", 1)]).await;
+    let store = s.jobs.store();
     let first = s.submit(r#"{"name": "first", "command": "x"}"#).await;
     s.jobs.cycle().await.unwrap();
     s.fake.checkpoints.lock().unwrap().insert(first, 9);
@@ -1225,53 +1257,117 @@ async fn a_job_whose_checkpoints_went_while_it_waited_fails_without_a_retry() {
         .set_fate(first, Observation::Ended(Ending::of(EndReason::Cancelled)));
     s.jobs.cycle().await.unwrap();
     assert_eq!(s.job(first).await.job.state, JobState::Cancelled);
-    assert!(
-        s.jobs
-            .store()
-            .kept_checkpoints(first)
-            .await
-            .unwrap()
-            .is_some()
-    );
-    // Waits behind another job, while its owner deletes them.
+    assert!(store.kept_checkpoints(first).await.unwrap().is_some());
+    let resume = format!(r#"{{"name": "again", "command": "x", "resume_from": {first}}}"#);
+    // Waits behind another job, holding them.
     let blocker = s.submit(r#"{"name": "blocker", "command": "x"}"#).await;
     s.jobs.cycle().await.unwrap();
-    let waiting = s
-        .submit(&format!(
-            r#"{{"name": "again", "command": "x", "retries": 2, "resume_from": {first}}}"#
-        ))
-        .await;
-    assert!(
-        s.jobs
-            .delete_checkpoints(&s.job(first).await, &s.user)
-            .await
-            .unwrap()
-    );
+    let waiting = s.submit(&resume).await;
     assert!(
         !s.jobs
             .delete_checkpoints(&s.job(first).await, &s.user)
             .await
-            .unwrap()
+            .unwrap(),
+        "held for the waiting job"
     );
-    assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&first));
+    assert!(s.fake.checkpoints.lock().unwrap().contains_key(&first));
+    let spec = parse_spec(false, resume.as_bytes()).unwrap();
+    match s.jobs.submit(spec, &s.user).await {
+        Err(SubmitError::Invalid(errors)) => {
+            assert_eq!(errors[0].field, "resume_from");
+            assert!(
+                errors[0].message.contains("taken by another job"),
+                "{errors:?}"
+            );
+        }
+        other => panic!("a second job took them too: {other:?}"),
+    }
+    // Cancelled in the queue: kept again, and another job takes them.
+    s.jobs.cancel(waiting, Some(&s.user)).await.unwrap();
+    assert!(store.kept_checkpoints(first).await.unwrap().is_some());
+    let resumed = s.submit(&resume).await;
     s.fake.set_fate(blocker, exited(0));
     s.jobs.cycle().await.unwrap();
-    let record = s.job(waiting).await;
-    assert_eq!(record.job.state, JobState::Failed);
-    assert_eq!(record.job.attempt, 0, "no retry");
-    let timeline = s.timeline(waiting).await;
+    let record = s.job(resumed).await;
+    assert_eq!(record.job.state, JobState::Running);
+    assert_eq!(s.fake.checkpoints.lock().unwrap().get(&resumed), Some(&9));
+    // It fails and is retried: the next attempt finds them in place.
+    assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&first));
+    s.fake.set_fate(resumed, exited(1));
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(resumed).await.job.state, JobState::Failed);
+    // Ended: what it left is its own to keep; the row of the first goes.
+    assert_eq!(store.claimed_by(resumed).await.unwrap(), None);
+    assert_eq!(
+        store
+            .kept_checkpoints(resumed)
+            .await
+            .unwrap()
+            .unwrap()
+            .bytes,
+        9
+    );
+}
+
+/// One person keeps at most `checkpoint_keep_bytes` (1,000 B here): the
+/// oldest go to make room, and a job's that alone is larger is not kept.
+#[tokio::test]
+async fn one_person_keeps_checkpoints_within_a_bound_the_oldest_going_first() {
+    let s = setup(vec![node(0, "a", 3)]).await;
+    let store = s.jobs.store();
+    let mut ids = Vec::new();
+    for name in ["old", "new", "huge"] {
+        ids.push(
+            s.submit(&format!(r#"{{"name": "{name}", "command": "x"}}"#))
+                .await,
+        );
+    }
+    s.jobs.cycle().await.unwrap();
+    let [old, new, huge] = ids[..] else {
+        unreachable!()
+    };
+    s.fake
+        .checkpoints
+        .lock()
+        .unwrap()
+        .extend([(old, 600), (new, 600), (huge, 5_000)]);
+    s.fake.set_fate(old, exited(1));
+    s.jobs.cycle().await.unwrap();
+    assert!(store.kept_checkpoints(old).await.unwrap().is_some());
+    s.fake.set_fate(new, exited(1));
+    s.fake.set_fate(huge, exited(1));
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(
+        store.kept_checkpoints(old).await.unwrap(),
+        None,
+        "made room"
+    );
+    assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&old));
+    assert_eq!(
+        store.kept_checkpoints(new).await.unwrap().unwrap().bytes,
+        600
+    );
+    let said = s.timeline(new).await;
     assert!(
-        timeline
-            .iter()
-            .any(|e| e.contains(&format!("job {first}'s checkpoints are no longer kept"))),
-        "{timeline:?}"
+        said.iter()
+            .any(|e| e.contains(&format!("(those of job #{old} went to make room"))),
+        "{said:?}"
+    );
+    assert_eq!(store.kept_checkpoints(huge).await.unwrap(), None);
+    assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&huge));
+    let said = s.timeline(huge).await;
+    assert!(
+        said.iter()
+            .any(|e| e.contains("were not kept: they are more than one person may keep")),
+        "{said:?}"
     );
 }
 
 /// Kept checkpoints past their time go, but not those a waiting job
-/// resumes from.
+/// took.
 #[tokio::test]
-async fn expired_checkpoints_go_but_those_a_waiting_job_needs() {
+async fn expired_checkpoints_go_but_those_a_waiting_job_took() {
+    use sea_orm::ConnectionTrait;
     let s = setup(vec![node(0, "a", 1)]).await;
     let store = s.jobs.store();
     let old = s.submit(r#"{"name": "old", "command": "x"}"#).await;
@@ -1279,22 +1375,40 @@ async fn expired_checkpoints_go_but_those_a_waiting_job_needs() {
     for job in [old, needed] {
         s.jobs.cancel(job, Some(&s.user)).await.unwrap();
         store
-            .keep_checkpoints(job, Some(s.user.id), 1, 0)
+            .keep_checkpoints(job, Some(s.user.id), 1, i64::MAX)
             .await
             .unwrap();
         s.fake.checkpoints.lock().unwrap().insert(job, 1);
     }
-    // Nothing free to start it on: it waits.
+    // Nothing free to start it on: it waits, holding them.
     *s.fake.slots.lock().unwrap() = Some(0);
     let waiting = s
         .submit(&format!(
             r#"{{"name": "w", "command": "x", "resume_from": {needed}}}"#
         ))
         .await;
+    store
+        .connection()
+        .execute_unprepared("UPDATE kept_checkpoints SET kept_until = 0")
+        .await
+        .unwrap();
     s.jobs.cycle().await.unwrap();
     assert_eq!(s.job(waiting).await.job.state, JobState::Queued);
-    assert_eq!(store.kept_checkpoints(old).await.unwrap(), None);
+    // Deleted beside the loop.
+    for _ in 0..100 {
+        if !s.fake.checkpoints.lock().unwrap().contains_key(&old) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&old));
-    assert!(store.kept_checkpoints(needed).await.unwrap().is_some());
+    for _ in 0..100 {
+        if store.expired_checkpoints(1, 10).await.unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(store.expired_checkpoints(1, 10).await.unwrap().is_empty());
+    assert_eq!(store.claimed_by(waiting).await.unwrap(), Some(needed));
     assert!(s.fake.checkpoints.lock().unwrap().contains_key(&needed));
 }

@@ -1,17 +1,23 @@
 //! The checkpoints that ended jobs left, kept for a while for their
 //! owners' next jobs to resume from. The files are the executor's; these
-//! rows say whose they are, how big, and until when.
+//! rows say whose they are, how big, until when, and which job took them
+//! (`taken_by`: from that job's submission to its end, so that no other
+//! job takes them and they do not expire under it).
 
 use sea_orm::ConnectionTrait;
 use trainyard_domain::job::KeptCheckpoints;
 
 use crate::tracking::get;
-use crate::{Store, StoreError};
+use crate::{Store, StoreError, now_millis};
 
 /// The most kept checkpoints one listing returns.
 pub const KEPT_LISTED: u64 = 1_000;
 
 const COLUMNS: &str = "k.job_id, k.bytes, k.kept_until, u.username";
+
+/// Rows no job that has not ended holds: free to expire or be deleted.
+const NOT_HELD: &str = "(taken_by IS NULL OR taken_by IN \
+     (SELECT id FROM jobs WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'LOST')))";
 
 fn kept(row: &sea_orm::QueryResult) -> Result<KeptCheckpoints, StoreError> {
     Ok(KeptCheckpoints {
@@ -24,7 +30,8 @@ fn kept(row: &sea_orm::QueryResult) -> Result<KeptCheckpoints, StoreError> {
 
 impl Store {
     /// Records that job `job` (of `owner`) left `bytes` of checkpoints,
-    /// kept until `until` (milliseconds since the Unix epoch).
+    /// kept until `until` (milliseconds since the Unix epoch), taken by
+    /// no job.
     pub async fn keep_checkpoints(
         &self,
         job: i64,
@@ -42,16 +49,20 @@ impl Store {
             .bind(bytes.min(i64::MAX as u64) as i64)
             .push(", ")
             .bind(until)
-            .push(") ON CONFLICT (job_id) DO UPDATE SET bytes = excluded.bytes, kept_until = excluded.kept_until");
+            .push(
+                ") ON CONFLICT (job_id) DO UPDATE SET bytes = excluded.bytes, \
+                 kept_until = excluded.kept_until, taken_by = NULL",
+            );
         self.connection().execute_raw(sql.build()).await?;
         Ok(())
     }
 
-    /// What job `job` left, if it is kept.
+    /// What job `job` left, if it is kept and no job took it.
     pub async fn kept_checkpoints(&self, job: i64) -> Result<Option<KeptCheckpoints>, StoreError> {
         let mut sql = self.sql();
         sql.push(&format!(
-            "SELECT {COLUMNS} FROM kept_checkpoints k LEFT JOIN users u ON u.id = k.owner_id WHERE k.job_id = "
+            "SELECT {COLUMNS} FROM kept_checkpoints k LEFT JOIN users u ON u.id = k.owner_id \
+             WHERE k.taken_by IS NULL AND k.job_id = "
         ))
         .bind(job);
         match self.connection().query_one_raw(sql.build()).await? {
@@ -60,15 +71,16 @@ impl Store {
         }
     }
 
-    /// The checkpoints kept for `owner` (a user id), those to go first
-    /// first: at most [`KEPT_LISTED`].
+    /// The checkpoints kept for `owner` (a user id) that no job took, those
+    /// to go first first: at most [`KEPT_LISTED`].
     pub async fn kept_checkpoints_of(
         &self,
         owner: i64,
     ) -> Result<Vec<KeptCheckpoints>, StoreError> {
         let mut sql = self.sql();
         sql.push(&format!(
-            "SELECT {COLUMNS} FROM kept_checkpoints k LEFT JOIN users u ON u.id = k.owner_id WHERE k.owner_id = "
+            "SELECT {COLUMNS} FROM kept_checkpoints k LEFT JOIN users u ON u.id = k.owner_id \
+             WHERE k.taken_by IS NULL AND k.owner_id = "
         ))
         .bind(owner)
         .push(" ORDER BY k.kept_until, k.job_id LIMIT ")
@@ -81,14 +93,17 @@ impl Store {
             .collect()
     }
 
-    /// The jobs whose checkpoints were kept until `now` or before, the
-    /// longest past first: at most `limit`.
+    /// The jobs whose checkpoints were kept until `now` or before and that
+    /// no job that has not ended holds, the longest past first: at most
+    /// `limit`.
     pub async fn expired_checkpoints(&self, now: i64, limit: u64) -> Result<Vec<i64>, StoreError> {
         let mut sql = self.sql();
-        sql.push("SELECT job_id FROM kept_checkpoints WHERE kept_until <= ")
-            .bind(now)
-            .push(" ORDER BY kept_until, job_id LIMIT ")
-            .bind(limit.min(KEPT_LISTED) as i64);
+        sql.push(&format!(
+            "SELECT job_id FROM kept_checkpoints WHERE {NOT_HELD} AND kept_until <= "
+        ))
+        .bind(now)
+        .push(" ORDER BY kept_until, job_id LIMIT ")
+        .bind(limit.min(KEPT_LISTED) as i64);
         self.connection()
             .query_all_raw(sql.build())
             .await?
@@ -97,14 +112,71 @@ impl Store {
             .collect()
     }
 
-    /// Takes what job `job` left off the record, for a job that resumes
-    /// from it or because it is deleted: true when it was kept. Only one
-    /// caller ever gets true for the same checkpoints.
+    /// Job `by` takes what job `from` left, from its submission to its
+    /// end: true when they were kept, unexpired, and no other job had them.
+    /// Only one job ever gets true for the same checkpoints.
+    pub async fn claim_checkpoints(&self, from: i64, by: i64) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let mut sql = self.sql();
+        sql.push("UPDATE kept_checkpoints SET taken_by = ")
+            .bind(by)
+            .push(" WHERE taken_by IS NULL AND job_id = ")
+            .bind(from)
+            .push(" AND kept_until > ")
+            .bind(now_millis());
+        let done = self.connection().execute_raw(sql.build()).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// The job whose checkpoints job `by` took, if it took some.
+    pub async fn claimed_by(&self, by: i64) -> Result<Option<i64>, StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT job_id FROM kept_checkpoints WHERE taken_by = ")
+            .bind(by);
+        match self.connection().query_one_raw(sql.build()).await? {
+            Some(row) => Ok(Some(get(&row, "job_id")?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Job `by` ended without taking job `from`'s checkpoints after all
+    /// (cancelled in the queue): they are kept again, until their time.
+    pub async fn unclaim_checkpoints(&self, from: i64, by: i64) -> Result<(), StoreError> {
+        self.forget_claimed(from, by, false).await
+    }
+
+    /// Job `by` ended, its checkpoints now the ones `from` left: the row
+    /// of `from` goes.
+    pub async fn drop_claimed(&self, from: i64, by: i64) -> Result<(), StoreError> {
+        self.forget_claimed(from, by, true).await
+    }
+
+    async fn forget_claimed(&self, from: i64, by: i64, drop: bool) -> Result<(), StoreError> {
+        let _turn = self.write_turn().await;
+        let mut sql = self.sql();
+        sql.push(if drop {
+            "DELETE FROM kept_checkpoints"
+        } else {
+            "UPDATE kept_checkpoints SET taken_by = NULL"
+        })
+        .push(" WHERE job_id = ")
+        .bind(from)
+        .push(" AND taken_by = ")
+        .bind(by);
+        self.connection().execute_raw(sql.build()).await?;
+        Ok(())
+    }
+
+    /// Takes what job `job` left off the record, to delete it (their owner
+    /// asked, or their time is up): true when it was kept and no job that
+    /// has not ended holds it.
     pub async fn take_checkpoints(&self, job: i64) -> Result<bool, StoreError> {
         let _turn = self.write_turn().await;
         let mut sql = self.sql();
-        sql.push("DELETE FROM kept_checkpoints WHERE job_id = ")
-            .bind(job);
+        sql.push(&format!(
+            "DELETE FROM kept_checkpoints WHERE {NOT_HELD} AND job_id = "
+        ))
+        .bind(job);
         let done = self.connection().execute_raw(sql.build()).await?;
         Ok(done.rows_affected() > 0)
     }

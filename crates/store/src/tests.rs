@@ -757,9 +757,10 @@ async fn the_audit_trail_pages_and_narrows() {
 }
 
 /// Kept checkpoints are listed by owner, found by job, expire in order,
-/// and are taken once: a second taker gets nothing.
+/// and are taken by one job alone, which holds them until it ends: hidden,
+/// never expired nor deleted under it, kept again if it lets them go.
 #[tokio::test]
-async fn kept_checkpoints_are_listed_expire_and_are_taken_once() {
+async fn kept_checkpoints_are_listed_expire_and_are_taken_by_one_job() {
     let db = TestDb::new().await;
     let store = migrated(&db).await;
     let owner = store.local_admin().await.unwrap();
@@ -768,7 +769,7 @@ async fn kept_checkpoints_are_listed_expire_and_are_taken_once() {
         .await
         .unwrap();
     let mut jobs = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..5 {
         let job = store
             .create_job(new_job(
                 r#"{"name": "j", "command": "x"}"#,
@@ -779,35 +780,41 @@ async fn kept_checkpoints_are_listed_expire_and_are_taken_once() {
             .unwrap();
         jobs.push(job.job.id);
     }
+    let (claimant, other) = (jobs[3], jobs[4]);
+    let far = now_millis() + 3_600_000;
     store
-        .keep_checkpoints(jobs[0], Some(owner.id), 3 << 30, 2_000)
+        .keep_checkpoints(jobs[0], Some(owner.id), 3 << 30, far + 2)
         .await
         .unwrap();
     store
-        .keep_checkpoints(jobs[1], Some(owner.id), 10, 1_000)
+        .keep_checkpoints(jobs[1], Some(owner.id), 10, far + 1)
         .await
         .unwrap();
     store
-        .keep_checkpoints(jobs[2], None, 1, 3_000)
-        .await
-        .unwrap();
-    // Kept again (a job cancelled in the queue): the newer figures.
-    store
-        .keep_checkpoints(jobs[0], Some(owner.id), 3 << 30, 2_500)
+        .keep_checkpoints(jobs[2], None, 1, 1_000)
         .await
         .unwrap();
     let first = store.kept_checkpoints(jobs[0]).await.unwrap().unwrap();
     assert_eq!(first.bytes, 3 << 30);
-    assert_eq!(first.kept_until, 2_500);
+    assert_eq!(first.kept_until, far + 2);
     assert_eq!(first.owner.as_deref(), Some(owner.username.as_str()));
-    let listed: Vec<i64> = store
-        .kept_checkpoints_of(owner.id)
-        .await
-        .unwrap()
-        .iter()
-        .map(|k| k.job)
-        .collect();
-    assert_eq!(listed, [jobs[1], jobs[0]], "the first to go first");
+    let listed = |store: &Store| {
+        let store = store.clone();
+        async move {
+            store
+                .kept_checkpoints_of(owner.id)
+                .await
+                .unwrap()
+                .iter()
+                .map(|k| k.job)
+                .collect::<Vec<i64>>()
+        }
+    };
+    assert_eq!(
+        listed(&store).await,
+        [jobs[1], jobs[0]],
+        "the first to go first"
+    );
     assert!(
         store
             .kept_checkpoints_of(owner.id + 1000)
@@ -820,21 +827,66 @@ async fn kept_checkpoints_are_listed_expire_and_are_taken_once() {
         Vec::<i64>::new()
     );
     assert_eq!(
-        store.expired_checkpoints(2_500, 10).await.unwrap(),
-        [jobs[1], jobs[0]]
+        store.expired_checkpoints(1_000, 10).await.unwrap(),
+        [jobs[2]]
     );
-    assert_eq!(
-        store.expired_checkpoints(5_000, 1).await.unwrap(),
-        [jobs[1]]
-    );
-    assert!(store.take_checkpoints(jobs[1]).await.unwrap());
+
+    // Taken by one job: once, hidden, neither expired nor deleted.
     assert!(
-        !store.take_checkpoints(jobs[1]).await.unwrap(),
+        !store.claim_checkpoints(jobs[2], claimant).await.unwrap(),
+        "expired"
+    );
+    assert!(store.claim_checkpoints(jobs[0], claimant).await.unwrap());
+    assert!(
+        !store.claim_checkpoints(jobs[0], other).await.unwrap(),
         "taken once"
     );
-    assert_eq!(store.kept_checkpoints(jobs[1]).await.unwrap(), None);
+    assert_eq!(store.claimed_by(claimant).await.unwrap(), Some(jobs[0]));
+    assert_eq!(store.claimed_by(other).await.unwrap(), None);
+    assert_eq!(store.kept_checkpoints(jobs[0]).await.unwrap(), None);
+    assert_eq!(listed(&store).await, [jobs[1]]);
     assert_eq!(
-        store.expired_checkpoints(5_000, 10).await.unwrap(),
-        [jobs[0], jobs[2]]
+        store.expired_checkpoints(far + 10, 10).await.unwrap(),
+        [jobs[2], jobs[1]],
+        "not under the job that holds them"
+    );
+    assert!(!store.take_checkpoints(jobs[0]).await.unwrap());
+    // Let go (cancelled in the queue): kept again.
+    store.unclaim_checkpoints(jobs[0], claimant).await.unwrap();
+    assert_eq!(listed(&store).await, [jobs[1], jobs[0]]);
+    // Held by a job that ended: theirs to expire (its server stopped
+    // before it let them go).
+    assert!(store.claim_checkpoints(jobs[0], claimant).await.unwrap());
+    store
+        .move_job(
+            claimant,
+            &[JobState::Queued],
+            JobState::Cancelled,
+            JobChange::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.expired_checkpoints(far + 10, 10).await.unwrap(),
+        [jobs[2], jobs[1], jobs[0]]
+    );
+    assert!(store.take_checkpoints(jobs[0]).await.unwrap());
+    assert!(
+        !store.take_checkpoints(jobs[0]).await.unwrap(),
+        "taken once"
+    );
+    // Moved into the job that took them: their row goes at its end.
+    assert!(store.claim_checkpoints(jobs[1], other).await.unwrap());
+    store.drop_claimed(jobs[1], claimant).await.unwrap();
+    assert_eq!(
+        store.claimed_by(other).await.unwrap(),
+        Some(jobs[1]),
+        "not another's"
+    );
+    store.drop_claimed(jobs[1], other).await.unwrap();
+    assert_eq!(store.claimed_by(other).await.unwrap(), None);
+    assert_eq!(
+        store.expired_checkpoints(far + 10, 10).await.unwrap(),
+        [jobs[2]]
     );
 }

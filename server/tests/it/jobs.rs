@@ -278,6 +278,7 @@ async fn a_job_that_ran_out_of_time_is_resumed_from_its_checkpoints() {
     let server = TestServer::start_with(&[("TRAINYARD_JOB_STOP_GRACE_SECS", "1")]).await;
     let command = "if [ -e \"$TRAINYARD_CHECKPOINT_DIR/step\" ]; then \
                    echo \"resumed at step $(cat \"$TRAINYARD_CHECKPOINT_DIR/step\")\"; \
+                   echo \"owned by $(stat -c %u \"$TRAINYARD_CHECKPOINT_DIR/step\") as $(id -u)\"; \
                    else echo 41 > \"$TRAINYARD_CHECKPOINT_DIR/step\"; echo saved; sleep 30; fi";
     let first = submit(
         &server,
@@ -299,6 +300,13 @@ async fn a_job_that_ran_out_of_time_is_resumed_from_its_checkpoints() {
         .path()
         .join(format!("jobs/{first}/checkpoints"));
     assert!(folder.join("step").exists());
+    if trainyard_jobs::users::is_root() {
+        // Root's while kept: the uid that wrote them runs others' jobs next.
+        use std::os::unix::fs::MetadataExt;
+        for path in [folder.clone(), folder.join("step")] {
+            assert_eq!(std::fs::metadata(&path).unwrap().uid(), 0, "{path:?}");
+        }
+    }
 
     let resume = format!("/api/trainyard/v1/jobs/{first}/retry?resume=true");
     let answer = post_json(server.addr, &resume, &json!({})).await;
@@ -307,6 +315,14 @@ async fn a_job_that_ran_out_of_time_is_resumed_from_its_checkpoints() {
     let done = wait_for(&server, second, "SUCCEEDED").await;
     assert_eq!(done["job"]["spec"]["resume_from"], first);
     assert!(log(&server, second).await.contains("resumed at step 41"));
+    // Given to the uid the job that resumed runs as.
+    let said = log(&server, second).await;
+    let owned = said
+        .lines()
+        .find_map(|l| l.strip_prefix("owned by "))
+        .and_then(|rest| rest.split_once(" as "))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert_eq!(owned.0, owned.1.trim(), "{said}");
     // Taken: the first job keeps none now, and cannot be resumed twice.
     assert!(job(&server, first).await.get("checkpoints").is_none());
     assert!(!folder.exists());
