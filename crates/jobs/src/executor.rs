@@ -81,9 +81,10 @@ pub struct Attempt {
     pub datasets: Vec<(String, PathBuf)>,
     /// When it must be stopped, in milliseconds since the Unix epoch.
     pub deadline_ms: i64,
-    /// An ended job whose kept checkpoints this attempt starts from: the
-    /// supervisor took them off the record for it, and the executor moves
-    /// them into this job's checkpoints before it starts.
+    /// An ended job whose kept checkpoints this attempt starts from (the
+    /// job took them at its submission): the executor moves them into this
+    /// job's checkpoints before anything else of the start, unless an
+    /// earlier start did.
     pub resume_from: Option<i64>,
 }
 
@@ -247,8 +248,11 @@ pub trait Executor: Send + Sync + 'static {
     }
 
     /// Deletes what an ended job's checkpoints kept (expired, or deleted
-    /// by their owner). Repeating it is harmless.
-    async fn drop_checkpoints(&self, _job: i64) {}
+    /// by their owner): true once nothing of them is left. Repeating it is
+    /// harmless.
+    async fn drop_checkpoints(&self, _job: i64) -> bool {
+        true
+    }
 
     /// Up to `limit` bytes of an attempt's log from `offset`, and the log's
     /// size. A log not yet written reads as empty.

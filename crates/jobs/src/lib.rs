@@ -308,6 +308,8 @@ struct Inner {
     active: tokio::sync::Mutex<ActiveJobs>,
     /// When expired checkpoints were last looked for.
     checkpoints_swept: Mutex<Option<std::time::Instant>>,
+    /// A sweep of them runs now.
+    sweeping: std::sync::atomic::AtomicBool,
 }
 
 /// How often expired checkpoints are looked for.
@@ -424,6 +426,7 @@ impl Jobs {
                 pace: Mutex::new(Pace::default()),
                 usage: Mutex::new(None),
                 checkpoints_swept: Mutex::new(None),
+                sweeping: std::sync::atomic::AtomicBool::new(false),
                 active,
             }),
         }
@@ -1608,8 +1611,14 @@ impl Jobs {
             }
             // Cancelled in the queue: what an earlier attempt left (its
             // folders, a checkpoint claim) goes now; its checkpoints are
-            // kept for a while.
-            self.retire(&record, JobState::Cancelled).await;
+            // kept for a while, as its timeline says.
+            let kept = self.retire(&record, JobState::Cancelled).await;
+            if let Some(said) = kept.strip_prefix("; ") {
+                let said = format!("{}{}", said[..1].to_uppercase(), &said[1..]);
+                if let Err(error) = self.store().add_job_event(id, "finished", &said).await {
+                    tracing::warn!(job = id, %error, "could not say what the job keeps");
+                }
+            }
         }
         self.wake();
         Ok(record)
@@ -1744,7 +1753,7 @@ impl Jobs {
         })?;
         let mut spec = old.job.spec.clone();
         // From scratch, or from what this one left: not from what it
-        // resumed from (taken by it at its start).
+        // resumed from (moved into it, and its own now).
         spec.resume_from = resume.then_some(id);
         // Its datasets are linked at its start: one deleted since would
         // fail it there, after its wait in the queue.
@@ -2441,8 +2450,8 @@ impl Jobs {
                 async move {
                     let started = match token {
                         Ok(token) => match jobs.attempt(&record, &node, &gpus, now, token).await {
-                            // Taken last, so that nothing between the take
-                            // and the executor's move can fail.
+                            // The checkpoints it resumes from, which it took
+                            // at its submission.
                             Ok(attempt) => match jobs.resume(&record).await {
                                 Ok(resume_from) => {
                                     let attempt = Attempt {
@@ -3016,14 +3025,13 @@ impl Jobs {
     /// until `bytes` more fit what one person may keep; the jobs whose
     /// checkpoints went.
     async fn make_room(&self, owner: i64, bytes: u64) -> Result<Vec<i64>, StoreError> {
-        let kept = self.store().kept_checkpoints_of(owner).await?;
+        // Counted with those jobs took (they come back if those jobs are
+        // cancelled); only those no job took may go.
+        let (count, total) = self.store().kept_checkpoints_held_by(owner).await?;
+        let (mut count, mut total) = (count as usize, total);
         let most = self.inner.config.checkpoint_keep_bytes.unwrap_or(u64::MAX);
-        let (mut count, mut total) = (
-            kept.len(),
-            kept.iter().fold(0u64, |sum, k| sum.saturating_add(k.bytes)),
-        );
         let mut went = Vec::new();
-        for old in kept {
+        for old in self.store().kept_checkpoints_of(owner).await? {
             if count < MAX_KEPT_PER_PERSON && total.saturating_add(bytes) <= most {
                 break;
             }
@@ -3031,7 +3039,7 @@ impl Jobs {
                 self.inner.executor.drop_checkpoints(old.job).await;
                 went.push(old.job);
             }
-            count -= 1;
+            count = count.saturating_sub(1);
             total = total.saturating_sub(old.bytes);
         }
         Ok(went)
@@ -3065,9 +3073,11 @@ impl Jobs {
     }
 
     /// Deletes the kept checkpoints whose time is up (but those a job that
-    /// has not ended took), at most once a minute, beside the loop: their
-    /// folders first, then their records, so that a stop between leaves
-    /// nothing behind unrecorded.
+    /// has not ended took), and lets go of those that jobs which ended took
+    /// (the server stopped before they let go): at most once a minute, one
+    /// sweep at a time, beside the loop. A folder goes before its record,
+    /// and the record only once the folder is gone, so that nothing is
+    /// left behind unrecorded.
     fn expire_checkpoints(&self) {
         {
             let mut last = self
@@ -3078,25 +3088,58 @@ impl Jobs {
             if last.is_some_and(|at| at.elapsed() < CHECKPOINT_SWEEP_EVERY) {
                 return;
             }
+            if self
+                .inner
+                .sweeping
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+            {
+                return;
+            }
             *last = Some(std::time::Instant::now());
         }
         let jobs = self.clone();
         tokio::spawn(async move {
-            let expired = match jobs.store().expired_checkpoints(now_millis(), 100).await {
-                Ok(expired) => expired,
-                Err(error) => {
-                    tracing::warn!(%error, "could not look for expired checkpoints; trying again later");
-                    return;
-                }
-            };
-            for job in expired {
-                tracing::info!(job, "kept checkpoints expired; deleting them");
-                jobs.inner.executor.drop_checkpoints(job).await;
-                if let Err(error) = jobs.store().take_checkpoints(job).await {
-                    tracing::warn!(job, %error, "could not forget expired checkpoints; trying again later");
+            jobs.sweep_checkpoints().await;
+            jobs.inner
+                .sweeping
+                .store(false, std::sync::atomic::Ordering::Release);
+        });
+    }
+
+    async fn sweep_checkpoints(&self) {
+        match self.store().claims_of_ended_jobs(100).await {
+            Ok(claims) => {
+                for (from, by) in claims {
+                    let freed = if self.inner.executor.holds_checkpoints(from).await {
+                        self.store().unclaim_checkpoints(from, by).await
+                    } else {
+                        self.store().drop_claimed(from, by).await
+                    };
+                    if let Err(error) = freed {
+                        tracing::warn!(from, by, %error, "could not let go of checkpoints an ended job took; trying again later");
+                    }
                 }
             }
-        });
+            Err(error) => {
+                tracing::warn!(%error, "could not look for checkpoints ended jobs took; trying again later");
+            }
+        }
+        let expired = match self.store().expired_checkpoints(now_millis(), 100).await {
+            Ok(expired) => expired,
+            Err(error) => {
+                tracing::warn!(%error, "could not look for expired checkpoints; trying again later");
+                return;
+            }
+        };
+        for job in expired {
+            tracing::info!(job, "kept checkpoints expired; deleting them");
+            if !self.inner.executor.drop_checkpoints(job).await {
+                continue;
+            }
+            if let Err(error) = self.store().take_checkpoints(job).await {
+                tracing::warn!(job, %error, "could not forget expired checkpoints; trying again later");
+            }
+        }
     }
 
     /// Whether the job's owner asked it to stop: a cancel may have come

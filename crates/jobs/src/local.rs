@@ -530,8 +530,8 @@ impl Executor for LocalExecutor {
     async fn start(&self, attempt: Attempt) -> Result<Started, StartError> {
         let job = attempt.record.job.id;
         if let Some(from) = attempt.resume_from {
-            // First: once taken off the record, they are this job's, even
-            // when this try fails and another starts it.
+            // First: taken, they are this job's, even when this try fails
+            // and another starts it (which finds them moved).
             let (source, target) = (self.checkpoint_dir(from), self.checkpoint_dir(job));
             tokio::task::spawn_blocking(move || move_checkpoints(&source, &target))
                 .await
@@ -680,11 +680,15 @@ impl Executor for LocalExecutor {
         .unwrap_or(false)
     }
 
-    async fn drop_checkpoints(&self, job: i64) {
+    async fn drop_checkpoints(&self, job: i64) -> bool {
         let checkpoints = self.checkpoint_dir(job);
-        let removed = tokio::task::spawn_blocking(move || tree::remove_tree(&checkpoints)).await;
-        if let Ok(Err(error)) = removed {
-            tracing::warn!(job, %error, "could not remove the job's kept checkpoints");
+        match tokio::task::spawn_blocking(move || tree::remove_tree(&checkpoints)).await {
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                tracing::warn!(job, %error, "could not remove the job's kept checkpoints");
+                false
+            }
+            Err(_) => false,
         }
     }
 

@@ -151,8 +151,9 @@ impl Executor for Fake {
         self.checkpoints.lock().unwrap().contains_key(&job)
     }
 
-    async fn drop_checkpoints(&self, job: i64) {
+    async fn drop_checkpoints(&self, job: i64) -> bool {
         self.checkpoints.lock().unwrap().remove(&job);
+        true
     }
 
     async fn read_log(
@@ -1285,7 +1286,16 @@ async fn checkpoints_taken_by_a_waiting_job_are_held_for_it_or_given_back() {
     // Cancelled in the queue: kept again, and another job takes them.
     s.jobs.cancel(waiting, Some(&s.user)).await.unwrap();
     assert!(store.kept_checkpoints(first).await.unwrap().is_some());
-    let resumed = s.submit(&resume).await;
+    let said = s.timeline(waiting).await;
+    assert!(
+        !said.iter().any(|e| e.contains("are kept for")),
+        "it kept none of its own: {said:?}"
+    );
+    let resumed = s
+        .submit(&format!(
+            r#"{{"name": "again", "command": "x", "retries": 1, "resume_from": {first}}}"#
+        ))
+        .await;
     s.fake.set_fate(blocker, exited(0));
     s.jobs.cycle().await.unwrap();
     let record = s.job(resumed).await;
@@ -1295,9 +1305,24 @@ async fn checkpoints_taken_by_a_waiting_job_are_held_for_it_or_given_back() {
     assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&first));
     s.fake.set_fate(resumed, exited(1));
     s.jobs.cycle().await.unwrap();
+    let retried = s.job(resumed).await;
+    assert_eq!(retried.job.state, JobState::Running);
+    assert_eq!(retried.job.attempt, 1);
+    let starts: Vec<Option<i64>> = s
+        .fake
+        .started()
+        .iter()
+        .filter(|a| a.record.job.id == resumed)
+        .map(|a| a.resume_from)
+        .collect();
+    assert_eq!(starts, [Some(first), Some(first)]);
+    s.fake.set_fate(resumed, exited(1));
+    s.jobs.cycle().await.unwrap();
     assert_eq!(s.job(resumed).await.job.state, JobState::Failed);
-    // Ended: what it left is its own to keep; the row of the first goes.
+    // Ended: what it left is its own to keep; the record of the first
+    // goes (nothing is left to take or delete).
     assert_eq!(store.claimed_by(resumed).await.unwrap(), None);
+    assert!(!store.take_checkpoints(first).await.unwrap());
     assert_eq!(
         store
             .kept_checkpoints(resumed)

@@ -93,6 +93,46 @@ impl Store {
             .collect()
     }
 
+    /// How many jobs' checkpoints are kept for `owner`, and their bytes,
+    /// whether a job took them or not: what one person's bound counts.
+    pub async fn kept_checkpoints_held_by(&self, owner: i64) -> Result<(u64, u64), StoreError> {
+        let mut sql = self.sql();
+        sql.push("SELECT COUNT(*) AS n, COALESCE(SUM(bytes), 0) AS bytes FROM kept_checkpoints WHERE owner_id = ")
+            .bind(owner);
+        let Some(row) = self.connection().query_one_raw(sql.build()).await? else {
+            return Ok((0, 0));
+        };
+        let n: i64 = get(&row, "n")?;
+        // SUM is NUMERIC on PostgreSQL: read as text, whatever its type.
+        let bytes = match get::<i64>(&row, "bytes") {
+            Ok(bytes) => bytes,
+            Err(_) => get::<sea_orm::prelude::Decimal>(&row, "bytes")?
+                .to_string()
+                .parse()
+                .unwrap_or(i64::MAX),
+        };
+        Ok((n.max(0) as u64, bytes.max(0) as u64))
+    }
+
+    /// Checkpoints held by jobs that ended without letting them go (the
+    /// server stopped between): (whose they are, the job that took them),
+    /// at most `limit`.
+    pub async fn claims_of_ended_jobs(&self, limit: u64) -> Result<Vec<(i64, i64)>, StoreError> {
+        let mut sql = self.sql();
+        sql.push(
+            "SELECT job_id, taken_by FROM kept_checkpoints WHERE taken_by IN \
+             (SELECT id FROM jobs WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'LOST')) \
+             ORDER BY job_id LIMIT ",
+        )
+        .bind(limit.min(KEPT_LISTED) as i64);
+        self.connection()
+            .query_all_raw(sql.build())
+            .await?
+            .iter()
+            .map(|row| Ok((get(row, "job_id")?, get(row, "taken_by")?)))
+            .collect()
+    }
+
     /// The jobs whose checkpoints were kept until `now` or before and that
     /// no job that has not ended holds, the longest past first: at most
     /// `limit`.
@@ -123,7 +163,12 @@ impl Store {
             .push(" WHERE taken_by IS NULL AND job_id = ")
             .bind(from)
             .push(" AND kept_until > ")
-            .bind(now_millis());
+            .bind(now_millis())
+            // Only a job that waits to start takes them: one cancelled
+            // meanwhile would hold them to no end.
+            .push(" AND EXISTS (SELECT 1 FROM jobs WHERE state = 'QUEUED' AND id = ")
+            .bind(by)
+            .push(")");
         let done = self.connection().execute_raw(sql.build()).await?;
         Ok(done.rows_affected() > 0)
     }

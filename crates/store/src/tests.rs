@@ -851,6 +851,11 @@ async fn kept_checkpoints_are_listed_expire_and_are_taken_by_one_job() {
         "not under the job that holds them"
     );
     assert!(!store.take_checkpoints(jobs[0]).await.unwrap());
+    // Counted for the person's bound all the same.
+    assert_eq!(
+        store.kept_checkpoints_held_by(owner.id).await.unwrap(),
+        (2, (3 << 30) + 10)
+    );
     // Let go (cancelled in the queue): kept again.
     store.unclaim_checkpoints(jobs[0], claimant).await.unwrap();
     assert_eq!(listed(&store).await, [jobs[1], jobs[0]]);
@@ -869,6 +874,27 @@ async fn kept_checkpoints_are_listed_expire_and_are_taken_by_one_job() {
     assert_eq!(
         store.expired_checkpoints(far + 10, 10).await.unwrap(),
         [jobs[2], jobs[1], jobs[0]]
+    );
+    assert_eq!(
+        store.claims_of_ended_jobs(10).await.unwrap(),
+        [(jobs[0], claimant)]
+    );
+    // An ended job takes nothing.
+    assert!(!store.claim_checkpoints(jobs[1], claimant).await.unwrap());
+    // Kept anew (a job's own, again): no job holds them.
+    store
+        .keep_checkpoints(jobs[0], Some(owner.id), 5, far + 3)
+        .await
+        .unwrap();
+    assert!(store.claims_of_ended_jobs(10).await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .kept_checkpoints(jobs[0])
+            .await
+            .unwrap()
+            .unwrap()
+            .bytes,
+        5
     );
     assert!(store.take_checkpoints(jobs[0]).await.unwrap());
     assert!(

@@ -372,10 +372,15 @@ where
         Some(owner) => Some(state.artifact_usage.turn(owner).await),
         None => None,
     };
-    // Its run (model, trace) may have been deleted forever while this
-    // waited: its folder is not made again.
-    if owner.is_some() {
-        run_owner(state, path).await?;
+    // Its run may have been deleted forever while this waited: its
+    // folder is not made again. (A trace's file may come before its
+    // trace's record; models and traces are not deleted forever here.)
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    if owner.is_some()
+        && let [_, run, "artifacts", ..] = segments.as_slice()
+        && !matches!(*run, "models" | "traces")
+    {
+        state.store.run_owner(run).await?;
     }
     tokio::fs::create_dir_all(&parent).await.map_err(io_error)?;
     if tokio::fs::metadata(target).await.is_ok_and(|m| m.is_dir()) {
