@@ -310,6 +310,9 @@ struct Inner {
     checkpoints_swept: Mutex<Option<std::time::Instant>>,
     /// A sweep of them runs now.
     sweeping: std::sync::atomic::AtomicBool,
+    /// When this service began (ms): a queued job made before it whose
+    /// files are not ready was being submitted when the server stopped.
+    began: i64,
 }
 
 /// How often expired checkpoints are looked for.
@@ -427,6 +430,7 @@ impl Jobs {
                 usage: Mutex::new(None),
                 checkpoints_swept: Mutex::new(None),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
+                began: now_millis(),
                 active,
             }),
         }
@@ -1911,9 +1915,15 @@ impl Jobs {
         self.store().move_jobs(pods).await?;
         let mut running = Vec::new();
         let mut queued = Vec::new();
+        let mut orphans = Vec::new();
         for record in active {
             match record.job.state {
                 JobState::Queued if self.files_ready(&record.job) => queued.push(record),
+                // Its submission stopped with the server that took it: no
+                // one will ready it now.
+                JobState::Queued if record.job.created_at < self.inner.began => {
+                    orphans.push(record)
+                }
                 JobState::Starting | JobState::Running => {
                     let id = record.job.id;
                     // Stopped for another job: that job takes its room now.
@@ -1933,6 +1943,20 @@ impl Jobs {
                 }
                 _ => {}
             }
+        }
+        for record in orphans {
+            tracing::warn!(
+                job = record.job.id,
+                "the job was being submitted when the server stopped; it fails"
+            );
+            self.finish(
+                &record,
+                JobState::Failed,
+                None,
+                "the server stopped while this job was being submitted, before its files were in place; submit it again",
+                false,
+            )
+            .await?;
         }
         let observed = began.elapsed();
         // Asked after every running attempt was looked at: what ended

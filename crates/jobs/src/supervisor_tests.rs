@@ -176,6 +176,21 @@ impl Executor for Fake {
     }
 }
 
+fn config(dir: &std::path::Path) -> JobsConfig {
+    JobsConfig {
+        root: dir.join("jobs"),
+        templates_dir: dir.join("templates"),
+        uploads_root: dir.join("uploads"),
+        upload_limits: archive::Limits {
+            max_bytes: 1 << 20,
+            max_files: 100,
+        },
+        usage_half_life: std::time::Duration::from_secs(7 * 24 * 3600),
+        checkpoint_keep: std::time::Duration::from_secs(3600),
+        checkpoint_keep_bytes: Some(1_000),
+    }
+}
+
 struct Setup {
     jobs: Jobs,
     fake: Arc<Fake>,
@@ -191,22 +206,7 @@ async fn setup(nodes: Vec<sched::Node>) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let fake = Arc::new(Fake::default());
     *fake.nodes.lock().unwrap() = nodes;
-    let jobs = Jobs::new(
-        store.clone(),
-        JobsConfig {
-            root: dir.path().join("jobs"),
-            templates_dir: dir.path().join("templates"),
-            uploads_root: dir.path().join("uploads"),
-            upload_limits: archive::Limits {
-                max_bytes: 1 << 20,
-                max_files: 100,
-            },
-            usage_half_life: std::time::Duration::from_secs(7 * 24 * 3600),
-            checkpoint_keep: std::time::Duration::from_secs(3600),
-            checkpoint_keep_bytes: Some(1_000),
-        },
-        fake.clone(),
-    );
+    let jobs = Jobs::new(store.clone(), config(dir.path()), fake.clone());
     let user = store.local_admin().await.unwrap();
     Setup {
         jobs,
@@ -218,6 +218,13 @@ async fn setup(nodes: Vec<sched::Node>) -> Setup {
 }
 
 impl Setup {
+    /// The server stops and starts again: a new service over the same
+    /// database, folders and executor.
+    fn restart(&mut self) {
+        let store = self.jobs.store().clone();
+        self.jobs = Jobs::new(store, config(self._dir.path()), self.fake.clone());
+    }
+
     async fn submit(&self, json: &str) -> i64 {
         let spec = parse_spec(false, json.as_bytes()).unwrap();
         self.jobs.submit(spec, &self.user).await.unwrap().job.id
@@ -1436,4 +1443,61 @@ async fn expired_checkpoints_go_but_those_a_waiting_job_took() {
     assert!(store.expired_checkpoints(1, 10).await.unwrap().is_empty());
     assert_eq!(store.claimed_by(waiting).await.unwrap(), Some(needed));
     assert!(s.fake.checkpoints.lock().unwrap().contains_key(&needed));
+}
+
+/// The server stopped in the middle of a submission, after the job's
+/// record and before its files were ready: started again, it fails that
+/// job, saying so, and gives back the checkpoints it took. A submission
+/// in flight in the new server is left to finish.
+#[tokio::test]
+async fn a_job_whose_submission_the_server_stopped_in_fails_at_the_next_start() {
+    let mut s = setup(vec![node(0, "a", 2)]).await;
+    let store = s.jobs.store().clone();
+    let mut kept = Vec::new();
+    for name in ["first", "second"] {
+        let id = s
+            .submit(&format!(r#"{{"name": "{name}", "command": "x"}}"#))
+            .await;
+        s.jobs.cycle().await.unwrap();
+        s.fake.checkpoints.lock().unwrap().insert(id, 9);
+        s.fake.set_fate(id, exited(1));
+        s.jobs.cycle().await.unwrap();
+        assert!(store.kept_checkpoints(id).await.unwrap().is_some());
+        kept.push(id);
+    }
+    let resume =
+        |from: i64| format!(r#"{{"name": "again", "command": "x", "resume_from": {from}}}"#);
+    // Each stopped after the checkpoints were taken, before the job was
+    // ready: the marker that says it is ready is not there.
+    let cut = s.submit(&resume(kept[0])).await;
+    std::fs::remove_file(s.jobs.files_ready_marker(cut)).unwrap();
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(
+        s.job(cut).await.job.state,
+        JobState::Queued,
+        "the server that takes it may still ready it"
+    );
+    // Made before the new server began, to the millisecond.
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    s.restart();
+    let in_flight = s.submit(&resume(kept[1])).await;
+    std::fs::remove_file(s.jobs.files_ready_marker(in_flight)).unwrap();
+    s.jobs.cycle().await.unwrap();
+    let record = s.job(cut).await;
+    assert_eq!(record.job.state, JobState::Failed);
+    let said = s.timeline(cut).await;
+    assert!(
+        said.last()
+            .unwrap()
+            .contains("the server stopped while this job was being submitted"),
+        "{said:?}"
+    );
+    assert_eq!(s.run_status(&record).await, "FAILED");
+    assert!(s.fake.started().iter().all(|a| a.record.job.id != cut));
+    // Given back: another job may resume from them.
+    assert_eq!(store.claimed_by(cut).await.unwrap(), None);
+    assert!(store.kept_checkpoints(kept[0]).await.unwrap().is_some());
+    // The new server's own submission is left to finish.
+    assert_eq!(s.job(in_flight).await.job.state, JobState::Queued);
+    assert_eq!(store.claimed_by(in_flight).await.unwrap(), Some(kept[1]));
 }
