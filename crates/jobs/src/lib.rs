@@ -313,6 +313,26 @@ struct Inner {
     /// When this service began (ms): a queued job made before it whose
     /// files are not ready was being submitted when the server stopped.
     began: i64,
+    /// The jobs this service is submitting now (made, their files not yet
+    /// ready), whatever the clock said.
+    submitting: Mutex<std::collections::HashSet<i64>>,
+}
+
+/// A job being submitted, until dropped.
+struct Submitting<'a> {
+    jobs: &'a Jobs,
+    id: i64,
+}
+
+impl Drop for Submitting<'_> {
+    fn drop(&mut self) {
+        self.jobs
+            .inner
+            .submitting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
 }
 
 /// How often expired checkpoints are looked for.
@@ -431,6 +451,7 @@ impl Jobs {
                 checkpoints_swept: Mutex::new(None),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 began: now_millis(),
+                submitting: Mutex::new(std::collections::HashSet::new()),
                 active,
             }),
         }
@@ -714,6 +735,7 @@ impl Jobs {
                 },
             })
             .await?;
+        let _submitting = self.submitting(record.job.id);
         let files_too = template.is_none() && project.is_none();
         let record = self.take_for(record, files_too).await?;
         if record.job.state.is_terminal() {
@@ -782,6 +804,34 @@ impl Jobs {
     /// Written once a job's files are complete; until then it is not started.
     fn files_ready_marker(&self, id: i64) -> PathBuf {
         self.job_dir(id).join("files.ready")
+    }
+
+    /// Marks job `id` as being submitted by this service, until dropped.
+    fn submitting(&self, id: i64) -> Submitting<'_> {
+        self.inner
+            .submitting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id);
+        Submitting { jobs: self, id }
+    }
+
+    /// Whether a queued job whose files are not ready was left so by a
+    /// server that stopped while submitting it: made before this service
+    /// began, not being submitted by it, and its marker surely absent
+    /// (not merely unreadable, nor under a jobs folder that is not there,
+    /// as with a volume not mounted).
+    fn left_half_submitted(&self, job: &trainyard_domain::job::Job) -> bool {
+        job.created_at < self.inner.began
+            && !self
+                .inner
+                .submitting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&job.id)
+            && self.inner.config.root.is_dir()
+            && std::fs::symlink_metadata(self.files_ready_marker(job.id))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
     }
 
     /// Whether a queued job may start: its template's or project's files
@@ -1821,6 +1871,7 @@ impl Jobs {
                 ),
             })
             .await?;
+        let _submitting = self.submitting(record.job.id);
         // Its files are made ready below, after the checkpoints are taken.
         let record = self.take_for(record, false).await?;
         if record.job.state.is_terminal() {
@@ -1921,9 +1972,7 @@ impl Jobs {
                 JobState::Queued if self.files_ready(&record.job) => queued.push(record),
                 // Its submission stopped with the server that took it: no
                 // one will ready it now.
-                JobState::Queued if record.job.created_at < self.inner.began => {
-                    orphans.push(record)
-                }
+                JobState::Queued if self.left_half_submitted(&record.job) => orphans.push(record),
                 JobState::Starting | JobState::Running => {
                     let id = record.job.id;
                     // Stopped for another job: that job takes its room now.
