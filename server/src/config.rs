@@ -240,7 +240,7 @@ pub const SETTINGS: &[SettingDoc] = &[
         key: "kube_checkpoint_storage_class",
         env: "TRAINYARD_KUBE_CHECKPOINT_STORAGE_CLASS",
         default: "(none: checkpoints last one attempt)",
-        meaning: "the StorageClass of each job's checkpoint volume: a PersistentVolumeClaim of kube_checkpoint_gib made at its first start, mounted at TRAINYARD_CHECKPOINT_DIR (/checkpoints) in every attempt, so that a preempted or retried job resumes; deleted when the job ends for good",
+        meaning: "the StorageClass of each job's checkpoint volume: a PersistentVolumeClaim of kube_checkpoint_gib made at its first start, mounted at TRAINYARD_CHECKPOINT_DIR (/checkpoints) in every attempt, so that a preempted or retried job resumes; when the job ends for good it is deleted, or, if it did not succeed, kept for checkpoint_keep_hours for a job to resume from (`resume_from`), counted at its full size",
     },
     SettingDoc {
         key: "kube_checkpoint_gib",

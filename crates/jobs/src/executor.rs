@@ -85,7 +85,7 @@ pub struct Attempt {
     /// job took them at its submission): the executor moves them into this
     /// job's checkpoints before anything else of the start, unless an
     /// earlier start did.
-    pub resume_from: Option<i64>,
+    pub resume_from: Option<trainyard_domain::job::Job>,
 }
 
 /// An attempt the executor runs.
@@ -241,16 +241,23 @@ pub trait Executor: Send + Sync + 'static {
         false
     }
 
+    /// Why it keeps none, for someone who asked to resume (where
+    /// [`Executor::keeps_checkpoints`] is false).
+    fn keeps_no_checkpoints_because(&self) -> String {
+        format!("not on its {} executor", self.kind())
+    }
+
     /// Whether job `job`'s own checkpoints hold anything now (a job that
-    /// resumed has them from its first start on).
-    async fn holds_checkpoints(&self, _job: i64) -> bool {
-        false
+    /// resumed has them from its first start on); Err where it cannot be
+    /// told now (the API is away).
+    async fn holds_checkpoints(&self, _job: &trainyard_domain::job::Job) -> Result<bool, String> {
+        Ok(false)
     }
 
     /// Deletes what an ended job's checkpoints kept (expired, or deleted
     /// by their owner): true once nothing of them is left. Repeating it is
     /// harmless.
-    async fn drop_checkpoints(&self, _job: i64) -> bool {
+    async fn drop_checkpoints(&self, _job: &trainyard_domain::job::Job) -> bool {
         true
     }
 

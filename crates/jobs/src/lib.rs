@@ -2619,7 +2619,7 @@ impl Jobs {
                 if self.inner.executor.keeps_checkpoints() {
                     "checkpoint_keep_hours is 0".to_owned()
                 } else {
-                    format!("not on its {} executor", self.inner.executor.kind())
+                    self.inner.executor.keeps_no_checkpoints_because()
                 }
             )));
         }
@@ -2656,7 +2656,10 @@ impl Jobs {
     /// took at its submission (the executor moves them into its own at its
     /// first start; later starts find them there). Refused when it took
     /// none after all: starting without them is not what was asked.
-    async fn resume(&self, record: &JobRecord) -> Result<Option<i64>, StartError> {
+    async fn resume(
+        &self,
+        record: &JobRecord,
+    ) -> Result<Option<trainyard_domain::job::Job>, StartError> {
         let Some(from) = record.job.spec.resume_from else {
             return Ok(None);
         };
@@ -2667,14 +2670,20 @@ impl Jobs {
                 self.inner.executor.kind()
             )));
         }
+        let unreadable = |error: StoreError| {
+            StartError::Unavailable(format!(
+                "cannot read which checkpoints it resumes from now: {error}"
+            ))
+        };
         match self.store().claimed_by(record.job.id).await {
-            Ok(Some(taken)) => Ok(Some(taken)),
+            Ok(Some(taken)) => match self.store().get_job(taken).await {
+                Ok(origin) => Ok(Some(origin.job)),
+                Err(error) => Err(unreadable(error)),
+            },
             Ok(None) => Err(StartError::Refused(format!(
                 "job {from}'s checkpoints are no longer kept for it, so it cannot resume from them; submit it again without resuming to start from scratch"
             ))),
-            Err(error) => Err(StartError::Unavailable(format!(
-                "cannot read which checkpoints it resumes from now: {error}"
-            ))),
+            Err(error) => Err(unreadable(error)),
         }
     }
 
@@ -3022,12 +3031,7 @@ impl Jobs {
         // cancelled in the queue), kept again for another job.
         match self.store().claimed_by(job).await {
             Ok(Some(from)) => {
-                let freed = if self.inner.executor.holds_checkpoints(from).await {
-                    self.store().unclaim_checkpoints(from, job).await
-                } else {
-                    self.store().drop_claimed(from, job).await
-                };
-                if let Err(error) = freed {
+                if let Err(error) = self.let_go(from, job).await {
                     tracing::warn!(job, from, %error, "could not let the checkpoints it took go; they go when their time is up");
                 }
             }
@@ -3050,7 +3054,7 @@ impl Jobs {
         let said = trainyard_domain::format_bytes(bytes);
         let most = self.inner.config.checkpoint_keep_bytes;
         if most.is_some_and(|most| bytes > most) {
-            self.inner.executor.drop_checkpoints(job).await;
+            self.inner.executor.drop_checkpoints(&record.job).await;
             return format!(
                 "; its checkpoints ({said}) were not kept: they are more than one person may keep ({}, checkpoint_keep_bytes)",
                 trainyard_domain::format_bytes(most.unwrap_or_default())
@@ -3060,7 +3064,7 @@ impl Jobs {
             Ok(went) => went,
             Err(error) => {
                 tracing::error!(job, %error, "could not make room for the job's checkpoints; they go");
-                self.inner.executor.drop_checkpoints(job).await;
+                self.inner.executor.drop_checkpoints(&record.job).await;
                 return String::new();
             }
         };
@@ -3088,7 +3092,7 @@ impl Jobs {
             Err(error) => {
                 // Unrecorded, they could never be resumed nor expire.
                 tracing::error!(job, %error, "could not record the job's kept checkpoints; they go");
-                self.inner.executor.drop_checkpoints(job).await;
+                self.inner.executor.drop_checkpoints(&record.job).await;
                 String::new()
             }
         }
@@ -3108,8 +3112,8 @@ impl Jobs {
             if count < MAX_KEPT_PER_PERSON && total.saturating_add(bytes) <= most {
                 break;
             }
-            if self.store().take_checkpoints(old.job).await? {
-                self.inner.executor.drop_checkpoints(old.job).await;
+            let origin = self.store().get_job(old.job).await?;
+            if self.delete_kept(&origin.job).await?.is_some() {
                 went.push(old.job);
             }
             count = count.saturating_sub(1);
@@ -3127,10 +3131,9 @@ impl Jobs {
         by: &User,
     ) -> Result<bool, StoreError> {
         let job = record.job.id;
-        if !self.store().take_checkpoints(job).await? {
+        if self.delete_kept(&record.job).await?.is_none() {
             return Ok(false);
         }
-        self.inner.executor.drop_checkpoints(job).await;
         if record.someone_else(by).is_some() {
             let whose = record.job.owner.as_deref().unwrap_or("nobody");
             self.store()
@@ -3183,12 +3186,7 @@ impl Jobs {
         match self.store().claims_of_ended_jobs(100).await {
             Ok(claims) => {
                 for (from, by) in claims {
-                    let freed = if self.inner.executor.holds_checkpoints(from).await {
-                        self.store().unclaim_checkpoints(from, by).await
-                    } else {
-                        self.store().drop_claimed(from, by).await
-                    };
-                    if let Err(error) = freed {
+                    if let Err(error) = self.let_go(from, by).await {
                         tracing::warn!(from, by, %error, "could not let go of checkpoints an ended job took; trying again later");
                     }
                 }
@@ -3206,13 +3204,59 @@ impl Jobs {
         };
         for job in expired {
             tracing::info!(job, "kept checkpoints expired; deleting them");
-            if !self.inner.executor.drop_checkpoints(job).await {
+            let record = match self.store().get_job(job).await {
+                Ok(record) => record,
+                Err(error) => {
+                    tracing::warn!(job, %error, "could not read the job whose checkpoints expired; trying again later");
+                    continue;
+                }
+            };
+            if !self.inner.executor.drop_checkpoints(&record.job).await {
                 continue;
             }
             if let Err(error) = self.store().take_checkpoints(job).await {
                 tracing::warn!(job, %error, "could not forget expired checkpoints; trying again later");
             }
         }
+    }
+
+    /// Job `by`, which took job `from`'s checkpoints, ended: they are
+    /// kept again for another job where they were never moved (it was
+    /// cancelled in the queue), else the record of them goes (they are
+    /// `by`'s own now).
+    /// Where it cannot be told now whether they were moved, the record
+    /// stays as it is, for the sweep to try again.
+    async fn let_go(&self, from: i64, by: i64) -> Result<(), String> {
+        let origin = self
+            .store()
+            .get_job(from)
+            .await
+            .map_err(|e| e.to_string())?;
+        let freed = if self.inner.executor.holds_checkpoints(&origin.job).await? {
+            self.store().unclaim_checkpoints(from, by).await
+        } else {
+            self.store().drop_claimed(from, by).await
+        };
+        freed.map_err(|e| e.to_string())
+    }
+
+    /// Deletes the checkpoints `job` keeps that no job holds: their record
+    /// is marked expired first (no job takes them from then on), then what
+    /// they hold goes, then the record. None: it keeps none; Some(false):
+    /// what they hold could not be deleted now, and the sweep of expired
+    /// ones tries again.
+    async fn delete_kept(
+        &self,
+        job: &trainyard_domain::job::Job,
+    ) -> Result<Option<bool>, StoreError> {
+        if !self.store().expire_checkpoints_now(job.id).await? {
+            return Ok(None);
+        }
+        if !self.inner.executor.drop_checkpoints(job).await {
+            return Ok(Some(false));
+        }
+        self.store().take_checkpoints(job.id).await?;
+        Ok(Some(true))
     }
 
     /// Whether the job's owner asked it to stop: a cancel may have come

@@ -529,7 +529,7 @@ impl Executor for LocalExecutor {
 
     async fn start(&self, attempt: Attempt) -> Result<Started, StartError> {
         let job = attempt.record.job.id;
-        if let Some(from) = attempt.resume_from {
+        if let Some(from) = attempt.resume_from.as_ref().map(|origin| origin.id) {
             // First: taken, they are this job's, even when this try fails
             // and another starts it (which finds them moved).
             let (source, target) = (self.checkpoint_dir(from), self.checkpoint_dir(job));
@@ -670,18 +670,18 @@ impl Executor for LocalExecutor {
         true
     }
 
-    async fn holds_checkpoints(&self, job: i64) -> bool {
-        let checkpoints = self.checkpoint_dir(job);
+    async fn holds_checkpoints(&self, job: &trainyard_domain::job::Job) -> Result<bool, String> {
+        let checkpoints = self.checkpoint_dir(job.id);
         tokio::task::spawn_blocking(move || {
             std::fs::symlink_metadata(&checkpoints).is_ok_and(|m| m.is_dir())
                 && std::fs::read_dir(&checkpoints).is_ok_and(|mut d| d.next().is_some())
         })
         .await
-        .unwrap_or(false)
+        .map_err(|e| e.to_string())
     }
 
-    async fn drop_checkpoints(&self, job: i64) -> bool {
-        let checkpoints = self.checkpoint_dir(job);
+    async fn drop_checkpoints(&self, job: &trainyard_domain::job::Job) -> bool {
+        let (job, checkpoints) = (job.id, self.checkpoint_dir(job.id));
         match tokio::task::spawn_blocking(move || tree::remove_tree(&checkpoints)).await {
             Ok(Ok(())) => true,
             Ok(Err(error)) => {

@@ -38,6 +38,8 @@ struct Fake {
     /// What each job's checkpoints hold, where the test said they hold
     /// something: moved to the job that resumes from them.
     checkpoints: Mutex<HashMap<i64, u64>>,
+    /// Deleting checkpoints fails (a disk error, the API away).
+    drop_fails: Mutex<bool>,
 }
 
 fn node(id: u32, name: &str, gpus: u32) -> sched::Node {
@@ -93,7 +95,7 @@ impl Executor for Fake {
             "job-{}-{}",
             attempt.record.job.id, attempt.record.job.attempt
         );
-        if let Some(from) = attempt.resume_from {
+        if let Some(from) = attempt.resume_from.as_ref().map(|origin| origin.id) {
             let mut held = self.checkpoints.lock().unwrap();
             let job = attempt.record.job.id;
             // Moved at an earlier start: where they should be.
@@ -147,12 +149,15 @@ impl Executor for Fake {
         true
     }
 
-    async fn holds_checkpoints(&self, job: i64) -> bool {
-        self.checkpoints.lock().unwrap().contains_key(&job)
+    async fn holds_checkpoints(&self, job: &trainyard_domain::job::Job) -> Result<bool, String> {
+        Ok(self.checkpoints.lock().unwrap().contains_key(&job.id))
     }
 
-    async fn drop_checkpoints(&self, job: i64) -> bool {
-        self.checkpoints.lock().unwrap().remove(&job);
+    async fn drop_checkpoints(&self, job: &trainyard_domain::job::Job) -> bool {
+        if *self.drop_fails.lock().unwrap() {
+            return false;
+        }
+        self.checkpoints.lock().unwrap().remove(&job.id);
         true
     }
 
@@ -1226,7 +1231,7 @@ async fn checkpoints_are_kept_past_a_timeout_and_taken_by_the_job_that_resumes()
     s.jobs.cycle().await.unwrap();
     let started = s.fake.started();
     let attempt = started.iter().find(|a| a.record.job.id == resumed).unwrap();
-    assert_eq!(attempt.resume_from, Some(timed_out));
+    assert_eq!(attempt.resume_from.as_ref().map(|o| o.id), Some(timed_out));
     let record = s.job(resumed).await;
     assert_eq!(record.job.state, JobState::Running);
     let run = store
@@ -1320,7 +1325,7 @@ async fn checkpoints_taken_by_a_waiting_job_are_held_for_it_or_given_back() {
         .started()
         .iter()
         .filter(|a| a.record.job.id == resumed)
-        .map(|a| a.resume_from)
+        .map(|a| a.resume_from.as_ref().map(|origin| origin.id))
         .collect();
     assert_eq!(starts, [Some(first), Some(first)]);
     s.fake.set_fate(resumed, exited(1));

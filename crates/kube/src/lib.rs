@@ -391,6 +391,88 @@ fn transient(error: &kube::Error) -> bool {
 }
 
 impl KubeExecutor {
+    /// The checkpoint claim `job` holds now: the one made for it (by its
+    /// name, whose labels still say it is the job's: a job that resumed
+    /// from it relabelled it as its own), or, for a job that resumes, the
+    /// one it took (by its labels).
+    async fn claim_of(
+        &self,
+        job: &trainyard_domain::job::Job,
+    ) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+        let held = |claim: &PersistentVolumeClaim| {
+            shape::is_managed(claim)
+                && claim.labels().get(shape::JOB_LABEL) == Some(&job.id.to_string())
+        };
+        if let Some(claim) = self
+            .claims
+            .get_opt(&shape::claim_name(job))
+            .await?
+            .filter(held)
+        {
+            return Ok(Some(claim));
+        }
+        if job.spec.resume_from.is_none() {
+            return Ok(None);
+        }
+        let mine = ListParams::default().labels(&shape::claim_selector(job));
+        Ok(self.claims.list(&mine).await?.items.into_iter().next())
+    }
+
+    /// The name of the checkpoint claim an attempt of `job`, which resumes
+    /// from `from`, mounts: `from`'s, relabelled as `job`'s at its first
+    /// start (later starts find it so). Refused when neither holds one.
+    async fn take_claim(
+        &self,
+        job: &trainyard_domain::job::Job,
+        from: &trainyard_domain::job::Job,
+    ) -> Result<String, StartError> {
+        let unavailable = |error: kube::Error| {
+            StartError::Unavailable(format!(
+                "cannot find the checkpoint volume claim it resumes from now: {}",
+                describe(&error)
+            ))
+        };
+        if let Some(claim) = self.claim_of(job).await.map_err(unavailable)? {
+            return Ok(claim.name_any());
+        }
+        let Some(claim) = self.claim_of(from).await.map_err(unavailable)? else {
+            return Err(StartError::Refused(format!(
+                "job {}'s checkpoint volume claim is gone, so it cannot resume from it; submit it again without resuming to start from scratch",
+                from.id
+            )));
+        };
+        let name = claim.name_any();
+        let patch = kube::api::Patch::Merge(shape::take_claim_patch(job, from));
+        match self
+            .claims
+            .patch(&name, &kube::api::PatchParams::default(), &patch)
+            .await
+        {
+            Ok(_) => Ok(name),
+            Err(error) if transient(&error) => Err(StartError::Unavailable(format!(
+                "the Kubernetes API did not relabel the checkpoint volume claim it resumes from: {}",
+                describe(&error)
+            ))),
+            Err(error) => Err(StartError::Failed(format!(
+                "Kubernetes refused to relabel the checkpoint volume claim it resumes from ({name}): {}",
+                describe(&error)
+            ))),
+        }
+    }
+
+    /// Deletes a checkpoint claim (its volume goes as its StorageClass
+    /// says): true once it is gone.
+    async fn delete_claim(&self, job: i64, claim: &str) -> bool {
+        match self.claims.delete(claim, &DeleteParams::background()).await {
+            Ok(_) => true,
+            Err(kube::Error::Api(s)) if s.is_not_found() => true,
+            Err(error) => {
+                tracing::warn!(job, %claim, error = %describe(&error), "could not delete the job's checkpoint volume claim");
+                false
+            }
+        }
+    }
+
     /// Connects to the cluster and starts the watches. Fails only on a
     /// configuration that cannot work (no kubeconfig, a missing context);
     /// a cluster that does not answer yet is waited for.
@@ -838,27 +920,37 @@ impl KubeExecutor {
         let record = &attempt.record.job;
         let name = shape::attempt_name(record);
         let node = attempt.node.clone();
-        if let Some((class, gib)) = &self.settings.checkpoints {
-            // Made at the first start, found at the next ones.
-            let claim = shape::checkpoint_claim(record, class, *gib);
-            match self.claims.create(&PostParams::default(), &claim).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-                Err(error) if transient(&error) => {
-                    return Err(StartError::Unavailable(format!(
-                        "the Kubernetes API did not take its checkpoint volume claim: {}",
-                        describe(&error)
-                    )));
+        let claim = match (&self.settings.checkpoints, &attempt.resume_from) {
+            (None, _) => None,
+            (Some(_), Some(from)) => Some(self.take_claim(record, from).await?),
+            (Some((class, gib)), None) => {
+                // Made at the first start, found at the next ones.
+                let claim = shape::checkpoint_claim(record, class, *gib);
+                match self.claims.create(&PostParams::default(), &claim).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+                    Err(error) if transient(&error) => {
+                        return Err(StartError::Unavailable(format!(
+                            "the Kubernetes API did not take its checkpoint volume claim: {}",
+                            describe(&error)
+                        )));
+                    }
+                    Err(error) => {
+                        return Err(StartError::Failed(format!(
+                            "Kubernetes refused its checkpoint volume claim: {} (check kube_checkpoint_storage_class and kube_checkpoint_gib)",
+                            describe(&error)
+                        )));
+                    }
                 }
-                Err(error) => {
-                    return Err(StartError::Failed(format!(
-                        "Kubernetes refused its checkpoint volume claim: {} (check kube_checkpoint_storage_class and kube_checkpoint_gib)",
-                        describe(&error)
-                    )));
-                }
+                Some(shape::claim_name(record))
             }
-        }
-        let job = shape::job(&self.settings, &attempt, trainyard_store::now_millis());
+        };
+        let job = shape::job(
+            &self.settings,
+            &attempt,
+            trainyard_store::now_millis(),
+            claim.as_deref(),
+        );
         let asked = Instant::now();
         let created = match self.jobs.create(&PostParams::default(), &job).await {
             Ok(created) => created,
@@ -947,6 +1039,16 @@ impl Executor for KubeExecutor {
             (
                 "list pods of all namespaces".to_owned(),
                 self.client_pods.list_metadata(&one).await.err(),
+            ),
+            (
+                format!(
+                    "list persistent volume claims in namespace {} (each job's checkpoints)",
+                    self.namespace
+                ),
+                match self.settings.checkpoints {
+                    Some(_) => self.claims.list_metadata(&one).await.err(),
+                    None => None,
+                },
             ),
         ];
         for (what, error) in checks {
@@ -1198,9 +1300,7 @@ impl Executor for KubeExecutor {
         self.shared.changed.notified().await
     }
 
-    async fn retire(&self, record: &JobRecord, _keep: bool) -> Option<u64> {
-        // Its checkpoints are not kept past its end here (see
-        // `keeps_checkpoints`): a claim outliving its job is left for later.
+    async fn retire(&self, record: &JobRecord, keep: bool) -> Option<u64> {
         let name = Self::handle_of(record);
         self.stopping
             .lock()
@@ -1211,22 +1311,78 @@ impl Executor for KubeExecutor {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&name);
         self.remove_later(name);
-        if self.settings.checkpoints.is_some() {
-            // Ended for good: its checkpoints are of no more use.
-            let claim = shape::claim_name(&record.job);
-            match self
-                .claims
-                .delete(&claim, &DeleteParams::background())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.is_not_found() => {}
-                Err(error) => {
-                    tracing::warn!(job = record.job.id, %claim, error = %describe(&error), "could not delete the job's checkpoint volume claim");
-                }
+        let (_, gib) = self.settings.checkpoints.as_ref()?;
+        let configured = gib.saturating_mul(1 << 30);
+        let job = &record.job;
+        // Kept whole, as a claim: what it holds is its volume's size,
+        // whatever the job wrote to it. A claim made for a job none of
+        // whose attempts ran holds nothing.
+        let ran = job.started_at.is_some() || job.attempt > 0 || job.spec.resume_from.is_some();
+        let claim = match self.claim_of(job).await {
+            Ok(claim) => claim?,
+            Err(error) if keep && ran => {
+                // Recorded at the size it was made with: expiry or its
+                // owner's deletion finds it again once the API answers.
+                tracing::warn!(job = job.id, error = %describe(&error), "cannot read the job's checkpoint volume claim now; it is kept as made");
+                return Some(configured);
+            }
+            Err(error) => {
+                tracing::warn!(job = job.id, error = %describe(&error), "cannot find the job's checkpoint volume claim now; deleting it by name");
+                self.delete_claim(job.id, &shape::claim_name(job)).await;
+                return None;
+            }
+        };
+        if keep && ran {
+            let size = |sizes: Option<
+                &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+            >| {
+                sizes
+                    .and_then(|sizes| sizes.get("storage"))
+                    .and_then(|q| shape::quantity_bytes(&q.0))
+            };
+            // The volume's, else what was asked for, else the setting.
+            let bytes = size(claim.status.as_ref().and_then(|s| s.capacity.as_ref()))
+                .or_else(|| {
+                    size(
+                        claim
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.resources.as_ref())
+                            .and_then(|r| r.requests.as_ref()),
+                    )
+                })
+                .unwrap_or(configured);
+            return Some(bytes);
+        }
+        // Ended for good: its checkpoints are of no more use.
+        self.delete_claim(job.id, &claim.name_any()).await;
+        None
+    }
+
+    fn keeps_checkpoints(&self) -> bool {
+        self.settings.checkpoints.is_some()
+    }
+
+    fn keeps_no_checkpoints_because(&self) -> String {
+        "its Kubernetes executor keeps them only in volume claims, and kube_checkpoint_storage_class is not set".to_owned()
+    }
+
+    async fn holds_checkpoints(&self, job: &trainyard_domain::job::Job) -> Result<bool, String> {
+        self.claim_of(job)
+            .await
+            .map(|claim| claim.is_some())
+            .map_err(|error| describe(&error))
+    }
+
+    async fn drop_checkpoints(&self, job: &trainyard_domain::job::Job) -> bool {
+        match self.claim_of(job).await {
+            Ok(Some(claim)) => self.delete_claim(job.id, &claim.name_any()).await,
+            Ok(None) => true,
+            Err(error) => {
+                tracing::warn!(job = job.id, error = %describe(&error), "cannot find the job's checkpoint volume claim to delete it; trying again later");
+                false
             }
         }
-        None
     }
 
     async fn read_log(

@@ -28,6 +28,12 @@ pub const JOB_LABEL: &str = "trainyard.dev/job";
 pub const ATTEMPT_LABEL: &str = "trainyard.dev/attempt";
 pub const RUN_ANNOTATION: &str = "trainyard.dev/run";
 pub const NAME_ANNOTATION: &str = "trainyard.dev/job-name";
+/// On a checkpoint claim: when its job was submitted (base 36 ms), which
+/// tells apart the same job id of two Trainyards sharing a namespace.
+pub const SUBMITTED_LABEL: &str = "trainyard.dev/submitted";
+/// On a checkpoint claim a job took to resume from: the job it was made
+/// for first.
+pub const RESUMED_FROM_ANNOTATION: &str = "trainyard.dev/resumed-from";
 /// The container that runs the job's command.
 pub const MAIN: &str = "main";
 /// The init container that fetches the job's files.
@@ -89,6 +95,11 @@ pub fn attempt_name(job: &trainyard_domain::job::Job) -> String {
 /// `trainyard-<job>-<when it was submitted, base 36>-checkpoints`, so that
 /// two Trainyards sharing a namespace never share one.
 pub fn claim_name(job: &trainyard_domain::job::Job) -> String {
+    format!("trainyard-{}-{}-checkpoints", job.id, submitted_tag(job))
+}
+
+/// When a job was submitted, in milliseconds, base 36.
+fn submitted_tag(job: &trainyard_domain::job::Job) -> String {
     let mut when = job.created_at.unsigned_abs();
     let mut tag = Vec::new();
     loop {
@@ -99,11 +110,73 @@ pub fn claim_name(job: &trainyard_domain::job::Job) -> String {
         }
     }
     tag.reverse();
-    format!(
-        "trainyard-{}-{}-checkpoints",
-        job.id,
-        String::from_utf8_lossy(&tag)
-    )
+    String::from_utf8_lossy(&tag).into_owned()
+}
+
+/// The labels of the checkpoint claim a job holds now: the one made for
+/// it, or the one it took to resume from, relabelled as its own.
+fn claim_labels(job: &trainyard_domain::job::Job) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_owned(), MANAGER.to_owned()),
+        (JOB_LABEL.to_owned(), job.id.to_string()),
+        (SUBMITTED_LABEL.to_owned(), submitted_tag(job)),
+    ])
+}
+
+/// The label selector of the checkpoint claim `job` holds.
+pub fn claim_selector(job: &trainyard_domain::job::Job) -> String {
+    claim_labels(job)
+        .into_iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The merge patch by which `job` takes the checkpoint claim of `from`,
+/// which it resumes from: relabelled as its own (its name stays: a claim
+/// cannot be renamed, and its volume stays bound to it).
+pub fn take_claim_patch(
+    job: &trainyard_domain::job::Job,
+    from: &trainyard_domain::job::Job,
+) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {
+            "labels": claim_labels(job),
+            "annotations": {
+                NAME_ANNOTATION: job.name,
+                RESUMED_FROM_ANNOTATION: from.id.to_string(),
+            },
+        }
+    })
+}
+
+/// Bytes of a quantity as the API writes a volume's size (`1Gi`, `500M`,
+/// `1.5Gi`, `1e9`); None for what is not one.
+pub fn quantity_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let scale: f64 = match unit {
+        "" => 1.0,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        exponent => 10f64.powi(exponent.strip_prefix(['e', 'E'])?.parse().ok()?),
+    };
+    let bytes = number * scale;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then(|| bytes.ceil() as u64)
 }
 
 /// A job's checkpoint claim (of `class`, `gib` GiB), made at its first
@@ -117,10 +190,7 @@ pub fn checkpoint_claim(
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(claim_name(job)),
-            labels: Some(BTreeMap::from([
-                (MANAGED_BY.to_owned(), MANAGER.to_owned()),
-                (JOB_LABEL.to_owned(), job.id.to_string()),
-            ])),
+            labels: Some(claim_labels(job)),
             annotations: Some(BTreeMap::from([(
                 NAME_ANNOTATION.to_owned(),
                 job.name.clone(),
@@ -210,7 +280,10 @@ fn quantities(pairs: &[(&str, String)]) -> BTreeMap<String, Quantity> {
 const NVIDIA_DEVICES_VAR: &str = "NVIDIA_VISIBLE_DEVICES";
 
 /// The Job of an attempt. `now_ms`: when it is made, for the deadline.
-pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
+///
+/// `claim`: the checkpoint claim it mounts (None: a folder of the
+/// attempt's own).
+pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64, claim: Option<&str>) -> Job {
     let record = &attempt.record.job;
     let name = attempt_name(record);
     let labels = labels(record.id, record.attempt);
@@ -417,7 +490,7 @@ pub fn job(settings: &KubeSettings, attempt: &Attempt, now_ms: i64) -> Job {
                             }),
                             ..Default::default()
                         },
-                        checkpoint_volume(settings, record),
+                        checkpoint_volume(claim),
                     ]),
                     init_containers: init.map(|c| vec![c]),
                     containers: vec![main],
@@ -442,12 +515,12 @@ fn bytes_quantity(bytes: u64) -> String {
 }
 
 /// The job's claim where it has one, else a folder of the attempt's own.
-fn checkpoint_volume(settings: &KubeSettings, job: &trainyard_domain::job::Job) -> Volume {
-    match &settings.checkpoints {
-        Some(_) => Volume {
+fn checkpoint_volume(claim: Option<&str>) -> Volume {
+    match claim {
+        Some(claim) => Volume {
             name: "checkpoints".to_owned(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: claim_name(job),
+                claim_name: claim.to_owned(),
                 read_only: Some(false),
             }),
             ..Default::default()
@@ -478,5 +551,61 @@ pub fn secret(
         type_: Some("Opaque".to_owned()),
         immutable: Some(true),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_sizes_read_as_bytes() {
+        assert_eq!(quantity_bytes("1Gi"), Some(1 << 30));
+        assert_eq!(quantity_bytes("1.5Gi"), Some(3 << 29));
+        assert_eq!(quantity_bytes("500M"), Some(500_000_000));
+        assert_eq!(quantity_bytes("1e9"), Some(1_000_000_000));
+        assert_eq!(quantity_bytes("4096"), Some(4096));
+        assert_eq!(quantity_bytes("10Ti"), Some(10 << 40));
+        for wrong in ["", "Gi", "1Zi", "-1Gi", "1e", "one"] {
+            assert_eq!(quantity_bytes(wrong), None, "{wrong}");
+        }
+    }
+
+    #[test]
+    fn a_job_that_resumes_takes_the_claim_by_its_labels() {
+        let job = |id: i64, created_at: i64| -> trainyard_domain::job::Job {
+            serde_json::from_value(serde_json::json!({
+                "id": id, "name": format!("job {id}"), "state": "FAILED",
+                "priority": 0, "gpus": 1, "cpu_millis": 1000, "memory_mib": 1024,
+                "max_runtime_secs": 60, "retries": 0, "attempt": 0, "gpu_indices": [],
+                "cancel_requested": false, "created_at": created_at,
+                "spec": {"name": format!("job {id}"), "command": "x"},
+            }))
+            .unwrap()
+        };
+        let (from, next) = (job(7, 1_700_000_000_000), job(9, 1_700_000_000_001));
+        let claim = checkpoint_claim(&from, "fast", 10);
+        let labels = claim.metadata.labels.clone().unwrap();
+        let selected = |job: &trainyard_domain::job::Job| {
+            claim_selector(job).split(',').all(|pair| {
+                let (key, value) = pair.split_once('=').unwrap();
+                labels.get(key).map(String::as_str) == Some(value)
+            })
+        };
+        assert!(selected(&from));
+        // Another server's job 7, submitted at another time, is not it.
+        assert!(!selected(&job(7, 1_700_000_000_002)));
+        assert!(!selected(&next));
+        let patch = take_claim_patch(&next, &from);
+        assert_eq!(patch["metadata"]["labels"][JOB_LABEL], "9");
+        assert_eq!(
+            patch["metadata"]["labels"][SUBMITTED_LABEL],
+            submitted_tag(&next)
+        );
+        assert_eq!(
+            patch["metadata"]["annotations"][RESUMED_FROM_ANNOTATION],
+            "7"
+        );
+        assert_eq!(claim.metadata.name.unwrap(), claim_name(&from));
     }
 }

@@ -16,7 +16,7 @@ pub const KEPT_LISTED: u64 = 1_000;
 const COLUMNS: &str = "k.job_id, k.bytes, k.kept_until, u.username";
 
 /// Rows no job that has not ended holds: free to expire or be deleted.
-const NOT_HELD: &str = "(taken_by IS NULL OR taken_by IN \
+pub(crate) const NOT_HELD: &str = "(taken_by IS NULL OR taken_by IN \
      (SELECT id FROM jobs WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'LOST')))";
 
 fn kept(row: &sea_orm::QueryResult) -> Result<KeptCheckpoints, StoreError> {
@@ -212,9 +212,38 @@ impl Store {
         Ok(())
     }
 
-    /// Takes what job `job` left off the record, to delete it (their owner
-    /// asked, or their time is up): true when it was kept and no job that
-    /// has not ended holds it.
+    /// The job that has not ended which took job `job`'s checkpoints to
+    /// resume from, if one did.
+    pub async fn checkpoints_taker(&self, job: i64) -> Result<Option<i64>, StoreError> {
+        let mut sql = self.sql();
+        sql.push(&format!(
+            "SELECT taken_by FROM kept_checkpoints WHERE NOT {NOT_HELD} AND job_id = "
+        ))
+        .bind(job);
+        match self.connection().query_one_raw(sql.build()).await? {
+            Some(row) => Ok(get(&row, "taken_by")?),
+            None => Ok(None),
+        }
+    }
+
+    /// Marks what job `job` left as expired now, to delete it (their owner
+    /// asked, or room is made): no job takes them from here on, and the
+    /// sweep of expired ones finishes what a deletion leaves undone. True
+    /// when they were kept and no job that has not ended holds them.
+    pub async fn expire_checkpoints_now(&self, job: i64) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let mut sql = self.sql();
+        sql.push(&format!(
+            "UPDATE kept_checkpoints SET kept_until = 0 WHERE {NOT_HELD} AND job_id = "
+        ))
+        .bind(job);
+        let done = self.connection().execute_raw(sql.build()).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Takes what job `job` left off the record, once it is deleted (their
+    /// time is up): true when it was kept and no job that has not ended
+    /// holds it.
     pub async fn take_checkpoints(&self, job: i64) -> Result<bool, StoreError> {
         let _turn = self.write_turn().await;
         let mut sql = self.sql();

@@ -406,7 +406,7 @@ async fn a_failing_pod_fails_the_job_with_its_exit_code_and_oom_is_said_in_words
 
 #[tokio::test]
 #[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
-async fn every_attempt_mounts_the_jobs_checkpoint_claim_which_goes_with_the_job() {
+async fn every_attempt_mounts_the_jobs_checkpoint_claim_which_a_job_resumes_from() {
     let ns = namespace();
     let mut with_claims = settings(&ns, "default");
     // executor.sh makes the class, with volumes made ahead (no provisioner).
@@ -487,7 +487,67 @@ async fn every_attempt_mounts_the_jobs_checkpoint_claim_which_goes_with_the_job(
     for claim in mounted.values() {
         assert_eq!(claim.as_ref().unwrap(), claim_name.as_str(), "{mounted:?}");
     }
-    // Ended for good: its claim goes.
+    // Failed for good: its claim is kept for a job to resume from, as
+    // large as its volume.
+    assert_eq!(failed["checkpoints"]["bytes"], 1u64 << 30, "{failed}");
+    assert!(exists(&ns, "pvc", &claim_name));
+    let resume = format!("/api/trainyard/v1/jobs/{id}/retry?resume=true");
+    let answer = post_json(s.addr, &resume, &json!({})).await;
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let next = answer.json()["job"]["id"].as_i64().unwrap();
+    // Its attempts mount the same claim, relabelled as its own.
+    let mut claims = Vec::new();
+    let mut looks = 0;
+    let ended = loop {
+        looks += 1;
+        assert!(looks < 600, "not FAILED within 120 s: {claims:?}");
+        let jobs = kubectl_json(&[
+            "-n",
+            &ns,
+            "get",
+            "jobs",
+            "-l",
+            &format!("trainyard.dev/job={next}"),
+        ]);
+        for job in jobs["items"].as_array().unwrap() {
+            claims.extend(
+                job["spec"]["template"]["spec"]["volumes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|v| v["name"] == "checkpoints")
+                    .map(|v| v["persistentVolumeClaim"]["claimName"].clone()),
+            );
+        }
+        let detail = common::job(&s, next).await;
+        if detail["job"]["state"] == "FAILED" {
+            break detail;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!claims.is_empty(), "{ended}");
+    assert!(
+        claims
+            .iter()
+            .all(|c| c.as_str() == Some(claim_name.as_str())),
+        "{claims:?}"
+    );
+    let claim = kubectl_json(&["-n", &ns, "get", "pvc", &claim_name]);
+    assert_eq!(
+        claim["metadata"]["labels"]["trainyard.dev/job"],
+        next.to_string()
+    );
+    assert_eq!(
+        claim["metadata"]["annotations"]["trainyard.dev/resumed-from"],
+        id.to_string()
+    );
+    // Kept now as the second job's; the first keeps none.
+    assert_eq!(ended["checkpoints"]["bytes"], 1u64 << 30, "{ended}");
+    assert!(common::job(&s, id).await.get("checkpoints").is_none());
+    // Deleted by their owner: the claim goes.
+    let path = format!("/api/trainyard/v1/jobs/{next}/checkpoints");
+    let deleted = common::request(s.addr, "DELETE", &path, &[], b"").await;
+    assert!(deleted.status < 300, "{}", deleted.body);
     until("the checkpoint claim deleted", 60, || {
         !exists(&ns, "pvc", &claim_name)
     })
@@ -799,6 +859,9 @@ async fn the_servers_account_may_do_what_jobs_need_and_no_more() {
         ["get", "pods/log"],
         ["create", "secrets"],
         ["create", "persistentvolumeclaims"],
+        ["get", "persistentvolumeclaims"],
+        ["list", "persistentvolumeclaims"],
+        ["patch", "persistentvolumeclaims"],
         ["delete", "persistentvolumeclaims"],
     ] {
         assert_eq!(
@@ -816,7 +879,8 @@ async fn the_servers_account_may_do_what_jobs_need_and_no_more() {
         vec!["patch", "nodes"],
         vec!["create", "pods/exec", "-n", &ns],
         vec!["create", "persistentvolumes"],
-        vec!["list", "persistentvolumeclaims", "-n", &ns],
+        vec!["list", "persistentvolumeclaims", "-n", "default"],
+        vec!["update", "persistentvolumeclaims", "-n", &ns],
     ] {
         assert_eq!(can(&refused), "no", "{refused:?}");
     }
