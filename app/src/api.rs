@@ -560,6 +560,21 @@ pub async fn cancel_job(id: i64) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Deletes an ended job for good (its owner, or an admin); the browser
+/// goes to the jobs list.
+#[server(endpoint = "delete_job")]
+pub async fn delete_job(id: i64) -> Result<(), AppError> {
+    let jobs = jobs()?;
+    let user = caller()?.user;
+    let record = jobs
+        .store()
+        .job_as(&user, id, trainyard_store::Access::Change)
+        .await?;
+    jobs.delete_job(&record, &user).await?;
+    leptos_axum::redirect("/jobs");
+    Ok(())
+}
+
 /// Submits a finished job again; the browser goes to the new job's page.
 /// A new job with the same spec and files; `resume`: from the checkpoints
 /// this one left.

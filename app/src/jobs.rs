@@ -10,8 +10,8 @@ use trainyard_domain::template::{ParamSpec, ParamType, Template};
 use trainyard_domain::{JobState, format_bytes, format_utc};
 
 use crate::api::{
-    CancelJob, DeleteJobCheckpoints, DeleteTemplate, MoveJobTeam, RetryJob, SaveTemplate,
-    SubmitJob, get_job, get_log_tail, get_template, list_job_page, template_text,
+    CancelJob, DeleteJob, DeleteJobCheckpoints, DeleteTemplate, MoveJobTeam, RetryJob,
+    SaveTemplate, SubmitJob, get_job, get_log_tail, get_template, list_job_page, template_text,
 };
 use crate::error::AppError;
 use crate::pages::{ErrorNote, state_class};
@@ -800,6 +800,7 @@ pub fn JobPage() -> impl IntoView {
     let retry = ServerAction::<RetryJob>::new();
     let move_team = ServerAction::<MoveJobTeam>::new();
     let drop_checkpoints = ServerAction::<DeleteJobCheckpoints>::new();
+    let delete = ServerAction::<DeleteJob>::new();
     // Blocking, so that a page of no job answers 404 (its status leaves
     // with the first bytes).
     let page = Resource::new_blocking(
@@ -874,6 +875,7 @@ pub fn JobPage() -> impl IntoView {
             .or_else(|| retry.value().get().and_then(Result::err))
             .or_else(|| move_team.value().get().and_then(Result::err))
             .or_else(|| drop_checkpoints.value().get().and_then(Result::err))
+            .or_else(|| delete.value().get().and_then(Result::err))
     };
     view! {
         <Transition fallback=|| view! { <p class="muted">"Loading the job…"</p> }>
@@ -899,6 +901,19 @@ pub fn JobPage() -> impl IntoView {
                                 })}
                                 {yours.then(|| view! {
                                     <a class="button secondary" href=format!("/submit?from={}", job.id) data-testid="edit-resubmit">"Edit and resubmit"</a>
+                                })}
+                                {(yours && !cancellable).then(|| view! {
+                                    <ActionForm action=delete attr:class="inline-form">
+                                        <input type="hidden" name="id" value=job.id/>
+                                        <button type="submit" class="danger" data-testid="delete-job"
+                                            disabled=move || delete.pending().get()
+                                            on:click=crate::pages::confirm_first(format!(
+                                                "Delete job {} for good? Its timeline, logs, files and kept checkpoints go; its runs stay in their experiment.",
+                                                job.id
+                                            ))>
+                                            "Delete"
+                                        </button>
+                                    </ActionForm>
                                 })}
                                 {(yours && cancellable).then(|| view! {
                                     <ActionForm action=cancel attr:class="inline-form">

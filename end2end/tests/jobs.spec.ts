@@ -246,6 +246,13 @@ test('a job out of time is resumed from its checkpoints, and kept ones can be de
   const again = await request.post(`/api/trainyard/v1/jobs/${dropped}/retry?resume=true`, { data: {} });
   expect(again.status()).toBe(400);
   expect(await again.text()).toContain('keeps no checkpoints');
+  // The job itself, deleted for good, asked first: the list no longer has it.
+  page.once('dialog', (d) => void d.accept());
+  await page.getByTestId('delete-job').click();
+  await expect(page).toHaveURL(/\/jobs$/);
+  await expect(page.getByTestId('jobs')).toBeVisible();
+  await expect(page.locator(`a[href="/jobs/${dropped}"]`)).toHaveCount(0);
+  expect((await request.get(`/api/trainyard/v1/jobs/${dropped}`)).status()).toBe(404);
 });
 
 test('a project archive uploads with progress and the job runs it', async ({ page }) => {

@@ -440,6 +440,28 @@ pub async fn cancel(remote: &Remote, id: i64) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `trainyard delete ID...`: deletes ended jobs for good, each on its
+/// own; exits 1 if any could not be (each says why).
+pub async fn delete(remote: &Remote, ids: &[i64]) -> Result<ExitCode> {
+    let client = remote.client()?;
+    let mut all = true;
+    for id in ids {
+        let path = format!("/api/trainyard/v1/jobs/{id}");
+        match remote.send(client.delete(remote.url(&path))).await {
+            Ok(_) => println!("job {id} deleted"),
+            Err(CliError(message)) => {
+                eprintln!("job {id}: {message}");
+                all = false;
+            }
+        }
+    }
+    Ok(if all {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 /// `trainyard logs [-f] [--attempt N] ID`: the log of the latest attempt,
 /// or of attempt N (1 is the first); with `-f`, follows it until the job
 /// ends, and exits 0 only if it succeeded.

@@ -370,6 +370,19 @@ pub async fn delete_checkpoints(
     }
 }
 
+/// `DELETE /api/trainyard/v1/jobs/{id}`: deletes an ended job for good
+/// (its owner, or an admin): its record, timeline, logs, files and the
+/// checkpoints it keeps. Its runs stay in their experiment.
+pub async fn delete(
+    State(state): State<AppState>,
+    Caller(principal): Caller,
+    Path(id): Path<i64>,
+) -> Result<StatusCode, JobsError> {
+    let record = job_as(&state, &principal, id, Access::Change).await?;
+    state.jobs.delete_job(&record, &principal.user).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// What one archive of a job's inputs may hold.
 const INPUT_LIMITS: trainyard_jobs::archive::Limits = trainyard_jobs::archive::Limits {
     max_bytes: 1 << 40,

@@ -357,7 +357,10 @@ pub fn router(state: AppState) -> Router {
                     "/api/trainyard/v1/runs/{id}/events",
                     get(explorer::run_events),
                 )
-                .route("/api/trainyard/v1/jobs/{id}", get(jobs_api::show))
+                .route(
+                    "/api/trainyard/v1/jobs/{id}",
+                    get(jobs_api::show).delete(jobs_api::delete),
+                )
                 .route(
                     "/api/trainyard/v1/jobs/{id}/cancel",
                     axum::routing::post(jobs_api::cancel),

@@ -105,6 +105,14 @@ enum Command {
         #[command(flatten)]
         remote: RemoteArgs,
     },
+    /// Delete ended jobs for good: their timelines, logs, files and kept
+    /// checkpoints (their runs stay in their experiments).
+    Delete {
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<i64>,
+        #[command(flatten)]
+        remote: RemoteArgs,
+    },
     /// Upload a dataset (an archive) under a name jobs can use.
     UploadDataset {
         name: String,
@@ -314,6 +322,7 @@ fn run_client(command: &Command) -> Option<ExitCode> {
                 remote,
             } => cli::logs(&remote.remote(), *id, *follow, *attempt).await,
             Command::Cancel { id, remote } => cli::cancel(&remote.remote(), *id).await,
+            Command::Delete { ids, remote } => cli::delete(&remote.remote(), ids).await,
             Command::UploadDataset {
                 name,
                 archive,

@@ -264,10 +264,11 @@ pub enum AuditAction {
     UploadDeleted,
     RunPurged,
     CheckpointsDeleted,
+    JobDeleted,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 16] = [
+    pub const ALL: [AuditAction; 17] = [
         AuditAction::TeamCreated,
         AuditAction::TeamChanged,
         AuditAction::NodeDrained,
@@ -284,6 +285,7 @@ impl AuditAction {
         AuditAction::UploadDeleted,
         AuditAction::RunPurged,
         AuditAction::CheckpointsDeleted,
+        AuditAction::JobDeleted,
     ];
 
     /// As stored and asked for (`?action=`).
@@ -305,6 +307,7 @@ impl AuditAction {
             AuditAction::UploadDeleted => "upload.delete",
             AuditAction::RunPurged => "run.purge",
             AuditAction::CheckpointsDeleted => "checkpoints.delete",
+            AuditAction::JobDeleted => "job.delete",
         }
     }
 
@@ -346,6 +349,7 @@ impl AuditAction {
             AuditAction::UploadDeleted => "deleted someone's upload",
             AuditAction::RunPurged => "deleted someone's run forever",
             AuditAction::CheckpointsDeleted => "deleted someone's kept checkpoints",
+            AuditAction::JobDeleted => "deleted someone's job",
         }
     }
 }

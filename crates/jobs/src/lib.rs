@@ -3148,6 +3148,73 @@ impl Jobs {
         Ok(true)
     }
 
+    /// Deletes an ended job for good, as `by` asks (its owner, or an
+    /// admin): the checkpoints it keeps, its record and timeline, then its
+    /// folder (logs, files, what its attempts left). Its runs stay in their
+    /// experiment, and its GPU-hours in the usage. Refused, saying why,
+    /// while it has not ended or a job that has not ended resumes from its
+    /// checkpoints.
+    pub async fn delete_job(&self, record: &JobRecord, by: &User) -> Result<(), StoreError> {
+        let id = record.job.id;
+        if !record.job.state.is_terminal() {
+            return Err(StoreError::Rejected(format!(
+                "job {id} has not ended; cancel it first, then delete it"
+            )));
+        }
+        let held = |taker: i64| {
+            StoreError::Rejected(format!(
+                "job {taker} resumes from job {id}'s checkpoints; delete job {id} once job {taker} has ended, or cancel job {taker}"
+            ))
+        };
+        if let Some(taker) = self.store().checkpoints_taker(id).await? {
+            return Err(held(taker));
+        }
+        // Checkpoints it took and still holds (its server stopped before
+        // it let them go): let go now, as at its end, so that the record
+        // does not outlive what it says.
+        if let Some(from) = self.store().claimed_by(id).await?
+            && let Err(error) = self.let_go(from, id).await
+        {
+            return Err(StoreError::Rejected(format!(
+                "job {id} still holds job {from}'s checkpoints, and they cannot be let go now ({error}); try again in a minute"
+            )));
+        }
+        // Its own go first, as when their owner deletes them: a record
+        // goes only once what they hold is gone, so none is left unrecorded.
+        if self.delete_kept(&record.job).await? == Some(false) {
+            return Err(StoreError::Rejected(format!(
+                "job {id}'s checkpoints cannot be deleted now (see the server's log); they go within a minute, and the job can be deleted then"
+            )));
+        }
+        if !self.store().delete_job(id).await? {
+            // Taken by a submission that came in between.
+            return Err(match self.store().checkpoints_taker(id).await? {
+                Some(taker) => held(taker),
+                None => StoreError::NotFound(format!("job {id} does not exist")),
+            });
+        }
+        let folder = self.job_dir(id);
+        let removed = tokio::task::spawn_blocking(move || tree::remove_tree(&folder))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| r);
+        if let Err(error) = removed {
+            tracing::warn!(job = id, %error, "could not remove the folder of a deleted job");
+        }
+        if record.someone_else(by).is_some() {
+            let whose = record.job.owner.as_deref().unwrap_or("nobody");
+            self.store()
+                .audit(
+                    by,
+                    AuditAction::JobDeleted,
+                    &format!("job {id}"),
+                    &format!("{whose}'s job {}", record.job.spec.name),
+                )
+                .await;
+        }
+        Ok(())
+    }
+
     /// Deletes the kept checkpoints whose time is up (but those a job that
     /// has not ended took), and lets go of those that jobs which ended took
     /// (the server stopped before they let go): at most once a minute, one

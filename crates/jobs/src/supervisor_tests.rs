@@ -1506,3 +1506,86 @@ async fn a_job_whose_submission_the_server_stopped_in_fails_at_the_next_start() 
     assert_eq!(s.job(in_flight).await.job.state, JobState::Queued);
     assert_eq!(store.claimed_by(in_flight).await.unwrap(), Some(kept[1]));
 }
+
+/// An admin deletes someone's ended job: what its checkpoints hold goes
+/// with their record, then the job and its folder, and the trail says who
+/// did it. Its owner is refused one that has not ended.
+#[tokio::test]
+async fn an_admin_deletes_someones_ended_job_and_the_trail_says_so() {
+    let s = setup(vec![node(0, "a", 1)]).await;
+    let store = s.jobs.store().clone();
+    let ada = store
+        .sign_in(trainyard_store::SignIn {
+            subject: "sub-ada".into(),
+            username: "ada".into(),
+            display_name: String::new(),
+            email: None,
+            is_admin: false,
+            groups: Vec::new(),
+        })
+        .await
+        .unwrap();
+    let spec = parse_spec(false, br#"{"name": "hers", "command": "x"}"#).unwrap();
+    let hers = s.jobs.submit(spec, &ada).await.unwrap().job.id;
+    s.jobs.cycle().await.unwrap();
+    let running = s.job(hers).await;
+    match s.jobs.delete_job(&running, &ada).await {
+        Err(trainyard_store::StoreError::Rejected(why)) => {
+            assert!(why.contains("has not ended; cancel it first"), "{why}")
+        }
+        other => panic!("deleted while it runs: {other:?}"),
+    }
+    s.fake.checkpoints.lock().unwrap().insert(hers, 9);
+    s.fake.set_fate(hers, exited(1));
+    s.jobs.cycle().await.unwrap();
+    assert!(store.kept_checkpoints(hers).await.unwrap().is_some());
+    let folder = s._dir.path().join(format!("jobs/{hers}"));
+    std::fs::create_dir_all(folder.join("0")).unwrap();
+    std::fs::write(folder.join("0/output.log"), "log").unwrap();
+
+    // As the API and pages read it: named.
+    let ended = store
+        .job_as(&s.user, hers, trainyard_store::Access::Change)
+        .await
+        .unwrap();
+    // What they hold cannot be deleted now: the job stays, and so does
+    // their record, expired, for the sweep to finish.
+    *s.fake.drop_fails.lock().unwrap() = true;
+    match s.jobs.delete_job(&ended, &s.user).await {
+        Err(trainyard_store::StoreError::Rejected(why)) => {
+            assert!(why.contains("checkpoints cannot be deleted now"), "{why}")
+        }
+        other => panic!("deleted, leaving its checkpoints unrecorded: {other:?}"),
+    }
+    assert!(store.get_job(hers).await.is_ok());
+    assert_eq!(
+        store
+            .expired_checkpoints(trainyard_store::now_millis(), 10)
+            .await
+            .unwrap(),
+        [hers]
+    );
+    *s.fake.drop_fails.lock().unwrap() = false;
+    s.jobs.delete_job(&ended, &s.user).await.unwrap();
+    assert!(matches!(
+        store.get_job(hers).await,
+        Err(trainyard_store::StoreError::NotFound(_))
+    ));
+    assert!(!s.fake.checkpoints.lock().unwrap().contains_key(&hers));
+    assert_eq!(store.kept_checkpoints(hers).await.unwrap(), None);
+    assert!(!folder.exists());
+    let trail = store
+        .audit_events(
+            &trainyard_store::audit::AuditQuery {
+                action: Some(trainyard_domain::identity::AuditAction::JobDeleted),
+                ..Default::default()
+            },
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(trail.len(), 1, "{trail:?}");
+    assert_eq!(trail[0].actor, s.user.username);
+    assert_eq!(trail[0].target, format!("job {hers}"));
+    assert_eq!(trail[0].detail, "ada's job hers");
+}

@@ -538,6 +538,26 @@ impl Store {
             .collect()
     }
 
+    /// Deletes an ended job's record and timeline (and the record of the
+    /// checkpoints it keeps), unless a job that has not ended took its
+    /// checkpoints: whether it went. Its runs stay.
+    pub async fn delete_job(&self, id: i64) -> Result<bool, StoreError> {
+        let _turn = self.write_turn().await;
+        let mut sql = self.sql();
+        sql.push(
+            "DELETE FROM jobs WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'LOST') AND id = ",
+        )
+        .bind(id)
+        .push(&format!(
+            " AND NOT EXISTS (SELECT 1 FROM kept_checkpoints WHERE NOT {} AND job_id = ",
+            crate::checkpoints::NOT_HELD
+        ))
+        .bind(id)
+        .push(")");
+        let done = sea_orm::ConnectionTrait::execute_raw(self.connection(), sql.build()).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     pub async fn job_events(&self, id: i64) -> Result<Vec<JobEvent>, StoreError> {
         Ok(job_event::Entity::find()
             .filter(job_event::Column::JobId.eq(id))

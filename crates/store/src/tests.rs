@@ -916,3 +916,73 @@ async fn kept_checkpoints_are_listed_expire_and_are_taken_by_one_job() {
         [jobs[2]]
     );
 }
+
+/// An ended job is deleted with its timeline and the record of the
+/// checkpoints it keeps; not one that has not ended, nor one whose
+/// checkpoints a waiting job took. Its run stays.
+#[tokio::test]
+async fn an_ended_job_is_deleted_with_its_timeline_unless_a_job_resumes_from_it() {
+    let db = TestDb::new().await;
+    let store = migrated(&db).await;
+    let owner = store.local_admin().await.unwrap();
+    let experiment = store
+        .create_experiment("deleted", owner.as_owner())
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        let job = store
+            .create_job(new_job(
+                r#"{"name": "j", "command": "x"}"#,
+                owner.id,
+                experiment,
+            ))
+            .await
+            .unwrap();
+        jobs.push(job);
+    }
+    let (ended, waiting, other) = (jobs[0].job.id, jobs[1].job.id, jobs[2].job.id);
+    assert!(!store.delete_job(ended).await.unwrap(), "queued");
+    for id in [ended, other] {
+        store
+            .move_job(
+                id,
+                &[JobState::Queued],
+                JobState::Failed,
+                JobChange::default(),
+            )
+            .await
+            .unwrap();
+    }
+    store.add_job_event(ended, "note", "said").await.unwrap();
+    let far = now_millis() + 3_600_000;
+    store
+        .keep_checkpoints(ended, Some(owner.id), 10, far)
+        .await
+        .unwrap();
+    assert!(store.claim_checkpoints(ended, waiting).await.unwrap());
+    assert_eq!(store.checkpoints_taker(ended).await.unwrap(), Some(waiting));
+    assert!(!store.delete_job(ended).await.unwrap(), "resumed from");
+    store.unclaim_checkpoints(ended, waiting).await.unwrap();
+    assert_eq!(store.checkpoints_taker(ended).await.unwrap(), None);
+    assert!(store.delete_job(ended).await.unwrap());
+    assert!(matches!(
+        store.get_job(ended).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(store.job_events(ended).await.unwrap().is_empty());
+    assert_eq!(store.kept_checkpoints(ended).await.unwrap(), None);
+    assert!(!store.take_checkpoints(ended).await.unwrap());
+    assert!(!store.delete_job(ended).await.unwrap(), "gone already");
+    // Its run stays; the others are untouched.
+    let run = jobs[0].job.run_id.as_deref().unwrap();
+    assert!(store.get_run(run).await.is_ok());
+    assert_eq!(
+        store.get_job(other).await.unwrap().job.state,
+        JobState::Failed
+    );
+    assert_eq!(
+        store.get_job(waiting).await.unwrap().job.state,
+        JobState::Queued
+    );
+}

@@ -382,6 +382,83 @@ async fn a_job_that_ran_out_of_time_is_resumed_from_its_checkpoints() {
     assert!(refused.body.contains("resume_from"), "{}", refused.body);
 }
 
+/// An ended job is deleted for good (REST and the command line): its
+/// record, log, files and kept checkpoints go, its run stays. Not while it
+/// runs, nor while a job that runs resumes from its checkpoints.
+#[tokio::test]
+async fn an_ended_job_is_deleted_for_good_and_its_run_stays() {
+    let server = TestServer::start().await;
+    let saves = json!({"name": "saves", "resources": {"memory": "64Mi"},
+        "command": "echo 7 > \"$TRAINYARD_CHECKPOINT_DIR/step\"; echo saved; exit 3"});
+    let first = submit(&server, saves).await;
+    let failed = wait_for(&server, first, "FAILED").await;
+    assert_eq!(failed["checkpoints"]["bytes"], 2, "{failed}");
+    let folder = server.data_dir.path().join(format!("jobs/{first}"));
+    assert!(folder.join("checkpoints/step").exists());
+    let delete = |id: i64| {
+        let path = format!("/api/trainyard/v1/jobs/{id}");
+        let addr = server.addr;
+        async move { request(addr, "DELETE", &path, &[], b"").await }
+    };
+    // Resumed from by a job that runs: not yet.
+    let resumes = submit(
+        &server,
+        json!({"name": "resumes", "command": "sleep 30", "resume_from": first,
+               "resources": {"memory": "64Mi"}}),
+    )
+    .await;
+    wait_for(&server, resumes, "RUNNING").await;
+    let refused = delete(first).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains(&format!(
+            "job {resumes} resumes from job {first}'s checkpoints"
+        )),
+        "{}",
+        refused.body
+    );
+    // Running: not yet either.
+    let refused = delete(resumes).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.body.contains("has not ended; cancel it first"),
+        "{}",
+        refused.body
+    );
+    let cancel = format!("/api/trainyard/v1/jobs/{resumes}/cancel");
+    assert_eq!(
+        post_json(server.addr, &cancel, &json!({})).await.status,
+        200
+    );
+    let cancelled = wait_for(&server, resumes, "CANCELLED").await;
+    assert_eq!(
+        cancelled["checkpoints"]["bytes"], 2,
+        "its own now: {cancelled}"
+    );
+
+    let answer = delete(first).await;
+    assert_eq!(answer.status, 204, "{}", answer.body);
+    let gone = server.get(&format!("/api/trainyard/v1/jobs/{first}")).await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    assert!(!folder.exists());
+    let run_id = failed["job"]["run_id"].as_str().unwrap();
+    assert_eq!(run(&server, run_id).await["info"]["status"], "FAILED");
+    assert_eq!(delete(first).await.status, 404);
+
+    // The command line deletes each it is given, and says which it could not.
+    let (code, stdout, stderr) = cli(&server, &["delete", &resumes.to_string(), "999999"]).await;
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("job {resumes} deleted")),
+        "{stdout}"
+    );
+    assert!(stderr.contains("job 999999: "), "{stderr}");
+    let resumed_folder = server.data_dir.path().join(format!("jobs/{resumes}"));
+    assert!(!resumed_folder.exists());
+    let listed = server.get("/api/trainyard/v1/jobs").await;
+    assert!(!listed.body.contains("\"saves\""), "{}", listed.body);
+}
+
 #[tokio::test]
 async fn specs_that_cannot_run_are_refused_with_their_fields() {
     let server = TestServer::start_with(&[("TRAINYARD_SIMULATED_GPUS", "2")]).await;
