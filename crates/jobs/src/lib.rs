@@ -313,25 +313,47 @@ struct Inner {
     /// When this service began (ms): a queued job made before it whose
     /// files are not ready was being submitted when the server stopped.
     began: i64,
-    /// The jobs this service is submitting now (made, their files not yet
-    /// ready), whatever the clock said.
-    submitting: Mutex<std::collections::HashSet<i64>>,
+    /// Jobs this service works on outside the loop now: being submitted
+    /// (made, their files not yet ready, whatever the clock said) or run
+    /// again (their files being copied), each counted; -1: being deleted,
+    /// which waits for none of those and lets none start.
+    in_use: Mutex<HashMap<i64, i32>>,
 }
 
-/// A job being submitted, until dropped.
-struct Submitting<'a> {
-    jobs: &'a Jobs,
+/// A job held in use ([`Jobs::hold`]) or alone ([`Jobs::hold_alone`]),
+/// until dropped.
+struct Held {
+    jobs: Jobs,
     id: i64,
 }
 
-impl Drop for Submitting<'_> {
+impl Drop for Held {
     fn drop(&mut self) {
-        self.jobs
+        let mut in_use = self
+            .jobs
             .inner
-            .submitting
+            .in_use
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.id);
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = in_use.get_mut(&self.id) {
+            *count -= 1;
+            if *count <= 0 {
+                in_use.remove(&self.id);
+            }
+        }
+    }
+}
+
+/// Runs `work` to its end even if its caller stops waiting (a client that
+/// went away mid-request): a submission left half-done would hold its job
+/// queued, and what it took, until the server's next start.
+async fn detached<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    match tokio::spawn(work).await {
+        Ok(done) => done,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => panic!("the runtime stopped under a submission: {error}"),
     }
 }
 
@@ -451,7 +473,7 @@ impl Jobs {
                 checkpoints_swept: Mutex::new(None),
                 sweeping: std::sync::atomic::AtomicBool::new(false),
                 began: now_millis(),
-                submitting: Mutex::new(std::collections::HashSet::new()),
+                in_use: Mutex::new(HashMap::new()),
                 active,
             }),
         }
@@ -510,6 +532,11 @@ impl Jobs {
         self.inner.config.root.join(id.to_string())
     }
 
+    /// Where the folders of deleted jobs wait to be removed.
+    fn deleted_dir(&self) -> PathBuf {
+        self.inner.config.root.join(".deleted")
+    }
+
     /// Makes the supervisor look now (after a submit, a cancel, an exit).
     pub fn wake(&self) {
         self.inner.wake.notify_one();
@@ -519,6 +546,11 @@ impl Jobs {
     /// resources, image and max runtime apply where the spec does not set
     /// them, and its parameters are checked and defaulted.
     pub async fn submit(&self, spec: JobSpec, owner: &User) -> Result<JobRecord, SubmitError> {
+        let (jobs, owner) = (self.clone(), owner.clone());
+        detached(async move { jobs.submit_now(spec, &owner).await }).await
+    }
+
+    async fn submit_now(&self, spec: JobSpec, owner: &User) -> Result<JobRecord, SubmitError> {
         let mut errors = spec.clone().check().err().unwrap_or_default();
         let template = match &spec.template {
             Some(slug) => match self.store().get_template(slug.trim()).await? {
@@ -735,7 +767,7 @@ impl Jobs {
                 },
             })
             .await?;
-        let _submitting = self.submitting(record.job.id);
+        let _held = self.hold(record.job.id);
         let files_too = template.is_none() && project.is_none();
         let record = self.take_for(record, files_too).await?;
         if record.job.state.is_terminal() {
@@ -806,14 +838,33 @@ impl Jobs {
         self.job_dir(id).join("files.ready")
     }
 
-    /// Marks job `id` as being submitted by this service, until dropped.
-    fn submitting(&self, id: i64) -> Submitting<'_> {
-        self.inner
-            .submitting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id);
-        Submitting { jobs: self, id }
+    /// Holds job `id` in use (being submitted, or run again) until
+    /// dropped; None while it is being deleted.
+    fn hold(&self, id: i64) -> Option<Held> {
+        let mut in_use = self.inner.in_use.lock().unwrap_or_else(|p| p.into_inner());
+        let count = in_use.entry(id).or_insert(0);
+        if *count < 0 {
+            return None;
+        }
+        *count += 1;
+        Some(Held {
+            jobs: self.clone(),
+            id,
+        })
+    }
+
+    /// Holds job `id` alone (to delete it) until dropped; None while it is
+    /// in use.
+    fn hold_alone(&self, id: i64) -> Option<Held> {
+        let mut in_use = self.inner.in_use.lock().unwrap_or_else(|p| p.into_inner());
+        if in_use.contains_key(&id) {
+            return None;
+        }
+        in_use.insert(id, -1);
+        Some(Held {
+            jobs: self.clone(),
+            id,
+        })
     }
 
     /// Whether a queued job whose files are not ready was left so by a
@@ -825,10 +876,10 @@ impl Jobs {
         job.created_at < self.inner.began
             && !self
                 .inner
-                .submitting
+                .in_use
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .contains(&job.id)
+                .contains_key(&job.id)
             && self.inner.config.root.is_dir()
             && std::fs::symlink_metadata(self.files_ready_marker(job.id))
                 .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
@@ -1795,6 +1846,20 @@ impl Jobs {
         by: Option<&str>,
         resume: bool,
     ) -> Result<JobRecord, StoreError> {
+        let (jobs, by) = (self.clone(), by.map(str::to_owned));
+        detached(async move { jobs.retry_now(id, by.as_deref(), resume).await }).await
+    }
+
+    async fn retry_now(
+        &self,
+        id: i64,
+        by: Option<&str>,
+        resume: bool,
+    ) -> Result<JobRecord, StoreError> {
+        // Its files are copied below: it is not deleted meanwhile.
+        let Some(_source) = self.hold(id) else {
+            return Err(StoreError::NotFound(format!("job {id} is being deleted")));
+        };
         let old = self.store().get_job(id).await?;
         if !old.job.state.is_terminal() {
             return Err(StoreError::Rejected(format!(
@@ -1871,7 +1936,7 @@ impl Jobs {
                 ),
             })
             .await?;
-        let _submitting = self.submitting(record.job.id);
+        let _held = self.hold(record.job.id);
         // Its files are made ready below, after the checkpoints are taken.
         let record = self.take_for(record, false).await?;
         if record.job.state.is_terminal() {
@@ -3112,9 +3177,15 @@ impl Jobs {
             if count < MAX_KEPT_PER_PERSON && total.saturating_add(bytes) <= most {
                 break;
             }
-            let origin = self.store().get_job(old.job).await?;
-            if self.delete_kept(&origin.job).await?.is_some() {
-                went.push(old.job);
+            match self.store().get_job(old.job).await {
+                Ok(origin) => {
+                    if self.delete_kept(&origin.job).await?.is_some() {
+                        went.push(old.job);
+                    }
+                }
+                // Deleted meanwhile, and its checkpoints with it.
+                Err(StoreError::NotFound(_)) => {}
+                Err(error) => return Err(error),
             }
             count = count.saturating_sub(1);
             total = total.saturating_sub(old.bytes);
@@ -3156,6 +3227,16 @@ impl Jobs {
     /// checkpoints.
     pub async fn delete_job(&self, record: &JobRecord, by: &User) -> Result<(), StoreError> {
         let id = record.job.id;
+        if !by.can_change(record.owner()) {
+            return Err(StoreError::Forbidden(format!(
+                "job {id} is not yours: only its owner or an admin may delete it"
+            )));
+        }
+        let Some(_alone) = self.hold_alone(id) else {
+            return Err(StoreError::Rejected(format!(
+                "job {id} is being submitted or run again right now; delete it once that is done"
+            )));
+        };
         if !record.job.state.is_terminal() {
             return Err(StoreError::Rejected(format!(
                 "job {id} has not ended; cancel it first, then delete it"
@@ -3181,9 +3262,15 @@ impl Jobs {
         }
         // Its own go first, as when their owner deletes them: a record
         // goes only once what they hold is gone, so none is left unrecorded.
-        if self.delete_kept(&record.job).await? == Some(false) {
+        // Kept or not, the executor is asked (a claim may outlive a record
+        // that was never written).
+        let dropped = match self.delete_kept(&record.job).await? {
+            Some(dropped) => dropped,
+            None => self.inner.executor.drop_checkpoints(&record.job).await,
+        };
+        if !dropped {
             return Err(StoreError::Rejected(format!(
-                "job {id}'s checkpoints cannot be deleted now (see the server's log); they go within a minute, and the job can be deleted then"
+                "job {id}'s checkpoints cannot be deleted at the moment; they go within a minute, and the job can be deleted then"
             )));
         }
         if !self.store().delete_job(id).await? {
@@ -3193,13 +3280,25 @@ impl Jobs {
                 None => StoreError::NotFound(format!("job {id} does not exist")),
             });
         }
-        let folder = self.job_dir(id);
-        let removed = tokio::task::spawn_blocking(move || tree::remove_tree(&folder))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|r| r);
+        // Moved aside at once (what still writes into it, a cleanup or a
+        // log follower of its last moments, writes there), then removed;
+        // what is left is removed by the sweep.
+        let (folder, aside) = (self.job_dir(id), self.deleted_dir().join(id.to_string()));
+        let removed = tokio::task::spawn_blocking(move || {
+            if let Some(parent) = aside.parent() {
+                private_folder(parent)?;
+            }
+            match std::fs::rename(&folder, &aside) {
+                Ok(()) => tree::remove_tree(&aside),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(_) => tree::remove_tree(&folder),
+            }
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|r| r);
         if let Err(error) = removed {
-            tracing::warn!(job = id, %error, "could not remove the folder of a deleted job");
+            tracing::warn!(job = id, %error, "could not remove the folder of a deleted job yet; the sweep removes it");
         }
         if record.someone_else(by).is_some() {
             let whose = record.job.owner.as_deref().unwrap_or("nobody");
@@ -3250,6 +3349,21 @@ impl Jobs {
     }
 
     async fn sweep_checkpoints(&self) {
+        // Deleted jobs' folders a deletion could not remove whole.
+        let deleted = self.deleted_dir();
+        let removed = tokio::task::spawn_blocking(move || {
+            let Ok(entries) = std::fs::read_dir(&deleted) else {
+                return Ok(());
+            };
+            for entry in entries.flatten().take(100) {
+                tree::remove_tree(&entry.path())?;
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .await;
+        if let Ok(Err(error)) = removed {
+            tracing::warn!(%error, "could not remove a deleted job's folder; trying again later");
+        }
         match self.store().claims_of_ended_jobs(100).await {
             Ok(claims) => {
                 for (from, by) in claims {

@@ -1485,6 +1485,22 @@ async fn a_job_whose_submission_the_server_stopped_in_fails_at_the_next_start() 
     // Made before the new server began, to the millisecond.
     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     s.restart();
+    // Not while the jobs folder is away (a volume not mounted)...
+    let root = s._dir.path().join("jobs");
+    let away = s._dir.path().join("jobs-away");
+    std::fs::rename(&root, &away).unwrap();
+    s.jobs.cycle().await.unwrap();
+    std::fs::rename(&away, &root).unwrap();
+    assert_eq!(
+        s.job(cut).await.job.state,
+        JobState::Queued,
+        "no jobs folder"
+    );
+    // ...nor while this server works on it, whatever the clock says.
+    let held = s.jobs.hold(cut).unwrap();
+    s.jobs.cycle().await.unwrap();
+    assert_eq!(s.job(cut).await.job.state, JobState::Queued, "in use");
+    drop(held);
     let in_flight = s.submit(&resume(kept[1])).await;
     std::fs::remove_file(s.jobs.files_ready_marker(in_flight)).unwrap();
     s.jobs.cycle().await.unwrap();
@@ -1529,6 +1545,23 @@ async fn an_admin_deletes_someones_ended_job_and_the_trail_says_so() {
     let hers = s.jobs.submit(spec, &ada).await.unwrap().job.id;
     s.jobs.cycle().await.unwrap();
     let running = s.job(hers).await;
+    let bob = store
+        .sign_in(trainyard_store::SignIn {
+            subject: "sub-bob".into(),
+            username: "bob".into(),
+            display_name: String::new(),
+            email: None,
+            is_admin: false,
+            groups: Vec::new(),
+        })
+        .await
+        .unwrap();
+    match s.jobs.delete_job(&running, &bob).await {
+        Err(trainyard_store::StoreError::Forbidden(why)) => {
+            assert!(why.contains("only its owner or an admin"), "{why}")
+        }
+        other => panic!("someone else deleted it: {other:?}"),
+    }
     match s.jobs.delete_job(&running, &ada).await {
         Err(trainyard_store::StoreError::Rejected(why)) => {
             assert!(why.contains("has not ended; cancel it first"), "{why}")
@@ -1553,7 +1586,10 @@ async fn an_admin_deletes_someones_ended_job_and_the_trail_says_so() {
     *s.fake.drop_fails.lock().unwrap() = true;
     match s.jobs.delete_job(&ended, &s.user).await {
         Err(trainyard_store::StoreError::Rejected(why)) => {
-            assert!(why.contains("checkpoints cannot be deleted now"), "{why}")
+            assert!(
+                why.contains("checkpoints cannot be deleted at the moment"),
+                "{why}"
+            )
         }
         other => panic!("deleted, leaving its checkpoints unrecorded: {other:?}"),
     }
@@ -1566,6 +1602,15 @@ async fn an_admin_deletes_someones_ended_job_and_the_trail_says_so() {
         [hers]
     );
     *s.fake.drop_fails.lock().unwrap() = false;
+    // Not while it is run again (its files being copied).
+    let copying = s.jobs.hold(hers).unwrap();
+    match s.jobs.delete_job(&ended, &s.user).await {
+        Err(trainyard_store::StoreError::Rejected(why)) => {
+            assert!(why.contains("run again right now"), "{why}")
+        }
+        other => panic!("deleted under a retry: {other:?}"),
+    }
+    drop(copying);
     s.jobs.delete_job(&ended, &s.user).await.unwrap();
     assert!(matches!(
         store.get_job(hers).await,

@@ -57,14 +57,18 @@ impl Store {
         Ok(())
     }
 
-    /// What job `job` left, if it is kept and no job took it.
+    /// What job `job` left, if it is kept (its time not up) and no job
+    /// took it.
     pub async fn kept_checkpoints(&self, job: i64) -> Result<Option<KeptCheckpoints>, StoreError> {
         let mut sql = self.sql();
         sql.push(&format!(
             "SELECT {COLUMNS} FROM kept_checkpoints k LEFT JOIN users u ON u.id = k.owner_id \
              WHERE k.taken_by IS NULL AND k.job_id = "
         ))
-        .bind(job);
+        .bind(job)
+        // Past their time (or being deleted): going, not kept.
+        .push(" AND k.kept_until > ")
+        .bind(now_millis());
         match self.connection().query_one_raw(sql.build()).await? {
             Some(row) => Ok(Some(kept(&row)?)),
             None => Ok(None),
@@ -83,6 +87,8 @@ impl Store {
              WHERE k.taken_by IS NULL AND k.owner_id = "
         ))
         .bind(owner)
+        .push(" AND k.kept_until > ")
+        .bind(now_millis())
         .push(" ORDER BY k.kept_until, k.job_id LIMIT ")
         .bind(KEPT_LISTED as i64);
         self.connection()
