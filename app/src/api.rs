@@ -393,6 +393,28 @@ pub(crate) fn jobs() -> Result<trainyard_jobs::Jobs, AppError> {
     })
 }
 
+/// The job service, the caller and job `id`, which the caller may change
+/// (its owner, or an admin).
+#[cfg(feature = "ssr")]
+async fn job_to_change(
+    id: i64,
+) -> Result<
+    (
+        trainyard_jobs::Jobs,
+        trainyard_domain::identity::User,
+        trainyard_store::JobRecord,
+    ),
+    AppError,
+> {
+    let jobs = jobs()?;
+    let user = caller()?.user;
+    let record = jobs
+        .store()
+        .job_as(&user, id, trainyard_store::Access::Change)
+        .await?;
+    Ok((jobs, user, record))
+}
+
 /// The most jobs the jobs page lists.
 pub const JOBS_SHOWN: usize = 200;
 
@@ -494,12 +516,7 @@ pub async fn get_job(id: i64) -> Result<JobDetail, AppError> {
 /// Deletes the checkpoints an ended job keeps (its owner, or an admin).
 #[server(endpoint = "delete_job_checkpoints")]
 pub async fn delete_job_checkpoints(id: i64) -> Result<(), AppError> {
-    let jobs = jobs()?;
-    let user = caller()?.user;
-    let record = jobs
-        .store()
-        .job_as(&user, id, trainyard_store::Access::Change)
-        .await?;
+    let (jobs, user, record) = job_to_change(id).await?;
     if !jobs.delete_checkpoints(&record, &user).await? {
         return Err(AppError::NotFound(format!(
             "job {id} keeps no checkpoints any more (deleted, expired or resumed from)"
@@ -512,12 +529,7 @@ pub async fn delete_job_checkpoints(id: i64) -> Result<(), AppError> {
 /// theirs; an admin: any).
 #[server(endpoint = "move_job_team")]
 pub async fn move_job_team(id: i64, team: String) -> Result<(), AppError> {
-    let jobs = jobs()?;
-    let user = caller()?.user;
-    let record = jobs
-        .store()
-        .job_as(&user, id, trainyard_store::Access::Change)
-        .await?;
+    let (jobs, user, record) = job_to_change(id).await?;
     jobs.set_team(&record, &team, &user).await?;
     Ok(())
 }
@@ -550,12 +562,7 @@ pub async fn get_log_tail(id: i64) -> Result<LogTail, AppError> {
 
 #[server(endpoint = "cancel_job")]
 pub async fn cancel_job(id: i64) -> Result<(), AppError> {
-    let jobs = jobs()?;
-    let user = caller()?.user;
-    let record = jobs
-        .store()
-        .job_as(&user, id, trainyard_store::Access::Change)
-        .await?;
+    let (jobs, user, record) = job_to_change(id).await?;
     jobs.cancel(id, record.someone_else(&user)).await?;
     Ok(())
 }
@@ -564,12 +571,7 @@ pub async fn cancel_job(id: i64) -> Result<(), AppError> {
 /// goes to the jobs list.
 #[server(endpoint = "delete_job")]
 pub async fn delete_job(id: i64) -> Result<(), AppError> {
-    let jobs = jobs()?;
-    let user = caller()?.user;
-    let record = jobs
-        .store()
-        .job_as(&user, id, trainyard_store::Access::Change)
-        .await?;
+    let (jobs, user, record) = job_to_change(id).await?;
     jobs.delete_job(&record, &user).await?;
     leptos_axum::redirect("/jobs");
     Ok(())
@@ -580,12 +582,7 @@ pub async fn delete_job(id: i64) -> Result<(), AppError> {
 /// this one left.
 #[server(endpoint = "retry_job")]
 pub async fn retry_job(id: i64, #[server(default)] resume: bool) -> Result<i64, AppError> {
-    let jobs = jobs()?;
-    let user = caller()?.user;
-    let record = jobs
-        .store()
-        .job_as(&user, id, trainyard_store::Access::Change)
-        .await?;
+    let (jobs, user, record) = job_to_change(id).await?;
     let record = jobs.retry(id, record.acted_on_by(&user), resume).await?;
     leptos_axum::redirect(&format!("/jobs/{}", record.job.id));
     Ok(record.job.id)

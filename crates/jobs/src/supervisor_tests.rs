@@ -204,6 +204,21 @@ struct Setup {
     _dir: tempfile::TempDir,
 }
 
+/// Someone signed in, in no team and no admin.
+async fn person(store: &Store, name: &str) -> User {
+    store
+        .sign_in(trainyard_store::SignIn {
+            subject: format!("sub-{name}"),
+            username: name.to_owned(),
+            display_name: String::new(),
+            email: None,
+            is_admin: false,
+            groups: Vec::new(),
+        })
+        .await
+        .unwrap()
+}
+
 async fn setup(nodes: Vec<sched::Node>) -> Setup {
     let db = TestDb::new().await;
     let store = Store::connect(&db.url, 4).await.unwrap();
@@ -1203,17 +1218,7 @@ async fn checkpoints_are_kept_past_a_timeout_and_taken_by_the_job_that_resumes()
     assert!(refusal(spec(running)).await.contains("has not ended"));
 
     // Someone else's: as unknown as a job that does not exist.
-    let bob = store
-        .sign_in(trainyard_store::SignIn {
-            subject: "sub-bob".into(),
-            username: "bob".into(),
-            display_name: String::new(),
-            email: None,
-            is_admin: false,
-            groups: Vec::new(),
-        })
-        .await
-        .unwrap();
+    let bob = person(store, "bob").await;
     let theirs = parse_spec(false, spec(timed_out).as_bytes()).unwrap();
     match s.jobs.submit(theirs, &bob).await {
         Err(SubmitError::Invalid(errors)) => {
@@ -1530,32 +1535,12 @@ async fn a_job_whose_submission_the_server_stopped_in_fails_at_the_next_start() 
 async fn an_admin_deletes_someones_ended_job_and_the_trail_says_so() {
     let s = setup(vec![node(0, "a", 1)]).await;
     let store = s.jobs.store().clone();
-    let ada = store
-        .sign_in(trainyard_store::SignIn {
-            subject: "sub-ada".into(),
-            username: "ada".into(),
-            display_name: String::new(),
-            email: None,
-            is_admin: false,
-            groups: Vec::new(),
-        })
-        .await
-        .unwrap();
+    let ada = person(&store, "ada").await;
     let spec = parse_spec(false, br#"{"name": "hers", "command": "x"}"#).unwrap();
     let hers = s.jobs.submit(spec, &ada).await.unwrap().job.id;
     s.jobs.cycle().await.unwrap();
     let running = s.job(hers).await;
-    let bob = store
-        .sign_in(trainyard_store::SignIn {
-            subject: "sub-bob".into(),
-            username: "bob".into(),
-            display_name: String::new(),
-            email: None,
-            is_admin: false,
-            groups: Vec::new(),
-        })
-        .await
-        .unwrap();
+    let bob = person(&store, "bob").await;
     match s.jobs.delete_job(&running, &bob).await {
         Err(trainyard_store::StoreError::Forbidden(why)) => {
             assert!(why.contains("only its owner or an admin"), "{why}")

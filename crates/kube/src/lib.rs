@@ -1338,7 +1338,7 @@ impl Executor for KubeExecutor {
             >| {
                 sizes
                     .and_then(|sizes| sizes.get("storage"))
-                    .and_then(|q| shape::quantity_bytes(&q.0))
+                    .and_then(|q| quantity::bytes(&q.0))
             };
             // The volume's, else what was asked for, else the setting.
             let bytes = size(claim.status.as_ref().and_then(|s| s.capacity.as_ref()))

@@ -39,6 +39,13 @@ pub fn parse(text: &str) -> Option<f64> {
     (value.is_finite() && value >= 0.0).then_some(value)
 }
 
+/// Bytes, rounded up ("1Gi" → 1073741824, "1.5Gi", "500M", "1e9").
+pub fn bytes(text: &str) -> Option<u64> {
+    parse(text)
+        .filter(|&bytes| bytes < u64::MAX as f64)
+        .map(|bytes| bytes.ceil() as u64)
+}
+
 /// CPU in millicores ("500m" → 500, "2" → 2000).
 pub fn cpu_millis(text: &str) -> Option<u32> {
     parse(text).map(|cores| (cores * 1000.0).round().min(u32::MAX as f64) as u32)
@@ -75,5 +82,18 @@ mod tests {
         assert_eq!(memory_mib("12Qi"), None);
         assert_eq!(cpu_millis(""), None);
         assert_eq!(cpu_millis("-1"), None);
+    }
+
+    #[test]
+    fn volume_sizes_read_as_bytes() {
+        assert_eq!(bytes("1Gi"), Some(1 << 30));
+        assert_eq!(bytes("1.5Gi"), Some(3 << 29));
+        assert_eq!(bytes("500M"), Some(500_000_000));
+        assert_eq!(bytes("1e9"), Some(1_000_000_000));
+        assert_eq!(bytes("4096"), Some(4096));
+        assert_eq!(bytes("10Ti"), Some(10 << 40));
+        for wrong in ["", "Gi", "1Zi", "-1Gi", "1e", "one"] {
+            assert_eq!(bytes(wrong), None, "{wrong}");
+        }
     }
 }

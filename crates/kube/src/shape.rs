@@ -150,35 +150,6 @@ pub fn take_claim_patch(
     })
 }
 
-/// Bytes of a quantity as the API writes a volume's size (`1Gi`, `500M`,
-/// `1.5Gi`, `1e9`); None for what is not one.
-pub fn quantity_bytes(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let scale: f64 = match unit {
-        "" => 1.0,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        exponent => 10f64.powi(exponent.strip_prefix(['e', 'E'])?.parse().ok()?),
-    };
-    let bytes = number * scale;
-    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then(|| bytes.ceil() as u64)
-}
-
 /// A job's checkpoint claim (of `class`, `gib` GiB), made at its first
 /// start and kept until it ends for good; labelled as the job's, owned by
 /// none of its attempts.
@@ -557,19 +528,6 @@ pub fn secret(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn volume_sizes_read_as_bytes() {
-        assert_eq!(quantity_bytes("1Gi"), Some(1 << 30));
-        assert_eq!(quantity_bytes("1.5Gi"), Some(3 << 29));
-        assert_eq!(quantity_bytes("500M"), Some(500_000_000));
-        assert_eq!(quantity_bytes("1e9"), Some(1_000_000_000));
-        assert_eq!(quantity_bytes("4096"), Some(4096));
-        assert_eq!(quantity_bytes("10Ti"), Some(10 << 40));
-        for wrong in ["", "Gi", "1Zi", "-1Gi", "1e", "one"] {
-            assert_eq!(quantity_bytes(wrong), None, "{wrong}");
-        }
-    }
 
     #[test]
     fn a_job_that_resumes_takes_the_claim_by_its_labels() {

@@ -759,27 +759,31 @@ async fn the_audit_trail_pages_and_narrows() {
 /// Kept checkpoints are listed by owner, found by job, expire in order,
 /// and are taken by one job alone, which holds them until it ends: hidden,
 /// never expired nor deleted under it, kept again if it lets them go.
+/// `n` queued jobs of the local admin, in a new experiment `experiment`.
+async fn queued_jobs(
+    store: &Store,
+    experiment: &str,
+    n: usize,
+) -> (trainyard_domain::identity::User, Vec<JobRecord>) {
+    let owner = store.local_admin().await.unwrap();
+    let experiment = store
+        .create_experiment(experiment, owner.as_owner())
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    for _ in 0..n {
+        let job = new_job(r#"{"name": "j", "command": "x"}"#, owner.id, experiment);
+        jobs.push(store.create_job(job).await.unwrap());
+    }
+    (owner, jobs)
+}
+
 #[tokio::test]
 async fn kept_checkpoints_are_listed_expire_and_are_taken_by_one_job() {
     let db = TestDb::new().await;
     let store = migrated(&db).await;
-    let owner = store.local_admin().await.unwrap();
-    let experiment = store
-        .create_experiment("resume", owner.as_owner())
-        .await
-        .unwrap();
-    let mut jobs = Vec::new();
-    for _ in 0..5 {
-        let job = store
-            .create_job(new_job(
-                r#"{"name": "j", "command": "x"}"#,
-                owner.id,
-                experiment,
-            ))
-            .await
-            .unwrap();
-        jobs.push(job.job.id);
-    }
+    let (owner, jobs) = queued_jobs(&store, "resume", 5).await;
+    let jobs: Vec<i64> = jobs.iter().map(|j| j.job.id).collect();
     let (claimant, other) = (jobs[3], jobs[4]);
     let far = now_millis() + 3_600_000;
     store
@@ -924,23 +928,7 @@ async fn kept_checkpoints_are_listed_expire_and_are_taken_by_one_job() {
 async fn an_ended_job_is_deleted_with_its_timeline_unless_a_job_resumes_from_it() {
     let db = TestDb::new().await;
     let store = migrated(&db).await;
-    let owner = store.local_admin().await.unwrap();
-    let experiment = store
-        .create_experiment("deleted", owner.as_owner())
-        .await
-        .unwrap();
-    let mut jobs = Vec::new();
-    for _ in 0..3 {
-        let job = store
-            .create_job(new_job(
-                r#"{"name": "j", "command": "x"}"#,
-                owner.id,
-                experiment,
-            ))
-            .await
-            .unwrap();
-        jobs.push(job);
-    }
+    let (owner, jobs) = queued_jobs(&store, "deleted", 3).await;
     let (ended, waiting, other) = (jobs[0].job.id, jobs[1].job.id, jobs[2].job.id);
     assert!(!store.delete_job(ended).await.unwrap(), "queued");
     for id in [ended, other] {

@@ -404,6 +404,47 @@ async fn a_failing_pod_fails_the_job_with_its_exit_code_and_oom_is_said_in_words
     );
 }
 
+/// Polls job `id` until it FAILED (the test fails after 120 s): its
+/// detail then, and the checkpoint claim each of its attempts' Jobs,
+/// seen while it was there, mounted (by attempt).
+async fn mounted_until_failed(
+    s: &TestServer,
+    ns: &str,
+    id: i64,
+) -> (std::collections::BTreeMap<String, Option<Value>>, Value) {
+    let mut mounted = std::collections::BTreeMap::new();
+    let mut looks = 0;
+    loop {
+        looks += 1;
+        assert!(looks < 600, "not FAILED within 120 s: {mounted:?}");
+        let jobs = kubectl_json(&[
+            "-n",
+            ns,
+            "get",
+            "jobs",
+            "-l",
+            &format!("trainyard.dev/job={id}"),
+        ]);
+        for job in jobs["items"].as_array().unwrap() {
+            let claim = job["spec"]["template"]["spec"]["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == "checkpoints")
+                .map(|v| v["persistentVolumeClaim"]["claimName"].clone());
+            mounted.insert(
+                job["metadata"]["labels"]["trainyard.dev/attempt"].to_string(),
+                claim,
+            );
+        }
+        let detail = common::job(s, id).await;
+        if detail["job"]["state"] == "FAILED" {
+            return (mounted, detail);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs the test cluster: run end2end/k8s/executor.sh"]
 async fn every_attempt_mounts_the_jobs_checkpoint_claim_which_a_job_resumes_from() {
@@ -451,37 +492,7 @@ async fn every_attempt_mounts_the_jobs_checkpoint_claim_which_a_job_resumes_from
     );
     // Both attempts fail (exit 3): each attempt's Job, seen while it is
     // there, mounts the same claim.
-    let mut mounted = std::collections::BTreeMap::new();
-    let mut looks = 0;
-    let failed = loop {
-        looks += 1;
-        assert!(looks < 600, "not FAILED within 120 s: {mounted:?}");
-        let jobs = kubectl_json(&[
-            "-n",
-            &ns,
-            "get",
-            "jobs",
-            "-l",
-            &format!("trainyard.dev/job={id}"),
-        ]);
-        for job in jobs["items"].as_array().unwrap() {
-            let claim = job["spec"]["template"]["spec"]["volumes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|v| v["name"] == "checkpoints")
-                .map(|v| v["persistentVolumeClaim"]["claimName"].clone());
-            mounted.insert(
-                job["metadata"]["labels"]["trainyard.dev/attempt"].to_string(),
-                claim,
-            );
-        }
-        let detail = common::job(&s, id).await;
-        if detail["job"]["state"] == "FAILED" {
-            break detail;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (mounted, failed) = mounted_until_failed(&s, &ns, id).await;
     assert_eq!(failed["job"]["attempt"], 1, "{failed}");
     assert_eq!(mounted.len(), 2, "{mounted:?}");
     for claim in mounted.values() {
@@ -496,40 +507,12 @@ async fn every_attempt_mounts_the_jobs_checkpoint_claim_which_a_job_resumes_from
     assert_eq!(answer.status, 201, "{}", answer.body);
     let next = answer.json()["job"]["id"].as_i64().unwrap();
     // Its attempts mount the same claim, relabelled as its own.
-    let mut claims = Vec::new();
-    let mut looks = 0;
-    let ended = loop {
-        looks += 1;
-        assert!(looks < 600, "not FAILED within 120 s: {claims:?}");
-        let jobs = kubectl_json(&[
-            "-n",
-            &ns,
-            "get",
-            "jobs",
-            "-l",
-            &format!("trainyard.dev/job={next}"),
-        ]);
-        for job in jobs["items"].as_array().unwrap() {
-            claims.extend(
-                job["spec"]["template"]["spec"]["volumes"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter(|v| v["name"] == "checkpoints")
-                    .map(|v| v["persistentVolumeClaim"]["claimName"].clone()),
-            );
-        }
-        let detail = common::job(&s, next).await;
-        if detail["job"]["state"] == "FAILED" {
-            break detail;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (claims, ended) = mounted_until_failed(&s, &ns, next).await;
     assert!(!claims.is_empty(), "{ended}");
     assert!(
         claims
-            .iter()
-            .all(|c| c.as_str() == Some(claim_name.as_str())),
+            .values()
+            .all(|c| c.as_ref().and_then(Value::as_str) == Some(claim_name.as_str())),
         "{claims:?}"
     );
     let claim = kubectl_json(&["-n", &ns, "get", "pvc", &claim_name]);
