@@ -646,7 +646,10 @@ pub async fn link_prompts(
 /// kept as it is, and its spans are not searchable (said in the log); a
 /// missing file holds no spans until it is written. With `if_unread` (the
 /// traces kept before spans were searched), a trace already read is left
-/// as it is. Ok is whether there was a file.
+/// as it is, and one without a file stays unread: a trace started while
+/// the server started has its file written later, and one put in place
+/// behind the server's back is read at the next start. Ok is whether
+/// there was a file.
 pub async fn index_spans(
     store: &trainyard_store::Store,
     artifact_root: &std::path::Path,
@@ -668,7 +671,9 @@ pub async fn index_spans(
             None
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            store.index_trace_spans(trace_id, &[], if_unread).await?;
+            if !if_unread {
+                store.index_trace_spans(trace_id, &[], false).await?;
+            }
             return Ok(false);
         }
         Err(e) => {
