@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait, QueryResult, Value};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, EntityTrait, QueryResult, QuerySelect, Value};
 use trainyard_domain::query::{Attribute, Expr, Field, OrderBy, Scope};
 use trainyard_domain::tracking::{Experiment, LatestMetric, Point, Run, RunInfo, ViewType};
 
@@ -317,24 +317,30 @@ impl Store {
     /// Deletes (or restores) an experiment and every run in it.
     pub async fn set_experiment_deleted(&self, id: i64, deleted: bool) -> Result<(), StoreError> {
         let _turn = self.write_turn().await;
-        let experiment = self.get_experiment(id).await?;
         let (from, to) = if deleted {
             ("active", "deleted")
         } else {
             ("deleted", "active")
         };
+        let txn = self.begin_write().await?;
+        // Taken exclusively on PostgreSQL, to the commit: a job or run
+        // being made in it (which reads it under a share lock) is
+        // committed first and counted below, or waits and then finds it
+        // deleted. On SQLite both hold the write turn.
+        let experiment = crate::entity::experiment::Entity::find_by_id(id)
+            .lock_exclusive()
+            .one(&txn)
+            .await?
+            .ok_or_else(|| not_found_experiment(id))?;
         if experiment.lifecycle_stage != from {
             return Err(not_found_experiment(id));
         }
-        let txn = self.begin_write().await?;
         // A job that has not ended logs into it, and its next attempt
         // needs a new run there: archived under it, the job could not go
-        // on. On SQLite this is checked under the write turn, as jobs are
-        // made; on PostgreSQL a job submitted in the same instant can still
-        // slip in, and ends at its first retry (the supervisor's fallback).
+        // on.
         if deleted {
             use crate::entity::job;
-            use sea_orm::{ColumnTrait, QueryFilter, QueryOrder, QuerySelect};
+            use sea_orm::{ColumnTrait, QueryFilter, QueryOrder};
             use trainyard_domain::JobState;
             let unfinished: Vec<i64> = job::Entity::find()
                 .select_only()
@@ -505,7 +511,12 @@ impl Store {
         new: NewRun,
         status: &str,
     ) -> Result<String, StoreError> {
+        // Read under a share lock on PostgreSQL, held to the commit: a
+        // deletion of the experiment (which takes it exclusively) waits
+        // for the run, or the run sees the experiment deleted. SQLite has
+        // no row locks; there both hold the write turn.
         let experiment = crate::entity::experiment::Entity::find_by_id(new.experiment_id)
+            .lock_shared()
             .one(txn)
             .await?
             .ok_or_else(|| not_found_experiment(new.experiment_id))?;

@@ -326,6 +326,58 @@ async fn deleting_an_experiment_deletes_its_runs() {
     ));
 }
 
+/// On PostgreSQL, where writes run side by side: a deletion of an
+/// experiment waits for a run being made in it, and archives it too; a run
+/// made after the deletion is refused. (SQLite runs one write at a time.)
+#[tokio::test]
+async fn an_experiment_deleted_while_a_run_is_made_in_it_archives_that_run() {
+    let (_db, store) = store().await;
+    if store.engine() != crate::Engine::Postgres {
+        return;
+    }
+    let exp = store
+        .create_experiment_with("racing", None, &[], Owner::default())
+        .await
+        .unwrap();
+    let txn = store.begin_write().await.unwrap();
+    let run = store
+        .insert_run_in(
+            &txn,
+            NewRun {
+                experiment_id: exp,
+                user_id: "alice".into(),
+                ..NewRun::default()
+            },
+            "RUNNING",
+        )
+        .await
+        .unwrap();
+    let deleting = tokio::spawn({
+        let store = store.clone();
+        async move { store.set_experiment_deleted(exp, true).await }
+    });
+    // Not a bound on time: a deletion that did not wait would have had
+    // every chance to end and leave the run below active.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !deleting.is_finished(),
+        "the deletion did not wait for the run being made"
+    );
+    txn.commit().await.unwrap();
+    deleting.await.unwrap().unwrap();
+    assert_eq!(
+        store.get_run(&run).await.unwrap().info.lifecycle_stage,
+        "deleted"
+    );
+    let after = store
+        .create_run(NewRun {
+            experiment_id: exp,
+            ..NewRun::default()
+        })
+        .await;
+    assert!(matches!(after, Err(StoreError::Rejected(_))), "{after:?}");
+}
+
 /// Sorted by a param, numbers go as numbers (32, 64, 128), then text,
 /// then runs without it, whichever the direction.
 #[tokio::test]
