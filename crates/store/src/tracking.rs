@@ -323,12 +323,13 @@ impl Store {
             ("deleted", "active")
         };
         let txn = self.begin_write().await?;
-        // Taken exclusively on PostgreSQL, to the commit: a job or run
+        // Locked for update on PostgreSQL, to the commit: a job or run
         // being made in it (which reads it under a share lock) is
         // committed first and counted below, or waits and then finds it
-        // deleted. On SQLite both hold the write turn.
+        // deleted. Not its key: rows that merely refer to it (tags,
+        // traces) are not held up. On SQLite both hold the write turn.
         let experiment = crate::entity::experiment::Entity::find_by_id(id)
-            .lock_exclusive()
+            .lock(sea_orm::sea_query::LockType::NoKeyUpdate)
             .one(&txn)
             .await?
             .ok_or_else(|| not_found_experiment(id))?;

@@ -356,13 +356,26 @@ async fn an_experiment_deleted_while_a_run_is_made_in_it_archives_that_run() {
         let store = store.clone();
         async move { store.set_experiment_deleted(exp, true).await }
     });
-    // Not a bound on time: a deletion that did not wait would have had
-    // every chance to end and leave the run below active.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(
-        !deleting.is_finished(),
-        "the deletion did not wait for the run being made"
-    );
+    // The deletion is seen waiting for a lock in this test's database
+    // (one that did not wait ends, and is never seen so).
+    let waiting = "SELECT COUNT(*) AS n FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                   WHERE NOT l.granted AND a.datname = current_database()";
+    let mut seen = false;
+    for _ in 0..600 {
+        let row = sea_orm::ConnectionTrait::query_one_raw(
+            store.connection(),
+            sea_orm::Statement::from_string(sea_orm::DbBackend::Postgres, waiting),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        if row.try_get::<i64>("", "n").unwrap() > 0 || deleting.is_finished() {
+            seen = !deleting.is_finished();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(seen, "the deletion did not wait for the run being made");
     txn.commit().await.unwrap();
     deleting.await.unwrap().unwrap();
     assert_eq!(
