@@ -25,6 +25,9 @@ pub enum AppError {
     /// The caller may not do this.
     #[error("{0}")]
     Forbidden(String),
+    /// It cannot be done at the moment; asked again later, it may be.
+    #[error("{0}")]
+    Unavailable(String),
     /// Something failed on the server; the details are in its log.
     #[error("{0}")]
     Internal(String),
@@ -43,7 +46,8 @@ impl FromServerFnError for AppError {
 
 impl AppError {
     /// The HTTP status this error answers with: a refusal of the input 400,
-    /// not found 404, not allowed 403, a clash 409, a failure 500.
+    /// not found 404, not allowed 403, a clash 409, a failure 500, not at
+    /// the moment 503.
     pub fn status(&self) -> u16 {
         match self {
             AppError::Invalid(_) | AppError::Fields(_) | AppError::Query(_) => 400,
@@ -51,6 +55,7 @@ impl AppError {
             AppError::Forbidden(_) => 403,
             AppError::Conflict(_) => 409,
             AppError::Internal(_) | AppError::Call(_) => 500,
+            AppError::Unavailable(_) => 503,
         }
     }
 
@@ -91,6 +96,9 @@ impl From<trainyard_store::StoreError> for AppError {
                 AppError::Invalid(FieldError::new("request", why)),
             ),
             StoreError::Forbidden(why) => (StatusCode::FORBIDDEN, AppError::Forbidden(why)),
+            StoreError::Unavailable(why) => {
+                (StatusCode::SERVICE_UNAVAILABLE, AppError::Unavailable(why))
+            }
             StoreError::Conflict { what } => (
                 StatusCode::CONFLICT,
                 AppError::Conflict(format!("{what} already exists; choose another name")),
@@ -112,6 +120,22 @@ impl From<trainyard_store::StoreError> for AppError {
     }
 }
 
+/// Whether this request is a form posted without JavaScript: a POST that
+/// accepts HTML and names the page it came from, which the framework
+/// answers with a redirect back to that page.
+#[cfg(feature = "ssr")]
+pub fn plain_form_post() -> bool {
+    leptos::prelude::use_context::<http::request::Parts>().is_some_and(|parts| {
+        parts.method == http::Method::POST
+            && parts.headers.contains_key(http::header::REFERER)
+            && parts
+                .headers
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|accept| accept.contains("text/html"))
+    })
+}
+
 /// Sets the status of a failed server function's response, or of the page
 /// being rendered (400, 403, 404, …), except for a form posted without
 /// JavaScript (a POST that accepts HTML and names the page it came from):
@@ -121,16 +145,7 @@ impl From<trainyard_store::StoreError> for AppError {
 #[cfg(feature = "ssr")]
 pub fn set_error_status(status: http::StatusCode) {
     use leptos::prelude::use_context;
-    let plain_form = use_context::<http::request::Parts>().is_some_and(|parts| {
-        parts.method == http::Method::POST
-            && parts.headers.contains_key(http::header::REFERER)
-            && parts
-                .headers
-                .get(http::header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|accept| accept.contains("text/html"))
-    });
-    if plain_form {
+    if plain_form_post() {
         return;
     }
     if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {

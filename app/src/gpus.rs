@@ -123,7 +123,7 @@ pub async fn remove_gpu_node(node: String) -> Result<(), AppError> {
             }
             trainyard_jobs::NodeRemoval::ExecutorUnsure(_) => (
                 http::StatusCode::SERVICE_UNAVAILABLE,
-                AppError::Conflict(why),
+                AppError::Unavailable(why),
             ),
             _ => (http::StatusCode::CONFLICT, AppError::Conflict(why)),
         };

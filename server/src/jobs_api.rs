@@ -123,6 +123,11 @@ impl From<StoreError> for JobsError {
             StoreError::Forbidden(message) => {
                 JobsError::new(StatusCode::FORBIDDEN, "PERMISSION_DENIED", message)
             }
+            StoreError::Unavailable(message) => JobsError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "TEMPORARILY_UNAVAILABLE",
+                message,
+            ),
             StoreError::Invalid(e) => JobsError::invalid(e.to_string(), vec![e]),
             StoreError::Conflict { what } => JobsError::new(
                 StatusCode::CONFLICT,
@@ -1301,6 +1306,26 @@ fn complete_utf8(bytes: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refusal that passes answers 503, for clients to try again; one
+    /// of the request itself, 400.
+    #[test]
+    fn what_cannot_be_done_now_is_told_apart_from_what_cannot_be_done() {
+        let now = JobsError::from(StoreError::Unavailable("busy; try again".into()));
+        assert_eq!(
+            (now.status, now.code, now.message.as_str()),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "TEMPORARILY_UNAVAILABLE",
+                "busy; try again"
+            )
+        );
+        let never = JobsError::from(StoreError::Rejected("not so".into()));
+        assert_eq!(
+            (never.status, never.code),
+            (StatusCode::BAD_REQUEST, "INVALID_PARAMETER_VALUE")
+        );
+    }
 
     #[test]
     fn a_character_cut_by_a_read_waits() {

@@ -3233,7 +3233,7 @@ impl Jobs {
             )));
         }
         let Some(_alone) = self.hold_alone(id) else {
-            return Err(StoreError::Rejected(format!(
+            return Err(StoreError::Unavailable(format!(
                 "job {id} is being submitted or run again right now; delete it once that is done"
             )));
         };
@@ -3256,7 +3256,7 @@ impl Jobs {
         if let Some(from) = self.store().claimed_by(id).await?
             && let Err(error) = self.let_go(from, id).await
         {
-            return Err(StoreError::Rejected(format!(
+            return Err(StoreError::Unavailable(format!(
                 "job {id} still holds job {from}'s checkpoints, and they cannot be let go now ({error}); try again in a minute"
             )));
         }
@@ -3269,7 +3269,7 @@ impl Jobs {
             None => self.inner.executor.drop_checkpoints(&record.job).await,
         };
         if !dropped {
-            return Err(StoreError::Rejected(format!(
+            return Err(StoreError::Unavailable(format!(
                 "job {id}'s checkpoints cannot be deleted at the moment; they go within a minute, and the job can be deleted then"
             )));
         }

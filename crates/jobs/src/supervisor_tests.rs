@@ -1570,7 +1570,7 @@ async fn an_admin_deletes_someones_ended_job_and_the_trail_says_so() {
     // their record, expired, for the sweep to finish.
     *s.fake.drop_fails.lock().unwrap() = true;
     match s.jobs.delete_job(&ended, &s.user).await {
-        Err(trainyard_store::StoreError::Rejected(why)) => {
+        Err(trainyard_store::StoreError::Unavailable(why)) => {
             assert!(
                 why.contains("checkpoints cannot be deleted at the moment"),
                 "{why}"
@@ -1590,7 +1590,7 @@ async fn an_admin_deletes_someones_ended_job_and_the_trail_says_so() {
     // Not while it is run again (its files being copied).
     let copying = s.jobs.hold(hers).unwrap();
     match s.jobs.delete_job(&ended, &s.user).await {
-        Err(trainyard_store::StoreError::Rejected(why)) => {
+        Err(trainyard_store::StoreError::Unavailable(why)) => {
             assert!(why.contains("run again right now"), "{why}")
         }
         other => panic!("deleted under a retry: {other:?}"),

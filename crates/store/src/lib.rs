@@ -80,6 +80,10 @@ pub enum StoreError {
     /// The caller may see the thing but not change it (403).
     #[error("{0}")]
     Forbidden(String),
+    /// It cannot be done at the moment, for a reason that passes (503,
+    /// MLflow: TEMPORARILY_UNAVAILABLE): asked again later, it may be.
+    #[error("{0}")]
+    Unavailable(String),
     #[error("database error: {0}")]
     Db(#[from] DbErr),
     /// A secret could not be sealed or opened (see [`seal`]).

@@ -99,6 +99,11 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(message) => ApiError::not_found(message),
             StoreError::Rejected(message) => ApiError::invalid(message),
             StoreError::Forbidden(message) => crate::auth::permission_denied(message),
+            StoreError::Unavailable(message) => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "TEMPORARILY_UNAVAILABLE",
+                message,
+            },
             StoreError::Invalid(e) => ApiError::invalid(e.to_string()),
             StoreError::Conflict { what } => ApiError {
                 // MLflow answers 400 here; a 409 would be retried by nothing, but
