@@ -425,7 +425,7 @@ pub const JOBS_SHOWN: usize = 200;
 pub async fn list_job_page(
     all: bool,
     #[server(default)] state: String,
-) -> Result<Vec<Job>, AppError> {
+) -> Result<JobList, AppError> {
     let principal = caller()?;
     let whose = trainyard_store::JobsOf::for_user(&principal.user, all);
     let states = match state.as_str() {
@@ -449,12 +449,98 @@ pub async fn list_job_page(
             }
         },
     };
-    Ok(store()?
+    let found = store()?
         .find_jobs(&states, JOBS_SHOWN as u64, &whose)
-        .await?
-        .into_iter()
-        .map(|r| r.job)
-        .collect())
+        .await?;
+    let deletable = found
+        .iter()
+        .filter(|r| r.job.state.is_terminal() && principal.user.can_change(r.owner()))
+        .map(|r| r.job.id)
+        .collect();
+    Ok(JobList {
+        jobs: found.into_iter().map(|r| r.job).collect(),
+        deletable,
+    })
+}
+
+/// The jobs page's list, and which of its jobs the caller may delete (the
+/// ended ones they own, or any ended one for an admin).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<Job>,
+    pub deletable: Vec<i64>,
+}
+
+/// What deleting several jobs at once did: each job deleted, or refused
+/// with the reason (one that has not ended, or that a job resumes from).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DeletedJobs {
+    pub deleted: Vec<i64>,
+    pub refused: Vec<(i64, String)>,
+}
+
+/// Deletes ended jobs for good, as `delete_job` each, from the jobs list
+/// (at most a page of it at a time). One refused leaves the others.
+#[server(endpoint = "delete_jobs")]
+pub async fn delete_jobs(#[server(default)] ids: Vec<i64>) -> Result<DeletedJobs, AppError> {
+    let field =
+        |message: String| AppError::Invalid(trainyard_domain::FieldError::new("ids", message));
+    if ids.is_empty() {
+        return Err(field(
+            "choose the jobs to delete: tick them in the list".to_owned(),
+        ));
+    }
+    if ids.len() > JOBS_SHOWN {
+        return Err(field(format!(
+            "{} jobs were chosen; delete at most {JOBS_SHOWN} at once",
+            ids.len()
+        )));
+    }
+    let mut ids = ids;
+    ids.sort_unstable();
+    ids.dedup();
+    let mut done = DeletedJobs::default();
+    for id in ids {
+        let deleted = async {
+            let (jobs, user, record) = job_to_change(id).await?;
+            jobs.delete_job(&record, &user).await?;
+            Ok::<_, AppError>(())
+        };
+        match deleted.await {
+            Ok(()) => done.deleted.push(id),
+            Err(AppError::Invalid(e)) => done.refused.push((id, e.message)),
+            Err(e) => done.refused.push((id, e.to_string())),
+        }
+    }
+    // Each refusal set the response's status to its own; the call as a
+    // whole did what it could, and says what it could not. Cleared, not
+    // set to 200: a form posted without JavaScript is answered with a
+    // redirect back, which a status set here would replace.
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        response
+            .0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .status = None;
+    }
+    // Without JavaScript, only an error reaches the page it goes back to:
+    // the refusals are said as one.
+    if crate::error::plain_form_post() && !done.refused.is_empty() {
+        let kept: Vec<String> = done
+            .refused
+            .iter()
+            .map(|(id, why)| format!("job {id} was kept: {why}"))
+            .collect();
+        return Err(AppError::Conflict(format!(
+            "{} deleted; {}",
+            match done.deleted.len() {
+                1 => "1 job was".to_owned(),
+                n => format!("{n} jobs were"),
+            },
+            kept.join("; ")
+        )));
+    }
+    Ok(done)
 }
 
 /// A job's page: the job and its timeline.

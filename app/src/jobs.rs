@@ -10,7 +10,7 @@ use trainyard_domain::template::{ParamSpec, ParamType, Template};
 use trainyard_domain::{JobState, format_bytes, format_utc};
 
 use crate::api::{
-    CancelJob, DeleteJob, DeleteJobCheckpoints, DeleteTemplate, MoveJobTeam, RetryJob,
+    CancelJob, DeleteJob, DeleteJobCheckpoints, DeleteJobs, DeleteTemplate, MoveJobTeam, RetryJob,
     SaveTemplate, SubmitJob, get_job, get_log_tail, get_template, list_job_page, template_text,
 };
 use crate::error::AppError;
@@ -152,7 +152,21 @@ pub fn JobsPage() -> impl IntoView {
     refresh_while(tick, move || {
         jobs.get_untracked()
             .and_then(Result::ok)
-            .is_some_and(|list| list.iter().any(|j| !j.state.is_terminal()))
+            .is_some_and(|list| list.jobs.iter().any(|j| !j.state.is_terminal()))
+    });
+    // Ended jobs ticked in the list, deleted together; the ticks outlive
+    // the list's refreshes, and those deleted are unticked.
+    let delete = ServerAction::<DeleteJobs>::new();
+    let selected = RwSignal::new(std::collections::BTreeSet::<i64>::new());
+    Effect::new(move |_| {
+        if let Some(Ok(done)) = delete.value().get() {
+            selected.update(|s| {
+                for id in &done.deleted {
+                    s.remove(id);
+                }
+            });
+            tick.update(|t| *t += 1);
+        }
     });
     view! {
         <Title text="Jobs"/>
@@ -172,13 +186,21 @@ pub fn JobsPage() -> impl IntoView {
                 })
                 .collect_view()}
         </nav>
+        // Mounted before there is anything to say, so that what is said
+        // is announced.
+        <div role="status" aria-live="polite">
+            {move || delete.value().get().map(|done| match done {
+                Ok(done) => view! { <DeletedNote done/> }.into_any(),
+                Err(e) => view! { <ErrorNote error=e labels=&[("ids", "Jobs to delete")]/> }.into_any(),
+            })}
+        </div>
         <Transition fallback=|| view! { <p class="muted">"Loading jobs…"</p> }>
             {move || Suspend::new(async move {
-                match jobs.await {
-                    Ok(list) if list.is_empty() && !state().is_empty() => view! {
+                match jobs.await.map(|list| (list.jobs, list.deletable)) {
+                    Ok((list, _)) if list.is_empty() && !state().is_empty() => view! {
                         <p class="empty" data-testid="jobs-empty">"No job in this state."</p>
                     }.into_any(),
-                    Ok(list) if list.is_empty() => view! {
+                    Ok((list, _)) if list.is_empty() => view! {
                         <p class="empty" data-testid="jobs-empty">
                             "No jobs yet. "
                             <a href="/templates">"Start from a template"</a>
@@ -186,29 +208,85 @@ pub fn JobsPage() -> impl IntoView {
                             <a href="/submit">"run a command of your own"</a>"."
                         </p>
                     }.into_any(),
-                    Ok(list) => {
+                    Ok((list, deletable)) => {
                         let now = now_ms();
                         // Whose each is, where the list has others' jobs.
                         let whose = all();
                         let cut = list.len() >= crate::api::JOBS_SHOWN;
+                        let any_deletable = !deletable.is_empty();
+                        let deletable = std::sync::Arc::new(deletable);
+                        let ticked = {
+                            let deletable = deletable.clone();
+                            move || selected.with(|s| deletable.iter().filter(|id| s.contains(id)).count())
+                        };
+                        let all_ticked = {
+                            let ticked = ticked.clone();
+                            let deletable = deletable.clone();
+                            move || ticked() == deletable.len()
+                        };
+                        let tick_all = {
+                            let deletable = deletable.clone();
+                            move |ev: leptos::ev::Event| {
+                                let on = event_target_checked(&ev);
+                                selected.update(|s| {
+                                    for id in deletable.iter() {
+                                        if on { s.insert(*id); } else { s.remove(id); }
+                                    }
+                                });
+                            }
+                        };
                         view! {
                             {cut.then(|| view! {
                                 <p class="muted" data-testid="jobs-cut">
                                     {format!("The newest {} are shown: choose a state above for others, or list more with `trainyard jobs --limit N` (up to 1,000).", crate::api::JOBS_SHOWN)}
                                 </p>
                             })}
+                            <ActionForm action=delete attr:data-testid="delete-jobs">
+                            {any_deletable.then(|| {
+                                let label = ticked.clone();
+                                let ask_first = confirm_delete(ticked.clone());
+                                view! {
+                                    <div class="table-bar">
+                                        <button type="submit" class="danger" data-testid="delete-selected"
+                                            disabled=move || delete.pending().get()
+                                            on:click=ask_first>
+                                            {move || match label() {
+                                                0 => "Delete the ticked jobs".to_owned(),
+                                                1 => "Delete 1 job".to_owned(),
+                                                n => format!("Delete {n} jobs"),
+                                            }}
+                                        </button>
+                                        <span class="muted">"Ended jobs may be ticked; their runs stay in their experiments."</span>
+                                    </div>
+                                }
+                            })}
                             <table class="table" data-testid="jobs">
                                 <thead><tr>
+                                    <th class="tick">{any_deletable.then(|| view! {
+                                        <input type="checkbox" aria-label="Tick every ended job shown" data-testid="select-all-jobs"
+                                            prop:checked=all_ticked on:change=tick_all/>
+                                    })}</th>
                                     <th class="num">"#"</th><th>"Name"</th>
                                     {whose.then(|| view! { <th>"Owner"</th> })}
                                     <th>"Team"</th><th>"State"</th><th>"Queue"</th>
                                     <th>"GPUs"</th><th>"Ran for"</th><th>"Submitted"</th>
                                 </tr></thead>
                                 <tbody>
-                                    {list.into_iter().map(|j| {
+                                    {list.into_iter().enumerate().map(|(row, j)| {
                                         let href = format!("/jobs/{}", j.id);
+                                        let id = j.id;
+                                        let tickable = deletable.contains(&id);
                                         view! {
                                             <tr data-job=j.id data-state=j.state.as_str()>
+                                                <td class="tick">{tickable.then(|| view! {
+                                                    <input type="checkbox" name=format!("ids[{row}]") value=id
+                                                        aria-label=format!("Tick job {id}, {}", j.name) data-testid="select-job"
+                                                        prop:checked=move || selected.with(|s| s.contains(&id))
+                                                        on:change=move |ev| {
+                                                            let on = event_target_checked(&ev);
+                                                            selected.update(|s| if on { s.insert(id); } else { s.remove(&id); });
+                                                        }/>
+                                                })}</td>
                                                 <td class="num">{j.id}</td>
                                                 <td><a href=href>{j.name.clone()}</a></td>
                                                 {whose.then(|| view! {
@@ -228,12 +306,167 @@ pub fn JobsPage() -> impl IntoView {
                                     }).collect_view()}
                                 </tbody>
                             </table>
+                            </ActionForm>
                         }.into_any()
                     }
                     Err(e) => view! { <ErrorNote error=e/> }.into_any(),
                 }
             })}
         </Transition>
+    }
+}
+
+/// Where the reader of a job's page stands with being told of its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndNotice {
+    Off,
+    /// The browser is asking them whether this site may notify.
+    Asking,
+    On,
+    /// The browser refuses this site's notifications (only the browser
+    /// finds that).
+    #[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+    Blocked,
+    Told,
+}
+
+/// "Tell me when it ends": the browser's notification at the job's end,
+/// asked for once; shown only where the browser has notifications (and
+/// JavaScript runs).
+#[component]
+fn NotifyAtEnd(notice: RwSignal<EndNotice>, supported: RwSignal<bool>) -> impl IntoView {
+    let ask = move |_: leptos::ev::MouseEvent| {
+        notice.set(EndNotice::Asking);
+        #[cfg(feature = "hydrate")]
+        wasm_bindgen_futures::spawn_local(async move {
+            notice.set(if notifications_granted().await {
+                EndNotice::On
+            } else {
+                EndNotice::Blocked
+            });
+        });
+    };
+    move || {
+        supported.get().then(|| match notice.get() {
+            EndNotice::Off | EndNotice::Asking => view! {
+                <button type="button" class="secondary" data-testid="notify-end"
+                    title="Your browser tells you, while this page stays open"
+                    disabled=move || notice.get() == EndNotice::Asking
+                    on:click=ask>
+                    "Tell me when it ends"
+                </button>
+            }
+            .into_any(),
+            EndNotice::On => view! {
+                <span class="muted" data-testid="notify-end-on">
+                    "You will be told when it ends, while this page stays open. "
+                    <button type="button" class="link" on:click=move |_| notice.set(EndNotice::Off)>"Not needed"</button>
+                </span>
+            }
+            .into_any(),
+            EndNotice::Blocked => view! {
+                <span class="muted" data-testid="notify-end-blocked">
+                    "Your browser blocks this site's notifications: allow them in its settings for this site, then reload."
+                </span>
+            }
+            .into_any(),
+            EndNotice::Told => ().into_any(),
+        })
+    }
+}
+
+#[cfg(feature = "hydrate")]
+fn notifications_supported() -> bool {
+    web_sys::window()
+        .is_some_and(|w| js_sys::Reflect::has(&w, &"Notification".into()).unwrap_or(false))
+}
+
+/// Whether this site may notify, asking the reader where they were never
+/// asked.
+#[cfg(feature = "hydrate")]
+async fn notifications_granted() -> bool {
+    use web_sys::{Notification, NotificationPermission};
+    if Notification::permission() == NotificationPermission::Granted {
+        return true;
+    }
+    let Ok(asked) = Notification::request_permission() else {
+        return false;
+    };
+    wasm_bindgen_futures::JsFuture::from(asked)
+        .await
+        .ok()
+        .and_then(|answer| answer.as_string())
+        .is_some_and(|answer| answer == "granted")
+}
+
+/// The notification of a job's end: its state, name and exit code.
+#[cfg(feature = "hydrate")]
+fn tell_end(job: &Job) {
+    let options = web_sys::NotificationOptions::new();
+    let mut body = job.name.clone();
+    if let Some(code) = job.exit_code.filter(|c| *c != 0) {
+        body.push_str(&format!(" · exit code {code}"));
+    }
+    options.set_body(&body);
+    options.set_tag(&format!("trainyard-job-{}", job.id));
+    let title = format!("Job {} {}", job.id, job.state.label().to_lowercase());
+    if web_sys::Notification::new_with_options(&title, &options).is_err() {
+        leptos::logging::warn!(
+            "the browser refused the notification of job {}'s end",
+            job.id
+        );
+    }
+}
+
+/// Asks before the ticked jobs are deleted; with none ticked, asks
+/// nothing (the server says to tick some).
+fn confirm_delete(ticked: impl Fn() -> usize + 'static) -> impl Fn(leptos::ev::MouseEvent) {
+    move |ev| {
+        #[cfg(feature = "hydrate")]
+        {
+            let n = ticked();
+            let yes = n == 0
+                || web_sys::window()
+                    .and_then(|w| {
+                        w.confirm_with_message(&format!(
+                            "Delete {n} job{} for good? Their timelines, logs, files and kept checkpoints go; their runs stay in their experiments.",
+                            if n == 1 { "" } else { "s" }
+                        ))
+                        .ok()
+                    })
+                    .unwrap_or(true);
+            if !yes {
+                ev.prevent_default();
+            }
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = (&ticked, ev);
+    }
+}
+
+/// What a deletion from the list did: how many went, and each refused
+/// with its reason.
+#[component]
+fn DeletedNote(done: crate::api::DeletedJobs) -> impl IntoView {
+    let n = done.deleted.len();
+    view! {
+        <div class="notice" data-testid="jobs-deleted">
+            <p>{match n {
+                0 => "No job was deleted.".to_owned(),
+                1 => "1 job was deleted for good.".to_owned(),
+                n => format!("{n} jobs were deleted for good."),
+            }}</p>
+            {(!done.refused.is_empty()).then(|| view! {
+                <ul class="refused">
+                    {done.refused.into_iter().map(|(id, why)| view! {
+                        <li data-job=id>
+                            <a href=format!("/jobs/{id}")>{format!("Job {id}")}</a>
+                            {format!(" was kept: {why}")}
+                        </li>
+                    }).collect_view()}
+                </ul>
+            })}
+        </div>
     }
 }
 
@@ -860,6 +1093,26 @@ pub fn JobPage() -> impl IntoView {
             .flatten()
             .is_some_and(|p| !p.job.state.is_terminal())
     });
+    // Told by the browser when the job ends, where the reader asked and
+    // the page stays open (in a tab behind others).
+    let end_notice = RwSignal::new(EndNotice::Off);
+    let notifiable = RwSignal::new(false);
+    Effect::new(move |_| {
+        #[cfg(feature = "hydrate")]
+        notifiable.set(notifications_supported());
+    });
+    Effect::new(move |_| {
+        if end_notice.get() != EndNotice::On {
+            return;
+        }
+        if let Some(Ok(Some(p))) = page.get()
+            && p.job.state.is_terminal()
+        {
+            end_notice.set(EndNotice::Told);
+            #[cfg(feature = "hydrate")]
+            tell_end(&p.job);
+        }
+    });
     let live = RwSignal::new(String::new());
     // Set once the page let go of the log's start to stay light.
     let trimmed = RwSignal::new(false);
@@ -915,6 +1168,7 @@ pub fn JobPage() -> impl IntoView {
                                         </button>
                                     </ActionForm>
                                 })}
+                                {cancellable.then(|| view! { <NotifyAtEnd notice=end_notice supported=notifiable/> })}
                                 {(yours && cancellable).then(|| view! {
                                     <ActionForm action=cancel attr:class="inline-form">
                                         <input type="hidden" name="id" value=job.id/>

@@ -135,6 +135,40 @@ test('a command of its own is cancelled mid-run', async ({ page }) => {
   await expectState(page, 'Cancelled');
 });
 
+test("the browser tells the reader of a job's page when it ends", async ({ page, request }) => {
+  // The browser's own notifications, allowed for the site, and each one
+  // made noted for the test to read.
+  await page.context().grantPermissions(['notifications']);
+  await page.addInitScript(() => {
+    const told: { title: string; body?: string }[] = [];
+    (window as unknown as { told: typeof told }).told = told;
+    const Real = window.Notification;
+    class Noted extends Real {
+      constructor(title: string, options?: NotificationOptions) {
+        told.push({ title, body: options?.body });
+        super(title, options);
+      }
+    }
+    window.Notification = Noted;
+  });
+  const id = await submitByApi(request, {
+    name: 'ends by itself',
+    command: 'sleep 10; exit 2',
+    resources: { memory: '64Mi' },
+  });
+  await page.goto(`/jobs/${id}`);
+  // Offered once the page is live (it needs JavaScript), before the end.
+  await page.getByTestId('notify-end').click();
+  await expect(page.getByTestId('notify-end-on')).toBeVisible();
+  await expectState(page, 'Failed', 60_000);
+  const told = () => page.evaluate(() => (window as unknown as { told: object[] }).told);
+  await expect.poll(told).toEqual([{ title: `Job ${id} failed`, body: 'ends by itself · exit code 2' }]);
+  // Once, and the offer is gone with the job's end.
+  await page.waitForTimeout(2_500);
+  expect(await told()).toHaveLength(1);
+  await expect(page.getByTestId('notify-end')).toHaveCount(0);
+});
+
 test('the log follows its tail unless the reader scrolled up', async ({ page }) => {
   await page.goto('/submit');
   const form = page.getByTestId('submit-job');
@@ -253,6 +287,49 @@ test('a job out of time is resumed from its checkpoints, and kept ones can be de
   await expect(page.getByTestId('jobs')).toBeVisible();
   await expect(page.locator(`a[href="/jobs/${dropped}"]`)).toHaveCount(0);
   expect((await request.get(`/api/trainyard/v1/jobs/${dropped}`)).status()).toBe(404);
+});
+
+test('ended jobs are ticked on the list and deleted together', async ({ page, request }) => {
+  const quick = (name: string) => submitByApi(request, { name, command: 'true', resources: { memory: '64Mi' } });
+  const ticked = [await quick('ticked one'), await quick('ticked two')];
+  const left = await quick('left alone');
+  const running = await submitByApi(request, { name: 'still running', command: 'sleep 60', resources: { memory: '64Mi' } });
+  for (const id of [...ticked, left]) {
+    await expect
+      .poll(async () => (await (await request.get(`/api/trainyard/v1/jobs/${id}`)).json()).job.state, { timeout: 60_000 })
+      .toBe('SUCCEEDED');
+  }
+  await page.goto('/jobs');
+  const row = (id: number) => page.locator(`tr[data-job="${id}"]`);
+  // A job that has not ended cannot be ticked.
+  await expect(row(running)).toBeVisible();
+  await expect(row(running).getByTestId('select-job')).toHaveCount(0);
+  const button = page.getByTestId('delete-selected');
+  // Ticked once the page is live (a tick before it is undone by hydration).
+  await expect(async () => {
+    for (const id of ticked) await row(id).getByTestId('select-job').check();
+    await expect(button).toHaveText('Delete 2 jobs', { timeout: 1_000 });
+  }).toPass({ timeout: 20_000 });
+  // The list refreshes while a job runs; the ticks stay.
+  await page.waitForResponse((r) => r.url().includes('/api/list_job_page'));
+  await expect(row(running)).toBeVisible();
+  await expect(row(ticked[0]).getByTestId('select-job')).toBeChecked();
+  await expect(button).toHaveText('Delete 2 jobs');
+  let asked = '';
+  page.once('dialog', (d) => {
+    asked = d.message();
+    void d.accept();
+  });
+  await button.click();
+  await expect(page.getByTestId('jobs-deleted')).toContainText('2 jobs were deleted for good.');
+  expect(asked).toContain('Delete 2 jobs for good?');
+  for (const id of ticked) {
+    await expect(row(id)).toHaveCount(0);
+    expect((await request.get(`/api/trainyard/v1/jobs/${id}`)).status()).toBe(404);
+  }
+  await expect(row(left).getByTestId('select-job')).not.toBeChecked();
+  await expect(button).toHaveText('Delete the ticked jobs');
+  await cancelByApi(request, running);
 });
 
 test('a project archive uploads with progress and the job runs it', async ({ page }) => {

@@ -504,6 +504,13 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
         .iter()
         .find(|(k, _)| k == "trainyard.job_id")
         .and_then(|(_, v)| v.parse().ok());
+    let job_deleted = match job_id {
+        Some(id) => matches!(
+            store.get_job(id).await,
+            Err(trainyard_store::StoreError::NotFound(_))
+        ),
+        None => false,
+    };
     let root = use_context::<ArtifactRoot>()
         .ok_or_else(|| AppError::Internal("the artifact folder is not wired in".to_owned()))?;
     let folder = root
@@ -668,6 +675,7 @@ pub async fn get_run_detail(run_id: String) -> Result<RunDetail, AppError> {
         end_time: run.info.end_time,
         lifecycle_stage: run.info.lifecycle_stage,
         job_id,
+        job_deleted,
         metrics,
         params,
         tags,

@@ -300,6 +300,9 @@ fn RunHead(
             })}
             <div><dt>"Job"</dt>
             <dd>{match d.job_id {
+                Some(id) if d.job_deleted => view! {
+                    <span class="muted" data-testid="run-job">{format!("job {id}, since deleted")}</span>
+                }.into_any(),
                 Some(id) => view! { <a href=format!("/jobs/{id}") data-testid="run-job">{format!("job {id}")}</a> }.into_any(),
                 None => view! { <span class="muted">"logged from outside (no job)"</span> }.into_any(),
             }}</dd></div>

@@ -379,6 +379,9 @@ pub struct RunDetail {
     pub lifecycle_stage: String,
     /// The job whose attempt made this run.
     pub job_id: Option<i64>,
+    /// That job was deleted since; its runs stay.
+    #[serde(default)]
+    pub job_deleted: bool,
     pub metrics: Vec<LatestValue>,
     pub params: Vec<(String, String)>,
     /// Without MLflow's and Trainyard's own (`mlflow.*`, `trainyard.*`).

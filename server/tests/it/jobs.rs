@@ -425,6 +425,61 @@ async fn an_ended_job_is_deleted_for_good_and_its_run_stays() {
         "{}",
         refused.body
     );
+    // Both ticked on the jobs list: each kept, saying why, and the answer
+    // is the list's own (200), not the first refusal's.
+    let from_list = server
+        .post_form(
+            "/api/delete_jobs",
+            &format!("ids%5B0%5D={first}&ids%5B3%5D={resumes}&ids%5B4%5D={first}"),
+        )
+        .await;
+    assert_eq!(from_list.status, 200, "{}", from_list.body);
+    let answer = from_list.json();
+    assert_eq!(answer["deleted"], json!([]), "{answer}");
+    let refused = answer["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 2, "each once: {answer}");
+    assert_eq!(refused[0][0], first);
+    assert!(
+        refused[0][1].as_str().unwrap().starts_with(&format!(
+            "job {resumes} resumes from job {first}'s checkpoints"
+        )),
+        "{answer}"
+    );
+    assert_eq!(refused[1][0], resumes);
+    assert!(
+        refused[1][1].as_str().unwrap().contains("has not ended"),
+        "{answer}"
+    );
+    // Posted without JavaScript: back to the list, whatever each job's
+    // answer was (a status of the call's own would cancel the redirect).
+    let referer = format!("http://{}/jobs", server.addr);
+    let plain = request(
+        server.addr,
+        "POST",
+        "/api/delete_jobs",
+        &[
+            ("Content-Type", "application/x-www-form-urlencoded"),
+            ("Accept", "text/html"),
+            ("Referer", &referer),
+        ],
+        format!("ids%5B0%5D={resumes}").as_bytes(),
+    )
+    .await;
+    assert_eq!(plain.status, 302, "{}", plain.body);
+    assert!(
+        plain
+            .header("location")
+            .is_some_and(|l| l.starts_with(&referer)),
+        "{:?}",
+        plain.header("location")
+    );
+    let none = server.post_form("/api/delete_jobs", "").await;
+    assert_eq!(none.status, 400, "{}", none.body);
+    assert!(
+        none.body.contains("choose the jobs to delete"),
+        "{}",
+        none.body
+    );
     let cancel = format!("/api/trainyard/v1/jobs/{resumes}/cancel");
     assert_eq!(
         post_json(server.addr, &cancel, &json!({})).await.status,
@@ -436,13 +491,41 @@ async fn an_ended_job_is_deleted_for_good_and_its_run_stays() {
         "its own now: {cancelled}"
     );
 
-    let answer = delete(first).await;
-    assert_eq!(answer.status, 204, "{}", answer.body);
+    let run_id = failed["job"]["run_id"].as_str().unwrap();
+    let run_page = |run_id: String| {
+        let server = &server;
+        async move {
+            let detail = server
+                .post_form("/api/get_run_detail", &format!("run_id={run_id}"))
+                .await;
+            assert_eq!(detail.status, 200, "{}", detail.body);
+            let detail = detail.json();
+            (detail["job_id"].as_i64(), detail["job_deleted"] == true)
+        }
+    };
+    assert_eq!(run_page(run_id.to_owned()).await, (Some(first), false));
+    // From the list, now that nothing resumes from it; one that does not
+    // exist is kept, said so.
+    let from_list = server
+        .post_form(
+            "/api/delete_jobs",
+            &format!("ids%5B0%5D={first}&ids%5B1%5D=999999"),
+        )
+        .await;
+    assert_eq!(from_list.status, 200, "{}", from_list.body);
+    let answer = from_list.json();
+    assert_eq!(answer["deleted"], json!([first]), "{answer}");
+    assert_eq!(
+        answer["refused"],
+        json!([[999999, "job 999999 does not exist"]]),
+        "{answer}"
+    );
     let gone = server.get(&format!("/api/trainyard/v1/jobs/{first}")).await;
     assert_eq!(gone.status, 404, "{}", gone.body);
     assert!(!folder.exists());
-    let run_id = failed["job"]["run_id"].as_str().unwrap();
     assert_eq!(run(&server, run_id).await["info"]["status"], "FAILED");
+    // Its run's page says the job was deleted, and links nowhere.
+    assert_eq!(run_page(run_id.to_owned()).await, (Some(first), true));
     assert_eq!(delete(first).await.status, 404);
 
     // The command line deletes each it is given, and says which it could not.
